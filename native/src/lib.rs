@@ -1,0 +1,255 @@
+//! `sidecar._native`: the sampler and the renderers, with plain Python types at the boundary.
+
+mod errors;
+mod render;
+mod sampler;
+
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyTuple};
+
+use errors::SamplerError;
+use render::RenderOptions;
+use sampler::{End, Options, Session, Window};
+
+/// Samples one Python process on a native thread, without holding the GIL.
+#[pyclass(module = "sidecar._native", frozen)]
+struct Sampler {
+    session: Session,
+}
+
+fn window_to_py<'py>(py: Python<'py>, window: &Window) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    dict.set_item("start", window.start)?;
+    dict.set_item("end", window.end)?;
+    dict.set_item("samples", window.samples)?;
+    let stacks = PyList::empty(py);
+    for (key, count) in &window.stacks {
+        let name = window
+            .thread_names
+            .get(&key.thread_id)
+            .map(String::as_str)
+            .unwrap_or("");
+        let row = PyTuple::new(
+            py,
+            [
+                key.thread_id.into_pyobject(py)?.into_any(),
+                name.into_pyobject(py)?.into_any(),
+                pyo3::types::PyBool::new(py, key.on_cpu).to_owned().into_any(),
+                pyo3::types::PyBool::new(py, key.gil).to_owned().into_any(),
+                key.stack.as_ref().into_pyobject(py)?.into_any(),
+                count.into_pyobject(py)?.into_any(),
+            ],
+        )?;
+        stacks.append(row)?;
+    }
+    dict.set_item("stacks", stacks)?;
+    Ok(dict)
+}
+
+#[pymethods]
+impl Sampler {
+    #[new]
+    #[pyo3(signature = (pid, rate_hz=100.0, blocking=false, window=1.0, max_pending=360))]
+    fn new(
+        py: Python<'_>,
+        pid: i32,
+        rate_hz: f64,
+        blocking: bool,
+        window: f64,
+        max_pending: usize,
+    ) -> PyResult<Self> {
+        if pid <= 0 {
+            return Err(PyValueError::new_err(format!("PID must be positive, not {pid}")));
+        }
+        if !(rate_hz > 0.0 && rate_hz <= 10_000.0) {
+            return Err(PyValueError::new_err(format!(
+                "rate must be between 0 and 10000 Hz, not {rate_hz}"
+            )));
+        }
+        if !(window >= 0.01 && window <= 86_400.0) {
+            return Err(PyValueError::new_err(format!(
+                "window must be between 0.01 and 86400 seconds, not {window}"
+            )));
+        }
+        let options = Options {
+            pid,
+            rate_hz,
+            blocking,
+            window,
+            max_pending: max_pending.max(1),
+        };
+        let session = py.detach(|| Session::start(options))?;
+        Ok(Sampler { session })
+    }
+
+    #[getter]
+    fn pid(&self) -> i32 {
+        self.session.options.pid
+    }
+
+    #[getter]
+    fn rate_hz(&self) -> f64 {
+        self.session.options.rate_hz
+    }
+
+    #[getter]
+    fn blocking(&self) -> bool {
+        self.session.options.blocking
+    }
+
+    #[getter]
+    fn window(&self) -> f64 {
+        self.session.options.window
+    }
+
+    /// The target's Python version, e.g. "3.11.7".
+    #[getter]
+    fn python_version(&self) -> String {
+        self.session.python_version.clone()
+    }
+
+    /// True while the sampling thread runs.
+    #[getter]
+    fn running(&self) -> bool {
+        self.session.stats().1 == End::Running
+    }
+
+    /// True once the target exited (or its PID now names another process).
+    #[getter]
+    fn exited(&self) -> bool {
+        self.session.stats().1 == End::Exited
+    }
+
+    /// Completed windows since the last call, oldest first; `flush` adds the one in progress.
+    #[pyo3(signature = (flush=false))]
+    fn drain<'py>(&self, py: Python<'py>, flush: bool) -> PyResult<Bound<'py, PyList>> {
+        let windows = py.detach(|| self.session.drain(flush));
+        let out = PyList::empty(py);
+        for window in &windows {
+            out.append(window_to_py(py, window)?)?;
+        }
+        Ok(out)
+    }
+
+    /// Counters: samples, errors, lag, dropped windows, read time, last error.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let (stats, end) = self.session.stats();
+        let dict = PyDict::new(py);
+        dict.set_item("samples", stats.samples)?;
+        dict.set_item("traces", stats.traces)?;
+        dict.set_item("errors", stats.errors)?;
+        dict.set_item("late", stats.late)?;
+        dict.set_item("missed", stats.missed)?;
+        dict.set_item("empty", stats.empty)?;
+        dict.set_item("dropped_windows", stats.dropped_windows)?;
+        dict.set_item("dropped_samples", stats.dropped_samples)?;
+        let ticks = (stats.samples + stats.errors).max(1) as f64;
+        dict.set_item("lag_mean", stats.lag_sum / ticks)?;
+        dict.set_item("lag_max", stats.lag_max)?;
+        dict.set_item("read_mean", stats.read_sum / ticks)?;
+        dict.set_item("read_max", stats.read_max)?;
+        dict.set_item("last_error", stats.last_error)?;
+        let state = match end {
+            End::Running => "running",
+            End::Stopped => "stopped",
+            End::Exited => "exited",
+        };
+        dict.set_item("state", state)?;
+        Ok(dict)
+    }
+
+    /// Stops sampling and waits for the thread; safe to call more than once.
+    fn stop(&self, py: Python<'_>) {
+        py.detach(|| self.session.stop());
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _exc_type: Option<Bound<'_, PyAny>>,
+        _exc: Option<Bound<'_, PyAny>>,
+        _tb: Option<Bound<'_, PyAny>>,
+    ) -> bool {
+        self.stop(py);
+        false
+    }
+
+    fn __repr__(&self) -> String {
+        let o = &self.session.options;
+        format!(
+            "Sampler(pid={}, rate_hz={}, blocking={}, window={})",
+            o.pid,
+            o.rate_hz,
+            if o.blocking { "True" } else { "False" },
+            o.window
+        )
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+#[pyfunction]
+#[pyo3(signature = (lines, *, title="Flame Graph", subtitle=None, inverted=false, palette="python",
+                    min_width=0.1, count_name="samples", width=None, negate=false, factor=1.0))]
+/// Renders folded lines into a flamegraph SVG (two-count lines make a differential one).
+fn render_svg(
+    py: Python<'_>,
+    lines: Vec<String>,
+    title: &str,
+    subtitle: Option<String>,
+    inverted: bool,
+    palette: &str,
+    min_width: f64,
+    count_name: &str,
+    width: Option<usize>,
+    negate: bool,
+    factor: f64,
+) -> PyResult<String> {
+    let options = RenderOptions {
+        title: title.to_string(),
+        subtitle,
+        inverted,
+        palette: palette.to_string(),
+        min_width,
+        count_name: count_name.to_string(),
+        width,
+        negate,
+        factor,
+    };
+    py.detach(|| render::render(&lines, &options))
+        .map_err(PyValueError::new_err)
+}
+
+#[pyfunction]
+#[pyo3(signature = (before, after, *, normalize=false, strip_hex=false))]
+/// Pairs two folded profiles into differential lines `stack before_count after_count`.
+fn diff_folded(
+    py: Python<'_>,
+    before: Vec<String>,
+    after: Vec<String>,
+    normalize: bool,
+    strip_hex: bool,
+) -> PyResult<Vec<String>> {
+    py.detach(|| render::diff_lines(&before, &after, normalize, strip_hex))
+        .map_err(PyRuntimeError::new_err)
+}
+
+/// Field 22 of /proc/PID/stat (start time in clock ticks), or None if there is no such process.
+#[pyfunction]
+fn process_start_time(pid: i32) -> Option<u64> {
+    sampler::start_time(pid)
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Sampler>()?;
+    m.add("SamplerError", m.py().get_type::<SamplerError>())?;
+    m.add_function(wrap_pyfunction!(render_svg, m)?)?;
+    m.add_function(wrap_pyfunction!(diff_folded, m)?)?;
+    m.add_function(wrap_pyfunction!(process_start_time, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,400 @@
+//! The sampling session: one native thread per target that reads the target's Python stacks
+//! at a fixed rate and aggregates them into windows of unique stacks with counts.
+//!
+//! Nothing here touches Python objects: the thread runs without the GIL and the Python side
+//! only ever sees the aggregated windows through `drain()`.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use py_spy::config::LockingStrategy;
+use py_spy::{Config, PythonSpy, StackTrace};
+
+use crate::errors::InitError;
+
+/// What the sampler was asked to do.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub pid: i32,
+    pub rate_hz: f64,
+    pub blocking: bool,
+    /// Window length in seconds; windows are aligned to multiples of it on the wall clock.
+    pub window: f64,
+    /// Completed windows kept while nobody drains them; the oldest are dropped past this.
+    pub max_pending: usize,
+}
+
+/// One thread's stack as seen in one sample, the aggregation key of a window.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct StackKey {
+    pub thread_id: u64,
+    pub on_cpu: bool,
+    pub gil: bool,
+    pub stack: Arc<str>,
+}
+
+/// Unique stacks with counts over `[start, end)` (unix seconds).
+#[derive(Debug, Clone)]
+pub struct Window {
+    pub start: f64,
+    pub end: f64,
+    /// Sampling ticks that produced stacks during the window.
+    pub samples: u64,
+    pub stacks: HashMap<StackKey, u64>,
+    pub thread_names: HashMap<u64, String>,
+}
+
+impl Window {
+    fn new(start: f64, length: f64) -> Self {
+        Window {
+            start,
+            end: start + length,
+            samples: 0,
+            stacks: HashMap::new(),
+            thread_names: HashMap::new(),
+        }
+    }
+}
+
+/// Counters the sampler reports instead of hiding problems.
+#[derive(Debug, Clone, Default)]
+pub struct Stats {
+    /// Ticks that read the target's stacks successfully.
+    pub samples: u64,
+    /// Thread stacks recorded (a tick yields one per Python thread).
+    pub traces: u64,
+    /// Ticks whose read failed while the target was still alive.
+    pub errors: u64,
+    /// Ticks that started more than a quarter period after their deadline.
+    pub late: u64,
+    /// Ticks skipped entirely because the sampler fell a whole period behind.
+    pub missed: u64,
+    /// Thread stacks with no Python frame (threads that never ran Python code).
+    pub empty: u64,
+    /// Completed windows dropped because nobody drained them in time.
+    pub dropped_windows: u64,
+    /// Samples inside those dropped windows.
+    pub dropped_samples: u64,
+    pub lag_sum: f64,
+    pub lag_max: f64,
+    /// Time spent reading stacks (seconds), summed and worst case.
+    pub read_sum: f64,
+    pub read_max: f64,
+    pub last_error: Option<String>,
+}
+
+/// Why the sampling thread stopped, if it did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum End {
+    Running,
+    Stopped,
+    Exited,
+}
+
+struct Shared {
+    pending: VecDeque<Window>,
+    current: Option<Window>,
+    stats: Stats,
+    end: End,
+}
+
+pub struct Session {
+    pub options: Options,
+    pub python_version: String,
+    shared: Arc<Mutex<Shared>>,
+    stop: Arc<AtomicBool>,
+    handle: Mutex<Option<JoinHandle<()>>>,
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// Field 22 of /proc/PID/stat: the start time in clock ticks since boot. A PID plus its start
+/// time names one process; a reused PID has a different start time.
+pub fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may contain spaces: split after it.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split(' ').nth(19)?.parse().ok()
+}
+
+/// Formats a frame like py-spy's raw output: `function (file:line)`. Semicolons separate
+/// frames in folded text, so they cannot appear inside one.
+fn format_frame(name: &str, file: &str, line: i32) -> String {
+    let mut text = format!("{name} ({file}:{line})");
+    if text.contains(';') || text.contains('\n') {
+        text = text.replace(';', ":").replace('\n', " ");
+    }
+    text
+}
+
+/// Caches formatted frames: code objects, file and function names rarely change between samples.
+#[derive(Default)]
+struct FrameCache {
+    frames: HashMap<(String, String, i32), Arc<str>>,
+    stacks: HashMap<Vec<Arc<str>>, Arc<str>>,
+}
+
+impl FrameCache {
+    fn fold(&mut self, trace: &StackTrace) -> Arc<str> {
+        let mut parts: Vec<Arc<str>> = Vec::with_capacity(trace.frames.len());
+        for frame in trace.frames.iter().rev() {
+            let file = frame.short_filename.as_deref().unwrap_or(&frame.filename);
+            let key = (frame.name.clone(), file.to_string(), frame.line);
+            let text = self
+                .frames
+                .entry(key)
+                .or_insert_with(|| Arc::from(format_frame(&frame.name, file, frame.line)));
+            parts.push(text.clone());
+        }
+        if let Some(stack) = self.stacks.get(&parts) {
+            return stack.clone();
+        }
+        let joined: Arc<str> = Arc::from(
+            parts
+                .iter()
+                .map(|p| p.as_ref())
+                .collect::<Vec<_>>()
+                .join(";"),
+        );
+        // Bound the caches so a target that generates code cannot grow them forever.
+        if self.stacks.len() > 50_000 {
+            self.stacks.clear();
+        }
+        if self.frames.len() > 200_000 {
+            self.frames.clear();
+        }
+        self.stacks.insert(parts, joined.clone());
+        joined
+    }
+}
+
+impl Session {
+    /// Attaches to `pid` on a new thread and starts sampling. Returns once the first read of
+    /// the target's stacks succeeded, or with the reason it could not.
+    pub fn start(options: Options) -> Result<Session, InitError> {
+        let pid = options.pid;
+        let Some(started) = start_time(pid) else {
+            return Err(InitError::NoProcess(pid));
+        };
+        let shared = Arc::new(Mutex::new(Shared {
+            pending: VecDeque::new(),
+            current: None,
+            stats: Stats::default(),
+            end: End::Running,
+        }));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<String, InitError>>();
+
+        let thread_shared = shared.clone();
+        let thread_stop = stop.clone();
+        let thread_options = options.clone();
+        let handle = std::thread::Builder::new()
+            .name(format!("sidecar-sampler-{pid}"))
+            .spawn(move || {
+                let mut config = Config::default();
+                config.blocking = if thread_options.blocking {
+                    LockingStrategy::Lock
+                } else {
+                    LockingStrategy::NonBlocking
+                };
+                config.sampling_rate = thread_options.rate_hz.round().max(1.0) as u64;
+                config.collect_thread_names = true;
+                let spy = match PythonSpy::retry_new(pid, &config, 3) {
+                    Ok(spy) => spy,
+                    Err(err) => {
+                        let _ = ready_tx.send(Err(InitError::classify(pid, started, &err)));
+                        return;
+                    }
+                };
+                let _ = ready_tx.send(Ok(spy.version.to_string()));
+                run(spy, thread_options, started, thread_shared, thread_stop);
+            })
+            .map_err(|e| InitError::Other(format!("cannot start the sampling thread: {e}")))?;
+
+        let python_version = match ready_rx.recv() {
+            Ok(Ok(version)) => version,
+            Ok(Err(err)) => {
+                let _ = handle.join();
+                return Err(err);
+            }
+            Err(_) => {
+                let _ = handle.join();
+                return Err(InitError::Other("the sampling thread died while attaching".into()));
+            }
+        };
+        Ok(Session {
+            options,
+            python_version,
+            shared,
+            stop,
+            handle: Mutex::new(Some(handle)),
+        })
+    }
+
+    /// Completed windows, oldest first; with `flush`, the window in progress too.
+    pub fn drain(&self, flush: bool) -> Vec<Window> {
+        let mut shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out: Vec<Window> = shared.pending.drain(..).collect();
+        if flush {
+            if let Some(current) = shared.current.take() {
+                if current.samples > 0 {
+                    out.push(current);
+                }
+            }
+        }
+        out
+    }
+
+    pub fn stats(&self) -> (Stats, End) {
+        let shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        (shared.stats.clone(), shared.end.clone())
+    }
+
+    /// Stops the sampling thread and waits for it; the target is never left stopped because
+    /// every ptrace lock is released before a tick ends.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let handle = self.handle.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(handle) = handle {
+            let _ = handle.join();
+        }
+        let mut shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        if shared.end == End::Running {
+            shared.end = End::Stopped;
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn process_alive(pid: i32, started: u64) -> bool {
+    start_time(pid) == Some(started)
+}
+
+fn run(
+    mut spy: PythonSpy,
+    options: Options,
+    started: u64,
+    shared: Arc<Mutex<Shared>>,
+    stop: Arc<AtomicBool>,
+) {
+    let period = Duration::from_secs_f64(1.0 / options.rate_hz);
+    let period_s = period.as_secs_f64();
+    let mut cache = FrameCache::default();
+    let mut next = Instant::now();
+    let mut names: HashMap<u64, String> = HashMap::new();
+
+    while !stop.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        if now < next {
+            // Sleep in short slices so stop() is answered promptly even at low rates.
+            std::thread::sleep((next - now).min(Duration::from_millis(50)));
+            continue;
+        }
+        let lag = (now - next).as_secs_f64();
+        let mut missed = 0u64;
+        if lag >= period_s {
+            missed = (lag / period_s) as u64;
+            next += period * missed as u32;
+        }
+        next += period;
+
+        let read_start = Instant::now();
+        let result = spy.get_stack_traces();
+        let read = read_start.elapsed().as_secs_f64();
+        let wall = unix_now();
+
+        let mut guard = shared.lock().unwrap_or_else(|e| e.into_inner());
+        let state = &mut *guard;
+        state.stats.missed += missed;
+        state.stats.lag_sum += lag;
+        state.stats.lag_max = state.stats.lag_max.max(lag);
+        if lag > period_s / 4.0 {
+            state.stats.late += 1;
+        }
+        state.stats.read_sum += read;
+        state.stats.read_max = state.stats.read_max.max(read);
+
+        let traces = match result {
+            Ok(traces) => traces,
+            Err(err) => {
+                if !process_alive(options.pid, started) {
+                    state.end = End::Exited;
+                    break;
+                }
+                state.stats.errors += 1;
+                state.stats.last_error = Some(format!("{err:#}"));
+                continue;
+            }
+        };
+
+        let window_start = (wall / options.window).floor() * options.window;
+        let rotate = match &state.current {
+            Some(w) => w.start != window_start,
+            None => true,
+        };
+        if rotate {
+            if let Some(done) = state.current.take() {
+                if done.samples > 0 {
+                    state.pending.push_back(done);
+                }
+            }
+            while state.pending.len() > options.max_pending {
+                if let Some(old) = state.pending.pop_front() {
+                    state.stats.dropped_windows += 1;
+                    state.stats.dropped_samples += old.samples;
+                }
+            }
+            state.current = Some(Window::new(window_start, options.window));
+        }
+        let window = state.current.as_mut().expect("window was just set");
+        window.samples += 1;
+        state.stats.samples += 1;
+        for trace in &traces {
+            if trace.frames.is_empty() {
+                state.stats.empty += 1;
+                continue;
+            }
+            state.stats.traces += 1;
+            let thread_id = trace.os_thread_id.unwrap_or(trace.thread_id);
+            if let Some(name) = &trace.thread_name {
+                if names.get(&thread_id) != Some(name) {
+                    names.insert(thread_id, name.clone());
+                }
+            }
+            if !window.thread_names.contains_key(&thread_id) {
+                if let Some(name) = names.get(&thread_id) {
+                    window.thread_names.insert(thread_id, name.clone());
+                }
+            }
+            let key = StackKey {
+                thread_id,
+                on_cpu: trace.active,
+                gil: trace.owns_gil,
+                stack: cache.fold(trace),
+            };
+            *window.stacks.entry(key).or_insert(0) += 1;
+        }
+    }
+    let mut state = shared.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(done) = state.current.take() {
+        if done.samples > 0 {
+            state.pending.push_back(done);
+        }
+    }
+    if state.end == End::Running {
+        state.end = End::Stopped;
+    }
+}

@@ -1,0 +1,10 @@
+"""Subcommands of the ``sidecar`` CLI, one module each."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from sidecar.commands import record, render
+
+#: Registered in this order in ``sidecar --help``.
+COMMANDS: tuple[ModuleType, ...] = (record, render)

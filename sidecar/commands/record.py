@@ -1,0 +1,141 @@
+"""``sidecar record``: sample one process for a while and write a profile."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from types import FrameType
+from typing import Any
+
+from sidecar.errors import NoSamples, UsageError
+from sidecar.output import percent, write_text
+from sidecar.render import FORMATS, RenderOptions, export
+from sidecar.sample import Recording, record
+
+HELP = "sample a running Python process and write a flamegraph or profile"
+
+
+def add_parser(sub: Any) -> None:
+    parser = sub.add_parser(
+        "record",
+        help=HELP,
+        description=HELP + ". Off-CPU samples are kept and marked [idle] or [blocked] "
+        "unless --cpu is given. Ctrl-C stops early and keeps what was sampled.",
+    )
+    parser.add_argument("--pid", type=int, required=True, help="process to sample")
+    parser.add_argument(
+        "--duration", type=float, metavar="S", help="seconds to sample (default: until Ctrl-C)"
+    )
+    parser.add_argument("--rate", type=float, default=100.0, metavar="HZ", help="samples per second (default 100)")
+    parser.add_argument(
+        "--blocking",
+        action="store_true",
+        help="pause the target for each sample (consistent stacks, small pause per sample)",
+    )
+    parser.add_argument("--cpu", action="store_true", help="keep on-CPU samples only")
+    parser.add_argument("--threads", action="store_true", help="add a root frame per thread")
+    parser.add_argument("--format", choices=FORMATS, default="svg", help="output format (default svg)")
+    parser.add_argument("-o", "--output", metavar="PATH", help="output file ('-' for stdout)")
+    parser.add_argument("--title", help="flamegraph title")
+    parser.add_argument("--inverted", action="store_true", help="icicle graph (SVG only)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress or summary")
+    parser.set_defaults(run=run)
+
+
+class _Progress:
+    """One status line, redrawn in place on a terminal; silent otherwise."""
+
+    def __init__(self, pid: int, duration: float | None, enabled: bool) -> None:
+        self.pid = pid
+        self.duration = duration
+        self.enabled = enabled and sys.stderr.isatty()
+        self.last = 0.0
+
+    def __call__(self, elapsed: float, stats: dict[str, Any]) -> None:
+        now = time.monotonic()
+        if not self.enabled or now - self.last < 0.2:
+            return
+        self.last = now
+        span = f"{elapsed:5.1f}/{self.duration:g} s" if self.duration else f"{elapsed:5.1f} s"
+        line = (
+            f"\rsampling PID {self.pid}: {span} · {stats['samples']:,} samples · "
+            f"{stats['errors']} errors · lag {stats['lag_mean'] * 1000:.1f} ms"
+        )
+        sys.stderr.write(line + "\x1b[K")
+        sys.stderr.flush()
+
+    def done(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+
+
+def _terminate_as_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def summary(rec: Recording) -> list[str]:
+    stats = rec.stats
+    lines = [
+        f"samples {stats['samples']:,} in {rec.elapsed:.1f} s at {rec.rate_hz:g} Hz · "
+        f"errors {stats['errors']} · late {stats['late']} · missed {stats['missed']} · "
+        f"lag mean {stats['lag_mean'] * 1000:.2f} ms, max {stats['lag_max'] * 1000:.2f} ms"
+    ]
+    states = rec.counts.state_counts()
+    total = sum(states.values())
+    if total:
+        lines.append(
+            "event loop: "
+            + " · ".join(f"{name} {percent(states[name], total)}" for name in ("busy", "idle", "blocked"))
+        )
+    if stats.get("last_error") and stats["errors"]:
+        lines.append(f"last sampling error: {stats['last_error']}")
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.duration is not None and args.duration <= 0:
+        raise UsageError("--duration must be positive")
+    if not 0 < args.rate <= 10_000:
+        raise UsageError("--rate must be between 0 and 10000 Hz")
+    output = args.output or time.strftime(f"sidecar-{args.pid}-%Y%m%d-%H%M%S") + (
+        ".txt" if args.format == "folded" else ".json" if args.format == "speedscope" else ".svg"
+    )
+    progress = _Progress(args.pid, args.duration, not args.quiet)
+    previous = signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    try:
+        if not args.quiet:
+            until = f"for {args.duration:g} s" if args.duration else "until Ctrl-C"
+            print(f"sampling PID {args.pid} at {args.rate:g} Hz {until}", file=sys.stderr)
+        rec = record(
+            args.pid,
+            duration=args.duration,
+            rate_hz=args.rate,
+            blocking=args.blocking,
+            progress=progress,
+        )
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        progress.done()
+    profile = rec.counts.to_profile(cpu_only=args.cpu, threads=args.threads)
+    profile.target = rec.target
+    profile.rate_hz = rec.rate_hz
+    if not profile.stacks:
+        why = f"PID {args.pid} exited before a sample was taken" if rec.exited else "no samples"
+        raise NoSamples(f"{why}; nothing written")
+    title = args.title or f"sidecar: PID {args.pid} {rec.target.cmdline[:80]}".rstrip()
+    text = export(profile, args.format, RenderOptions(title=title, inverted=args.inverted))
+    write_text(output, text)
+    if not args.quiet:
+        if rec.exited:
+            print(
+                f"PID {args.pid} exited after {rec.elapsed:.1f} s; wrote what was recorded",
+                file=sys.stderr,
+            )
+        for line in summary(rec):
+            print(line, file=sys.stderr)
+        if output != "-":
+            print(f"wrote {output} ({args.format}, {profile.total:,} samples)", file=sys.stderr)
+    return 0

@@ -1,0 +1,35 @@
+"""Domain exceptions. The CLI and the HTTP API turn each into one error line or one JSON shape."""
+
+from __future__ import annotations
+
+
+class SidecarError(Exception):
+    """Something sidecar cannot do; the message is shown to the user as is."""
+
+    exit_code = 1
+
+
+class UsageError(SidecarError):
+    """The command line asks for something that does not make sense."""
+
+    exit_code = 2
+
+
+class TargetError(SidecarError):
+    """The target process cannot be sampled."""
+
+
+class TargetGone(TargetError):
+    """The target process does not exist or exited."""
+
+
+class PermissionDenied(TargetError):
+    """Sidecar is not allowed to read the target's memory."""
+
+
+class NoSamples(SidecarError):
+    """A recording ended without a single sample."""
+
+
+class ProfileFormatError(SidecarError):
+    """An input file is not a profile sidecar can read."""

@@ -1,0 +1,167 @@
+"""Sampling sessions: drive the native sampler and collect what it aggregates.
+
+The native ``Sampler`` reads stacks on its own thread and hands over windows of unique stacks;
+this module turns them into classified, folded stacks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sidecar import _native
+from sidecar.classify import classify, is_loop_stack, leaf_for
+from sidecar.errors import PermissionDenied, TargetError, TargetGone
+from sidecar.profile import Profile, Target
+
+
+@dataclass(frozen=True)
+class SampleKey:
+    """One thread's stack in one state, the unit that windows count."""
+
+    thread_id: int
+    on_cpu: bool
+    stack: str
+
+
+@dataclass
+class Counts:
+    """Samples per unique stack over a span of time, plus the thread names seen."""
+
+    stacks: dict[SampleKey, int] = field(default_factory=dict)
+    thread_names: dict[int, str] = field(default_factory=dict)
+    ticks: int = 0
+    start: float | None = None
+    end: float | None = None
+
+    def add_window(self, window: dict[str, Any]) -> None:
+        self.ticks += int(window["samples"])
+        start, end = float(window["start"]), float(window["end"])
+        self.start = start if self.start is None else min(self.start, start)
+        self.end = end if self.end is None else max(self.end, end)
+        for thread_id, name, on_cpu, _gil, stack, count in window["stacks"]:
+            key = SampleKey(thread_id, on_cpu, stack)
+            self.stacks[key] = self.stacks.get(key, 0) + count
+            if name:
+                self.thread_names[thread_id] = name
+
+    def state_counts(self) -> dict[str, int]:
+        """busy / idle / blocked samples of the event-loop threads (all threads if none runs one)."""
+        loop_keys = [k for k in self.stacks if is_loop_stack(k.stack)]
+        keys = loop_keys or list(self.stacks)
+        out = {"busy": 0, "idle": 0, "blocked": 0}
+        for key in keys:
+            out[classify(key.stack, key.on_cpu)] += self.stacks[key]
+        return out
+
+    def to_profile(self, *, cpu_only: bool = False, threads: bool = False) -> Profile:
+        """Folded stacks with [idle]/[blocked] leaves (dropped with ``cpu_only``)."""
+        profile = Profile(start=self.start, end=self.end)
+        for key, count in self.stacks.items():
+            state = classify(key.stack, key.on_cpu)
+            if cpu_only and state != "busy":
+                continue
+            parts = [key.stack]
+            if threads:
+                name = self.thread_names.get(key.thread_id, "")
+                parts.insert(0, f"thread ({name} {key.thread_id})".replace(";", ":"))
+            leaf = leaf_for(state)
+            if leaf is not None:
+                parts.append(leaf)
+            profile.add(";".join(parts), count)
+        profile.marked = not cpu_only
+        return profile
+
+
+def open_sampler(
+    pid: int, *, rate_hz: float = 100.0, blocking: bool = False, window: float = 1.0
+) -> _native.Sampler:
+    """Attaches to ``pid``; native errors become sidecar's domain errors."""
+    try:
+        return _native.Sampler(pid, rate_hz=rate_hz, blocking=blocking, window=window)
+    except ProcessLookupError as err:
+        raise TargetGone(str(err)) from err
+    except PermissionError as err:
+        raise PermissionDenied(str(err)) from err
+    except _native.SamplerError as err:
+        raise TargetError(str(err)) from err
+
+
+def read_cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            raw = handle.read()
+    except OSError:
+        return ""
+    return raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
+
+
+@dataclass
+class Recording:
+    """The outcome of a one-shot recording."""
+
+    counts: Counts
+    target: Target
+    rate_hz: float
+    stats: dict[str, Any]
+    exited: bool
+    interrupted: bool
+    elapsed: float
+
+
+Progress = Callable[[float, dict[str, Any]], None]
+
+
+def record(
+    pid: int,
+    *,
+    duration: float | None,
+    rate_hz: float = 100.0,
+    blocking: bool = False,
+    progress: Progress | None = None,
+    poll_interval: float = 0.25,
+) -> Recording:
+    """Samples ``pid`` for ``duration`` seconds (until Ctrl-C when None, or until it exits).
+
+    Ctrl-C ends the recording early and keeps what was sampled.
+    """
+    cmdline = read_cmdline(pid)
+    started = _native.process_start_time(pid)
+    sampler = open_sampler(pid, rate_hz=rate_hz, blocking=blocking)
+    counts = Counts()
+    begin = time.monotonic()
+    interrupted = False
+    try:
+        while sampler.running:
+            elapsed = time.monotonic() - begin
+            if duration is not None and elapsed >= duration:
+                break
+            wait = poll_interval
+            if duration is not None:
+                wait = min(wait, max(0.0, duration - elapsed))
+            time.sleep(wait)
+            for window in sampler.drain():
+                counts.add_window(window)
+            if progress is not None:
+                progress(time.monotonic() - begin, sampler.stats())
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        sampler.stop()
+    for window in sampler.drain(flush=True):
+        counts.add_window(window)
+    stats = sampler.stats()
+    target = Target(
+        pid=pid, cmdline=cmdline, python_version=sampler.python_version, start_time=started
+    )
+    return Recording(
+        counts=counts,
+        target=target,
+        rate_hz=rate_hz,
+        stats=stats,
+        exited=sampler.exited,
+        interrupted=interrupted,
+        elapsed=time.monotonic() - begin,
+    )

@@ -1,0 +1,1 @@
+"""Demo services for sidecar: the seed articles' handlers on aiohttp and Tornado."""

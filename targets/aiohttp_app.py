@@ -1,0 +1,100 @@
+"""The demo aiohttp service: ``python -m targets.aiohttp_app [--port N] [--uvloop]``.
+
+Routes: /sleep (50 ms awaited sleep), /hard (sequential, concurrent and timed-out awaits),
+/cpu (pure-Python classifier), /blocking (time.sleep inside the loop), /blocking-fetch
+(a synchronous HTTP call inside the loop), /health.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import socket
+
+from aiohttp import web
+
+from targets.handlers import (
+    SLEEP_TIME,
+    PretendService,
+    announce,
+    blocking_fetch,
+    blocking_sleep,
+    classify_path,
+)
+
+
+async def work() -> None:
+    """Stands in for an asynchronous network call."""
+    await asyncio.sleep(SLEEP_TIME)
+
+
+async def sleep_handler(request: web.Request) -> web.Response:
+    await work()
+    return web.Response(text="slept\n")
+
+
+async def hard_handler(request: web.Request) -> web.Response:
+    await work()
+    await asyncio.gather(work(), work())
+    try:
+        await asyncio.wait_for(work(), timeout=SLEEP_TIME / 2)
+    except asyncio.TimeoutError:
+        pass
+    return web.Response(text="worked\n")
+
+
+async def cpu_handler(request: web.Request) -> web.Response:
+    repeat = int(request.query.get("repeat", "200"))
+    return web.Response(body=classify_path(request.path, repeat))
+
+
+async def blocking_handler(request: web.Request) -> web.Response:
+    blocking_sleep()
+    return web.Response(text="blocked the loop\n")
+
+
+def make_app() -> web.Application:
+    pretend = PretendService()
+
+    async def blocking_fetch_handler(request: web.Request) -> web.Response:
+        return web.Response(body=blocking_fetch(pretend.url))
+
+    async def health(request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    app = web.Application()
+    app.add_routes(
+        [
+            web.get("/sleep", sleep_handler),
+            web.get("/hard", hard_handler),
+            web.get("/cpu", cpu_handler),
+            web.get("/blocking", blocking_handler),
+            web.get("/blocking-fetch", blocking_fetch_handler),
+            web.get("/health", health),
+        ]
+    )
+    return app
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--uvloop", action="store_true", help="run on uvloop")
+    args = parser.parse_args()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", args.port))
+    loop: asyncio.AbstractEventLoop
+    if args.uvloop:
+        import uvloop
+
+        loop = uvloop.new_event_loop()
+    else:
+        loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    announce("aiohttp", sock.getsockname()[1], args.uvloop)
+    web.run_app(make_app(), sock=sock, loop=loop, print=None, access_log=None)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""Framework-free pieces of the demo handlers, shared by the aiohttp and Tornado services.
+
+- the seed-000 benchmark: an awaited 50 ms sleep stands in for a network call;
+- seed 004's character classifier: pure-Python work per request;
+- seed 002's bug: a synchronous call made inside the event loop.
+"""
+
+from __future__ import annotations
+
+import http.server
+import threading
+import time
+import urllib.request
+
+SLEEP_TIME = 0.05
+
+NAVYTUX = b"navytux.spb.ru"
+NEXEDI = b"www.nexedi.com"
+LAB = b"lab.nexedi.com"
+ERP5 = b"www.erp5.com"
+
+
+def isclose(ch: int, s: bytes) -> bool:
+    """A character is close to a string if it is within 1 of any of its characters."""
+    for ch2 in s:
+        if abs(ch - ch2) <= 1:
+            return True
+    return False
+
+
+class XClassifier:
+    def __init__(self) -> None:
+        self.nnavytux = 0
+        self.nnexedi = 0
+        self.nlab = 0
+        self.nerp5 = 0
+        self.ntotal = 0
+
+    def next_char(self, ch: int) -> None:
+        if isclose(ch, NAVYTUX):
+            self.nnavytux += 1
+        if isclose(ch, NEXEDI):
+            self.nnexedi += 1
+        if isclose(ch, LAB):
+            self.nlab += 1
+        if isclose(ch, ERP5):
+            self.nerp5 += 1
+        self.ntotal += 1
+
+
+def classify_path(path: str, repeat: int = 200) -> bytes:
+    """Seed 004's handler body: classify every character of the path, `repeat` times over."""
+    xc = XClassifier()
+    data = path.encode() * repeat
+    for char in data:
+        xc.next_char(char)
+    return b"%s:\t%d\n%s:\t%d\n%s:\t%d\n%s:\t%d\ntotal:\t%d\n" % (
+        NAVYTUX, xc.nnavytux, NEXEDI, xc.nnexedi, LAB, xc.nlab, ERP5, xc.nerp5, xc.ntotal
+    )
+
+
+def blocking_sleep() -> None:
+    """Seed 002's mistake in its plainest form: a synchronous wait inside the event loop."""
+    time.sleep(SLEEP_TIME)
+
+
+class _SlowService(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        time.sleep(SLEEP_TIME)
+        body = b"pretend service\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+class PretendService:
+    """Seed 002's slow external API, served from a background thread of the same process."""
+
+    def __init__(self) -> None:
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SlowService)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/external-api"
+        thread = threading.Thread(target=self.server.serve_forever, name="pretend-service")
+        thread.daemon = True
+        thread.start()
+
+
+def blocking_fetch(url: str) -> bytes:
+    """A synchronous HTTP client call (a socket read) inside the event loop: seed 002's bug."""
+    with urllib.request.urlopen(url, timeout=5) as response:
+        data: bytes = response.read()
+        return data
+
+
+def announce(framework: str, port: int, uvloop: bool) -> None:
+    """The one line a launcher waits for."""
+    loop = "uvloop" if uvloop else "asyncio"
+    print(f"{framework} ({loop}) listening on http://127.0.0.1:{port}", flush=True)

@@ -1,0 +1,58 @@
+"""A plain Python process for sampler tests: ``python -m targets.spin [options]``.
+
+Spins on CPU (or sleeps, with --sleep) at the bottom of a recursion --depth frames deep, in
+functions with non-ASCII names when --unicode is given. Prints "ready" when it gets there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+
+def spin(seconds: float | None) -> None:
+    end = None if seconds is None else time.monotonic() + seconds
+    total = 0
+    while end is None or time.monotonic() < end:
+        for i in range(1000):
+            total += i * i
+
+
+def nap(seconds: float | None) -> None:
+    end = None if seconds is None else time.monotonic() + seconds
+    while end is None or time.monotonic() < end:
+        time.sleep(0.5)
+
+
+def rückwärts_tiefer(depth: int, work: object) -> None:
+    if depth > 1:
+        rückwärts_tiefer(depth - 1, work)
+    else:
+        print("ready", flush=True)
+        work()  # type: ignore[operator]
+
+
+def deeper(depth: int, work: object) -> None:
+    if depth > 1:
+        deeper(depth - 1, work)
+    else:
+        print("ready", flush=True)
+        work()  # type: ignore[operator]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--depth", type=int, default=1)
+    parser.add_argument("--unicode", action="store_true")
+    parser.add_argument("--sleep", action="store_true", help="wait off CPU instead of spinning")
+    parser.add_argument("--seconds", type=float, default=None, help="exit after this long")
+    args = parser.parse_args()
+    sys.setrecursionlimit(max(1000, args.depth + 100))
+    body = nap if args.sleep else spin
+    recurse = rückwärts_tiefer if args.unicode else deeper
+    recurse(args.depth, lambda: body(args.seconds))
+
+
+if __name__ == "__main__":
+    main()

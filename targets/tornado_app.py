@@ -1,0 +1,141 @@
+"""The demo Tornado service: ``python -m targets.tornado_app [--port N] [--uvloop]``.
+
+Each seed-000 handler comes twice: new school (``async def``/``await``) and old school
+(``@gen.coroutine``/``yield``). Routes: /sleep, /sleep-old, /hard, /hard-old, /cpu,
+/blocking, /blocking-fetch, /health.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+from collections.abc import Generator
+from typing import Any
+
+import tornado.gen
+import tornado.ioloop
+import tornado.netutil
+import tornado.util
+import tornado.web
+from tornado.httpserver import HTTPServer
+
+from targets.handlers import (
+    SLEEP_TIME,
+    PretendService,
+    announce,
+    blocking_fetch,
+    blocking_sleep,
+    classify_path,
+)
+
+TIMEOUT = datetime.timedelta(seconds=SLEEP_TIME / 2)
+
+
+async def work() -> None:
+    """Stands in for an asynchronous network call."""
+    await tornado.gen.sleep(SLEEP_TIME)
+
+
+@tornado.gen.coroutine
+def old_school_work() -> Generator[Any, Any, None]:
+    yield tornado.gen.sleep(SLEEP_TIME)
+
+
+class SleepHandler(tornado.web.RequestHandler):
+    async def get(self) -> None:
+        await work()
+        self.write("slept\n")
+
+
+class OldSleepHandler(tornado.web.RequestHandler):
+    @tornado.gen.coroutine
+    def get(self) -> Generator[Any, Any, None]:
+        yield old_school_work()
+        self.write("slept\n")
+
+
+class HardWorkHandler(tornado.web.RequestHandler):
+    async def get(self) -> None:
+        await work()
+        await tornado.gen.multi([work(), work()])
+        try:
+            await tornado.gen.with_timeout(TIMEOUT, work())
+        except tornado.util.TimeoutError:
+            pass
+        self.write("worked\n")
+
+
+class OldHardWorkHandler(tornado.web.RequestHandler):
+    @tornado.gen.coroutine
+    def get(self) -> Generator[Any, Any, None]:
+        yield old_school_work()
+        yield [old_school_work(), old_school_work()]
+        try:
+            yield tornado.gen.with_timeout(TIMEOUT, old_school_work())
+        except tornado.util.TimeoutError:
+            pass
+        self.write("worked\n")
+
+
+class CpuHandler(tornado.web.RequestHandler):
+    async def get(self) -> None:
+        repeat = int(self.get_query_argument("repeat", "200"))
+        self.write(classify_path(self.request.path, repeat))
+
+
+class BlockingHandler(tornado.web.RequestHandler):
+    def get(self) -> None:
+        blocking_sleep()
+        self.write("blocked the loop\n")
+
+
+class BlockingFetchHandler(tornado.web.RequestHandler):
+    def initialize(self, url: str) -> None:
+        self.url = url
+
+    def get(self) -> None:
+        self.write(blocking_fetch(self.url))
+
+
+class HealthHandler(tornado.web.RequestHandler):
+    def get(self) -> None:
+        self.write("ok\n")
+
+
+def make_app() -> tornado.web.Application:
+    pretend = PretendService()
+    return tornado.web.Application(
+        [
+            (r"/sleep", SleepHandler),
+            (r"/sleep-old", OldSleepHandler),
+            (r"/hard", HardWorkHandler),
+            (r"/hard-old", OldHardWorkHandler),
+            (r"/cpu", CpuHandler),
+            (r"/blocking", BlockingHandler),
+            (r"/blocking-fetch", BlockingFetchHandler, {"url": pretend.url}),
+            (r"/health", HealthHandler),
+        ]
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--uvloop", action="store_true", help="run on uvloop")
+    args = parser.parse_args()
+    if args.uvloop:
+        import uvloop
+
+        asyncio.set_event_loop(uvloop.new_event_loop())
+    else:
+        asyncio.set_event_loop(asyncio.new_event_loop())
+    sockets = tornado.netutil.bind_sockets(args.port, "127.0.0.1")
+    server = HTTPServer(make_app())
+    server.add_sockets(sockets)
+    announce("tornado", sockets[0].getsockname()[1], args.uvloop)
+    tornado.ioloop.IOLoop.current().start()
+
+
+if __name__ == "__main__":
+    main()
