@@ -12,10 +12,10 @@ Classification runs once per unique stack, never per sample.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
-from sidecar.profile import BLOCKED_LEAF, IDLE_LEAF, Frame, parse_frame
+from sidecar.profile import BLOCKED_LEAF, IDLE_LEAF, Frame, parse_frame, state_of
 
 #: Frames that enter an event loop: (function, file suffix). A suffix of "" matches any file.
 LOOP_ENTRIES: tuple[tuple[str, str], ...] = (
@@ -107,3 +107,15 @@ def estimate_state(stack: str) -> str:
     if frames and _matches(frames[-1], SELECTOR_WAITS):
         return "idle"
     return "busy"
+
+
+def state_counts(stacks: Mapping[str, int]) -> dict[str, int]:
+    """busy / idle / blocked samples of the event-loop threads in marked folded stacks.
+
+    Stacks of threads without an event loop count only when no thread runs one (a plain script).
+    """
+    loop = {stack: count for stack, count in stacks.items() if is_loop_stack(stack)}
+    out = {"busy": 0, "idle": 0, "blocked": 0}
+    for stack, count in (loop or stacks).items():
+        out[state_of(stack)] += count
+    return out

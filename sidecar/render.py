@@ -6,7 +6,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from sidecar import __version__, _native
+from sidecar import __version__
+from sidecar._native import render_svg as _render_svg
 from sidecar.errors import NoSamples, UsageError
 from sidecar.profile import Profile, parse_frame
 
@@ -32,7 +33,7 @@ def render_svg(lines: list[str], options: RenderOptions | None = None) -> str:
     if not lines:
         raise NoSamples("nothing to render: the profile has no stacks")
     try:
-        return _native.render_svg(
+        return _render_svg(
             lines,
             title=opts.title,
             subtitle=opts.subtitle,

@@ -9,12 +9,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sidecar import _native
-from sidecar.classify import classify, is_loop_stack, leaf_for
+from sidecar.classify import classify, leaf_for, state_counts
 from sidecar.errors import PermissionDenied, TargetError, TargetGone
 from sidecar.profile import Profile, Target
+
+if TYPE_CHECKING:
+    from sidecar._native import SamplerStats, Window
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,7 @@ class Counts:
     start: float | None = None
     end: float | None = None
 
-    def add_window(self, window: dict[str, Any]) -> None:
+    def add_window(self, window: Window) -> None:
         self.ticks += int(window["samples"])
         start, end = float(window["start"]), float(window["end"])
         self.start = start if self.start is None else min(self.start, start)
@@ -48,13 +51,8 @@ class Counts:
                 self.thread_names[thread_id] = name
 
     def state_counts(self) -> dict[str, int]:
-        """busy / idle / blocked samples of the event-loop threads (all threads if none runs one)."""
-        loop_keys = [k for k in self.stacks if is_loop_stack(k.stack)]
-        keys = loop_keys or list(self.stacks)
-        out = {"busy": 0, "idle": 0, "blocked": 0}
-        for key in keys:
-            out[classify(key.stack, key.on_cpu)] += self.stacks[key]
-        return out
+        """busy / idle / blocked samples of the loop threads (all threads if none runs one)."""
+        return state_counts(self.to_profile().stacks)
 
     def to_profile(self, *, cpu_only: bool = False, threads: bool = False) -> Profile:
         """Folded stacks with [idle]/[blocked] leaves (dropped with ``cpu_only``)."""
@@ -105,13 +103,13 @@ class Recording:
     counts: Counts
     target: Target
     rate_hz: float
-    stats: dict[str, Any]
+    stats: SamplerStats
     exited: bool
     interrupted: bool
     elapsed: float
 
 
-Progress = Callable[[float, dict[str, Any]], None]
+Progress = Callable[[float, "SamplerStats"], None]
 
 
 def record(
@@ -121,15 +119,19 @@ def record(
     rate_hz: float = 100.0,
     blocking: bool = False,
     progress: Progress | None = None,
+    on_attach: Callable[[str], None] | None = None,
     poll_interval: float = 0.25,
 ) -> Recording:
     """Samples ``pid`` for ``duration`` seconds (until Ctrl-C when None, or until it exits).
 
-    Ctrl-C ends the recording early and keeps what was sampled.
+    ``on_attach`` is told the target's Python version once sampling runs. Ctrl-C ends the
+    recording early and keeps what was sampled.
     """
     cmdline = read_cmdline(pid)
     started = _native.process_start_time(pid)
     sampler = open_sampler(pid, rate_hz=rate_hz, blocking=blocking)
+    if on_attach is not None:
+        on_attach(sampler.python_version)
     counts = Counts()
     begin = time.monotonic()
     interrupted = False

@@ -84,6 +84,7 @@ def main() -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", args.port))
+    sock.listen(128)  # accept connections from the moment the port is announced
     loop: asyncio.AbstractEventLoop
     if args.uvloop:
         import uvloop

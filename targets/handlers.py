@@ -55,7 +55,15 @@ def classify_path(path: str, repeat: int = 200) -> bytes:
     for char in data:
         xc.next_char(char)
     return b"%s:\t%d\n%s:\t%d\n%s:\t%d\n%s:\t%d\ntotal:\t%d\n" % (
-        NAVYTUX, xc.nnavytux, NEXEDI, xc.nnexedi, LAB, xc.nlab, ERP5, xc.nerp5, xc.ntotal
+        NAVYTUX,
+        xc.nnavytux,
+        NEXEDI,
+        xc.nnexedi,
+        LAB,
+        xc.nlab,
+        ERP5,
+        xc.nerp5,
+        xc.ntotal,
     )
 
 

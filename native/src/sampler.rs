@@ -279,8 +279,19 @@ impl Drop for Session {
     }
 }
 
+/// The same process still runs: same start time, and not a zombie waiting to be reaped.
 fn process_alive(pid: i32, started: u64) -> bool {
-    start_time(pid) == Some(started)
+    if start_time(pid) != Some(started) {
+        return false;
+    }
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let state = stat
+        .rfind(')')
+        .and_then(|i| stat.get(i + 2..i + 3))
+        .unwrap_or("X");
+    !matches!(state, "Z" | "X" | "x")
 }
 
 fn run(

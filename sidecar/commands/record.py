@@ -7,12 +7,15 @@ import signal
 import sys
 import time
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sidecar.errors import NoSamples, UsageError
 from sidecar.output import percent, write_text
 from sidecar.render import FORMATS, RenderOptions, export
 from sidecar.sample import Recording, record
+
+if TYPE_CHECKING:
+    from sidecar._native import SamplerStats
 
 HELP = "sample a running Python process and write a flamegraph or profile"
 
@@ -28,7 +31,9 @@ def add_parser(sub: Any) -> None:
     parser.add_argument(
         "--duration", type=float, metavar="S", help="seconds to sample (default: until Ctrl-C)"
     )
-    parser.add_argument("--rate", type=float, default=100.0, metavar="HZ", help="samples per second (default 100)")
+    parser.add_argument(
+        "--rate", type=float, default=100.0, metavar="HZ", help="samples per second (default 100)"
+    )
     parser.add_argument(
         "--blocking",
         action="store_true",
@@ -36,7 +41,9 @@ def add_parser(sub: Any) -> None:
     )
     parser.add_argument("--cpu", action="store_true", help="keep on-CPU samples only")
     parser.add_argument("--threads", action="store_true", help="add a root frame per thread")
-    parser.add_argument("--format", choices=FORMATS, default="svg", help="output format (default svg)")
+    parser.add_argument(
+        "--format", choices=FORMATS, default="svg", help="output format (default svg)"
+    )
     parser.add_argument("-o", "--output", metavar="PATH", help="output file ('-' for stdout)")
     parser.add_argument("--title", help="flamegraph title")
     parser.add_argument("--inverted", action="store_true", help="icicle graph (SVG only)")
@@ -53,7 +60,7 @@ class _Progress:
         self.enabled = enabled and sys.stderr.isatty()
         self.last = 0.0
 
-    def __call__(self, elapsed: float, stats: dict[str, Any]) -> None:
+    def __call__(self, elapsed: float, stats: SamplerStats) -> None:
         now = time.monotonic()
         if not self.enabled or now - self.last < 0.2:
             return
@@ -88,7 +95,9 @@ def summary(rec: Recording) -> list[str]:
     if total:
         lines.append(
             "event loop: "
-            + " · ".join(f"{name} {percent(states[name], total)}" for name in ("busy", "idle", "blocked"))
+            + " · ".join(
+                f"{name} {percent(states[name], total)}" for name in ("busy", "idle", "blocked")
+            )
         )
     if stats.get("last_error") and stats["errors"]:
         lines.append(f"last sampling error: {stats['last_error']}")
@@ -106,15 +115,22 @@ def run(args: argparse.Namespace) -> int:
     progress = _Progress(args.pid, args.duration, not args.quiet)
     previous = signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     try:
-        if not args.quiet:
-            until = f"for {args.duration:g} s" if args.duration else "until Ctrl-C"
-            print(f"sampling PID {args.pid} at {args.rate:g} Hz {until}", file=sys.stderr)
+        until = f"for {args.duration:g} s" if args.duration else "until Ctrl-C"
+
+        def attached(version: str) -> None:
+            if not args.quiet:
+                print(
+                    f"sampling PID {args.pid} (Python {version}) at {args.rate:g} Hz {until}",
+                    file=sys.stderr,
+                )
+
         rec = record(
             args.pid,
             duration=args.duration,
             rate_hz=args.rate,
             blocking=args.blocking,
             progress=progress,
+            on_attach=attached,
         )
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -17,10 +17,18 @@ HELP = "render folded stacks into a flamegraph SVG"
 def add_parser(sub: Any) -> None:
     parser = sub.add_parser("render", help=HELP, description=HELP + ".")
     parser.add_argument("folded", metavar="FOLDED", help="folded stacks file ('-' for stdin)")
-    parser.add_argument("-o", "--output", metavar="OUT.svg", help="SVG file (default: FOLDED with .svg)")
+    parser.add_argument(
+        "-o", "--output", metavar="OUT.svg", help="SVG file (default: FOLDED with .svg)"
+    )
     parser.add_argument("--title", default=None, help="title (default: the input's name)")
     parser.add_argument("--inverted", action="store_true", help="icicle graph: roots at the top")
-    parser.add_argument("--min-width", type=float, default=0.1, metavar="PX", help="omit frames narrower than this (default 0.1)")
+    parser.add_argument(
+        "--min-width",
+        type=float,
+        default=0.1,
+        metavar="PX",
+        help="omit frames narrower than this (default 0.1)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -36,5 +44,8 @@ def run(args: argparse.Namespace) -> int:
     options = RenderOptions(title=title, inverted=args.inverted, min_width=args.min_width)
     write_text(output, render_svg(profile.folded_lines(), options))
     if output != "-":
-        print(f"wrote {output} ({profile.total:,} samples, {len(profile.stacks):,} stacks)", file=sys.stderr)
+        print(
+            f"wrote {output} ({profile.total:,} samples, {len(profile.stacks):,} stacks)",
+            file=sys.stderr,
+        )
     return 0

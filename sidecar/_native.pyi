@@ -1,0 +1,98 @@
+"""The native core (Rust, PyO3): the sampler and the flamegraph renderers.
+
+Everything crossing this boundary is a plain Python type. Blocking work runs with the GIL released.
+"""
+
+from types import TracebackType
+from typing import Literal, TypedDict
+
+class SamplerError(RuntimeError):
+    """The sampler could not read the target (not a Python process, unsupported version, ...)."""
+
+#: (thread id, thread name, on CPU, holds the GIL, folded stack root first, count)
+StackRow = tuple[int, str, bool, bool, str, int]
+
+class Window(TypedDict):
+    start: float
+    end: float
+    samples: int
+    stacks: list[StackRow]
+
+class SamplerStats(TypedDict):
+    samples: int
+    traces: int
+    errors: int
+    late: int
+    missed: int
+    empty: int
+    dropped_windows: int
+    dropped_samples: int
+    lag_mean: float
+    lag_max: float
+    read_mean: float
+    read_max: float
+    last_error: str | None
+    state: Literal["running", "stopped", "exited"]
+
+class Sampler:
+    """Samples one Python process on a native thread, without holding the GIL.
+
+    Raises ProcessLookupError (no such process), PermissionError (the message names the fix)
+    or SamplerError (anything else) when it cannot attach.
+    """
+
+    def __init__(
+        self,
+        pid: int,
+        rate_hz: float = 100.0,
+        blocking: bool = False,
+        window: float = 1.0,
+        max_pending: int = 360,
+    ) -> None: ...
+    @property
+    def pid(self) -> int: ...
+    @property
+    def rate_hz(self) -> float: ...
+    @property
+    def blocking(self) -> bool: ...
+    @property
+    def window(self) -> float: ...
+    @property
+    def python_version(self) -> str: ...
+    @property
+    def running(self) -> bool: ...
+    @property
+    def exited(self) -> bool: ...
+    def drain(self, flush: bool = False) -> list[Window]: ...
+    def stats(self) -> SamplerStats: ...
+    def stop(self) -> None: ...
+    def __enter__(self) -> Sampler: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool: ...
+
+def render_svg(
+    lines: list[str],
+    *,
+    title: str = "Flame Graph",
+    subtitle: str | None = None,
+    inverted: bool = False,
+    palette: str = "python",
+    min_width: float = 0.1,
+    count_name: str = "samples",
+    width: int | None = None,
+    negate: bool = False,
+    factor: float = 1.0,
+) -> str:
+    """Folded lines into a flamegraph SVG; lines with two counts make a differential one."""
+
+def diff_folded(
+    before: list[str], after: list[str], *, normalize: bool = False, strip_hex: bool = False
+) -> list[str]:
+    """Pairs two folded profiles into lines ``stack before_count after_count``."""
+
+def process_start_time(pid: int) -> int | None:
+    """Field 22 of /proc/PID/stat (start time in clock ticks), None if there is no such process."""

@@ -1,0 +1,91 @@
+"""Classification of single stacks into busy / idle / blocked, as DESIGN.md defines the states."""
+
+from __future__ import annotations
+
+import pytest
+
+from sidecar.classify import classify, estimate_state, is_loop_stack, state_counts
+from sidecar.profile import parse_frame
+
+MAIN = "<module> (app.py:10);main (app.py:5)"
+ASYNCIO = (
+    MAIN
+    + ";run_app (aiohttp/web.py:502);BaseEventLoop.run_until_complete (asyncio/base_events.py:640)"
+    ";BaseEventLoop.run_forever (asyncio/base_events.py:607)"
+    ";BaseEventLoop._run_once (asyncio/base_events.py:1884)"
+)
+UVLOOP = MAIN + ";run_app (aiohttp/web.py:502)"
+TORNADO_UV = MAIN + ";BaseAsyncIOLoop.start (tornado/platform/asyncio.py:203)"
+HANDLER = ";Handle._run (asyncio/events.py:80);handler (app.py:20)"
+WORKER = "Thread._bootstrap (threading.py:1002);Thread.run (threading.py:982)"
+
+
+@pytest.mark.parametrize(
+    ("stack", "on_cpu", "state"),
+    [
+        # asyncio waiting in its selector: idle
+        (ASYNCIO + ";_PollLikeSelector.select (selectors.py:468)", False, "idle"),
+        (ASYNCIO + ";EpollSelector.select (selectors.py:468)", False, "idle"),
+        # uvloop (C loop): no Python frame above the frame that entered the loop
+        (UVLOOP, False, "idle"),
+        (TORNADO_UV, False, "idle"),
+        (MAIN + ";run (asyncio/runners.py:118)", False, "idle"),
+        # off CPU inside a handler: the loop is blocked
+        (ASYNCIO + HANDLER, False, "blocked"),
+        (UVLOOP + ";handler (app.py:20)", False, "blocked"),
+        (TORNADO_UV + ";get (app.py:30);SocketIO.readinto (socket.py:706)", False, "blocked"),
+        # on CPU is busy, wherever it is
+        (ASYNCIO + HANDLER, True, "busy"),
+        (UVLOOP, True, "busy"),
+        # threads without a loop are idle when off CPU
+        (WORKER + ";_worker (concurrent/futures/thread.py:81)", False, "idle"),
+        (WORKER + ";slow (app.py:3)", False, "idle"),
+        (WORKER + ";slow (app.py:3)", True, "busy"),
+    ],
+)
+def test_states(stack: str, on_cpu: bool, state: str) -> None:
+    assert classify(stack, on_cpu) == state
+
+
+def test_loop_threads_are_told_from_workers() -> None:
+    assert is_loop_stack(ASYNCIO + HANDLER)
+    assert is_loop_stack(UVLOOP)
+    assert is_loop_stack("thread (MainThread 12);" + UVLOOP + ";[idle]")
+    assert not is_loop_stack(WORKER + ";_worker (concurrent/futures/thread.py:81)")
+    # a function merely named like an entry point elsewhere does not count
+    assert not is_loop_stack(MAIN + ";start (myapp/jobs.py:4)")
+
+
+def test_state_counts_use_loop_threads_only() -> None:
+    stacks = {
+        UVLOOP + ";[idle]": 90,
+        UVLOOP + ";handler (app.py:20)": 6,
+        UVLOOP + ";handler (app.py:20);[blocked]": 4,
+        WORKER + ";[idle]": 1000,
+    }
+    assert state_counts(stacks) == {"busy": 6, "idle": 90, "blocked": 4}
+
+
+def test_state_counts_without_a_loop_use_every_thread() -> None:
+    stacks = {MAIN + ";spin (app.py:2)": 9, MAIN + ";[idle]": 1}
+    assert state_counts(stacks) == {"busy": 9, "idle": 1, "blocked": 0}
+
+
+def test_estimate_without_leaves() -> None:
+    assert estimate_state(ASYNCIO + ";EpollSelector.select (selectors.py:468)") == "idle"
+    assert estimate_state(ASYNCIO + HANDLER) == "busy"
+
+
+@pytest.mark.parametrize(
+    ("text", "name", "file", "line"),
+    [
+        ("run (asyncio/runners.py:118)", "run", "asyncio/runners.py", 118),
+        ("<lambda> (a b/c.py:1)", "<lambda>", "a b/c.py", 1),
+        ("fn (weird (name) (x.py:3)", "fn (weird (name)", "x.py", 3),
+        ("rückwärts (ü.py:7)", "rückwärts", "ü.py", 7),
+        ("[idle]", "[idle]", "", 0),
+    ],
+)
+def test_parse_frame(text: str, name: str, file: str, line: int) -> None:
+    frame = parse_frame(text)
+    assert (frame.name, frame.file, frame.line) == (name, file, line)

@@ -1,0 +1,136 @@
+"""The native Sampler against real processes: windows, counters, errors, the GIL released."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+
+import pytest
+from helpers import Spawner, proc_status
+
+from sidecar import _native
+
+
+def test_windows_count_every_tick_of_a_busy_process(spawn: Spawner) -> None:
+    target = spawn.target("spin")
+    with _native.Sampler(target.pid, rate_hz=200, window=0.5) as sampler:
+        time.sleep(2.0)
+        windows = sampler.drain()
+        assert sampler.running
+    windows += sampler.drain(flush=True)
+    stats = sampler.stats()
+    assert stats["state"] == "stopped"
+    assert stats["samples"] >= 200, stats
+    assert sum(w["samples"] for w in windows) == stats["samples"]
+    # one thread: every tick produced exactly one stack row count
+    assert sum(row[5] for w in windows for row in w["stacks"]) == stats["traces"]
+    for w in windows:
+        assert w["end"] - w["start"] == pytest.approx(0.5)
+        assert w["start"] % 0.5 == pytest.approx(0.0, abs=1e-6)
+    rows = [row for w in windows for row in w["stacks"]]
+    thread_id, name, on_cpu, gil, stack, _ = max(rows, key=lambda r: r[5])
+    # names come from the target's threading module, which this plain script never imports
+    assert thread_id == target.pid and name in ("", "MainThread")
+    assert on_cpu and gil
+    assert stack.endswith("spin (targets/spin.py:19)") or "spin (targets/spin.py" in stack
+    assert sampler.python_version.startswith("3.")
+
+
+def test_sampling_does_not_hold_the_gil(spawn: Spawner) -> None:
+    """A Python thread keeps running at full speed while the native thread samples."""
+    target = spawn.target("spin")
+    ticks = 0
+    stop = threading.Event()
+
+    def count() -> None:
+        nonlocal ticks
+        while not stop.is_set():
+            ticks += 1
+
+    with _native.Sampler(target.pid, rate_hz=500):
+        worker = threading.Thread(target=count)
+        worker.start()
+        time.sleep(1.0)
+        stop.set()
+        worker.join()
+    assert ticks > 100_000
+
+
+def test_counters_report_exit_instead_of_errors(spawn: Spawner) -> None:
+    target = spawn.target("spin", "--seconds", "1")
+    sampler = _native.Sampler(target.pid, rate_hz=100)
+    target.popen.wait(timeout=10)
+    deadline = time.monotonic() + 5
+    while sampler.running and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sampler.exited
+    assert sampler.stats()["state"] == "exited"
+    assert sum(w["samples"] for w in sampler.drain(flush=True)) > 20
+    sampler.stop()
+    sampler.stop()  # idempotent
+
+
+def test_missing_process_is_a_process_lookup_error() -> None:
+    with pytest.raises(ProcessLookupError, match="no process with PID"):
+        _native.Sampler(2**22 + 12345)
+
+
+def test_non_python_process_is_a_sampler_error(spawn: Spawner) -> None:
+    popen = spawn.command("sleep", "30")
+    time.sleep(0.2)
+    with pytest.raises(_native.SamplerError, match="Python"):
+        _native.Sampler(popen.pid)
+
+
+@pytest.mark.parametrize("kwargs", [{"rate_hz": 0}, {"rate_hz": -5}, {"window": 0}])
+def test_bad_options_are_value_errors(kwargs: dict[str, float]) -> None:
+    with pytest.raises(ValueError):
+        _native.Sampler(os.getpid(), **kwargs)
+
+
+def test_blocking_mode_leaves_the_target_running(spawn: Spawner) -> None:
+    target = spawn.target("aiohttp_app")
+    with _native.Sampler(target.pid, rate_hz=200, blocking=True):
+        for _ in range(20):
+            assert target.get("/health") == b"ok\n"
+    status = proc_status(target.pid)
+    assert status["State"][0] not in "Tt"
+    assert status["TracerPid"] == "0"
+    assert target.get("/health") == b"ok\n"
+
+
+def test_undrained_windows_are_dropped_oldest_first_and_counted(spawn: Spawner) -> None:
+    target = spawn.target("spin")
+    with _native.Sampler(target.pid, rate_hz=200, window=0.05, max_pending=3) as sampler:
+        time.sleep(1.0)
+        windows = sampler.drain()
+        stats = sampler.stats()
+    assert len(windows) <= 3
+    assert stats["dropped_windows"] > 0 and stats["dropped_samples"] > 0
+    starts = [w["start"] for w in windows]
+    assert starts == sorted(starts)
+
+
+def test_render_svg_is_inferno_svg() -> None:
+    svg = _native.render_svg(["a;b 3", "a;c 1"], title="T", inverted=True)
+    assert svg.startswith("<?xml") and "<title>a (4 samples, 100.00%)</title>" in svg
+    with pytest.raises(ValueError, match="palette"):
+        _native.render_svg(["a 1"], palette="nope")
+
+
+def test_diff_folded_pairs_counts() -> None:
+    lines = _native.diff_folded(["a;b 3", "a;c 1"], ["a;b 1", "a;d 2"])
+    assert sorted(lines) == ["a;b 3 1", "a;c 1 0", "a;d 0 2"]
+
+
+def test_process_start_time_tells_processes_apart() -> None:
+    first = subprocess.Popen(["sleep", "5"])
+    try:
+        start = _native.process_start_time(first.pid)
+        assert isinstance(start, int) and start > 0
+    finally:
+        first.kill()
+        first.wait()
+    assert _native.process_start_time(first.pid) is None
