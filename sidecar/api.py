@@ -1,0 +1,188 @@
+"""The HTTP API of ``sidecar serve`` (FastAPI): read-only translations of the core's answers.
+
+Every 4xx/5xx carries one JSON shape: ``{"error": {"status": 404, "code": "...", "message":
+"..."}}``. When a token is configured, every route but /healthz and /metrics requires it, as
+``Authorization: Bearer TOKEN`` or ``?token=TOKEN``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from fastapi.staticfiles import StaticFiles
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+
+from sidecar import __version__
+from sidecar.errors import NoSamples, SidecarError, UsageError
+from sidecar.metrics import registry_for
+from sidecar.profile import Profile
+from sidecar.query import QueryError, Range, UnknownTarget
+from sidecar.render import RenderOptions, render_svg, speedscope
+
+if TYPE_CHECKING:
+    from sidecar.service import Service
+
+log = logging.getLogger("sidecar.api")
+
+WEB = Path(__file__).resolve().parent.parent / "web"
+OPEN_PATHS = {"/healthz", "/metrics"}
+#: Served SVGs run their own scripts only in a sandbox with an opaque origin.
+SVG_CSP = (
+    "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; "
+    "sandbox allow-scripts"
+)
+
+From = Annotated[float | None, Query(alias="from", description="unix seconds; default: to - 1 h")]
+To = Annotated[float | None, Query(alias="to", description="unix seconds; default: now")]
+TargetId = Annotated[int | None, Query(description="target id; default: all targets")]
+
+
+def error_response(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse(
+        {"error": {"status": status, "code": code, "message": message}}, status_code=status
+    )
+
+
+class TokenMiddleware(BaseHTTPMiddleware):
+    def __init__(self, app: Any, token: str) -> None:
+        super().__init__(app)
+        self.token = token.encode()
+
+    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        if request.url.path in OPEN_PATHS:
+            return await call_next(request)
+        given = request.query_params.get("token", "")
+        header = request.headers.get("authorization", "")
+        if header.lower().startswith("bearer "):
+            given = header[7:].strip()
+        if not hmac.compare_digest(given.encode(), self.token):
+            return error_response(401, "unauthorized", "a valid token is required")
+        return await call_next(request)
+
+
+def create_app(service: Service) -> FastAPI:
+    """The API over a running ``sidecar.service.Service``."""
+    app = FastAPI(
+        title="sidecar",
+        version=__version__,
+        description="Profiles of asyncio services over time: targets, timelines, "
+        "flamegraphs, event-loop statistics.",
+        docs_url=None,
+        redoc_url=None,
+    )
+    if service.config.token:
+        app.add_middleware(TokenMiddleware, token=service.config.token)
+    registry = registry_for(service)
+    reader = service.reader
+
+    @app.exception_handler(SidecarError)
+    async def domain_error(request: Request, err: SidecarError) -> JSONResponse:
+        if isinstance(err, UnknownTarget):
+            return error_response(404, "unknown_target", str(err))
+        if isinstance(err, NoSamples):
+            return error_response(404, "no_samples", str(err))
+        code = "bad_request" if isinstance(err, QueryError | UsageError) else "error"
+        return error_response(400, code, str(err))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, err: RequestValidationError) -> JSONResponse:
+        first = err.errors()[0] if err.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "query")
+        return error_response(400, "invalid_parameter", f"{where}: {first.get('msg', 'invalid')}")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(err.status_code, "error")
+        return error_response(err.status_code, code, str(err.detail))
+
+    @app.exception_handler(Exception)
+    async def crash(request: Request, err: Exception) -> JSONResponse:
+        log.exception("error serving %s", request.url.path)
+        return error_response(500, "internal", f"{type(err).__name__}: {err}")
+
+    @app.get("/healthz", summary="Liveness and what needs attention")
+    def healthz() -> dict[str, Any]:
+        result: dict[str, Any] = service.health()
+        return result
+
+    @app.get("/metrics", summary="Prometheus exposition", response_class=PlainTextResponse)
+    def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/api/targets", summary="Every target with its framework, loop and state")
+    def targets() -> list[dict[str, Any]]:
+        rows = reader.targets()
+        live = {key[0]: key for key in list(service.sessions.sessions)}
+        problems = {p.key[0]: p for p in list(service.sessions.problems.values())}
+        for row in rows:
+            row["alive"] = row["pid"] in live
+            problem = problems.get(row["pid"])
+            row["problem"] = problem.error if problem else None
+        return rows
+
+    @app.get("/api/timeline", summary="busy / idle / blocked samples per time bucket")
+    def timeline(
+        target: TargetId = None,
+        start: From = None,
+        end: To = None,
+        step: Annotated[int | None, Query(ge=1, le=86_400)] = None,
+    ) -> dict[str, Any]:
+        result: dict[str, Any] = reader.timeline(target, _span(start, end), step)
+        return result
+
+    @app.get("/api/profile", summary="Folded stacks of a target and range as SVG, folded or JSON")
+    def profile(
+        target: TargetId = None,
+        start: From = None,
+        end: To = None,
+        format: Annotated[str, Query(pattern="^(svg|folded|speedscope)$")] = "folded",
+        state: Annotated[str | None, Query(description="comma-separated states")] = None,
+        thread: Annotated[str | None, Query(max_length=200)] = None,
+        inverted: bool = False,
+    ) -> Response:
+        states = set(state.split(",")) if state else None
+        data = reader.profile(target, _span(start, end), states, thread)
+        return _profile_response(data, format, _title(target, start, end), inverted)
+
+    if WEB.is_dir():
+        app.mount("/", StaticFiles(directory=WEB, html=True), name="web")
+    else:
+
+        @app.get("/", include_in_schema=False)
+        def index() -> HTMLResponse:
+            return HTMLResponse(
+                "<!doctype html><title>sidecar</title><h1>sidecar</h1>"
+                "<p>API: <a href='/api/targets'>/api/targets</a>, "
+                "<a href='/openapi.json'>/openapi.json</a></p>"
+            )
+
+    def _span(start: float | None, end: float | None) -> Range:
+        return Range.aligned(start, end, service.config.window)
+
+    def _title(target: int | None, start: float | None, end: float | None) -> str:
+        who = f"target {target}" if target is not None else "all targets"
+        return f"sidecar: {who}"
+
+    return app
+
+
+def _profile_response(data: Profile, fmt: str, title: str, inverted: bool) -> Response:
+    if not data.stacks:
+        raise NoSamples("no samples in this range")
+    if fmt == "svg":
+        svg = render_svg(data.folded_lines(), RenderOptions(title=title, inverted=inverted))
+        return Response(
+            svg, media_type="image/svg+xml", headers={"Content-Security-Policy": SVG_CSP}
+        )
+    if fmt == "speedscope":
+        return Response(json.dumps(speedscope(data, title)), media_type="application/json")
+    return PlainTextResponse(data.to_folded())

@@ -1,0 +1,172 @@
+"""``sidecar serve``: sample every Python process in sight, keep profiles over time, serve them."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import re
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from sidecar.errors import UsageError
+
+HELP = "sample Python processes continuously, store profiles and serve the UI and API"
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration(text: str) -> float:
+    """``90``, ``90s``, ``15m``, ``24h``, ``7d`` → seconds."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
+    if match is None:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 90s, 15m, 24h, 7d)")
+    return float(match[1]) * _UNITS[match[2] or "s"]
+
+
+def size(text: str) -> int:
+    """``500000``, ``200K``, ``50M``, ``2G`` → bytes."""
+    match = re.fullmatch(r"\s*(\d+)\s*([KMG]?)i?B?\s*", text, re.IGNORECASE)
+    if match is None:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 200M, 2G)")
+    return int(match[1]) * {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}[match[2].upper()]
+
+
+def add_parser(sub: Any) -> None:
+    parser = sub.add_parser("serve", help=HELP, description=HELP + ".")
+    parser.add_argument("--db", default="sidecar.db", help="database file (default sidecar.db)")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
+    )
+    parser.add_argument("--port", type=int, default=8321, help="port (default 8321)")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=100.0,
+        metavar="HZ",
+        help="samples per second per process (default 100)",
+    )
+    parser.add_argument(
+        "--window", type=int, default=10, metavar="S", help="seconds per stored window (default 10)"
+    )
+    parser.add_argument(
+        "--pid", type=int, action="append", default=[], help="sample only this PID (repeatable)"
+    )
+    parser.add_argument(
+        "--match", metavar="REGEX", help="sample only processes whose command line matches"
+    )
+    parser.add_argument(
+        "--retention",
+        type=duration,
+        default=duration("24h"),
+        metavar="DURATION",
+        help="keep this much history (default 24h)",
+    )
+    parser.add_argument(
+        "--max-db-size",
+        type=size,
+        metavar="SIZE",
+        help="cap the database size (e.g. 500M); the oldest windows go first",
+    )
+    parser.add_argument(
+        "--token-file",
+        metavar="PATH",
+        help="file with the API token; required when --host is not loopback",
+    )
+    parser.add_argument(
+        "--blocking", action="store_true", help="pause each target during each read"
+    )
+    parser.add_argument(
+        "--log-level", default="info", choices=("debug", "info", "warning", "error")
+    )
+    parser.set_defaults(run=run)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _read_token(path: str) -> str:
+    try:
+        token = Path(path).read_text().strip()
+    except OSError as err:
+        raise UsageError(f"cannot read --token-file {path}: {err.strerror}") from err
+    if len(token) < 16:
+        raise UsageError(f"the token in {path} is too short (16 characters at least)")
+    return token
+
+
+def _stop(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from sidecar.api import create_app
+    from sidecar.service import ServeConfig, Service
+
+    if not 0 < args.rate <= 10_000:
+        raise UsageError("--rate must be between 0 and 10000 Hz")
+    if not 1 <= args.window <= 3600:
+        raise UsageError("--window must be between 1 and 3600 seconds")
+    if args.retention < args.window * 2:
+        raise UsageError("--retention must cover at least two windows")
+    token = _read_token(args.token_file) if args.token_file else None
+    if token is None and not _is_loopback(args.host):
+        raise UsageError(
+            f"listening on {args.host} exposes profiles beyond this host: give --token-file"
+        )
+    try:
+        match = re.compile(args.match) if args.match else None
+    except re.error as err:
+        raise UsageError(f"--match is not a valid regular expression: {err}") from err
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    config = ServeConfig(
+        db=Path(args.db),
+        host=args.host,
+        port=args.port,
+        rate_hz=args.rate,
+        window=args.window,
+        pids=frozenset(args.pid),
+        match=match,
+        retention=args.retention,
+        token=token,
+        max_db_bytes=args.max_db_size,
+        blocking=args.blocking,
+    )
+    service = Service(config)
+    service.start()
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        server = uvicorn.Server(
+            uvicorn.Config(
+                create_app(service),
+                host=args.host,
+                port=args.port,
+                loop="uvloop",
+                log_level="warning",
+                access_log=False,
+            )
+        )
+        print(
+            f"sidecar: serving http://{args.host}:{args.port} (database {args.db})",
+            file=sys.stderr,
+            flush=True,
+        )
+        server.run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        service.stop()
+    return 0

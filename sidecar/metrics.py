@@ -1,0 +1,115 @@
+"""Prometheus metrics of ``sidecar serve``, read from the live service at scrape time.
+
+Labels never carry stack or function names: only PID, framework, loop and state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from sidecar.service import Service
+
+
+def problem_reason(error: str) -> str:
+    """A bounded label value for why a process cannot be traced."""
+    text = error.lower()
+    if "not allowed" in text or "permission" in text or "cap_sys_ptrace" in text:
+        return "permission"
+    if "python" in text:
+        return "not_python"
+    if "no process" in text or "exited" in text:
+        return "gone"
+    return "other"
+
+
+class ServiceCollector(Collector):
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    def collect(self) -> Iterator[Metric]:
+        sessions = self.service.sessions
+        totals = sessions.totals()
+        for name, help_text in (
+            ("samples", "Sampling ticks that read a target's stacks"),
+            ("errors", "Sampling ticks whose read failed while the target ran"),
+            ("late", "Sampling ticks that started late"),
+            ("missed", "Sampling ticks skipped because the sampler fell behind"),
+            ("dropped_windows", "Windows the sampler dropped because nobody drained them"),
+        ):
+            metric = CounterMetricFamily(f"sidecar_sampler_{name}", help_text)
+            metric.add_metric([], totals[name])
+            yield metric
+
+        live = sessions.live_stats()
+        lag = GaugeMetricFamily(
+            "sidecar_sampling_lag_seconds",
+            "Mean delay of sampling ticks behind schedule, per target process",
+            labels=["pid", "framework", "loop"],
+        )
+        share = GaugeMetricFamily(
+            "sidecar_loop_share",
+            "Share of the event-loop thread's samples per state over the last minute",
+            labels=["pid", "framework", "loop", "state"],
+        )
+        for session, stats in live:
+            labels = [str(session.key[0]), session.framework, session.loop]
+            lag.add_metric(labels, stats["lag_mean"])
+            recent = list(session.recent)
+            total = sum(b + i + k for _, b, i, k in recent)
+            if total:
+                for index, state in enumerate(("busy", "idle", "blocked"), start=1):
+                    part = sum(row[index] for row in recent)
+                    share.add_metric([*labels, state], part / total)
+        yield lag
+        yield share
+
+        targets = GaugeMetricFamily(
+            "sidecar_targets", "Processes by sampling state", labels=["state"]
+        )
+        targets.add_metric(["sampling"], len(live))
+        problems = list(sessions.problems.values())
+        targets.add_metric(["untraceable"], len(problems))
+        yield targets
+        untraceable = GaugeMetricFamily(
+            "sidecar_untraceable_processes",
+            "Processes that cannot be traced, by reason (details in /api/targets)",
+            labels=["reason"],
+        )
+        reasons: dict[str, int] = {}
+        for problem in problems:
+            reason = problem_reason(problem.error)
+            reasons[reason] = reasons.get(reason, 0) + 1
+        for reason, count in sorted(reasons.items()):
+            untraceable.add_metric([reason], count)
+        yield untraceable
+
+        health = self.service.writer.health
+        for name, value, help_text in (
+            ("store_bytes", health.size_bytes, "Size of the database and its WAL"),
+            ("store_backlog", health.backlog, "Messages waiting to be written"),
+            ("store_writing", 0 if health.failing else 1, "1 while the database is writable"),
+        ):
+            gauge = GaugeMetricFamily(f"sidecar_{name}", help_text)
+            gauge.add_metric([], value)
+            yield gauge
+        for name, value, help_text in (
+            ("store_write_errors", health.write_errors, "Failed database writes"),
+            ("store_dropped_windows", health.dropped_windows, "Unwritten windows dropped"),
+            ("store_evicted_windows", health.evicted_windows, "Windows evicted when full"),
+            ("store_windows_written", health.windows_written, "Windows written"),
+        ):
+            counter = CounterMetricFamily(f"sidecar_{name}", help_text)
+            counter.add_metric([], value)
+            yield counter
+
+
+def registry_for(service: Service) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ServiceCollector(service))
+    return registry

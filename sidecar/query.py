@@ -1,0 +1,201 @@
+"""Reading the store: targets, timelines and Profiles for any target and time range.
+
+Readers never write: each thread opens its own read-only connection, so queries run beside the
+writer (WAL) without blocking it. Ranges are aligned to the store's windows.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sidecar.classify import leaf_for
+from sidecar.errors import SidecarError
+from sidecar.profile import STATES, Profile, Target
+from sidecar.store.schema import STATE_CODES, STATE_NAMES
+
+MAX_BUCKETS = 2000
+
+
+class QueryError(SidecarError):
+    """A query asks for something that does not exist or makes no sense."""
+
+
+class UnknownTarget(QueryError):
+    """No target has this id."""
+
+
+@dataclass(frozen=True)
+class Range:
+    """A half-open time range [start, end) in unix seconds, aligned to windows."""
+
+    start: int
+    end: int
+
+    @classmethod
+    def aligned(cls, start: float | None, end: float | None, window: int) -> Range:
+        """Defaults to the last hour; the start rounds down and the end up to whole windows."""
+        now = time.time()
+        end_f = now if end is None else end
+        start_f = end_f - 3600 if start is None else start
+        for value, name in ((start_f, "from"), (end_f, "to")):
+            if not math.isfinite(value) or not 0 <= value < 1e11:
+                raise QueryError(f"'{name}' must be a unix time in seconds, not {value}")
+        if start_f >= end_f:
+            raise QueryError(f"empty time range: from {start_f} is not before to {end_f}")
+        return cls(int(start_f // window * window), int(math.ceil(end_f / window) * window))
+
+
+class Reader:
+    """Read-only access to one database, usable from many threads."""
+
+    def __init__(self, path: str | Path, window: int = 10) -> None:
+        self.path = Path(path)
+        self.window = window
+        self._local = threading.local()
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
+            conn.execute("PRAGMA busy_timeout = 5000")
+            self._local.conn = conn
+        return conn
+
+    def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        return list(self._conn().execute(sql, params).fetchall())
+
+    def targets(self) -> list[dict[str, Any]]:
+        """Every logical target with its newest process and sample count."""
+        rows = self._rows(
+            """
+            SELECT t.id, t.group_key, t.cmdline, t.framework, t.loop, t.first_seen, t.last_seen,
+                   (SELECT p.pid FROM processes p WHERE p.target_id = t.id
+                     ORDER BY p.alive DESC, p.first_seen DESC LIMIT 1),
+                   (SELECT MAX(p.alive) FROM processes p WHERE p.target_id = t.id),
+                   (SELECT p.error FROM processes p WHERE p.target_id = t.id
+                     ORDER BY p.last_seen DESC LIMIT 1),
+                   (SELECT p.python_version FROM processes p WHERE p.target_id = t.id
+                     ORDER BY p.first_seen DESC LIMIT 1),
+                   (SELECT COALESCE(SUM(w.ticks), 0) FROM windows w WHERE w.target_id = t.id),
+                   (SELECT COUNT(*) FROM processes p WHERE p.target_id = t.id)
+            FROM targets t ORDER BY t.id
+            """
+        )
+        return [
+            {
+                "id": r[0],
+                "group": r[1],
+                "cmdline": r[2],
+                "framework": r[3],
+                "loop": r[4],
+                "first_seen": r[5],
+                "last_seen": r[6],
+                "pid": r[7],
+                "alive": bool(r[8]),
+                "error": r[9],
+                "python_version": r[10],
+                "samples": r[11],
+                "processes": r[12],
+            }
+            for r in rows
+        ]
+
+    def target(self, target_id: int) -> dict[str, Any]:
+        for row in self.targets():
+            if row["id"] == target_id:
+                return row
+        raise UnknownTarget(f"no target with id {target_id}")
+
+    def _where(
+        self, target: int | None, span: Range, states: set[str] | None, thread: str | None
+    ) -> tuple[str, tuple[Any, ...]]:
+        clauses = ["s.window >= ?", "s.window < ?"]
+        params: list[Any] = [span.start, span.end]
+        if target is not None:
+            self.target(target)
+            clauses.append("s.target_id = ?")
+            params.append(target)
+        if states is not None:
+            unknown = states - set(STATES)
+            if unknown:
+                raise QueryError(f"unknown state {sorted(unknown)[0]!r}; use busy, idle, blocked")
+            clauses.append(f"s.state IN ({', '.join('?' * len(states))})")
+            params.extend(STATE_CODES[s] for s in sorted(states))
+        if thread:
+            if thread.isdigit():
+                clauses.append("s.thread_id = ?")
+                params.append(int(thread))
+            else:
+                clauses.append(
+                    "EXISTS (SELECT 1 FROM threads th WHERE th.process_id = s.process_id "
+                    "AND th.thread_id = s.thread_id AND th.name = ?)"
+                )
+                params.append(thread)
+        return " AND ".join(clauses), tuple(params)
+
+    def profile(
+        self,
+        target: int | None,
+        span: Range,
+        states: set[str] | None = None,
+        thread: str | None = None,
+    ) -> Profile:
+        """Folded stacks of one target (or all) over a range, off-CPU leaves included."""
+        where, params = self._where(target, span, states, thread)
+        rows = self._rows(
+            f"""
+            SELECT st.text, s.state, SUM(s.count) FROM samples s
+            JOIN stacks st ON st.id = s.stack_id
+            WHERE {where} GROUP BY s.stack_id, s.state
+            """,
+            params,
+        )
+        profile = Profile(start=float(span.start), end=float(span.end))
+        for text, state, count in rows:
+            leaf = leaf_for(STATE_NAMES[state])
+            profile.add(f"{text};{leaf}" if leaf else text, int(count))
+        if target is not None:
+            info = self.target(target)
+            profile.target = Target(
+                pid=info["pid"], cmdline=info["cmdline"], python_version=info["python_version"]
+            )
+        return profile
+
+    def timeline(self, target: int | None, span: Range, step: int | None = None) -> dict[str, Any]:
+        """busy / idle / blocked samples of the loop threads per bucket of ``step`` seconds."""
+        if step is None:
+            step = max(self.window, (span.end - span.start) // 300 // self.window * self.window)
+        if step <= 0:
+            raise QueryError("'step' must be a positive number of seconds")
+        if (span.end - span.start) / step > MAX_BUCKETS:
+            raise QueryError(
+                f"too many buckets: use a 'step' of at least "
+                f"{math.ceil((span.end - span.start) / MAX_BUCKETS)} seconds"
+            )
+        where, params = self._where(target, span, None, None)
+        sql = f"""
+            SELECT s.window / ? * ? AS bucket, s.state, SUM(s.count) FROM samples s
+            JOIN stacks st ON st.id = s.stack_id
+            WHERE {where} AND st.loop >= ? GROUP BY bucket, s.state ORDER BY bucket
+        """
+        rows = self._rows(sql, (step, step, *params, 1))
+        loop_only = bool(rows)
+        if not rows:
+            rows = self._rows(sql, (step, step, *params, 0))
+        buckets: dict[int, dict[str, int]] = {}
+        for bucket, state, count in rows:
+            entry = buckets.setdefault(int(bucket), {"busy": 0, "idle": 0, "blocked": 0})
+            entry[STATE_NAMES[state]] += int(count)
+        return {
+            "from": span.start,
+            "to": span.end,
+            "step": step,
+            "loop_threads_only": loop_only,
+            "buckets": [{"t": t, **counts} for t, counts in sorted(buckets.items())],
+        }

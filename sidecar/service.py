@@ -1,0 +1,108 @@
+"""``sidecar serve``'s engine: discovery, sampling, the writer and the reader, wired together.
+
+The HTTP layer (``sidecar.api``) only translates requests into calls on a ``Service``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sidecar.query import Reader
+from sidecar.sessions import Selection, Sessions
+from sidecar.store import Writer
+
+log = logging.getLogger("sidecar.service")
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """Everything ``sidecar serve`` was told."""
+
+    db: Path = Path("sidecar.db")
+    host: str = "127.0.0.1"
+    port: int = 8321
+    rate_hz: float = 100.0
+    window: int = 10
+    pids: frozenset[int] = frozenset()
+    match: re.Pattern[str] | None = None
+    retention: float = 24 * 3600
+    token: str | None = None
+    max_db_bytes: int | None = None
+    blocking: bool = False
+    scan_interval: float = 2.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Service:
+    """Runs discovery and sampling on a background thread and serves reads."""
+
+    def __init__(self, config: ServeConfig) -> None:
+        self.config = config
+        self.writer = Writer(config.db, retention=config.retention, max_bytes=config.max_db_bytes)
+        self.sessions = Sessions(
+            self.writer,
+            Selection(config.pids, config.match),
+            rate_hz=config.rate_hz,
+            window=config.window,
+            blocking=config.blocking,
+        )
+        self.reader = Reader(config.db, config.window)
+        self.started_at = time.time()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sidecar-sessions", daemon=True)
+        self.loop_errors = 0
+
+    def start(self) -> None:
+        self.writer.start()
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stops sampling, flushes the windows in progress and closes the database."""
+        self._stop.set()
+        self._thread.join(timeout=15)
+        self.sessions.stop()
+        self.writer.stop()
+
+    def _run(self) -> None:
+        next_scan = 0.0
+        while not self._stop.is_set():
+            try:
+                if time.monotonic() >= next_scan:
+                    self.sessions.scan()
+                    next_scan = time.monotonic() + self.config.scan_interval
+                self.sessions.drain()
+            except Exception:  # keep sampling whatever one pass hits
+                self.loop_errors += 1
+                log.exception("session loop error")
+            self._stop.wait(0.5)
+
+    def health(self) -> dict[str, Any]:
+        """Liveness plus what needs attention: write problems, untraceable processes."""
+        health = self.writer.health
+        problems = [
+            {"pid": p.key[0], "cmdline": p.cmdline, "error": p.error, "attempts": p.attempts}
+            for p in list(self.sessions.problems.values())
+        ]
+        degraded = health.failing or bool(problems) or health.dropped_windows > 0
+        return {
+            "status": "degraded" if degraded else "ok",
+            "uptime": round(time.time() - self.started_at, 1),
+            "sessions": len(self.sessions.sessions),
+            "problems": problems,
+            "store": {
+                "path": str(self.config.db),
+                "size_bytes": health.size_bytes,
+                "backlog": health.backlog,
+                "writing": not health.failing,
+                "write_errors": health.write_errors,
+                "last_error": health.last_error,
+                "dropped_windows": health.dropped_windows,
+                "evicted_windows": health.evicted_windows,
+            },
+        }

@@ -1,0 +1,264 @@
+"""Discovery and sampling sessions: which processes to sample, one sampler each.
+
+Every few seconds the /proc of the sidecar's PID namespace is scanned (in a pod with
+``shareProcessNamespace`` that is the whole pod). Python processes are picked (all, ``--pid``,
+or ``--match`` on the command line), never the sidecar itself. Each gets a native sampler; its
+windows are classified and handed to the store's writer. A process that cannot be traced is
+reported with the reason and retried with back-off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from sidecar import _native
+from sidecar.classify import classify
+from sidecar.errors import TargetError
+from sidecar.sample import open_sampler, read_cmdline
+from sidecar.store import Gone, ProcessRecord, WindowBatch, Writer
+
+if TYPE_CHECKING:
+    from sidecar._native import SamplerStats, Window
+
+log = logging.getLogger("sidecar.sessions")
+
+Key = tuple[int, int]
+COUNTERS = ("samples", "errors", "late", "missed", "dropped_windows", "dropped_samples")
+Describe = Callable[[int], tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which processes to sample."""
+
+    pids: frozenset[int] = frozenset()
+    match: re.Pattern[str] | None = None
+
+    def wants(self, pid: int, cmdline: str) -> bool:
+        if self.pids and pid not in self.pids:
+            return False
+        return self.match is None or self.match.search(cmdline) is not None
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+def looks_like_python(pid: int) -> bool:
+    """A Python interpreter by name (comm, argv[0], exe) or by a mapped libpython."""
+    comm = (_read(f"/proc/{pid}/comm") or "").strip()
+    argv0 = (_read(f"/proc/{pid}/cmdline") or "").split("\0", 1)[0]
+    names = [comm, os.path.basename(argv0)]
+    with contextlib.suppress(OSError):
+        names.append(os.path.basename(os.readlink(f"/proc/{pid}/exe")))
+    if any(re.match(r"python(\d+(\.\d+)?)?$", name) for name in names):
+        return True
+    maps = _read(f"/proc/{pid}/maps") or ""
+    return "libpython" in maps
+
+
+def scan(selection: Selection) -> list[int]:
+    """PIDs of Python processes this sidecar should sample."""
+    mine = os.getpid()  # never the sidecar itself
+    found: list[int] = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        if pid == mine:
+            continue
+        cmdline = read_cmdline(pid)
+        if not cmdline or not selection.wants(pid, cmdline):
+            continue
+        if looks_like_python(pid):
+            found.append(pid)
+    return sorted(found)
+
+
+def describe_maps(pid: int) -> tuple[str, str]:
+    """(framework, loop) from the extension modules mapped into the process."""
+    maps = _read(f"/proc/{pid}/maps") or ""
+    loop = "uvloop" if "/uvloop/" in maps else "asyncio"
+    if "/aiohttp/" in maps:
+        return "aiohttp", loop
+    if "/tornado/" in maps:
+        return "tornado", loop
+    return "unknown", loop
+
+
+@dataclass
+class Session:
+    """One process being sampled."""
+
+    key: Key
+    cmdline: str
+    sampler: _native.Sampler
+    framework: str
+    loop: str
+    started: float
+    #: (window start, busy, idle, blocked) of recent windows, for the live shares in /metrics.
+    recent: deque[tuple[int, int, int, int]] = field(default_factory=lambda: deque(maxlen=6))
+
+
+@dataclass
+class Problem:
+    """A process that could not be traced, and when it is tried again."""
+
+    key: Key
+    cmdline: str
+    error: str
+    attempts: int
+    retry_at: float
+
+
+class Sessions:
+    """Keeps one sampling session per wanted process, and the problems of the others."""
+
+    def __init__(
+        self,
+        writer: Writer,
+        selection: Selection,
+        *,
+        rate_hz: float = 100.0,
+        window: int = 10,
+        blocking: bool = False,
+        describe: Describe = describe_maps,
+    ) -> None:
+        self.writer = writer
+        self.selection = selection
+        self.rate_hz = rate_hz
+        self.window = window
+        self.blocking = blocking
+        self.describe = describe
+        self.sessions: dict[Key, Session] = {}
+        self.problems: dict[Key, Problem] = {}
+        self.samples_total = 0
+        self.errors_total = 0
+        self.lock = threading.Lock()
+        #: Counters of samplers that ended, summed (a long run sees many restarts).
+        self.finished: dict[str, int] = dict.fromkeys(COUNTERS, 0)
+
+    # -- discovery -------------------------------------------------------------------------
+
+    def scan(self) -> None:
+        """Attaches to new processes, retries problems that are due, forgets dead ones."""
+        now = time.time()
+        seen: set[Key] = set()
+        for pid in scan(self.selection):
+            started = _native.process_start_time(pid)
+            if started is None:
+                continue
+            key = (pid, started)
+            seen.add(key)
+            if key in self.sessions:
+                continue
+            problem = self.problems.get(key)
+            if problem is not None and problem.retry_at > now:
+                continue
+            self._attach(key, now, problem)
+        for key in [k for k in self.problems if k not in seen]:
+            del self.problems[key]  # the process is gone; nothing more to report
+
+    def _attach(self, key: Key, now: float, problem: Problem | None) -> None:
+        pid, started = key
+        cmdline = read_cmdline(pid)
+        framework, loop = self.describe(pid)
+        try:
+            sampler = open_sampler(
+                pid, rate_hz=self.rate_hz, blocking=self.blocking, window=float(self.window)
+            )
+        except TargetError as err:
+            attempts = problem.attempts + 1 if problem else 1
+            delay = min(300.0, 5.0 * 2 ** (attempts - 1))
+            with self.lock:
+                self.problems[key] = Problem(key, cmdline, str(err), attempts, now + delay)
+            if problem is None or problem.error != str(err):
+                log.warning("cannot sample PID %d: %s (retrying in %.0f s)", pid, err, delay)
+            self.writer.submit(
+                ProcessRecord(pid, started, cmdline, now, framework, loop, error=str(err))
+            )
+            return
+        with self.lock:
+            self.problems.pop(key, None)
+            self.sessions[key] = Session(key, cmdline, sampler, framework, loop, now)
+        log.info("sampling PID %d (%s, %s): %s", pid, framework, loop, cmdline[:120])
+        self.writer.submit(
+            ProcessRecord(
+                pid, started, cmdline, now, framework, loop, python_version=sampler.python_version
+            )
+        )
+
+    # -- windows ---------------------------------------------------------------------------
+
+    def drain(self, flush: bool = False) -> None:
+        """Hands completed windows to the writer; ends sessions whose process exited."""
+        for key, session in list(self.sessions.items()):
+            ended = not session.sampler.running
+            for window in session.sampler.drain(flush=flush or ended):
+                self.writer.submit(self._batch(session, window))
+            if ended or flush:
+                self._finish(key, session)
+
+    def _batch(self, session: Session, window: Window) -> WindowBatch:
+        rows: dict[tuple[str, int, str], int] = {}
+        states = {"busy": 0, "idle": 0, "blocked": 0}
+        names: dict[int, str] = {}
+        for thread_id, name, on_cpu, _gil, stack, count in window["stacks"]:
+            state = classify(stack, on_cpu)
+            rows[(stack, thread_id, state)] = rows.get((stack, thread_id, state), 0) + count
+            states[state] += count
+            if name:
+                names[thread_id] = name
+        start = int(window["start"])
+        session.recent.append((start, states["busy"], states["idle"], states["blocked"]))
+        return WindowBatch(
+            process=session.key,
+            start=start,
+            width=self.window,
+            ticks=int(window["samples"]),
+            rows=[(stack, tid, state, count) for (stack, tid, state), count in rows.items()],
+            thread_names=names,
+        )
+
+    def _finish(self, key: Key, session: Session) -> None:
+        session.sampler.stop()
+        stats = session.sampler.stats()
+        with self.lock:
+            self.sessions.pop(key, None)
+            for name in COUNTERS:
+                self.finished[name] += int(stats[name])  # type: ignore[literal-required]
+        if stats["state"] == "exited":
+            log.info("PID %d exited", key[0])
+        self.writer.submit(Gone(key, time.time()))
+
+    def stop(self) -> None:
+        """Stops every sampler and hands over the windows in progress."""
+        self.drain(flush=True)
+
+    def live_stats(self) -> list[tuple[Session, SamplerStats]]:
+        """Each live session with its sampler's counters."""
+        with self.lock:
+            live = list(self.sessions.values())
+        return [(session, session.sampler.stats()) for session in live]
+
+    def totals(self) -> dict[str, int]:
+        """Counters summed over every sampler this service has run."""
+        with self.lock:
+            out = dict(self.finished)
+        for _, stats in self.live_stats():
+            for name in COUNTERS:
+                out[name] += int(stats[name])  # type: ignore[literal-required]
+        return out

@@ -1,0 +1,15 @@
+"""Profiles over time in SQLite: one writer (``Writer``/``Store``), readers in ``sidecar.query``."""
+
+from sidecar.store.db import ProcessRecord, Store, StoreError, StoreLocked, WindowBatch
+from sidecar.store.writer import Gone, Writer, WriterHealth
+
+__all__ = [
+    "Gone",
+    "ProcessRecord",
+    "Store",
+    "StoreError",
+    "StoreLocked",
+    "WindowBatch",
+    "Writer",
+    "WriterHealth",
+]

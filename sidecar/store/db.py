@@ -1,0 +1,381 @@
+"""The writer side of the store: one connection, WAL, every write in a short transaction.
+
+Only the writer thread (``sidecar.store.writer``) uses a ``Store``; readers open their own
+read-only connections (``sidecar.query``). A lock file next to the database keeps a second
+sidecar from writing to it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlite_utils import Database
+
+from sidecar.classify import code_frames, is_loop_stack
+from sidecar.errors import SidecarError
+from sidecar.store.schema import STATE_CODES, migrate
+
+#: (age in seconds, window width): data older than the age is merged into windows that wide.
+DOWNSAMPLE_TIERS: tuple[tuple[int, int], ...] = ((3600, 60), (6 * 3600, 600))
+
+
+class StoreError(SidecarError):
+    """The database cannot be opened or written."""
+
+
+class StoreLocked(StoreError):
+    """Another sidecar already writes to this database."""
+
+
+ProcessKey = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class ProcessRecord:
+    """A process as discovery sees it; (pid, start_time) is its identity."""
+
+    pid: int
+    start_time: int
+    cmdline: str
+    seen: float
+    framework: str = "unknown"
+    loop: str = "asyncio"
+    python_version: str = ""
+    error: str | None = None
+
+    @property
+    def key(self) -> ProcessKey:
+        return (self.pid, self.start_time)
+
+
+@dataclass
+class WindowBatch:
+    """One window of one process: rows of (stack, thread id, state, count)."""
+
+    process: ProcessKey
+    start: int
+    width: int
+    ticks: int
+    rows: list[tuple[str, int, str, int]]
+    thread_names: dict[int, str] = field(default_factory=dict)
+
+
+def stack_hash(text: str) -> int:
+    """A stable signed 64-bit hash (SQLite integers are signed)."""
+    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+class Store:
+    """The single writer of one sidecar database."""
+
+    def __init__(self, path: str | Path, *, max_bytes: int | None = None) -> None:
+        self.path = Path(path)
+        self._lock = self._acquire_lock()
+        try:
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            self.db = Database(conn)
+            self.db.execute("PRAGMA journal_mode = WAL")
+            self.db.execute("PRAGMA synchronous = NORMAL")
+            self.db.execute("PRAGMA busy_timeout = 5000")
+            migrate(self.db)
+            if max_bytes is not None:
+                page = int(self.db.execute("PRAGMA page_size").fetchone()[0])
+                self.db.execute(f"PRAGMA max_page_count = {max(16, max_bytes // page)}")
+            # Processes are re-attached as discovery finds them again.
+            with self.transaction():
+                self.db.execute("UPDATE processes SET alive = 0 WHERE alive = 1")
+        except sqlite3.DatabaseError as err:
+            self._release_lock()
+            raise StoreError(f"cannot open database {self.path}: {err}") from err
+        except Exception:
+            self._release_lock()
+            raise
+        self._stacks: dict[str, int] = {}
+        self._processes: dict[ProcessKey, tuple[int, int]] = {}
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def _acquire_lock(self) -> int:
+        lock_path = f"{self.path}.lock"
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as err:
+            raise StoreError(f"cannot create {lock_path}: {err.strerror}") from err
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as err:
+            os.close(fd)
+            raise StoreLocked(
+                f"database {self.path} is in use by another sidecar (lock {lock_path}); "
+                "give each sidecar its own --db"
+            ) from err
+        return fd
+
+    def _release_lock(self) -> None:
+        if self._lock >= 0:
+            fcntl.flock(self._lock, fcntl.LOCK_UN)
+            os.close(self._lock)
+            self._lock = -1
+
+    def close(self) -> None:
+        with suppress(sqlite3.Error):
+            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self.db.conn.close()
+        self._release_lock()
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.db.conn.rollback()
+            raise
+        self.db.execute("COMMIT")
+
+    # -- processes and targets -------------------------------------------------------------
+
+    def attach(self, record: ProcessRecord) -> tuple[int, int]:
+        """(target id, process id) for a process, creating or reusing its logical target.
+
+        A new process of a command whose target has no live process (a restart) joins that
+        target; one that runs beside a live process of the same command (a worker) gets a new
+        target in the same group.
+        """
+        with self.transaction():
+            row = self.db.execute(
+                "SELECT target_id, id FROM processes WHERE pid = ? AND start_time = ?",
+                record.key,
+            ).fetchone()
+            if row is not None:
+                target_id, process_id = int(row[0]), int(row[1])
+                self.db.execute(
+                    "UPDATE processes SET alive = 1, last_seen = ?, error = ?, "
+                    "python_version = COALESCE(NULLIF(?, ''), python_version) WHERE id = ?",
+                    (record.seen, record.error, record.python_version, process_id),
+                )
+            else:
+                found = self.db.execute(
+                    "SELECT t.id FROM targets t WHERE t.group_key = ? AND NOT EXISTS "
+                    "(SELECT 1 FROM processes p WHERE p.target_id = t.id AND p.alive = 1) "
+                    "ORDER BY t.last_seen DESC LIMIT 1",
+                    (record.cmdline,),
+                ).fetchone()
+                if found is not None:
+                    target_id = int(found[0])
+                else:
+                    target_id = int(
+                        self.db.execute(
+                            "INSERT INTO targets (group_key, cmdline, first_seen, last_seen) "
+                            "VALUES (?, ?, ?, ?)",
+                            (record.cmdline, record.cmdline, record.seen, record.seen),
+                        ).lastrowid
+                        or 0
+                    )
+                process_id = int(
+                    self.db.execute(
+                        "INSERT INTO processes (target_id, pid, start_time, python_version, "
+                        "first_seen, last_seen, alive, error) VALUES (?, ?, ?, ?, ?, ?, 1, ?)",
+                        (
+                            target_id,
+                            record.pid,
+                            record.start_time,
+                            record.python_version,
+                            record.seen,
+                            record.seen,
+                            record.error,
+                        ),
+                    ).lastrowid
+                    or 0
+                )
+            self.db.execute(
+                "UPDATE targets SET last_seen = ?, "
+                "framework = CASE WHEN ? != 'unknown' THEN ? ELSE framework END, "
+                "loop = ? WHERE id = ?",
+                (record.seen, record.framework, record.framework, record.loop, target_id),
+            )
+        self._processes[record.key] = (target_id, process_id)
+        return target_id, process_id
+
+    def mark_gone(self, key: ProcessKey, when: float) -> None:
+        with self.transaction():
+            self.db.execute(
+                "UPDATE processes SET alive = 0, last_seen = ? WHERE pid = ? AND start_time = ?",
+                (when, *key),
+            )
+        self._processes.pop(key, None)
+
+    # -- samples ---------------------------------------------------------------------------
+
+    def _intern(self, text: str) -> int:
+        cached = self._stacks.get(text)
+        if cached is not None:
+            return cached
+        key = stack_hash(text)
+        while True:
+            row = self.db.execute("SELECT id, text FROM stacks WHERE hash = ?", (key,)).fetchone()
+            if row is None:
+                depth = len(code_frames(text))
+                stack_id = int(
+                    self.db.execute(
+                        "INSERT INTO stacks (hash, text, loop, depth) VALUES (?, ?, ?, ?)",
+                        (key, text, int(is_loop_stack(text)), depth),
+                    ).lastrowid
+                    or 0
+                )
+                break
+            if row[1] == text:
+                stack_id = int(row[0])
+                break
+            key = (key + 1) if key < 2**63 - 1 else -(2**63)  # a collision: probe on
+        if len(self._stacks) > 200_000:
+            self._stacks.clear()
+        self._stacks[text] = stack_id
+        return stack_id
+
+    def write(self, batches: list[WindowBatch]) -> int:
+        """Writes windows in one transaction; returns the sample rows written."""
+        written = 0
+        with self.transaction():
+            for batch in batches:
+                ids = self._processes.get(batch.process)
+                if ids is None:
+                    raise StoreError(f"window for unknown process {batch.process}")
+                target_id, process_id = ids
+                rows = [
+                    (
+                        batch.start,
+                        target_id,
+                        process_id,
+                        self._intern(stack),
+                        thread_id,
+                        STATE_CODES[state],
+                        batch.width,
+                        count,
+                    )
+                    for stack, thread_id, state, count in batch.rows
+                ]
+                self.db.conn.executemany(
+                    "INSERT INTO samples VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE "
+                    "SET count = count + excluded.count",
+                    rows,
+                )
+                self.db.execute(
+                    "INSERT INTO windows VALUES (?, ?, ?, ?, ?) ON CONFLICT DO UPDATE "
+                    "SET ticks = ticks + excluded.ticks",
+                    (batch.start, target_id, process_id, batch.width, batch.ticks),
+                )
+                if batch.thread_names:
+                    self.db.conn.executemany(
+                        "INSERT INTO threads VALUES (?, ?, ?) ON CONFLICT DO UPDATE "
+                        "SET name = excluded.name",
+                        [(process_id, tid, name) for tid, name in batch.thread_names.items()],
+                    )
+                end = float(batch.start + batch.width)
+                self.db.execute(
+                    "UPDATE processes SET last_seen = MAX(last_seen, ?) WHERE id = ?",
+                    (end, process_id),
+                )
+                self.db.execute(
+                    "UPDATE targets SET last_seen = MAX(last_seen, ?) WHERE id = ?",
+                    (end, target_id),
+                )
+                written += len(rows)
+        return written
+
+    # -- retention -------------------------------------------------------------------------
+
+    def prune(self, cutoff: float, max_windows: int = 50) -> int:
+        """Deletes up to ``max_windows`` of the oldest windows starting before ``cutoff``."""
+        with self.transaction():
+            starts = [
+                int(r[0])
+                for r in self.db.execute(
+                    "SELECT DISTINCT window FROM windows WHERE window < ? ORDER BY window LIMIT ?",
+                    (int(cutoff), max_windows),
+                ).fetchall()
+            ]
+            if not starts:
+                return 0
+            last = starts[-1]
+            self.db.execute("DELETE FROM samples WHERE window <= ?", (last,))
+            self.db.execute("DELETE FROM windows WHERE window <= ?", (last,))
+        return len(starts)
+
+    def evict_oldest(self, fraction: float = 0.1) -> int:
+        """Frees room when the disk or the size cap is full: drops the oldest windows."""
+        total = int(self.db.execute("SELECT COUNT(DISTINCT window) FROM windows").fetchone()[0])
+        if total == 0:
+            return 0
+        count = max(1, int(total * fraction))
+        row = self.db.execute(
+            "SELECT window FROM (SELECT DISTINCT window FROM windows ORDER BY window LIMIT ?) "
+            "ORDER BY window DESC LIMIT 1",
+            (count,),
+        ).fetchone()
+        return self.prune(float(row[0]) + 1, max_windows=count) if row else 0
+
+    def downsample(self, now: float, max_spans: int = 20) -> int:
+        """Merges old windows into coarser ones (DOWNSAMPLE_TIERS); returns spans merged."""
+        merged = 0
+        for age, width in DOWNSAMPLE_TIERS:
+            cutoff = int(now - age) // width * width
+            spans = self.db.execute(
+                "SELECT DISTINCT window / ? * ? FROM windows WHERE window < ? AND width < ? "
+                "ORDER BY 1 LIMIT ?",
+                (width, width, cutoff, width, max_spans),
+            ).fetchall()
+            for (span,) in spans:
+                self._merge_span(int(span), width)
+                merged += 1
+        return merged
+
+    def _merge_span(self, span: int, width: int) -> None:
+        end = span + width
+        with self.transaction():
+            self.db.execute(
+                "CREATE TEMP TABLE IF NOT EXISTS merged_samples AS SELECT * FROM samples LIMIT 0"
+            )
+            self.db.execute("DELETE FROM temp.merged_samples")
+            self.db.execute(
+                "INSERT INTO temp.merged_samples SELECT ?, target_id, process_id, stack_id, "
+                "thread_id, state, ?, SUM(count) FROM samples WHERE window >= ? AND window < ? "
+                "GROUP BY target_id, process_id, stack_id, thread_id, state",
+                (span, width, span, end),
+            )
+            self.db.execute("DELETE FROM samples WHERE window >= ? AND window < ?", (span, end))
+            self.db.execute("INSERT INTO samples SELECT * FROM temp.merged_samples")
+            ticks = self.db.execute(
+                "SELECT target_id, process_id, SUM(ticks) FROM windows "
+                "WHERE window >= ? AND window < ? GROUP BY target_id, process_id",
+                (span, end),
+            ).fetchall()
+            self.db.execute("DELETE FROM windows WHERE window >= ? AND window < ?", (span, end))
+            self.db.conn.executemany(
+                "INSERT INTO windows VALUES (?, ?, ?, ?, ?)",
+                [(span, t, p, width, n) for t, p, n in ticks],
+            )
+
+    def collect_stacks(self) -> int:
+        """Deletes stacks no sample refers to any more (after retention)."""
+        with self.transaction():
+            cursor = self.db.execute(
+                "DELETE FROM stacks WHERE id NOT IN (SELECT DISTINCT stack_id FROM samples)"
+            )
+        self._stacks.clear()
+        return cursor.rowcount
+
+    def size_bytes(self) -> int:
+        total = 0
+        for suffix in ("", "-wal"):
+            with suppress(OSError):
+                total += os.path.getsize(f"{self.path}{suffix}")
+        return total

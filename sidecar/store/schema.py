@@ -1,0 +1,99 @@
+"""The database schema and its migrations, applied in order and recorded in ``user_version``.
+
+Tables:
+- ``targets``: logical targets, one per running copy of a command; a restart of the same
+  command keeps its target, concurrent workers of one command get one target each (same group).
+- ``processes``: each process a target has had, identified by PID and start time.
+- ``stacks``: every unique folded stack once (interned), with its loop flag and depth.
+- ``samples``: (window, target, process, stack, thread, state) → count, the bulk of the data.
+- ``windows``: one row per process and window: sampling ticks, so gaps are visible.
+- ``threads``: thread names per process.
+"""
+
+from __future__ import annotations
+
+from sqlite_utils import Database
+
+STATE_CODES = {"busy": 0, "idle": 1, "blocked": 2}
+STATE_NAMES = {code: name for name, code in STATE_CODES.items()}
+
+
+V1 = """
+        CREATE TABLE targets (
+            id INTEGER PRIMARY KEY,
+            group_key TEXT NOT NULL,
+            cmdline TEXT NOT NULL,
+            framework TEXT NOT NULL DEFAULT 'unknown',
+            loop TEXT NOT NULL DEFAULT 'asyncio',
+            first_seen REAL NOT NULL,
+            last_seen REAL NOT NULL
+        );
+        CREATE INDEX targets_by_group ON targets (group_key);
+        CREATE TABLE processes (
+            id INTEGER PRIMARY KEY,
+            target_id INTEGER NOT NULL REFERENCES targets (id),
+            pid INTEGER NOT NULL,
+            start_time INTEGER NOT NULL,
+            python_version TEXT NOT NULL DEFAULT '',
+            first_seen REAL NOT NULL,
+            last_seen REAL NOT NULL,
+            alive INTEGER NOT NULL DEFAULT 1,
+            error TEXT,
+            UNIQUE (pid, start_time)
+        );
+        CREATE INDEX processes_by_target ON processes (target_id);
+        CREATE TABLE stacks (
+            id INTEGER PRIMARY KEY,
+            hash INTEGER NOT NULL UNIQUE,
+            text TEXT NOT NULL,
+            loop INTEGER NOT NULL,
+            depth INTEGER NOT NULL
+        );
+        CREATE TABLE samples (
+            window INTEGER NOT NULL,
+            target_id INTEGER NOT NULL,
+            process_id INTEGER NOT NULL,
+            stack_id INTEGER NOT NULL,
+            thread_id INTEGER NOT NULL,
+            state INTEGER NOT NULL,
+            width INTEGER NOT NULL,
+            count INTEGER NOT NULL,
+            PRIMARY KEY (window, target_id, process_id, stack_id, thread_id, state)
+        ) WITHOUT ROWID;
+        CREATE TABLE windows (
+            window INTEGER NOT NULL,
+            target_id INTEGER NOT NULL,
+            process_id INTEGER NOT NULL,
+            width INTEGER NOT NULL,
+            ticks INTEGER NOT NULL,
+            PRIMARY KEY (window, target_id, process_id)
+        ) WITHOUT ROWID;
+        CREATE TABLE threads (
+            process_id INTEGER NOT NULL,
+            thread_id INTEGER NOT NULL,
+            name TEXT NOT NULL,
+            PRIMARY KEY (process_id, thread_id)
+        ) WITHOUT ROWID;
+"""
+
+#: Migrations in order (SQL scripts); the database's ``user_version`` counts those applied.
+MIGRATIONS: tuple[str, ...] = (V1,)
+
+
+def migrate(db: Database) -> int:
+    """Applies pending migrations, each in its own transaction; returns the schema version."""
+    version = int(db.execute("PRAGMA user_version").fetchone()[0])
+    if version > len(MIGRATIONS):
+        raise RuntimeError(
+            f"the database has schema version {version}, newer than this sidecar knows "
+            f"({len(MIGRATIONS)}); upgrade sidecar or use another --db"
+        )
+    for number in range(version, len(MIGRATIONS)):
+        script = f"BEGIN;\n{MIGRATIONS[number]}\nPRAGMA user_version = {number + 1};\nCOMMIT;"
+        try:
+            db.conn.executescript(script)
+        except Exception:
+            if db.conn.in_transaction:
+                db.conn.rollback()
+            raise
+    return len(MIGRATIONS)

@@ -1,0 +1,200 @@
+"""The writer thread: the only code that writes to the database.
+
+Sessions hand it messages (a process seen, a process gone, a window of samples). They queue
+in order in a bounded backlog; when the database cannot be written (disk full, locked, I/O
+error) they wait there and writing resumes when it can. Past the bound, the oldest unwritten
+windows are dropped first and counted. Retention and downsampling run here too, in small
+transactions between writes.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+from sidecar.store.db import ProcessKey, ProcessRecord, Store, WindowBatch
+
+log = logging.getLogger("sidecar.store")
+
+
+@dataclass(frozen=True)
+class Gone:
+    key: ProcessKey
+    when: float
+
+
+Message = ProcessRecord | Gone | WindowBatch
+
+
+@dataclass
+class WriterHealth:
+    """What /healthz and /metrics report about the store."""
+
+    backlog: int = 0
+    windows_written: int = 0
+    rows_written: int = 0
+    write_errors: int = 0
+    dropped_windows: int = 0
+    evicted_windows: int = 0
+    pruned_windows: int = 0
+    last_error: str | None = None
+    last_error_at: float | None = None
+    failing: bool = False
+    size_bytes: int = 0
+
+
+class Writer:
+    """Owns the Store on its own thread; everything else talks to it through ``submit``."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        retention: float = 24 * 3600,
+        max_backlog: int = 2000,
+        max_bytes: int | None = None,
+        maintenance_every: float = 30.0,
+    ) -> None:
+        self.store = Store(path, max_bytes=max_bytes)
+        self.retention = retention
+        self.max_backlog = max_backlog
+        self.maintenance_every = maintenance_every
+        self.health = WriterHealth(size_bytes=self.store.size_bytes())
+        self._queue: deque[Message] = deque()
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="sidecar-writer", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, message: Message) -> None:
+        with self._cond:
+            self._queue.append(message)
+            windows = sum(isinstance(m, WindowBatch) for m in self._queue)
+            while windows > self.max_backlog:
+                for index, queued in enumerate(self._queue):
+                    if isinstance(queued, WindowBatch):
+                        del self._queue[index]
+                        self.health.dropped_windows += 1
+                        windows -= 1
+                        break
+            self.health.backlog = len(self._queue)
+            self._cond.notify()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Flushes what is queued (as far as the database lets it) and closes the store."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        self._thread.join(timeout)
+        if not self._thread.is_alive():
+            self.store.close()
+
+    # -- the thread ------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        next_maintenance = time.monotonic() + 1.0
+        backoff = 0.5
+        while True:
+            with self._cond:
+                if not self._queue and not self._stopping:
+                    self._cond.wait(timeout=1.0)
+                batch = list(self._queue)
+                stopping = self._stopping
+            if batch:
+                if self._write(batch):
+                    backoff = 0.5
+                elif stopping:
+                    log.error("stopping with %d unwritten messages", len(self._queue))
+                    return
+                else:
+                    time.sleep(backoff)
+                    backoff = min(backoff * 2, 30.0)
+                    continue
+            if stopping:
+                with self._cond:
+                    if not self._queue:
+                        return
+                continue
+            if time.monotonic() >= next_maintenance:
+                self._maintain()
+                next_maintenance = time.monotonic() + self.maintenance_every
+
+    def _write(self, batch: list[Message]) -> bool:
+        """Writes messages in order; each commit removes what it wrote from the queue."""
+        index = 0
+        try:
+            while index < len(batch):
+                message = batch[index]
+                if isinstance(message, WindowBatch):
+                    chunk: list[WindowBatch] = []
+                    while (
+                        index + len(chunk) < len(batch)
+                        and len(chunk) < 50
+                        and isinstance(batch[index + len(chunk)], WindowBatch)
+                    ):
+                        chunk.append(batch[index + len(chunk)])  # type: ignore[arg-type]
+                    self.health.rows_written += self.store.write(chunk)
+                    self.health.windows_written += len(chunk)
+                    self._done(len(chunk))
+                    index += len(chunk)
+                    continue
+                if isinstance(message, ProcessRecord):
+                    self.store.attach(message)
+                else:
+                    self.store.mark_gone(message.key, message.when)
+                self._done(1)
+                index += 1
+        except sqlite3.Error as err:
+            self._failed(err)
+            return False
+        if self.health.failing:
+            log.warning("database writable again; backlog %d", self.health.backlog)
+        self.health.failing = False
+        self.health.size_bytes = self.store.size_bytes()
+        return True
+
+    def _done(self, count: int) -> None:
+        with self._cond:
+            for _ in range(count):
+                self._queue.popleft()
+            self.health.backlog = len(self._queue)
+
+    def _failed(self, err: sqlite3.Error) -> None:
+        self.health.write_errors += 1
+        self.health.last_error = f"{type(err).__name__}: {err}"
+        self.health.last_error_at = time.time()
+        if not self.health.failing:
+            log.error("cannot write to the database: %s (keeping a backlog)", err)
+        self.health.failing = True
+        if "full" in str(err).lower():
+            try:
+                evicted = self.store.evict_oldest()
+                self.health.evicted_windows += evicted
+                if evicted:
+                    log.warning("database full: evicted the %d oldest windows", evicted)
+            except sqlite3.Error as again:
+                log.error("cannot free room in the database: %s", again)
+
+    def _maintain(self) -> None:
+        try:
+            now = time.time()
+            cutoff = now - self.retention
+            pruned_now = 0
+            while (pruned := self.store.prune(cutoff)) > 0:
+                pruned_now += pruned
+                if self._queue:
+                    break  # let writes go first; the rest is pruned next time
+            self.health.pruned_windows += pruned_now
+            self.store.downsample(now)
+            if pruned_now:
+                self.store.collect_stacks()
+            self.health.size_bytes = self.store.size_bytes()
+        except sqlite3.Error as err:
+            self._failed(err)
