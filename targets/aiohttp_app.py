@@ -1,4 +1,4 @@
-"""The demo aiohttp service: ``python -m targets.aiohttp_app [--port N] [--uvloop]``.
+"""The demo aiohttp service: ``python -m targets.aiohttp_app [--host H] [--port N] [--uvloop]``.
 
 Routes: /sleep (50 ms awaited sleep), /hard (sequential, concurrent and timed-out awaits),
 /cpu (pure-Python classifier), /blocking (time.sleep inside the loop), /blocking-fetch
@@ -78,12 +78,13 @@ def make_app() -> web.Application:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0 in a pod)")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--uvloop", action="store_true", help="run on uvloop")
     args = parser.parse_args()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", args.port))
+    sock.bind((args.host, args.port))
     sock.listen(128)  # accept connections from the moment the port is announced
     loop: asyncio.AbstractEventLoop
     if args.uvloop:

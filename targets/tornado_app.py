@@ -1,4 +1,4 @@
-"""The demo Tornado service: ``python -m targets.tornado_app [--port N] [--uvloop]``.
+"""The demo Tornado service: ``python -m targets.tornado_app [--host H] [--port N] [--uvloop]``.
 
 Each seed-000 handler comes twice: new school (``async def``/``await``) and old school
 (``@gen.coroutine``/``yield``). Routes: /sleep, /sleep-old, /hard, /hard-old, /cpu,
@@ -121,6 +121,7 @@ def make_app() -> tornado.web.Application:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0 in a pod)")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--uvloop", action="store_true", help="run on uvloop")
     args = parser.parse_args()
@@ -130,7 +131,7 @@ def main() -> None:
         asyncio.set_event_loop(uvloop.new_event_loop())
     else:
         asyncio.set_event_loop(asyncio.new_event_loop())
-    sockets = tornado.netutil.bind_sockets(args.port, "127.0.0.1")
+    sockets = tornado.netutil.bind_sockets(args.port, args.host)
     server = HTTPServer(make_app())
     server.add_sockets(sockets)
     announce("tornado", sockets[0].getsockname()[1], args.uvloop)
