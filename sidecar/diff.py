@@ -1,0 +1,283 @@
+"""Two profiles compared: what grew, what shrank, and a differential flamegraph of it.
+
+Frames are compared as shares of each profile's total, so recordings of different lengths
+compare fairly. Frame names lose what differs between runs without being code (thread ids,
+addresses) before anything is matched. The differential graph is inferno's: two-count folded
+lines ``stack before after``; frame width is the *after* count, red grew, blue shrank.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from sidecar.profile import BLOCKED_LEAF, IDLE_LEAF, STATES, Profile, parse_frame, state_of
+from sidecar.render import RenderOptions, render_svg
+
+_HEX = re.compile(r"0x[0-9a-fA-F]+")
+_THREAD = re.compile(r"thread \((?P<inner>.*)\)", re.DOTALL)
+_THREAD_ID = re.compile(r"\s*\b\d{3,}\b\s*$")
+_NAME_NUMBER = re.compile(r"(?<=[A-Za-z])[-_]\d+(?:_\d+)*\b")
+_PROCESS = re.compile(r"^process \d+:")
+_STATE_LEAVES = (IDLE_LEAF, BLOCKED_LEAF)
+#: A caller whose change is this much one callee's is left out of the total-share table.
+PASS_THROUGH = 0.9
+
+
+def normalize_frame(text: str) -> str:
+    """A frame without run-specific parts: addresses, thread ids, worker numbers, pids."""
+    thread = _THREAD.fullmatch(text)
+    if thread is not None:
+        inner = _HEX.sub("", thread["inner"])
+        inner = _THREAD_ID.sub("", inner)
+        inner = _NAME_NUMBER.sub("", inner).strip()
+        return f"thread ({inner})" if inner else "thread"
+    text = _PROCESS.sub("process:", text)
+    return _HEX.sub("0x?", text) if "0x" in text else text
+
+
+def normalize_names(profile: Profile) -> Profile:
+    """A copy of the profile with every frame name normalized (stacks that become equal merge)."""
+    cache: dict[str, str] = {}
+    out = Profile(
+        target=profile.target,
+        start=profile.start,
+        end=profile.end,
+        rate_hz=profile.rate_hz,
+        marked=profile.marked,
+        notes=list(profile.notes),
+    )
+    for stack, count in profile.stacks.items():
+        frames = []
+        for text in stack.split(";"):
+            name = cache.get(text)
+            if name is None:
+                name = cache[text] = normalize_frame(text)
+            frames.append(name)
+        out.add(";".join(frames), count)
+    return out
+
+
+def function_of(frame: str) -> str:
+    """The table's key for a frame: ``function (file)``, without the line that changes per run."""
+    parsed = parse_frame(frame)
+    return f"{parsed.name} ({parsed.file})" if parsed.file else frame
+
+
+@dataclass(frozen=True)
+class Change:
+    """A frame's share of all samples before and after (0..1)."""
+
+    frame: str
+    before: float
+    after: float
+
+    @property
+    def delta(self) -> float:
+        return self.after - self.before
+
+
+@dataclass
+class Shares:
+    """Per function: self share, total share, and the total share passed to each callee."""
+
+    self_: dict[str, float] = field(default_factory=dict)
+    total: dict[str, float] = field(default_factory=dict)
+    edges: dict[tuple[str, str], float] = field(default_factory=dict)
+    states: dict[str, float] = field(default_factory=dict)
+
+
+def shares(profile: Profile) -> Shares:
+    total = profile.total
+    out = Shares()
+    if total <= 0:
+        return out
+    keys: dict[str, str] = {}
+    self_: dict[str, int] = defaultdict(int)
+    whole: dict[str, int] = defaultdict(int)
+    edges: dict[tuple[str, str], int] = defaultdict(int)
+    states: dict[str, int] = defaultdict(int)
+    for stack, count in profile.stacks.items():
+        names = []
+        for text in stack.split(";"):
+            key = keys.get(text)
+            if key is None:
+                key = keys[text] = function_of(text)
+            names.append(key)
+        leaf = names[-1]
+        states[state_of(stack)] += count
+        if leaf not in _STATE_LEAVES:
+            self_[leaf] += count
+        for name in set(names):
+            if name not in _STATE_LEAVES:
+                whole[name] += count
+        pairs = {(a, b) for a, b in itertools.pairwise(names) if a != b and b not in _STATE_LEAVES}
+        for pair in pairs:
+            edges[pair] += count
+    out.self_ = {k: v / total for k, v in self_.items()}
+    out.total = {k: v / total for k, v in whole.items()}
+    out.edges = {k: v / total for k, v in edges.items()}
+    out.states = {k: v / total for k, v in states.items()}
+    return out
+
+
+@dataclass
+class Diff:
+    """The comparison of two profiles."""
+
+    before: Profile
+    after: Profile
+    #: Two-count folded lines ``stack before after``, sorted by stack.
+    lines: list[str]
+    #: What the before counts were multiplied by (--normalize), else None.
+    scale: float | None
+    self_changes: list[Change]
+    total_changes: list[Change]
+    state_changes: list[Change]
+    verdict: str
+
+    @property
+    def unchanged(self) -> bool:
+        return not self.self_changes and not self.total_changes and not self.state_changes
+
+
+def scaled(counts: dict[str, int], target: int) -> dict[str, int]:
+    """Counts scaled to add up to exactly ``target`` (largest remainders get the rounding)."""
+    total = sum(counts.values())
+    if total <= 0:
+        return dict(counts)
+    exact = {k: v * target / total for k, v in counts.items()}
+    out = {k: math.floor(v) for k, v in exact.items()}
+    left = target - sum(out.values())
+    for key in sorted(exact, key=lambda k: (out[k] - exact[k], k))[:left]:
+        out[key] += 1
+    return out
+
+
+def _ranked(before: dict[str, float], after: dict[str, float]) -> list[Change]:
+    changes = [
+        Change(name, before.get(name, 0.0), after.get(name, 0.0))
+        for name in before.keys() | after.keys()
+    ]
+    changes = [c for c in changes if c.delta != 0]
+    changes.sort(key=lambda c: (-abs(c.delta), c.frame))
+    return changes
+
+
+def _passes_on(change: Change, before: Shares, after: Shares) -> bool:
+    """True when one callee carries (almost) all of a caller's change: the callee says more."""
+    if change.delta == 0:
+        return False
+    callees = {b for (a, b) in before.edges if a == change.frame}
+    callees |= {b for (a, b) in after.edges if a == change.frame}
+    for callee in callees:
+        key = (change.frame, callee)
+        moved = after.edges.get(key, 0.0) - before.edges.get(key, 0.0)
+        if moved / change.delta >= PASS_THROUGH:
+            return True
+    return False
+
+
+def verdict(before_total: int, after_total: int, scale: float | None) -> str:
+    """One line on how much the totals differ."""
+    if before_total == after_total:
+        text = f"totals equal: {after_total:,} samples each"
+    else:
+        change = (after_total - before_total) / before_total if before_total else math.inf
+        if abs(change) < 0.05:
+            text = (
+                f"totals about equal: before {before_total:,}, after {after_total:,} samples "
+                f"({change:+.1%})"
+            )
+        else:
+            text = (
+                f"totals differ: before {before_total:,}, after {after_total:,} samples "
+                f"(after/before = {after_total / before_total:.3g}x); the tables compare shares"
+            )
+            if scale is None:
+                text += ", --normalize scales the graph"
+    if scale is not None and before_total != after_total:
+        text += f"; before scaled by {scale:.4g} to {after_total:,} samples (--normalize)"
+    return text
+
+
+def diff_profiles(before: Profile, after: Profile, *, normalize: bool = False) -> Diff:
+    """Compares two profiles; ``normalize`` scales before's counts to after's total."""
+    before = normalize_names(before)
+    after = normalize_names(after)
+    a_shares, b_shares = shares(before), shares(after)
+    self_changes = [
+        c for c in _ranked(a_shares.self_, b_shares.self_) if c.frame not in _STATE_LEAVES
+    ]
+    total_changes = [
+        c for c in _ranked(a_shares.total, b_shares.total) if not _passes_on(c, a_shares, b_shares)
+    ]
+    state_changes: list[Change] = []
+    if before.marked and after.marked:
+        state_changes = [
+            Change(state, a_shares.states.get(state, 0.0), b_shares.states.get(state, 0.0))
+            for state in STATES
+        ]
+        if all(c.delta == 0 for c in state_changes):
+            state_changes = []
+    before_counts = before.stacks
+    scale: float | None = None
+    if normalize and before.total and after.total:
+        scale = after.total / before.total
+        before_counts = scaled(before.stacks, after.total)
+    lines = []
+    for stack in sorted(before_counts.keys() | after.stacks.keys()):
+        old, new = before_counts.get(stack, 0), after.stacks.get(stack, 0)
+        if old or new:
+            lines.append(f"{stack} {old} {new}")
+    return Diff(
+        before=before,
+        after=after,
+        lines=lines,
+        scale=scale,
+        self_changes=self_changes,
+        total_changes=total_changes,
+        state_changes=state_changes,
+        verdict=verdict(before.total, after.total, scale),
+    )
+
+
+def render_diff(diff: Diff, options: RenderOptions | None = None) -> str:
+    """The differential flamegraph SVG (width = after, red grew, blue shrank)."""
+    return render_svg(diff.lines, options or RenderOptions(title="Differential flame graph"))
+
+
+def _pct(share: float) -> str:
+    return f"{100 * share:6.2f}%"
+
+
+def report(diff: Diff, top: int = 10) -> list[str]:
+    """The change tables and the verdict, as lines of text."""
+    out: list[str] = []
+    if diff.unchanged:
+        out.append("no frame changed its share of the samples")
+    for title, changes in (
+        ("self share (time in the frame itself)", diff.self_changes),
+        ("total share (time in the frame and what it calls)", diff.total_changes),
+    ):
+        if not changes:
+            continue
+        out.append(f"largest changes in {title}:")
+        out.append("   before    after   change  frame")
+        for change in changes[:top]:
+            out.append(
+                f"  {_pct(change.before)} {_pct(change.after)} "
+                f"{100 * change.delta:+7.2f}  {change.frame}"
+            )
+        out.append("")
+    if diff.state_changes:
+        states = " · ".join(
+            f"{c.frame} {100 * c.before:.1f}% -> {100 * c.after:.1f}% ({100 * c.delta:+.1f})"
+            for c in diff.state_changes
+        )
+        out.append(f"states: {states}")
+    out.append(diff.verdict)
+    return out

@@ -1,0 +1,511 @@
+"""Flamegraph SVGs back into folded stacks: inferno's (py-spy's, sidecar's) and flamegraph.pl's.
+
+A flamegraph draws every frame as a ``<g>`` holding a ``<title>`` ("name (1,234 samples, 5.6%)")
+and a ``<rect>``. inferno adds the exact sample range of each frame as ``fg:x`` / ``fg:w``;
+flamegraph.pl gives only pixels, so its structure comes from the geometry (rows by ``y``, a
+parent is the frame one row closer to the root that covers the child's ``x`` range) and its
+counts from the titles. Both orientations are read: the root row is found, not assumed.
+
+Self time of a frame = its count less its children's. Frames the renderer left out for being
+narrower than its minimum width cannot come back: their time stays with their parent as self
+time, and the profile's notes say so.
+
+The input is untrusted XML, parsed with expat in a hardened way (the same protections as
+defusedxml, without its 2x slower ElementTree front): any entity declaration is refused (billion
+laughs, external entities), external entity references and parameter entities are never
+resolved, nothing is fetched, nesting deeper than ``MAX_DEPTH`` is refused, and so is a document
+above ``MAX_SVG_BYTES``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import NoReturn
+from xml.parsers import expat
+
+from sidecar.errors import ProfileFormatError
+from sidecar.profile import Profile, state_of
+
+MAX_SVG_BYTES = 128 * 1024 * 1024
+MAX_DEPTH = 100
+#: The stack that keeps the time of top-level frames too narrow to be drawn.
+PRUNED_FRAME = "[pruned]"
+#: Folded stacks separate frames with ';', so a ';' inside a frame name is written as this.
+SEMICOLON_STANDIN = "\uff1b"
+
+# "name (1,234 samples, 5.67%)", with "; +1.23%" in differential graphs. Names may hold anything.
+_TITLE = re.compile(
+    r"(?P<name>.*) \((?P<count>\d[\d,_]*(?:\.\d+)?) (?P<unit>[^()]*?), "
+    r"(?P<pct>\d+(?:\.\d+)?)%(?:; (?P<delta>[+-]?\d+(?:\.\d+)?)%)?\)",
+    re.DOTALL,
+)
+_INVERTED = re.compile(r"\bvar\s+inverted\s*=\s*(true|false|1|0)\b")
+_NUMBER = re.compile(r"\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(%|px)?\s*")
+
+
+class _Refused(Exception):
+    """Raised inside expat callbacks to stop parsing; turned into a ProfileFormatError."""
+
+
+@dataclass
+class SvgFrame:
+    """One drawn frame: its name, row (0 = root) and extent, in samples or pixels."""
+
+    name: str
+    depth: int
+    start: float
+    width: float
+    count: int
+    title_count: int | None
+    parent: int = -1
+
+
+@dataclass
+class FlameGraph:
+    """The frames of one flamegraph SVG, root first, and how they were read."""
+
+    frames: list[SvgFrame]
+    total: int
+    inverted: bool
+    exact: bool  # True when inferno's fg:x / fg:w gave exact sample ranges
+    factor: float = 1.0
+    differential: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Raw:
+    frames: list[tuple[str, dict[str, str]]]
+    root: str
+    total_samples: str | None
+    script: str
+
+
+_G, _TITLE_MARK, _SCRIPT = object(), object(), object()
+
+
+def _scan(data: bytes, source: str) -> _Raw:
+    """One expat pass: every (title text, rect attributes) pair that makes a frame.
+
+    Per-element work is kept in C where it can be: text and ends go to list methods, and the one
+    Python callback (element starts) only records marks; the pairing happens after the parse.
+    """
+    parser = expat.ParserCreate()
+    parser.buffer_text = True
+    parser.buffer_size = 1 << 16
+    parser.SetParamEntityParsing(expat.XML_PARAM_ENTITY_PARSING_NEVER)
+    events: list[object] = []
+    record = events.append
+    stack: list[str] = []
+    push = stack.append
+    svgs: list[dict[str, str]] = []
+    roots: list[str] = []
+
+    def refuse(message: str) -> NoReturn:
+        raise _Refused(message)
+
+    def entity_decl(name: str, *_: object) -> None:
+        refuse(f"declares the XML entity {name!r}; flamegraph SVGs declare none")
+
+    def unparsed_entity(name: str, *_: object) -> None:
+        refuse(f"declares the unparsed XML entity {name!r}; flamegraph SVGs declare none")
+
+    def external_ref(*_: object) -> int:
+        refuse("refers to an external entity; nothing outside the file is read")
+
+    def start(name: str, attrs: dict[str, str]) -> None:
+        push(name)
+        if name == "rect":
+            record(attrs)
+        elif name == "g":
+            record(_G)
+        elif name == "title":
+            record(_TITLE_MARK)
+        elif name == "svg":
+            svgs.append(attrs)
+        elif name == "script":
+            record(_SCRIPT)
+        if len(stack) > MAX_DEPTH:
+            refuse(f"elements nest deeper than {MAX_DEPTH}; flamegraph SVGs are shallow")
+
+    def first(name: str, attrs: dict[str, str]) -> None:
+        roots.append(name)
+        parser.StartElementHandler = start
+        start(name, attrs)
+
+    parser.EntityDeclHandler = entity_decl
+    parser.UnparsedEntityDeclHandler = unparsed_entity
+    parser.ExternalEntityRefHandler = external_ref
+    parser.StartElementHandler = first
+    # Well-formed XML closes the most recently opened element of that name; removing any one
+    # entry of that name keeps len(stack) equal to the nesting depth.
+    parser.EndElementHandler = stack.remove
+    parser.CharacterDataHandler = record
+    try:
+        parser.Parse(data, True)
+    except _Refused as err:
+        raise ProfileFormatError(f"{source}: refused: {err}") from None
+    except expat.ExpatError as err:
+        raise ProfileFormatError(
+            f"{source}: not well-formed XML ({expat.ErrorString(err.code)} "
+            f"at line {err.lineno}, column {err.offset})"
+        ) from None
+    frames, script = _pair(events)
+    total_samples = next((a.get("total_samples") for a in svgs if a.get("id") == "frames"), None)
+    return _Raw(frames, roots[0] if roots else "", total_samples, script)
+
+
+def _pair(events: list[object]) -> tuple[list[tuple[str, dict[str, str]]], str]:
+    """Frames from the event marks: a <g>, then its <title>'s text, then its <rect>."""
+    frames: list[tuple[str, dict[str, str]]] = []
+    script: list[str] = []
+    title: list[str] | None = None
+    in_group = False
+    in_script = False
+    for event in events:
+        if event.__class__ is str:
+            if title is not None:
+                title.append(event)
+            elif in_script:
+                script.append(event)
+        elif event is _G:
+            in_group, title, in_script = True, None, False
+        elif event is _TITLE_MARK:
+            title = [] if in_group else None
+            in_script = False
+        elif event is _SCRIPT:
+            title, in_script = None, True
+        elif title is not None:
+            frames.append(("".join(title), event))  # type: ignore[arg-type]
+            title, in_group = None, False
+    return frames, "".join(script)
+
+
+def _number(text: str | None, what: str, source: str) -> tuple[float, bool]:
+    """A coordinate: its value and whether it was a percentage."""
+    match = _NUMBER.fullmatch(text or "")
+    if match is None:
+        raise ProfileFormatError(f"{source}: a frame's <rect> has {what}={text!r}, not a number")
+    return float(match[1]), match[2] == "%"
+
+
+def _count(text: str) -> int:
+    value = float(text.replace(",", "").replace("_", ""))
+    return round(value)
+
+
+def _parse_title(title: str) -> tuple[str, int | None, bool]:
+    """(name, count, has a differential part) from a frame's title."""
+    match = _TITLE.fullmatch(title)
+    if match is None:
+        return title.strip(), None, False
+    return match["name"], _count(match["count"]), match["delta"] is not None
+
+
+def read_flamegraph(data: bytes, source: str = "input") -> FlameGraph:
+    """The frames of a flamegraph SVG, with parents, depths and counts; refuses anything else."""
+    if len(data) > MAX_SVG_BYTES:
+        raise ProfileFormatError(
+            f"{source}: refused: {len(data) / 1e6:,.0f} MB is above the "
+            f"{MAX_SVG_BYTES // (1024 * 1024)} MB limit for an SVG"
+        )
+    raw = _scan(data, source)
+    if raw.root != "svg":
+        what = f"<{raw.root}>" if raw.root else "no element"
+        raise ProfileFormatError(f"{source}: not an SVG (the document's root is {what})")
+    if not raw.frames:
+        raise ProfileFormatError(
+            f"{source}: an SVG but not a flamegraph (no frames: <g> elements with a <title> "
+            "and a <rect>)"
+        )
+    exact = all("fg:w" in attrs and "fg:x" in attrs for _, attrs in raw.frames)
+    graph = _exact(raw, source) if exact else _geometric(raw, source)
+    _link(graph, source)
+    return graph
+
+
+def _frames_from(
+    raw: _Raw, source: str, extent: Callable[[dict[str, str]], tuple[float, float]]
+) -> tuple[list[SvgFrame], list[float], bool]:
+    frames: list[SvgFrame] = []
+    ys: list[float] = []
+    differential = False
+    for title, attrs in raw.frames:
+        name, title_count, delta = _parse_title(title)
+        differential = differential or delta
+        start, width = extent(attrs)
+        y, _ = _number(attrs.get("y"), "y", source)
+        ys.append(y)
+        frames.append(SvgFrame(name, -1, start, width, 0, title_count))
+    return frames, ys, differential
+
+
+def _exact(raw: _Raw, source: str) -> FlameGraph:
+    """inferno: fg:x / fg:w are exact sample ranges."""
+
+    def extent(attrs: dict[str, str]) -> tuple[float, float]:
+        try:
+            return int(attrs["fg:x"]), int(attrs["fg:w"])
+        except ValueError:
+            raise ProfileFormatError(
+                f"{source}: a frame has fg:x={attrs['fg:x']!r} fg:w={attrs['fg:w']!r}, "
+                "not sample counts"
+            ) from None
+
+    frames, ys, differential = _frames_from(raw, source, extent)
+    for frame in frames:
+        frame.count = int(frame.width)
+    graph = _rows(frames, ys, raw, source, exact=True)
+    graph.differential = differential
+    root = frames[0]
+    if root.title_count is not None and root.count:
+        graph.factor = root.title_count / root.count
+    off = [
+        f
+        for f in frames
+        if f.title_count is not None and abs(f.title_count - f.count * graph.factor) > 1
+    ]
+    if off:
+        graph.notes.append(
+            f"{len(off):,} frame titles disagree with their fg:w sample counts "
+            f"(first: {off[0].name!r}); the fg:w counts are used"
+        )
+    if not math.isclose(graph.factor, 1.0, rel_tol=1e-3):
+        graph.notes.append(
+            f"the titles show counts scaled by {graph.factor:.6g} (--factor); "
+            "the profile keeps the unscaled fg:w counts"
+        )
+    declared = raw.total_samples
+    if declared is not None and declared.isdigit() and int(declared) != root.count:
+        graph.notes.append(f"total_samples={declared} but the root frame holds {root.count:,}")
+    return graph
+
+
+def _geometric(raw: _Raw, source: str) -> FlameGraph:
+    """flamegraph.pl: structure from x / y / width in pixels, counts from the titles."""
+    units: set[bool] = set()
+
+    def extent(attrs: dict[str, str]) -> tuple[float, float]:
+        x, x_pct = _number(attrs.get("x"), "x", source)
+        width, w_pct = _number(attrs.get("width"), "width", source)
+        units.update((x_pct, w_pct))
+        return x, width
+
+    frames, ys, differential = _frames_from(raw, source, extent)
+    if len(units) > 1:
+        raise ProfileFormatError(f"{source}: frames mix pixel and percent coordinates")
+    for frame in frames:
+        if frame.title_count is None:
+            raise ProfileFormatError(
+                f"{source}: the frame title {frame.name[:80]!r} has no "
+                "'(COUNT samples, PCT%)' part; is this a flamegraph?"
+            )
+        frame.count = frame.title_count
+    graph = _rows(frames, ys, raw, source, exact=False)
+    graph.differential = differential
+    return graph
+
+
+def _rows(
+    frames: list[SvgFrame], ys: list[float], raw: _Raw, source: str, *, exact: bool
+) -> FlameGraph:
+    """Depths from the rows (clustered y values), root row first; root frame first in the list."""
+    levels = sorted(set(ys))
+    # Rows are a frame height apart (16 px by default); rounding moves a row by less than 1 px.
+    tolerance = 1.0
+    row_of: dict[float, int] = {}
+    row = -1
+    previous = -math.inf
+    for y in levels:
+        if y - previous > tolerance:
+            row += 1
+        row_of[y] = row
+        previous = y
+    rows = row + 1
+    by_row: list[list[int]] = [[] for _ in range(rows)]
+    for index, y in enumerate(ys):
+        by_row[row_of[y]].append(index)
+
+    inverted = _inverted(frames, by_row, raw)
+    for index, y in enumerate(ys):
+        r = row_of[y]
+        frames[index].depth = r if inverted else rows - 1 - r
+    frames.sort(key=lambda f: (f.depth, f.start))
+    base = [f for f in frames if f.depth == 0]
+    if len(base) == 1 and base[0].name == "all":
+        total = base[0].count
+    else:
+        # No synthetic root: add one holding everything, so every drawn frame is a real one.
+        total = sum(f.count for f in base)
+        start = min(f.start for f in base)
+        end = max(f.start + f.width for f in base)
+        for frame in frames:
+            frame.depth += 1
+        frames.insert(0, SvgFrame("all", 0, start, end - start, total, None))
+    return FlameGraph(frames, total, inverted, exact)
+
+
+def _inverted(frames: list[SvgFrame], by_row: list[list[int]], raw: _Raw) -> bool:
+    """Icicle (root row at the top) or flame (root row at the bottom)?"""
+    if len(by_row) == 1:
+        return False
+
+    def is_root(row: list[int]) -> bool:
+        return len(row) == 1 and frames[row[0]].name == "all"
+
+    top, bottom = is_root(by_row[0]), is_root(by_row[-1])
+    if top != bottom:
+        return top
+    said = _INVERTED.search(raw.script)
+    if said is not None:
+        return said[1] in ("true", "1")
+    top_count = sum(frames[i].count or frames[i].width for i in by_row[0])
+    bottom_count = sum(frames[i].count or frames[i].width for i in by_row[-1])
+    return top_count > bottom_count
+
+
+def _link(graph: FlameGraph, source: str) -> None:
+    """Each frame's parent: the frame one row closer to the root that covers its range."""
+    frames = graph.frames
+    first_of_depth: dict[int, int] = {}
+    for index, frame in enumerate(frames):
+        first_of_depth.setdefault(frame.depth, index)
+    depth_end: dict[int, int] = {}
+    for index, frame in enumerate(frames):
+        depth_end[frame.depth] = index + 1
+    for depth in sorted(first_of_depth):
+        if depth == 0:
+            if depth_end[0] - first_of_depth[0] != 1:
+                raise ProfileFormatError(f"{source}: the flamegraph has more than one root frame")
+            continue
+        if depth - 1 not in first_of_depth:
+            raise ProfileFormatError(f"{source}: frames at depth {depth} have no row below them")
+        lo, hi = first_of_depth[depth - 1], depth_end[depth - 1]
+        starts = [frames[i].start for i in range(lo, hi)]
+        for index in range(first_of_depth[depth], depth_end[depth]):
+            frame = frames[index]
+            frame.parent = _parent_of(frame, frames, starts, lo, graph.exact)
+            if frame.parent < 0:
+                raise ProfileFormatError(
+                    f"{source}: the frame {frame.name[:80]!r} has no parent frame under it"
+                )
+
+
+def _parent_of(
+    frame: SvgFrame, frames: list[SvgFrame], starts: list[float], lo: int, exact: bool
+) -> int:
+    if exact:
+        at = bisect_right(starts, frame.start) - 1
+        if at < 0:
+            return -1
+        parent = frames[lo + at]
+        if frame.start + frame.width > parent.start + parent.width:
+            return -1
+        return lo + at
+    # Pixel geometry is rounded: take the candidate that overlaps the child the most.
+    mid = frame.start + frame.width / 2
+    at = bisect_right(starts, mid) - 1
+    best, best_overlap = -1, -math.inf
+    for candidate in (at - 1, at, at + 1):
+        if 0 <= candidate < len(starts):
+            parent = frames[lo + candidate]
+            overlap = min(frame.start + frame.width, parent.start + parent.width) - max(
+                frame.start, parent.start
+            )
+            if overlap > best_overlap:
+                best, best_overlap = lo + candidate, overlap
+    tolerance = max(0.5, frame.width)
+    if best < 0 or best_overlap < -tolerance:
+        return -1
+    return best
+
+
+def to_profile(graph: FlameGraph, source: str = "input") -> Profile:
+    """Folded stacks from the frames: each frame's self time on the stack that ends in it."""
+    frames = graph.frames
+    children_sum = [0] * len(frames)
+    for frame in frames:
+        if frame.parent >= 0:
+            children_sum[frame.parent] += frame.count
+    paths: list[str] = [""] * len(frames)
+    profile = Profile()
+    negative = 0
+    renamed = 0
+    for index, frame in enumerate(frames):
+        if index == 0:
+            continue
+        name = frame.name
+        if ";" in name:
+            name = name.replace(";", SEMICOLON_STANDIN)
+            renamed += 1
+        parent_path = paths[frame.parent] if frame.parent > 0 else ""
+        path = f"{parent_path};{name}" if parent_path else name
+        paths[index] = path
+        own = frame.count - children_sum[index]
+        if own < 0:
+            negative -= own
+            continue
+        profile.add(path, own)
+    root = frames[0]
+    root_self = root.count - children_sum[0]
+    if root_self > 0:
+        profile.add(PRUNED_FRAME, root_self)
+    if negative and graph.exact:
+        raise ProfileFormatError(
+            f"{source}: frames are wider than their parents; not a consistent flamegraph"
+        )
+    if not profile.stacks:
+        raise ProfileFormatError(f"{source}: the flamegraph has no samples")
+    notes = list(graph.notes)
+    if graph.differential:
+        notes.append("a differential flamegraph: read as its 'after' side (the frame widths)")
+    if renamed:
+        notes.append(
+            f"{renamed:,} frame names contain ';', written as {SEMICOLON_STANDIN!r} "
+            "since folded stacks separate frames with ';'"
+        )
+    if negative:
+        notes.append(
+            f"the titles' counts are rounded (--factor?): {negative:,} samples of children "
+            "exceed their parents' counts and were not given to the parents' self time"
+        )
+    pruned = _pruning(graph, root_self)
+    if pruned:
+        notes.append(pruned)
+    profile.notes = notes
+    profile.marked = any(state_of(s) != "busy" for s in profile.stacks)
+    return profile
+
+
+def _pruning(graph: FlameGraph, root_self: int) -> str:
+    """A note when frames were (probably) left out for being too narrow, else ''."""
+    total = graph.total
+    if total <= 0:
+        return ""
+    smallest = min((f.count for f in graph.frames[1:] if f.count > 0), default=0)
+    # Default minimum widths: inferno 0.1% of the graph, flamegraph.pl 0.1 px of the frames.
+    root_width = graph.frames[0].width
+    threshold = 0.001 if graph.exact or not root_width else 0.1 / root_width
+    narrowest = smallest / total
+    likely = (
+        smallest >= 2 and 1 / total < threshold and 0.9 * threshold <= narrowest < 2 * threshold
+    )
+    if not likely and root_self <= 0:
+        return ""
+    text = (
+        f"frames narrower than the renderer's minimum width (about {threshold * 100:.2g}% "
+        f"of the graph, {max(1, math.ceil(threshold * total)):,} samples) are not in the SVG; "
+        "their time is counted as self time of their parent frames"
+    )
+    if root_self > 0:
+        text += f" ({root_self:,} samples of top-level frames as {PRUNED_FRAME})"
+    return text
+
+
+def read_svg(data: bytes, source: str = "input") -> Profile:
+    """A flamegraph SVG (bytes) as a Profile; ProfileFormatError for anything else."""
+    return to_profile(read_flamegraph(data, source), source)
