@@ -372,15 +372,15 @@ def _link(graph: FlameGraph, source: str) -> None:
     """Each frame's parent: the frame one row closer to the root that covers its range."""
     frames = graph.frames
     first_of_depth: dict[int, int] = {}
-    for index, frame in enumerate(frames):
-        first_of_depth.setdefault(frame.depth, index)
     depth_end: dict[int, int] = {}
     for index, frame in enumerate(frames):
+        first_of_depth.setdefault(frame.depth, index)
         depth_end[frame.depth] = index + 1
+    if depth_end[0] - first_of_depth[0] != 1:
+        raise ProfileFormatError(f"{source}: the flamegraph has more than one root frame")
+    room = [f.count for f in frames]
     for depth in sorted(first_of_depth):
         if depth == 0:
-            if depth_end[0] - first_of_depth[0] != 1:
-                raise ProfileFormatError(f"{source}: the flamegraph has more than one root frame")
             continue
         if depth - 1 not in first_of_depth:
             raise ProfileFormatError(f"{source}: frames at depth {depth} have no row below them")
@@ -388,40 +388,44 @@ def _link(graph: FlameGraph, source: str) -> None:
         starts = [frames[i].start for i in range(lo, hi)]
         for index in range(first_of_depth[depth], depth_end[depth]):
             frame = frames[index]
-            frame.parent = _parent_of(frame, frames, starts, lo, graph.exact)
-            if frame.parent < 0:
+            if graph.exact:
+                parent = _exact_parent(frame, frames, starts, lo)
+            else:
+                parent = _nearest_parent(frame, frames, starts, lo, room)
+            if parent < 0:
                 raise ProfileFormatError(
                     f"{source}: the frame {frame.name[:80]!r} has no parent frame under it"
                 )
+            frame.parent = parent
+            room[parent] -= frame.count
 
 
-def _parent_of(
-    frame: SvgFrame, frames: list[SvgFrame], starts: list[float], lo: int, exact: bool
+def _exact_parent(frame: SvgFrame, frames: list[SvgFrame], starts: list[float], lo: int) -> int:
+    at = bisect_right(starts, frame.start) - 1
+    if at < 0:
+        return -1
+    parent = frames[lo + at]
+    if frame.start + frame.width > parent.start + parent.width:
+        return -1
+    return lo + at
+
+
+def _nearest_parent(
+    frame: SvgFrame, frames: list[SvgFrame], starts: list[float], lo: int, room: list[int]
 ) -> int:
-    if exact:
-        at = bisect_right(starts, frame.start) - 1
-        if at < 0:
-            return -1
-        parent = frames[lo + at]
-        if frame.start + frame.width > parent.start + parent.width:
-            return -1
-        return lo + at
-    # Pixel geometry is rounded: take the candidate that overlaps the child the most.
+    """Pixel geometry is rounded: of the frames around the child's middle, the one overlapping
+    it the most that still has room for its count (sub-pixel frames touch two parents)."""
     mid = frame.start + frame.width / 2
     at = bisect_right(starts, mid) - 1
-    best, best_overlap = -1, -math.inf
-    for candidate in (at - 1, at, at + 1):
-        if 0 <= candidate < len(starts):
-            parent = frames[lo + candidate]
-            overlap = min(frame.start + frame.width, parent.start + parent.width) - max(
-                frame.start, parent.start
-            )
-            if overlap > best_overlap:
-                best, best_overlap = lo + candidate, overlap
-    tolerance = max(0.5, frame.width)
-    if best < 0 or best_overlap < -tolerance:
-        return -1
-    return best
+    scored = []
+    for candidate in range(max(0, at - 2), min(len(starts), at + 3)):
+        parent = frames[lo + candidate]
+        overlap = min(frame.start + frame.width, parent.start + parent.width) - max(
+            frame.start, parent.start
+        )
+        if overlap >= -max(0.5, frame.width):
+            scored.append((room[lo + candidate] < frame.count, -overlap, lo + candidate))
+    return min(scored)[2] if scored else -1
 
 
 def to_profile(graph: FlameGraph, source: str = "input") -> Profile:
