@@ -168,3 +168,13 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, interval: f
             return True
         time.sleep(interval)
     return False
+
+
+def free_port() -> int:
+    """A port that was free on 127.0.0.1 a moment ago."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port

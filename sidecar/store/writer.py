@@ -68,6 +68,7 @@ class Writer:
         self._queue: deque[Message] = deque()
         self._cond = threading.Condition()
         self._stopping = False
+        self._room_made = False
         self._thread = threading.Thread(target=self._run, name="sidecar-writer", daemon=True)
 
     def start(self) -> None:
@@ -113,6 +114,9 @@ class Writer:
                 elif stopping:
                     log.error("stopping with %d unwritten messages", len(self._queue))
                     return
+                elif self._room_made:
+                    self._room_made = False  # eviction freed space: retry at once
+                    continue
                 else:
                     time.sleep(backoff)
                     backoff = min(backoff * 2, 30.0)
@@ -177,6 +181,7 @@ class Writer:
             try:
                 evicted = self.store.evict_oldest()
                 self.health.evicted_windows += evicted
+                self._room_made = evicted > 0
                 if evicted:
                     log.warning("database full: evicted the %d oldest windows", evicted)
             except sqlite3.Error as again:

@@ -1,0 +1,352 @@
+"""``sidecar serve`` as a real process against real targets: targets, profiles, restarts,
+crashes, a full database, retention, the token and the metrics."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import PYTHON, ROOT, LoadDriver, Spawner, free_port, wait_until
+from prometheus_client.parser import text_string_to_metric_families
+
+
+class Serve:
+    """A running ``sidecar serve`` on a free loopback port."""
+
+    def __init__(self, db: Path, *args: str, token: str | None = None) -> None:
+        self.db = db
+        self.port = free_port()
+        self.token = token
+        self.popen = subprocess.Popen(
+            [
+                PYTHON,
+                "-m",
+                "sidecar",
+                "serve",
+                "--db",
+                str(db),
+                "--port",
+                str(self.port),
+                "--window",
+                "1",
+                "--match",
+                r"-m targets\.",
+                *args,
+            ],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert wait_until(self._up, timeout=20), self._stderr()
+
+    def _up(self) -> bool:
+        if self.popen.poll() is not None:
+            raise AssertionError(self._stderr())
+        try:
+            return self.status("/healthz") == 200
+        except OSError:
+            return False
+
+    def _stderr(self) -> str:
+        if self.popen.poll() is None:
+            return "(still running)"
+        assert self.popen.stderr is not None
+        return self.popen.stderr.read()
+
+    def request(self, path: str, token: str | None = None) -> tuple[int, bytes, dict[str, str]]:
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}")
+        if token or self.token:
+            req.add_header("Authorization", f"Bearer {token or self.token}")
+        try:
+            with urllib.request.urlopen(req, timeout=30) as response:
+                return response.status, response.read(), dict(response.headers)
+        except urllib.error.HTTPError as err:
+            return err.code, err.read(), dict(err.headers)
+
+    def status(self, path: str) -> int:
+        return self.request(path)[0]
+
+    def json(self, path: str) -> Any:
+        status, body, _ = self.request(path)
+        assert status == 200, body
+        return json.loads(body)
+
+    def targets(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self.json("/api/targets")
+        return result
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        if self.popen.poll() is None:
+            self.popen.send_signal(sig)
+        return self.popen.wait(timeout=30)
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Any]:
+    started: list[Serve] = []
+
+    def start(
+        *args: str, pids: tuple[int, ...] = (), db: Path | None = None, token: str | None = None
+    ) -> Serve:
+        """Samples only the given PIDs (or what ``--match`` in args selects)."""
+        selection = [arg for pid in pids for arg in ("--pid", str(pid))]
+        if not selection and "--match" not in args:
+            selection = ["--pid", "1"]  # nothing of this machine's other processes
+        server = Serve(db or tmp_path / "sidecar.db", *selection, *args, token=token)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        if server.popen.poll() is None:
+            server.stop(signal.SIGKILL)
+
+
+def by_framework(targets: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {t["framework"]: t for t in targets}
+
+
+def test_targets_profiles_and_timeline(spawn: Spawner, load: LoadDriver, serve: Any) -> None:
+    aio = spawn.target("aiohttp_app", "--uvloop")
+    tor = spawn.target("tornado_app")
+    load.start(aio.url + "/hard", seconds=30, connections=10)
+    load.start(tor.url + "/hard", seconds=30, connections=10)
+    server = serve(pids=(aio.pid, tor.pid))
+    assert wait_until(lambda: len(server.targets()) == 2, timeout=15), server.targets()
+    targets = by_framework(server.targets())
+    assert targets["aiohttp"]["loop"] == "uvloop" and targets["aiohttp"]["pid"] == aio.pid
+    assert targets["tornado"]["loop"] == "asyncio" and targets["tornado"]["pid"] == tor.pid
+    assert all(t["alive"] and t["problem"] is None for t in targets.values())
+
+    tid = targets["aiohttp"]["id"]
+
+    def folded(target_id: int) -> str:
+        status, body, _ = server.request(f"/api/profile?target={target_id}&format=folded")
+        return body.decode() if status == 200 else ""
+
+    # the handlers run briefly between awaits: wait until enough busy samples caught them
+    assert wait_until(lambda: "hard_handler (targets/aiohttp_app.py:" in folded(tid), timeout=30)
+    tor_id = targets["tornado"]["id"]
+    assert wait_until(
+        lambda: "HardWorkHandler.get (targets/tornado_app.py:" in folded(tor_id), timeout=30
+    )
+    assert "aiohttp_app.py" not in folded(tor_id)  # never another target's samples
+
+    status, svg, headers = server.request(f"/api/profile?target={tid}&format=svg")
+    assert status == 200 and svg.startswith(b"<?xml")
+    assert "sandbox" in headers["content-security-policy"]
+    doc = server.json(f"/api/profile?target={tid}&format=speedscope")
+    assert doc["profiles"][0]["type"] == "sampled"
+
+    busy = server.request(f"/api/profile?target={tid}&state=busy")[1].decode()
+    assert busy and "[idle]" not in busy and "[blocked]" not in busy
+
+    now = time.time()
+    timeline = server.json(f"/api/timeline?target={tid}&step=1&from={now - 60}&to={now}")
+    assert timeline["loop_threads_only"] is True
+    buckets = timeline["buckets"]
+    assert len(buckets) >= 3
+    assert all(b["t"] % 1 == 0 for b in buckets)
+    assert sum(b["idle"] for b in buckets) > sum(b["blocked"] for b in buckets)
+
+
+def test_restart_keeps_the_target_and_adds_a_process(spawn: Spawner, serve: Any) -> None:
+    port = str(free_port())
+    first = spawn.target("tornado_app", "--port", port)
+    server = serve("--match", f"targets.tornado_app --port {port}$")
+    assert wait_until(lambda: len(server.targets()) == 1 and server.targets()[0]["samples"] > 50)
+    target_id = server.targets()[0]["id"]
+    first.popen.kill()
+    first.popen.wait()
+    assert wait_until(lambda: not server.targets()[0]["alive"], timeout=15)
+    second = spawn.target("tornado_app", "--port", port)
+    assert wait_until(lambda: server.targets()[0]["pid"] == second.pid, timeout=15)
+    (target,) = server.targets()
+    assert target["id"] == target_id and target["processes"] == 2 and target["alive"]
+
+
+def test_workers_of_one_command_are_separate_targets(spawn: Spawner, serve: Any) -> None:
+    one = spawn.target("aiohttp_app")
+    two = spawn.target("aiohttp_app")
+    server = serve(pids=(one.pid, two.pid))
+    assert wait_until(lambda: len(server.targets()) == 2, timeout=15)
+    targets = server.targets()
+    assert {t["pid"] for t in targets} == {one.pid, two.pid}
+    assert len({t["id"] for t in targets}) == 2
+    assert len({t["group"] for t in targets}) == 1
+
+
+def windows_in(db: Path) -> set[tuple[int, int, int]]:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return set(conn.execute("SELECT window, target_id, process_id FROM windows").fetchall())
+    finally:
+        conn.close()
+
+
+def test_kill_9_during_writes_keeps_a_consistent_database(
+    spawn: Spawner, load: LoadDriver, serve: Any, tmp_path: Path
+) -> None:
+    target = spawn.target("aiohttp_app")
+    load.start(target.url + "/cpu", seconds=30, connections=2)
+    db = tmp_path / "crash.db"
+    for _ in range(3):
+        server = serve(pids=(target.pid,), db=db)
+        assert wait_until(lambda: len(windows_in(db)) > 0, timeout=15)
+        time.sleep(1.5)
+        before = windows_in(db)
+        server.stop(signal.SIGKILL)
+        conn = sqlite3.connect(db)
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        conn.close()
+        assert before <= windows_in(db)
+
+
+def test_sigterm_flushes_the_window_in_progress(spawn: Spawner, serve: Any, tmp_path: Path) -> None:
+    target = spawn.target("tornado_app")
+    db = tmp_path / "term.db"
+    server = serve("--window", "5", pids=(target.pid,), db=db)  # the later --window wins
+    assert wait_until(lambda: server.targets() and server.targets()[0]["pid"] == target.pid)
+    time.sleep(2)  # inside the first 5 s window: nothing completed yet
+    assert server.stop() == 0
+    conn = sqlite3.connect(db)
+    ticks = conn.execute("SELECT SUM(ticks) FROM windows").fetchone()[0]
+    conn.close()
+    assert ticks and ticks >= 100
+
+
+def test_full_database_keeps_sampling_and_recovers(
+    spawn: Spawner, load: LoadDriver, serve: Any
+) -> None:
+    target = spawn.target("aiohttp_app")
+    load.start(target.url + "/cpu?repeat=1", seconds=40, connections=2)
+    server = serve("--max-db-size", "160K", "--rate", "400", pids=(target.pid,))
+    assert wait_until(lambda: server.json("/healthz")["store"]["write_errors"] > 0, timeout=30)
+    health = server.json("/healthz")
+    samples_then = metric(server, "sidecar_sampler_samples_total")
+    assert wait_until(lambda: metric(server, "sidecar_sampler_samples_total") > samples_then)
+    # writing resumes: room is made by evicting the oldest windows
+    written = metric(server, "sidecar_store_windows_written_total")
+    assert wait_until(
+        lambda: metric(server, "sidecar_store_windows_written_total") > written, timeout=30
+    ), server.json("/healthz")
+    assert health["store"]["last_error"] and "full" in health["store"]["last_error"].lower()
+    assert server.json("/healthz")["store"]["evicted_windows"] > 0
+
+
+def metric(server: Serve, name: str) -> float:
+    text = server.request("/metrics")[1].decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name:
+                return float(sample.value)
+    raise AssertionError(f"{name} not in /metrics")
+
+
+def test_retention_removes_old_windows(spawn: Spawner, serve: Any, tmp_path: Path) -> None:
+    target = spawn.target("tornado_app")
+    db = tmp_path / "ret.db"
+    server = serve("--retention", "4s", pids=(target.pid,), db=db)
+    assert wait_until(lambda: len(windows_in(db)) >= 6, timeout=20)
+
+    def oldest_is_recent() -> bool:
+        starts = [w for w, _, _ in windows_in(db)]
+        return bool(starts) and min(starts) >= time.time() - 4 - 3
+
+    assert wait_until(oldest_is_recent, timeout=20), sorted(windows_in(db))[:3]
+    assert server.json("/healthz")["status"] == "ok"
+
+
+def test_token_is_enforced(serve: Any, tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret-token-0123456789\n")
+    server = serve("--token-file", str(token_file), token="s3cret-token-0123456789")
+    assert server.status("/api/targets") == 200
+    for bad in ("wrong-token-0123456789", "s3cret-token-012345678"):
+        status, body, _ = server.request("/api/targets", token=bad)
+        assert status == 401
+        assert json.loads(body)["error"]["code"] == "unauthorized"
+    raw = urllib.request.Request(f"http://127.0.0.1:{server.port}/api/targets")
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(raw, timeout=10)
+    assert caught.value.code == 401
+    for open_path in ("/healthz", "/metrics"):
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}{open_path}") as response:
+            assert response.status == 200
+    query = f"http://127.0.0.1:{server.port}/api/targets?token=s3cret-token-0123456789"
+    with urllib.request.urlopen(query) as response:
+        assert response.status == 200
+
+
+def test_metrics_parse_and_errors_have_one_shape(spawn: Spawner, serve: Any) -> None:
+    target = spawn.target("aiohttp_app", "--uvloop")
+    server = serve(pids=(target.pid,))
+    assert wait_until(lambda: metric(server, "sidecar_sampler_samples_total") > 100)
+    text = server.request("/metrics")[1].decode()
+    names = {f.name for f in text_string_to_metric_families(text)}
+    for name in (
+        "sidecar_sampler_samples",
+        "sidecar_sampler_errors",
+        "sidecar_sampling_lag_seconds",
+        "sidecar_targets",
+        "sidecar_store_bytes",
+        "sidecar_store_write_errors",
+        "sidecar_loop_share",
+    ):
+        assert name in names
+    assert metric(server, "sidecar_store_bytes") > 0
+    for path, status in (
+        ("/api/profile?target=999", 404),
+        ("/api/profile?target=abc", 400),
+        ("/api/profile?from=10&to=5", 400),
+        ("/api/profile?from=-5", 400),
+        ("/api/profile?format=png", 400),
+        ("/api/profile?state=sleepy", 400),
+        ("/api/timeline?from=0&to=1e10&step=1", 400),
+        ("/no/such/route", 404),
+        ("/api/../../etc/passwd", 404),
+    ):
+        got, body, _ = server.request(path)
+        assert got == status, (path, body)
+        error = json.loads(body)["error"]
+        assert error["status"] == status and error["code"] and error["message"], path
+
+
+def test_second_sidecar_on_the_same_database_refuses(serve: Any, tmp_path: Path) -> None:
+    db = tmp_path / "shared.db"
+    serve(db=db)
+    result = subprocess.run(
+        [PYTHON, "-m", "sidecar", "serve", "--db", str(db), "--port", str(free_port())],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert (
+        lines[-1].startswith("sidecar: error: database")
+        and "in use by another sidecar" in lines[-1]
+    )
+
+
+def test_listening_beyond_loopback_needs_a_token() -> None:
+    result = subprocess.run(
+        [PYTHON, "-m", "sidecar", "serve", "--host", "0.0.0.0", "--port", str(free_port())],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 2
+    assert "--token-file" in result.stderr
