@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 
 from sidecar import __version__
+from sidecar.diff import Change, diff_profiles, render_diff
 from sidecar.errors import NoSamples, SidecarError, UsageError
 from sidecar.metrics import registry_for
 from sidecar.profile import Profile
@@ -153,6 +154,45 @@ def create_app(service: Service) -> FastAPI:
         data = reader.profile(target, _span(start, end), states, thread)
         return _profile_response(data, format, _title(target, start, end), inverted)
 
+    @app.get("/api/diff", summary="Differential flamegraph of two ranges or two targets")
+    def diff(
+        target: TargetId = None,
+        start: From = None,
+        end: To = None,
+        target_b: Annotated[int | None, Query(description="default: target")] = None,
+        start_b: Annotated[float | None, Query(alias="from_b")] = None,
+        end_b: Annotated[float | None, Query(alias="to_b")] = None,
+        format: Annotated[str, Query(pattern="^(svg|folded|json)$")] = "svg",
+        normalize: bool = True,
+    ) -> Response:
+        if target_b is None and start_b is None and end_b is None:
+            raise QueryError("give target_b or from_b/to_b: what to compare with")
+        before = reader.profile(target, _span(start, end))
+        after = reader.profile(
+            target if target_b is None else target_b,
+            _span(start if start_b is None else start_b, end if end_b is None else end_b),
+        )
+        if not before.stacks or not after.stacks:
+            raise NoSamples("one of the two ranges has no samples")
+        result = diff_profiles(before, after, normalize=normalize)
+        if format == "folded":
+            return PlainTextResponse("".join(line + "\n" for line in result.lines))
+        if format == "json":
+            return JSONResponse(
+                {
+                    "verdict": result.verdict,
+                    "before_samples": before.total,
+                    "after_samples": after.total,
+                    "self_changes": [_change(c) for c in result.self_changes[:50]],
+                    "total_changes": [_change(c) for c in result.total_changes[:50]],
+                    "state_changes": [_change(c) for c in result.state_changes],
+                }
+            )
+        svg = render_diff(result, RenderOptions(title="sidecar: differential flame graph"))
+        return Response(
+            svg, media_type="image/svg+xml", headers={"Content-Security-Policy": SVG_CSP}
+        )
+
     if WEB.is_dir():
         app.mount("/", StaticFiles(directory=WEB, html=True), name="web")
     else:
@@ -173,6 +213,15 @@ def create_app(service: Service) -> FastAPI:
         return f"sidecar: {who}"
 
     return app
+
+
+def _change(change: Change) -> dict[str, Any]:
+    return {
+        "frame": change.frame,
+        "before": change.before,
+        "after": change.after,
+        "delta": change.delta,
+    }
 
 
 def _profile_response(data: Profile, fmt: str, title: str, inverted: bool) -> Response:
