@@ -1,0 +1,330 @@
+"""What a profile says about its event loop: shares, stack depth, layers, hot and blocking spots.
+
+Per target (one Profile, plus what discovery knows about the process) and aggregated per
+framework:
+
+- busy / idle / blocked shares of the event-loop thread(s) (``classify.state_counts``);
+- stack depth of busy loop samples: Python frames per sample (mean, p50, p95, max);
+- where busy time goes by layer: the framework (aiohttp, tornado and their helpers), the event
+  loop (asyncio, uvloop, selectors) or the application. Standard-library frames belong to
+  whoever called them;
+- the top functions by self and by total time of busy loop samples;
+- the top blocking call sites: the frame right below the ``[blocked]`` leaf.
+
+Profiles without ``[idle]``/``[blocked]`` leaves (plain py-spy or inferno output) are estimated
+from their frames (``classify.estimate_state``) and flagged ``estimated``.
+
+No I/O happens here: the CLI and the HTTP API hand in loaded profiles.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from sidecar.classify import code_frames, estimate_state, is_loop_stack, loop_entry_index
+from sidecar.discover import ProcessInfo, framework_from_frames, loop_from_frames
+from sidecar.profile import BLOCKED_LEAF, IDLE_LEAF, STATES, Frame, Profile, state_of
+
+LAYERS = ("framework", "event_loop", "application", "other")
+
+#: Top-level modules per layer. Anything else that is not standard library is the application.
+FRAMEWORK_MODULES = frozenset(
+    {
+        "aiohttp",
+        "tornado",
+        "multidict",
+        "yarl",
+        "aiosignal",
+        "frozenlist",
+        "propcache",
+        "aiohappyeyeballs",
+    }
+)
+LOOP_MODULES = frozenset({"asyncio", "uvloop", "selectors", "_asyncio"})
+_STDLIB = frozenset(sys.stdlib_module_names)
+_SITE = re.compile(r".*/(?:site|dist)-packages/")
+_LIBDIR = re.compile(r".*/lib/python\d\.\d+/")
+
+
+@lru_cache(maxsize=16384)
+def module_of(file: str) -> str:
+    """The top-level module of a frame's file: ``asyncio/base_events.py`` -> ``asyncio``."""
+    path = file.replace("\\", "/")
+    path = _SITE.sub("", path)
+    path = _LIBDIR.sub("", path)
+    if path.startswith("<"):
+        return path
+    head = path.lstrip("/").split("/", 1)[0]
+    return head.removesuffix(".py")
+
+
+@lru_cache(maxsize=16384)
+def layer_of_file(file: str) -> str | None:
+    """framework, event_loop or application; None for standard library and generated code."""
+    module = module_of(file)
+    if module in LOOP_MODULES:
+        return "event_loop"
+    if module in FRAMEWORK_MODULES:
+        return "framework"
+    if module.startswith("<") or module in _STDLIB:
+        return None
+    return "application"
+
+
+def layer_of(frames: Sequence[Frame]) -> str:
+    """The layer a busy sample is spent in: that of the innermost frame that is not standard
+    library (a stdlib call counts for its caller); ``other`` when all frames are stdlib."""
+    for frame in reversed(frames):
+        if frame.is_code:
+            layer = layer_of_file(frame.file)
+            if layer is not None:
+                return layer
+    return "other"
+
+
+def function_of(frame: Frame) -> str:
+    """A function without its line: ``name (file)``."""
+    return f"{frame.name} ({frame.file})" if frame.file else frame.name
+
+
+@dataclass(frozen=True)
+class Depth:
+    """Python frames per busy loop sample; all None without busy samples."""
+
+    mean: float | None = None
+    p50: int | None = None
+    p95: int | None = None
+    max: int | None = None
+
+    @classmethod
+    def from_histogram(cls, histogram: Mapping[int, int]) -> Depth:
+        total = sum(histogram.values())
+        if not total:
+            return cls()
+        mean = sum(depth * count for depth, count in histogram.items()) / total
+        return cls(
+            mean=round(mean, 2),
+            p50=_percentile(histogram, total, 50),
+            p95=_percentile(histogram, total, 95),
+            max=max(depth for depth, count in histogram.items() if count),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mean": self.mean, "p50": self.p50, "p95": self.p95, "max": self.max}
+
+
+def _percentile(histogram: Mapping[int, int], total: int, pct: float) -> int:
+    """Nearest-rank percentile of a histogram of integers."""
+    rank = max(1, math.ceil(pct / 100 * total))
+    seen = 0
+    for value in sorted(histogram):
+        seen += histogram[value]
+        if seen >= rank:
+            return value
+    return max(histogram)
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """A function or call site with its samples and share."""
+
+    name: str
+    samples: int
+    share: float
+
+
+@dataclass
+class Analysis:
+    """Everything ``stats`` reports about one target (or one framework, merged)."""
+
+    pid: int | None = None
+    framework: str = "unknown"
+    loop: str = "unknown"
+    #: busy / idle / blocked samples of the event-loop thread(s).
+    states: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STATES, 0))
+    #: depth -> busy loop samples with that many Python frames.
+    depth_histogram: dict[int, int] = field(default_factory=dict)
+    #: busy loop samples per layer (see LAYERS).
+    layers: dict[str, int] = field(default_factory=lambda: dict.fromkeys(LAYERS, 0))
+    #: busy loop samples per function, as the innermost frame (self) and anywhere (total).
+    self_samples: Counter[str] = field(default_factory=Counter)
+    total_samples: Counter[str] = field(default_factory=Counter)
+    #: blocked loop samples per call site (the frame below the ``[blocked]`` leaf).
+    site_samples: Counter[str] = field(default_factory=Counter)
+    #: True when the states come from frames alone (no [idle]/[blocked] leaves).
+    estimated: bool = False
+    #: True when no thread entered an event loop: the shares are those of all threads.
+    no_loop_thread: bool = False
+
+    @property
+    def samples(self) -> int:
+        return sum(self.states.values())
+
+    def share(self, state: str) -> float:
+        total = self.samples
+        return self.states[state] / total if total else 0.0
+
+    @property
+    def depth(self) -> Depth:
+        return Depth.from_histogram(self.depth_histogram)
+
+    def layer_share(self, layer: str) -> float:
+        total = sum(self.layers.values())
+        return self.layers[layer] / total if total else 0.0
+
+    def top_self(self, n: int = 10) -> list[Ranked]:
+        """Functions by self time, as shares of busy loop samples."""
+        return _ranked(self.self_samples, self.states["busy"], n)
+
+    def top_total(self, n: int = 10) -> list[Ranked]:
+        """Functions by total (inclusive) time, as shares of busy loop samples; frames up to
+        the one that entered the loop are left out (they are in every sample)."""
+        return _ranked(self.total_samples, self.states["busy"], n)
+
+    def blocking_sites(self, n: int = 10) -> list[Ranked]:
+        """Call sites the loop was blocked in, as shares of blocked loop samples."""
+        return _ranked(self.site_samples, self.states["blocked"], n)
+
+
+def analyze(profile: Profile, info: ProcessInfo | None = None) -> Analysis:
+    """The analysis of one target's profile; ``info`` (from discovery) names its framework and
+    loop, corrected by the frames when they tell more."""
+    stacks = profile.stacks
+    loop_stacks = {stack: count for stack, count in stacks.items() if is_loop_stack(stack)}
+    chosen = loop_stacks or stacks
+    estimated = not profile.marked
+    result = Analysis(
+        pid=info.pid if info is not None else profile.target.pid,
+        estimated=estimated,
+        no_loop_thread=not loop_stacks,
+    )
+    result.framework, result.loop = _framework_and_loop(stacks, info)
+    for stack, count in chosen.items():
+        state = estimate_state(stack) if estimated else state_of(stack)
+        result.states[state] += count
+        if state == "blocked":
+            result.site_samples[_blocking_site(stack)] += count
+        if state != "busy":
+            continue
+        frames = code_frames(stack)
+        depth = sum(1 for frame in frames if frame.is_code)
+        result.depth_histogram[depth] = result.depth_histogram.get(depth, 0) + count
+        result.layers[layer_of(frames)] += count
+        if frames:
+            result.self_samples[function_of(frames[-1])] += count
+        # Frames up to the one that entered the loop are in every loop sample: not ranked.
+        entry = loop_entry_index(frames)
+        above = frames[entry + 1 :] if entry is not None else frames
+        for name in {function_of(frame) for frame in above}:
+            result.total_samples[name] += count
+    return result
+
+
+def _framework_and_loop(stacks: Mapping[str, int], info: ProcessInfo | None) -> tuple[str, str]:
+    framework = framework_from_frames(stacks)
+    loop = loop_from_frames(stacks)
+    if info is None:
+        return framework, loop
+    if framework == "unknown":
+        framework = info.framework
+    # The mapped extension decides uvloop; frames only overrule it when asyncio's loop runs.
+    if loop != "asyncio":
+        loop = info.loop
+    return framework, loop
+
+
+def _blocking_site(stack: str) -> str:
+    """The frame a blocked sample waits in: the last frame before the ``[blocked]`` leaf."""
+    parts = stack.split(";")
+    while parts and parts[-1] in (IDLE_LEAF, BLOCKED_LEAF):
+        parts.pop()
+    return parts[-1] if parts else "(no frame)"
+
+
+def _ranked(counts: Counter[str], whole: int, top: int) -> list[Ranked]:
+    ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:top]
+    return [Ranked(name, count, count / whole if whole else 0.0) for name, count in ordered]
+
+
+def merge(analyses: Iterable[Analysis], *, framework: str = "unknown") -> Analysis:
+    """Several targets as one: states, depths, layers and function counts add up."""
+    out = Analysis(framework=framework)
+    loops: set[str] = set()
+    for one in analyses:
+        loops.add(one.loop)
+        out.estimated |= one.estimated
+        for state, count in one.states.items():
+            out.states[state] += count
+        for depth, count in one.depth_histogram.items():
+            out.depth_histogram[depth] = out.depth_histogram.get(depth, 0) + count
+        for layer, count in one.layers.items():
+            out.layers[layer] += count
+        out.self_samples.update(one.self_samples)
+        out.total_samples.update(one.total_samples)
+        out.site_samples.update(one.site_samples)
+        out.no_loop_thread |= one.no_loop_thread
+    out.loop = loops.pop() if len(loops) == 1 else "mixed" if loops else "unknown"
+    return out
+
+
+def by_framework(analyses: Sequence[Analysis]) -> dict[str, Analysis]:
+    """One merged analysis per framework, in order of first appearance."""
+    names = list(dict.fromkeys(one.framework for one in analyses))
+    return {
+        name: merge((one for one in analyses if one.framework == name), framework=name)
+        for name in names
+    }
+
+
+def _shares(analysis: Analysis) -> dict[str, Any]:
+    return {
+        "samples": analysis.samples,
+        "busy_share": round(analysis.share("busy"), 4),
+        "idle_share": round(analysis.share("idle"), 4),
+        "blocked_share": round(analysis.share("blocked"), 4),
+        "depth": analysis.depth.to_json(),
+    }
+
+
+def stats_document(analyses: Sequence[Analysis]) -> dict[str, Any]:
+    """Exactly the ``stats --json`` / ``GET /api/stats`` shape of DESIGN.md."""
+    return {
+        "targets": [
+            {"pid": one.pid, "framework": one.framework, "loop": one.loop, **_shares(one)}
+            for one in analyses
+        ],
+        "frameworks": {name: _shares(merged) for name, merged in by_framework(analyses).items()},
+    }
+
+
+def stats_json(targets: Iterable[tuple[Profile, ProcessInfo | None]]) -> dict[str, Any]:
+    """The stats document for loaded profiles, each with what discovery knows of its process
+    (None for a profile read from a file)."""
+    return stats_document([analyze(profile, info) for profile, info in targets])
+
+
+def details_json(analysis: Analysis, top: int = 10) -> dict[str, Any]:
+    """What ``stats_document`` leaves out: layers, top functions, blocking call sites, and
+    whether the states are estimated."""
+
+    def rows(items: list[Ranked]) -> list[dict[str, Any]]:
+        return [{"name": r.name, "samples": r.samples, "share": round(r.share, 4)} for r in items]
+
+    return {
+        "pid": analysis.pid,
+        "framework": analysis.framework,
+        "loop": analysis.loop,
+        "estimated": analysis.estimated,
+        "no_loop_thread": analysis.no_loop_thread,
+        "busy_layers": {layer: round(analysis.layer_share(layer), 4) for layer in LAYERS},
+        "top_self": rows(analysis.top_self(top)),
+        "top_total": rows(analysis.top_total(top)),
+        "blocking_sites": rows(analysis.blocking_sites(top)),
+    }

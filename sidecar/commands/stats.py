@@ -1,0 +1,155 @@
+"""``sidecar stats``: busy / idle / blocked shares, stack depth, hot and blocking spots.
+
+Live (``--pid PID [--duration S]``) or from a profile file (folded text or a flamegraph SVG
+written by sidecar). ``--json`` prints exactly the documented shape of DESIGN.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from dataclasses import replace
+from types import FrameType
+from typing import Any
+
+from sidecar.analyze import LAYERS, Analysis, Ranked, analyze, stats_document
+from sidecar.discover import ProcessInfo, describe, refine
+from sidecar.errors import NoSamples, TargetGone, UsageError
+from sidecar.inputs import load_profile
+from sidecar.profile import Profile
+from sidecar.sample import record
+
+HELP = "event-loop shares (busy / idle / blocked), stack depth, top functions and blocking calls"
+DEFAULT_DURATION = 10.0
+
+
+def add_parser(sub: Any) -> None:
+    parser = sub.add_parser(
+        "stats",
+        help=HELP,
+        description=HELP + ", of a live process (--pid) or of a profile file (folded stacks "
+        "or a flamegraph SVG written by sidecar). Profiles without [idle]/[blocked] frames "
+        "(plain py-spy) are estimated from their frames.",
+    )
+    parser.add_argument("profile", nargs="?", metavar="PROFILE_FILE", help="folded or SVG file")
+    parser.add_argument("--pid", type=int, help="sample this process live")
+    parser.add_argument(
+        "--duration",
+        type=float,
+        metavar="S",
+        help=f"seconds to sample with --pid (default {DEFAULT_DURATION:g}; Ctrl-C stops early)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the stats as JSON")
+    parser.add_argument(
+        "--top", type=int, default=10, metavar="N", help="rows of the tables (default 10)"
+    )
+    parser.set_defaults(run=run)
+
+
+def _terminate_as_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def _live(pid: int, duration: float) -> tuple[Profile, ProcessInfo]:
+    info = describe(pid)
+    print(f"sampling PID {pid} for {duration:g} s", file=sys.stderr)
+    previous = signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    try:
+        rec = record(pid, duration=duration)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    profile = rec.counts.to_profile()
+    profile.target = rec.target
+    profile.rate_hz = rec.rate_hz
+    if not profile.stacks:
+        raise NoSamples(
+            f"PID {pid} exited before a sample was taken" if rec.exited else "no samples"
+        )
+    if rec.exited:
+        print(
+            f"PID {pid} exited after {rec.elapsed:.1f} s; stats of what was sampled",
+            file=sys.stderr,
+        )
+    if rec.target.python_version:
+        info = replace(info, python_version=rec.target.python_version)
+    return profile, refine(info, profile.stacks)
+
+
+def run(args: argparse.Namespace) -> int:
+    if (args.pid is None) == (args.profile is None):
+        raise UsageError("give either --pid PID or a PROFILE_FILE")
+    if args.duration is not None and (args.pid is None or args.duration <= 0):
+        raise UsageError("--duration needs --pid and must be positive")
+    if args.top < 1:
+        raise UsageError("--top must be at least 1")
+    info: ProcessInfo | None = None
+    if args.pid is not None:
+        try:
+            profile, info = _live(args.pid, args.duration or DEFAULT_DURATION)
+        except TargetGone as err:
+            raise TargetGone(f"PID {args.pid}: {err}") from err
+    else:
+        profile = load_profile(args.profile)
+    analysis = analyze(profile, info)
+    if analysis.estimated:
+        print(
+            "sidecar: note: the profile has no [idle]/[blocked] frames (plain py-spy?): "
+            "the shares are estimated from its frames (the selector wait counts as idle)",
+            file=sys.stderr,
+        )
+    if args.json:
+        print(json.dumps(stats_document([analysis]), indent=2))
+    else:
+        print("\n".join(table(analysis, profile, info, args.top)))
+    return 0
+
+
+def _pct(share: float) -> str:
+    return f"{100 * share:5.1f}%"
+
+
+def _ranked_rows(title: str, rows: list[Ranked], what: str) -> list[str]:
+    if not rows:
+        return []
+    width = max(len(r.name) for r in rows)
+    out = ["", f"{title:<{width}}  {what}"]
+    out += [f"{r.name:<{width}}  {_pct(r.share)}  ({r.samples:,})" for r in rows]
+    return out
+
+
+def table(analysis: Analysis, profile: Profile, info: ProcessInfo | None, top: int) -> list[str]:
+    """The readable form: one block per aspect, shares as percentages."""
+    who = f"PID {analysis.pid}" if analysis.pid is not None else "profile"
+    lines = [f"{who}: {analysis.framework} on {analysis.loop}"]
+    if info is not None:
+        python = f"Python {profile.target.python_version or info.python_version}"
+        lines[0] += f" · {python} · {info.cmdline[:100]}"
+    threads = "all threads (no event loop seen)" if analysis.no_loop_thread else "event loop"
+    estimate = " (estimated: no [idle]/[blocked] frames)" if analysis.estimated else ""
+    lines.append(
+        f"{threads}: busy {_pct(analysis.share('busy')).strip()} · "
+        f"idle {_pct(analysis.share('idle')).strip()} · "
+        f"blocked {_pct(analysis.share('blocked')).strip()} "
+        f"of {analysis.samples:,} samples{estimate}"
+    )
+    depth = analysis.depth
+    if depth.mean is None:
+        lines.append("stack depth: no busy samples")
+    else:
+        lines.append(
+            f"stack depth (Python frames, busy samples): mean {depth.mean:.1f} · "
+            f"p50 {depth.p50} · p95 {depth.p95} · max {depth.max}"
+        )
+        lines.append(
+            "busy time in: "
+            + " · ".join(
+                f"{layer.replace('_', ' ')} {_pct(analysis.layer_share(layer)).strip()}"
+                for layer in LAYERS
+            )
+        )
+    lines += _ranked_rows("top functions, self time", analysis.top_self(top), "of busy")
+    lines += _ranked_rows("top functions, total time", analysis.top_total(top), "of busy")
+    lines += _ranked_rows("top blocking call sites", analysis.blocking_sites(top), "of blocked")
+    return lines

@@ -1,0 +1,222 @@
+"""What a process is: framework, event loop, Python version, command line and identity.
+
+Everything here reads /proc only (no ptrace, no signals), so it is cheap and safe to call for
+every process a sidecar sees:
+
+- **framework**: aiohttp, tornado or unknown. The frames of a profile tell which server runs
+  (``aiohttp/web_protocol.py`` vs ``tornado/web.py``); without frames, the extension modules in
+  /proc/PID/maps do (aiohttp's ``_http_parser``/``_websocket`` .so, tornado's ``speedups`` .so).
+- **loop**: uvloop when its extension module is mapped, else asyncio. A profile whose loop runs
+  through asyncio's ``_run_once`` says asyncio even when uvloop is merely imported.
+- **identity**: PID plus start time (field 22 of /proc/PID/stat), so a reused PID is never
+  taken for the process that had it before.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from sidecar import _native
+from sidecar.classify import code_frames, is_loop_stack
+from sidecar.errors import PermissionDenied, TargetGone
+from sidecar.profile import Frame
+
+FRAMEWORKS = ("aiohttp", "tornado", "unknown")
+LOOPS = ("asyncio", "uvloop", "unknown")
+
+#: Extension modules that give a framework away in /proc/PID/maps (path fragments).
+_MAPS_MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("aiohttp", re.compile(r"/aiohttp/(_http_parser|_http_writer|_websocket)[^/\s]*")),
+    ("tornado", re.compile(r"/tornado/speedups[^/\s]*\.so")),
+)
+_UVLOOP_SO = re.compile(r"/uvloop/loop[^/\s]*\.so")
+_VERSION_SO = re.compile(r"(?:libpython|/python)(\d)\.(\d+)|\.cpython-(\d)(\d+)-")
+
+#: Server files per framework: a loop-thread frame in one of them says which server runs.
+_SERVER_FILES: dict[str, tuple[str, ...]] = {
+    "aiohttp": (
+        "aiohttp/web.py",
+        "aiohttp/web_protocol.py",
+        "aiohttp/web_app.py",
+        "aiohttp/web_server.py",
+        "aiohttp/web_runner.py",
+        "aiohttp/web_urldispatcher.py",
+    ),
+    "tornado": (
+        "tornado/web.py",
+        "tornado/httpserver.py",
+        "tornado/http1connection.py",
+        "tornado/ioloop.py",
+        "tornado/platform/asyncio.py",
+        "tornado/routing.py",
+    ),
+}
+#: asyncio's own Python loop; uvloop (a C loop) never shows these frames.
+_ASYNCIO_LOOP = (("run_forever", "asyncio/base_events.py"), ("_run_once", "asyncio/base_events.py"))
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """One process as sidecar describes it. ``(pid, start_time)`` identifies it."""
+
+    pid: int
+    start_time: int
+    cmdline: str
+    #: ``major.minor`` from the interpreter's mapped files; empty when it is not Python.
+    python_version: str
+    framework: str
+    loop: str
+    #: Where the framework was told from: ``frames``, ``maps``, or empty when unknown.
+    framework_source: str = ""
+
+    @property
+    def identity(self) -> tuple[int, int]:
+        return (self.pid, self.start_time)
+
+    @property
+    def is_python(self) -> bool:
+        return bool(self.python_version)
+
+
+def _read(path: str) -> str:
+    with open(path, "rb") as handle:
+        return handle.read().decode("utf-8", "replace")
+
+
+def start_time(pid: int) -> int:
+    """Field 22 of /proc/PID/stat (clock ticks after boot); raises TargetGone without it."""
+    started = _native.process_start_time(pid)
+    if started is None:
+        raise TargetGone(f"no process with PID {pid}")
+    return started
+
+
+def is_same_process(info: ProcessInfo) -> bool:
+    """True while the PID still belongs to the process ``info`` describes."""
+    return _native.process_start_time(info.pid) == info.start_time
+
+
+def read_maps(pid: int) -> str:
+    try:
+        return _read(f"/proc/{pid}/maps")
+    except FileNotFoundError as err:
+        raise TargetGone(f"no process with PID {pid}") from err
+    except PermissionError as err:
+        raise PermissionDenied(
+            f"cannot read /proc/{pid}/maps: run as the same user, as root or with "
+            "CAP_SYS_PTRACE (in Kubernetes: shareProcessNamespace and SYS_PTRACE)"
+        ) from err
+    except ProcessLookupError as err:
+        raise TargetGone(f"PID {pid} exited") from err
+
+
+def read_cmdline(pid: int) -> str:
+    try:
+        raw = _read(f"/proc/{pid}/cmdline")
+    except OSError:
+        return ""
+    return raw.rstrip("\0").replace("\0", " ")
+
+
+def framework_from_maps(maps: str) -> str:
+    """aiohttp or tornado from their extension modules; tornado wins when both are mapped
+    (a Tornado server that uses aiohttp's client is more common than the reverse)."""
+    found = [name for name, pattern in _MAPS_MARKERS if pattern.search(maps)]
+    if "tornado" in found:
+        return "tornado"
+    return found[0] if found else "unknown"
+
+
+def loop_from_maps(maps: str) -> str:
+    return "uvloop" if _UVLOOP_SO.search(maps) else "asyncio"
+
+
+def python_version_from_maps(maps: str) -> str:
+    """``3.11`` from libpython3.11.so, a python3.11 executable or a .cpython-311- module."""
+    for match in _VERSION_SO.finditer(maps):
+        major, minor = (match[1], match[2]) if match[1] else (match[3], match[4])
+        return f"{major}.{minor}"
+    return ""
+
+
+def _frames_of_loop_threads(stacks: Mapping[str, int]) -> Iterable[tuple[list[Frame], int]]:
+    for stack, count in stacks.items():
+        if is_loop_stack(stack):
+            yield code_frames(stack), count
+
+
+def framework_from_frames(stacks: Mapping[str, int]) -> str:
+    """The server framework whose files the event-loop threads run, weighted by samples."""
+    score = dict.fromkeys(_SERVER_FILES, 0)
+    for frames, count in _frames_of_loop_threads(stacks):
+        files = {frame.file.replace("\\", "/") for frame in frames}
+        for name, suffixes in _SERVER_FILES.items():
+            if any(file.endswith(suffix) for file in files for suffix in suffixes):
+                score[name] += count
+    best = max(score, key=lambda name: score[name])
+    return best if score[best] else "unknown"
+
+
+def loop_from_frames(stacks: Mapping[str, int]) -> str:
+    """asyncio when the loop thread runs asyncio's Python loop, uvloop when it runs a C loop
+    (callbacks right above the frame that entered the loop), unknown without a loop thread."""
+    loop_samples = 0
+    for frames, count in _frames_of_loop_threads(stacks):
+        loop_samples += count
+        for frame in frames:
+            name = frame.name.rsplit(".", 1)[-1]
+            if any(name == fn and frame.file.endswith(sfx) for fn, sfx in _ASYNCIO_LOOP):
+                return "asyncio"
+            if frame.file.replace("\\", "/").split("/")[0] == "uvloop":
+                return "uvloop"
+    return "uvloop" if loop_samples else "unknown"
+
+
+def refine(info: ProcessInfo, stacks: Mapping[str, int]) -> ProcessInfo:
+    """``info`` with framework and loop corrected by what the frames of a profile show."""
+    framework, source, loop = info.framework, info.framework_source, info.loop
+    seen = framework_from_frames(stacks)
+    if seen != "unknown":
+        framework, source = seen, "frames"
+    if loop_from_frames(stacks) == "asyncio":
+        loop = "asyncio"
+    return replace(info, framework=framework, loop=loop, framework_source=source)
+
+
+def describe(pid: int, stacks: Mapping[str, int] | None = None) -> ProcessInfo:
+    """The process ``pid``; frames of a profile of it (folded stacks), when given, refine the
+    framework and loop. Raises TargetGone or PermissionDenied."""
+    started = start_time(pid)
+    maps = read_maps(pid)
+    cmdline = read_cmdline(pid)
+    if _native.process_start_time(pid) != started:
+        raise TargetGone(f"PID {pid} exited while it was described")
+    framework = framework_from_maps(maps)
+    info = ProcessInfo(
+        pid=pid,
+        start_time=started,
+        cmdline=cmdline,
+        python_version=python_version_from_maps(maps) or _version_from_exe(pid),
+        framework=framework,
+        loop=loop_from_maps(maps),
+        framework_source="maps" if framework != "unknown" else "",
+    )
+    return refine(info, stacks) if stacks else info
+
+
+def framework_and_loop(pid: int) -> tuple[str, str]:
+    """(framework, loop) of ``pid`` from its maps alone: the cheap form a scanner calls."""
+    info = describe(pid)
+    return info.framework, info.loop
+
+
+def _version_from_exe(pid: int) -> str:
+    try:
+        name = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+    except OSError:
+        return ""
+    match = re.match(r"python(\d)\.(\d+)", name)
+    return f"{match[1]}.{match[2]}" if match else ""
