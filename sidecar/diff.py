@@ -108,7 +108,10 @@ def shares(profile: Profile) -> Shares:
                 key = keys[text] = function_of(text)
             names.append(key)
         leaf = names[-1]
-        states[state_of(stack)] += count
+        state = state_of(stack)
+        states[state] += count
+        if state == "idle":
+            continue  # waiting is not code's cost: it shows in the states line, not the tables
         if leaf not in _STATE_LEAVES:
             self_[leaf] += count
         for name in set(names):
@@ -163,7 +166,7 @@ def _ranked(before: dict[str, float], after: dict[str, float]) -> list[Change]:
         for name in before.keys() | after.keys()
     ]
     changes = [c for c in changes if c.delta != 0]
-    changes.sort(key=lambda c: (-abs(c.delta), c.frame))
+    changes.sort(key=lambda c: (-round(abs(c.delta), 12), -c.delta, c.frame))
     return changes
 
 

@@ -85,7 +85,9 @@ def test_inferno_round_trip_with_pruning_keeps_the_total(
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(stacks=STACKS, inverted=st.booleans(), seed=st.integers(0, 1000))
-def test_flamegraph_pl_geometry_round_trip(stacks: dict[str, int], inverted: bool, seed: int) -> None:
+def test_flamegraph_pl_geometry_round_trip(
+    stacks: dict[str, int], inverted: bool, seed: int
+) -> None:
     svg = flamegraph_pl_svg(stacks, inverted=inverted, minwidth=0, seed=seed, jitter=0.3)
     graph = read_flamegraph(svg.encode())
     assert not graph.exact
@@ -130,7 +132,7 @@ def _render_factor(stacks: dict[str, int], factor: float) -> bytes:
 
 def test_names_with_spaces_parentheses_escapes_and_sidecar_leaves() -> None:
     stacks = {
-        "<module> (app.py:1);handle (a b (c).py:12);x < y & \"z\" (q.py:3)": 1_234_567,
+        '<module> (app.py:1);handle (a b (c).py:12);x < y & "z" (q.py:3)': 1_234_567,
         f"<module> (app.py:1);select (selectors.py:468);{IDLE_LEAF}": 4_000,
         f"<module> (app.py:1);sleep (time.py:1);{BLOCKED_LEAF}": 7,
     }
@@ -174,7 +176,7 @@ GOLDEN_INPUT = (
     "<module> (app.py:1);run (asyncio/runners.py:190);_run_once (asyncio/base_events.py:1936);"
     f"_run (asyncio/events.py:84);handler (app.py:21);sleep (time.py:0);{BLOCKED_LEAF} 97\n"
     "<module> (app.py:1);run (asyncio/runners.py:190);_run_once (asyncio/base_events.py:1936);"
-    "_run (asyncio/events.py:84);x < y & \"quoted\" (weird (name).py:3) 2\n"
+    '_run (asyncio/events.py:84);x < y & "quoted" (weird (name).py:3) 2\n'
 )
 
 
@@ -231,8 +233,10 @@ def _record_py_spy(out: Path, duration: int = 3) -> None:
         load.start(target.url + "/cpu?repeat=20", duration + 2)
         load.start(target.url + "/sleep", duration + 2)
         result = subprocess.run(
-            [str(PY_SPY), "record", "--pid", str(target.pid), "--duration", str(duration)]
-            + ["--rate", "50", "-o", str(out), "--nonblocking"],
+            [
+                *(str(PY_SPY), "record", "--pid", str(target.pid), "--duration", str(duration)),
+                *("--rate", "50", "-o", str(out), "--nonblocking"),
+            ],
             capture_output=True,
             text=True,
             timeout=60,
@@ -281,8 +285,10 @@ def test_py_spy_svg_of_a_live_target(spawn: Spawner, load: LoadDriver, tmp_path:
     load.start(target.url + "/cpu?repeat=50", 6)
     out = tmp_path / "py-spy.svg"
     result = subprocess.run(
-        [str(PY_SPY), "record", "--pid", str(target.pid), "--duration", "3"]
-        + ["-o", str(out), "--nonblocking"],
+        [
+            *(str(PY_SPY), "record", "--pid", str(target.pid), "--duration", "3"),
+            *("-o", str(out), "--nonblocking"),
+        ],
         capture_output=True,
         text=True,
         timeout=60,

@@ -1,0 +1,265 @@
+"""Differential profiles: no change for equal inputs, the slowed handler on top, the CLI."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from flamegraph_pl import flamegraph_pl_svg
+from helpers import Spawner, sidecar
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_svg import STACKS
+
+from sidecar.diff import diff_profiles, normalize_frame, report, scaled, shares
+from sidecar.inputs import load_profile
+from sidecar.profile import IDLE_LEAF, Profile, parse_folded
+from sidecar.render import RenderOptions, render_svg
+from sidecar.svg import read_flamegraph, read_svg
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def _profile(stacks: dict[str, int]) -> Profile:
+    profile = Profile()
+    for stack, count in stacks.items():
+        profile.add(stack, count)
+    return profile
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stacks=STACKS, normalize=st.booleans())
+def test_diff_of_a_profile_with_itself_shows_no_change(
+    stacks: dict[str, int], normalize: bool
+) -> None:
+    a = _profile(stacks)
+    diff = diff_profiles(a, a, normalize=normalize)
+    assert diff.unchanged
+    assert not diff.self_changes and not diff.total_changes
+    assert diff.verdict.startswith("totals equal")
+    for line in diff.lines:
+        _, before, after = line.rsplit(" ", 2)
+        assert before == after
+    assert report(diff)[0] == "no frame changed its share of the samples"
+
+
+def test_diff_of_the_same_profile_read_as_svg_and_as_folded() -> None:
+    svg = GOLDEN / "py-spy-aiohttp.svg"
+    from_svg = load_profile(str(svg))
+    folded = parse_folded(from_svg.to_folded())
+    rerendered = read_svg(render_svg(from_svg.folded_lines(), RenderOptions(min_width=0)).encode())
+    for other in (folded, rerendered):
+        assert diff_profiles(from_svg, other).unchanged
+
+
+def _slowed(stacks: dict[str, int], frame: str, factor: int) -> dict[str, int]:
+    return {s: c * factor if frame in s.split(";") else c for s, c in stacks.items()}
+
+
+BASE = {
+    "main;loop;select;" + IDLE_LEAF: 700,
+    "main;loop;run;handler_a;parse": 60,
+    "main;loop;run;handler_a": 20,
+    "main;loop;run;handler_b;query": 80,
+    "main;loop;run;handler_b": 30,
+    "main;loop;run;handler_c": 20,
+    "main;loop;run;handler_c;render;escape": 50,
+    "main;loop;run;handler_c;render": 40,
+    "main;loop;run": 50,
+}
+
+
+@pytest.mark.parametrize("slowed", ["handler_a", "handler_b", "handler_c"])
+def test_a_handler_made_three_times_slower_is_the_top_change(slowed: str) -> None:
+    before = _profile(BASE)
+    after = _profile(_slowed(BASE, slowed, 3))
+    diff = diff_profiles(before, after)
+    top = diff.total_changes[0]
+    assert top.frame == slowed, report(diff)
+    assert top.delta > 0
+    # Its callers only pass the change on: they are not listed above it.
+    assert "run" not in [c.frame for c in diff.total_changes[:1]]
+    assert diff.self_changes[0].delta > 0
+    assert diff.self_changes[0].frame in {"parse", "handler_a", "query", "escape", "render"}
+    # The graph is scaled when asked: equal totals.
+    normalized = diff_profiles(before, after, normalize=True)
+    olds = sum(int(line.rsplit(" ", 2)[1]) for line in normalized.lines)
+    news = sum(int(line.rsplit(" ", 2)[2]) for line in normalized.lines)
+    assert olds == news == after.total
+    assert "--normalize" in normalized.verdict
+
+
+def test_a_change_passed_whole_to_one_callee_is_shown_at_the_callee() -> None:
+    # wrapper does nothing but call work: the change is reported where the time went.
+    others = {"main;other_a": 45, "main;other_b": 45}
+    before = _profile({"main;wrapper;work": 10, **others})
+    after = _profile({"main;wrapper;work": 30, **others})
+    frames = [c.frame for c in diff_profiles(before, after).total_changes]
+    assert frames[0] == "work"
+    assert "wrapper" not in frames and "main" not in frames
+
+
+def test_scaled_counts_add_up_exactly() -> None:
+    counts = {"a": 1, "b": 1, "c": 1}
+    assert sum(scaled(counts, 10).values()) == 10
+    assert scaled({"a": 2, "b": 6}, 4) == {"a": 1, "b": 3}
+
+
+@pytest.mark.parametrize(
+    ("raw", "normal"),
+    [
+        ("thread (MainThread 139872234567424)", "thread (MainThread)"),
+        ("thread (ThreadPoolExecutor-0_3 140012)", "thread (ThreadPoolExecutor)"),
+        ("thread (Thread-12 (worker) 77777)", "thread (Thread (worker))"),
+        ("thread (0x7F3B2C1D0740)", "thread"),
+        ('process 4242:"python -m app"', 'process:"python -m app"'),
+        ("<lambda> at 0x7f3b2c1d0740 (app.py:3)", "<lambda> at 0x? (app.py:3)"),
+        ("handler (app.py:12)", "handler (app.py:12)"),
+        (IDLE_LEAF, IDLE_LEAF),
+    ],
+)
+def test_run_specific_names_are_normalized(raw: str, normal: str) -> None:
+    assert normalize_frame(raw) == normal
+
+
+def test_thread_ids_do_not_make_a_change() -> None:
+    before = _profile({"thread (MainThread 1111111);main;work": 10})
+    after = _profile({"thread (MainThread 2222222);main;work": 10})
+    diff = diff_profiles(before, after)
+    assert diff.unchanged
+    assert diff.lines == ["thread (MainThread);main;work 10 10"]
+
+
+def test_unequal_totals_verdict() -> None:
+    before = _profile({"a;b": 100})
+    after = _profile({"a;b": 300})
+    diff = diff_profiles(before, after)
+    assert diff.unchanged  # same shares
+    assert "totals differ" in diff.verdict and "3x" in diff.verdict
+    assert "about equal" in diff_profiles(before, _profile({"a;b": 102})).verdict
+
+
+# --- the command ------------------------------------------------------------------------------
+
+
+def test_cli_diff_svg_against_folded(tmp_path: Path) -> None:
+    before = tmp_path / "before.svg"
+    before.write_text(flamegraph_pl_svg(BASE, inverted=True, seed=1))
+    after = tmp_path / "after.txt"  # folded text, whatever the name says
+    after.write_text(_profile(_slowed(BASE, "handler_b", 3)).to_folded())
+    out, folded = tmp_path / "d.svg", tmp_path / "d.folded"
+    result = sidecar("diff", str(before), str(after), "-o", str(out), "--folded", str(folded))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[-1].startswith("totals differ")
+    header = lines.index("largest changes in total share (time in the frame and what it calls):")
+    assert lines[header + 2].split()[-1] == "handler_b"
+    assert re.match(r"\s+\d+\.\d\d%\s+\d+\.\d\d%\s+\+\d+\.\d\d\s+handler_b$", lines[header + 2])
+    # The differential SVG is a flamegraph of the after side, with changes in its titles.
+    graph = read_flamegraph(out.read_bytes())
+    assert graph.differential
+    assert graph.total == sum(_slowed(BASE, "handler_b", 3).values())
+    assert re.search(rb"handler_b \(330 samples, [\d.]+%; [+-][\d.]+%\)", out.read_bytes())
+    # The folded diff has two counts per line.
+    split = (line.rsplit(" ", 2) for line in folded.read_text().splitlines())
+    rows = {stack: (int(b), int(a)) for stack, b, a in split}
+    assert rows["main;loop;run;handler_b;query"] == (80, 240)
+    assert rows["main;loop;run"] == (50, 50)
+
+
+def test_cli_normalize_and_default_output(tmp_path: Path) -> None:
+    before = tmp_path / "before.folded"
+    before.write_text("main;a 10\nmain;b 10\n")
+    after = tmp_path / "after.folded"
+    after.write_text("main;a 30\nmain;b 10\n")
+    folded = tmp_path / "n.folded"
+    result = sidecar("diff", str(before), str(after), "--normalize", "--folded", str(folded))
+    assert result.returncode == 0, result.stderr
+    assert folded.read_text() == "main;a 20 30\nmain;b 20 10\n"
+    assert not (tmp_path / "after.diff.svg").exists()  # only --folded was asked for
+    result = sidecar("diff", str(before), str(after))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "after.diff.svg").exists()
+    same = sidecar("diff", str(before), str(before), "-o", str(tmp_path / "same.svg"))
+    assert same.returncode == 0
+    assert "no frame changed its share of the samples" in same.stdout
+    assert same.stdout.splitlines()[-1] == "totals equal: 20 samples each"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("only-one.svg",), ("a", "b", "--top", "0"), ("a", "b", "--min-width", "-1"), ("-", "-")],
+)
+def test_cli_usage_errors_exit_2(args: tuple[str, ...]) -> None:
+    result = sidecar("diff", *args)
+    assert result.returncode == 2, result.stderr
+
+
+def test_cli_missing_file_exits_1(tmp_path: Path) -> None:
+    good = tmp_path / "good.folded"
+    good.write_text("main 1\n")
+    result = sidecar("diff", str(tmp_path / "nope.svg"), str(good))
+    assert result.returncode == 1
+    assert result.stderr.startswith("sidecar: error: cannot read")
+    assert len(result.stderr.splitlines()) == 1
+
+
+# --- a real target, with its handler made 3x slower ------------------------------------------
+
+
+def _paced_requests(url: str, period: float, seconds: float) -> threading.Thread:
+    """Requests at a fixed rate (one every `period` s) for a bounded time, in the background."""
+
+    def run() -> None:
+        start = time.monotonic()
+        for i in range(int(seconds / period)):
+            delay = start + i * period - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            try:
+                with urllib.request.urlopen(url, timeout=5) as response:
+                    response.read()
+            except OSError:
+                return
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.slow
+def test_real_target_handler_three_times_slower_tops_the_diff(
+    spawn: Spawner, tmp_path: Path
+) -> None:
+    target = spawn.target("aiohttp_app")
+    paths = {}
+    for name, repeat in (("before", 2000), ("after", 6000)):
+        pacer = _paced_requests(f"{target.url}/cpu?repeat={repeat}", 0.1, 6.0)
+        time.sleep(0.5)
+        out = tmp_path / f"{name}.svg"
+        result = sidecar("record", "--pid", str(target.pid), "--duration", "4", "-o", str(out))
+        assert result.returncode == 0, result.stderr
+        pacer.join(timeout=30)
+        paths[name] = out
+    result = sidecar(
+        "diff", str(paths["before"]), str(paths["after"]), "-o", str(tmp_path / "d.svg")
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    # The classifier the handler runs is where the time grew: on top of both tables.
+    for title in ("self share", "total share"):
+        header = next(
+            i for i, line in enumerate(lines) if line.startswith(f"largest changes in {title}")
+        )
+        top = lines[header + 2]
+        assert "targets/handlers.py" in top or "cpu_handler" in top, result.stdout
+        assert re.search(r"\+\d+\.\d\d\s", top), top
+    # Shares: the handler's total share roughly tripled.
+    handler = "cpu_handler (targets/aiohttp_app.py)"
+    old = shares(load_profile(str(paths["before"]))).total[handler]
+    new = shares(load_profile(str(paths["after"]))).total[handler]
+    assert 1.8 * old < new < 4.5 * old, (old, new)
