@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sidecar.permissions import detect
 from sidecar.query import Reader
 from sidecar.sessions import Selection, Sessions
 from sidecar.store import Writer
@@ -53,12 +54,14 @@ class Service:
             blocking=config.blocking,
         )
         self.reader = Reader(config.db, config.window)
+        self.tracing = detect()
         self.started_at = time.time()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sidecar-sessions", daemon=True)
         self.loop_errors = 0
 
     def start(self) -> None:
+        (log.info if self.tracing.ok else log.warning)(self.tracing.explain())
         self.writer.start()
         self._thread.start()
 
@@ -94,6 +97,7 @@ class Service:
             "status": "degraded" if degraded else "ok",
             "uptime": round(time.time() - self.started_at, 1),
             "sessions": len(self.sessions.sessions),
+            "tracing": self.tracing.explain(),
             "problems": problems,
             "store": {
                 "path": str(self.config.db),
