@@ -25,6 +25,8 @@ _PROCESS = re.compile(r"^process \d+:")
 _STATE_LEAVES = (IDLE_LEAF, BLOCKED_LEAF)
 #: A caller whose change is this much one callee's is left out of the total-share table.
 PASS_THROUGH = 0.9
+#: How many of those callers a row names.
+VIA_MAX = 3
 
 
 def normalize_frame(text: str) -> str:
@@ -74,6 +76,8 @@ class Change:
     frame: str
     before: float
     after: float
+    #: Callers that passed this change on whole, nearest first (total-share table only).
+    via: tuple[str, ...] = ()
 
     @property
     def delta(self) -> float:
@@ -170,18 +174,43 @@ def _ranked(before: dict[str, float], after: dict[str, float]) -> list[Change]:
     return changes
 
 
-def _passes_on(change: Change, before: Shares, after: Shares) -> bool:
-    """True when one callee carries (almost) all of a caller's change: the callee says more."""
+def _passed_to(change: Change, before: Shares, after: Shares) -> str | None:
+    """The callee that carries (almost) all of a caller's change, if one does."""
     if change.delta == 0:
-        return False
+        return None
     callees = {b for (a, b) in before.edges if a == change.frame}
     callees |= {b for (a, b) in after.edges if a == change.frame}
-    for callee in callees:
+    for callee in sorted(callees):
         key = (change.frame, callee)
         moved = after.edges.get(key, 0.0) - before.edges.get(key, 0.0)
         if moved / change.delta >= PASS_THROUGH:
-            return True
-    return False
+            return callee
+    return None
+
+
+def _total_changes(before: Shares, after: Shares) -> list[Change]:
+    """Total-share changes where they happen: a caller that passes its change whole to one
+    callee is folded into that callee's row, named in its ``via`` (nearest caller first)."""
+    ranked = _ranked(before.total, after.total)
+    passed = {c.frame: _passed_to(c, before, after) for c in ranked}
+    callers: dict[str, list[str]] = defaultdict(list)
+    for caller, callee in passed.items():
+        if callee is not None:
+            callers[callee].append(caller)
+    by_name = {c.frame: c for c in ranked}
+    out = []
+    for change in ranked:
+        if passed[change.frame] is not None:
+            continue
+        via: list[str] = []
+        frame = change.frame
+        while callers.get(frame) and len(via) < VIA_MAX:
+            frame = max(callers[frame], key=lambda f: (abs(by_name[f].delta), f))
+            if frame in via or frame == change.frame:
+                break
+            via.append(frame)
+        out.append(Change(change.frame, change.before, change.after, tuple(via)))
+    return out
 
 
 def verdict(before_total: int, after_total: int, scale: float | None) -> str:
@@ -215,9 +244,7 @@ def diff_profiles(before: Profile, after: Profile, *, normalize: bool = False) -
     self_changes = [
         c for c in _ranked(a_shares.self_, b_shares.self_) if c.frame not in _STATE_LEAVES
     ]
-    total_changes = [
-        c for c in _ranked(a_shares.total, b_shares.total) if not _passes_on(c, a_shares, b_shares)
-    ]
+    total_changes = _total_changes(a_shares, b_shares)
     state_changes: list[Change] = []
     if before.marked and after.marked:
         state_changes = [
@@ -253,6 +280,12 @@ def render_diff(diff: Diff, options: RenderOptions | None = None) -> str:
     return render_svg(diff.lines, options or RenderOptions(title="Differential flame graph"))
 
 
+def _short(function: str) -> str:
+    """``name (file)`` without the file."""
+    name, sep, _ = function.rpartition(" (")
+    return name if sep and function.endswith(")") else function
+
+
 def _pct(share: float) -> str:
     return f"{100 * share:6.2f}%"
 
@@ -271,9 +304,10 @@ def report(diff: Diff, top: int = 10) -> list[str]:
         out.append(f"largest changes in {title}:")
         out.append("   before    after   change  frame")
         for change in changes[:top]:
+            via = "".join(f" <- {_short(f)}" for f in change.via)
             out.append(
                 f"  {_pct(change.before)} {_pct(change.after)} "
-                f"{100 * change.delta:+7.2f}  {change.frame}"
+                f"{100 * change.delta:+7.2f}  {change.frame}{via}"
             )
         out.append("")
     if diff.state_changes:

@@ -36,9 +36,7 @@ def _frames(stacks: dict[str, int]) -> tuple[list[_Node], int]:
     for stack in sorted(stacks):
         names = ["", *stack.split(";")]
         shared = 0
-        while (
-            shared < len(open_) and shared < len(names) and open_[shared].name == names[shared]
-        ):
+        while shared < len(open_) and shared < len(names) and open_[shared].name == names[shared]:
             shared += 1
         for node in open_[shared:]:
             node.end = time
