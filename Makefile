@@ -42,3 +42,27 @@ bench: install
 
 clean:
 	rm -rf $(VENV) native/target out
+
+# The Kubernetes manifests (deploy/k8s) against the Kubernetes API machinery: a Go checker
+# (deploy/k8s/check, modules pinned by its go.sum) and the JSON schemas of a pinned wheel
+# (deploy/k8s/check/schemas.txt). tests/test_k8s.py runs it, so `make test` covers it. The
+# first build compiles parts of Kubernetes: minutes on two cores, cached after that.
+K8S_CHECK := $(VENV)/k8s/k8s-check
+K8S_SCHEMAS := $(VENV)/k8s/schemas
+K8S_CHECK_SRC := $(wildcard deploy/k8s/check/*.go) deploy/k8s/check/go.mod deploy/k8s/check/go.sum
+
+.PHONY: k8s-check k8s-check-tools
+
+k8s-check: k8s-check-tools
+	$(K8S_CHECK) -schemas $(K8S_SCHEMAS) -ephemeral deploy/k8s/debug/sidecar-debug.yaml deploy/k8s
+
+k8s-check-tools: $(K8S_CHECK) $(K8S_SCHEMAS)/.downloaded
+
+$(K8S_CHECK): $(K8S_CHECK_SRC)
+	@mkdir -p $(@D)
+	cd deploy/k8s/check && GOTOOLCHAIN=local GOFLAGS=-mod=readonly go build -buildvcs=false -o $(abspath $@) .
+
+$(K8S_SCHEMAS)/.downloaded: deploy/k8s/check/schemas.txt
+	rm -rf $(K8S_SCHEMAS)
+	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --require-hashes -r $< -d $(K8S_SCHEMAS)
+	touch $@
