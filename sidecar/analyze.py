@@ -151,6 +151,8 @@ class Analysis:
     states: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STATES, 0))
     #: depth -> busy loop samples with that many Python frames.
     depth_histogram: dict[int, int] = field(default_factory=dict)
+    #: the same, counting only the frames above the one that entered the event loop.
+    loop_depth_histogram: dict[int, int] = field(default_factory=dict)
     #: busy loop samples per layer (see LAYERS).
     layers: dict[str, int] = field(default_factory=lambda: dict.fromkeys(LAYERS, 0))
     #: busy loop samples per function, as the innermost frame (self) and anywhere (total).
@@ -174,6 +176,12 @@ class Analysis:
     @property
     def depth(self) -> Depth:
         return Depth.from_histogram(self.depth_histogram)
+
+    @property
+    def loop_depth(self) -> Depth:
+        """Depth above the frame that entered the loop: what the framework and the handlers
+        stack per callback, without the process's start-up chain (runpy, main, run_app)."""
+        return Depth.from_histogram(self.loop_depth_histogram)
 
     def layer_share(self, layer: str) -> float:
         total = sum(self.layers.values())
@@ -222,6 +230,9 @@ def analyze(profile: Profile, info: ProcessInfo | None = None) -> Analysis:
         # Frames up to the one that entered the loop are in every loop sample: not ranked.
         entry = loop_entry_index(frames)
         above = frames[entry + 1 :] if entry is not None else frames
+        if entry is not None:
+            high = sum(1 for frame in above if frame.is_code)
+            result.loop_depth_histogram[high] = result.loop_depth_histogram.get(high, 0) + count
         for name in {function_of(frame) for frame in above}:
             result.total_samples[name] += count
     return result
@@ -264,6 +275,8 @@ def merge(analyses: Iterable[Analysis], *, framework: str = "unknown") -> Analys
             out.states[state] += count
         for depth, count in one.depth_histogram.items():
             out.depth_histogram[depth] = out.depth_histogram.get(depth, 0) + count
+        for depth, count in one.loop_depth_histogram.items():
+            out.loop_depth_histogram[depth] = out.loop_depth_histogram.get(depth, 0) + count
         for layer, count in one.layers.items():
             out.layers[layer] += count
         out.self_samples.update(one.self_samples)
@@ -323,6 +336,7 @@ def details_json(analysis: Analysis, top: int = 10) -> dict[str, Any]:
         "loop": analysis.loop,
         "estimated": analysis.estimated,
         "no_loop_thread": analysis.no_loop_thread,
+        "depth_above_loop": analysis.loop_depth.to_json(),
         "busy_layers": {layer: round(analysis.layer_share(layer), 4) for layer in LAYERS},
         "top_self": rows(analysis.top_self(top)),
         "top_total": rows(analysis.top_total(top)),
