@@ -6,6 +6,7 @@ writer (WAL) without blocking it. Ranges are aligned to the store's windows.
 
 from __future__ import annotations
 
+import json
 import math
 import sqlite3
 import threading
@@ -149,16 +150,15 @@ class Reader:
         """Folded stacks of one target (or all) over a range, off-CPU leaves included."""
         where, params = self._where(target, span, states, thread)
         rows = self._rows(
-            f"""
-            SELECT st.text, s.state, SUM(s.count) FROM samples s
-            JOIN stacks st ON st.id = s.stack_id
-            WHERE {where} GROUP BY s.stack_id, s.state
-            """,
+            f"SELECT s.stack_id, s.state, SUM(s.count) FROM samples s WHERE {where} "
+            "GROUP BY s.stack_id, s.state",
             params,
         )
+        texts = self.stack_texts({int(r[0]) for r in rows})
         profile = Profile(start=float(span.start), end=float(span.end))
-        for text, state, count in rows:
+        for stack_id, state, count in rows:
             leaf = leaf_for(STATE_NAMES[state])
+            text = texts[int(stack_id)]
             profile.add(f"{text};{leaf}" if leaf else text, int(count))
         if target is not None:
             info = self.target(target)
@@ -166,6 +166,40 @@ class Reader:
                 pid=info["pid"], cmdline=info["cmdline"], python_version=info["python_version"]
             )
         return profile
+
+    def stack_texts(self, ids: set[int]) -> dict[int, str]:
+        """Folded text of stacks (leaf nodes), rebuilt from the prefix tree in one query."""
+        if not ids:
+            return {}
+        rows = self._rows(
+            """
+            WITH RECURSIVE chain(id) AS (
+                SELECT value FROM json_each(?)
+                UNION
+                SELECT n.parent FROM nodes n JOIN chain ON n.id = chain.id WHERE n.parent != 0
+            )
+            SELECT n.id, n.parent, f.text FROM chain
+            JOIN nodes n ON n.id = chain.id JOIN frames f ON f.id = n.frame
+            """,
+            (json.dumps(sorted(ids)),),
+        )
+        nodes = {int(i): (int(parent), text) for i, parent, text in rows}
+        memo: dict[int, str] = {}
+
+        def text_of(node: int) -> str:
+            path: list[str] = []
+            cursor = node
+            while cursor and cursor not in memo:
+                parent, frame = nodes[cursor]
+                path.append(frame)
+                cursor = parent
+            prefix = memo.get(cursor, "") if cursor else ""
+            for frame in reversed(path):
+                prefix = f"{prefix};{frame}" if prefix else frame
+            memo[node] = prefix
+            return prefix
+
+        return {i: text_of(i) for i in ids}
 
     def timeline(self, target: int | None, span: Range, step: int | None = None) -> dict[str, Any]:
         """busy / idle / blocked samples of the loop threads per bucket of ``step`` seconds."""

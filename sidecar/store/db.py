@@ -8,7 +8,6 @@ sidecar from writing to it.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 import sqlite3
 from collections.abc import Iterator
@@ -23,7 +22,7 @@ from sidecar.errors import SidecarError
 from sidecar.store.schema import STATE_CODES, migrate
 
 #: (age in seconds, window width): data older than the age is merged into windows that wide.
-DOWNSAMPLE_TIERS: tuple[tuple[int, int], ...] = ((3600, 60), (6 * 3600, 600))
+DOWNSAMPLE_TIERS: tuple[tuple[int, int], ...] = ((3600, 300), (3 * 3600, 1800))
 
 
 class StoreError(SidecarError):
@@ -67,12 +66,6 @@ class WindowBatch:
     thread_names: dict[int, str] = field(default_factory=dict)
 
 
-def stack_hash(text: str) -> int:
-    """A stable signed 64-bit hash (SQLite integers are signed)."""
-    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-    return int.from_bytes(digest, "big", signed=True)
-
-
 class Store:
     """The single writer of one sidecar database."""
 
@@ -99,6 +92,8 @@ class Store:
             self._release_lock()
             raise
         self._stacks: dict[str, int] = {}
+        self._nodes: dict[tuple[int, int], int] = {}
+        self._frames: dict[str, int] = {}
         self._processes: dict[ProcessKey, tuple[int, int]] = {}
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -215,31 +210,56 @@ class Store:
 
     # -- samples ---------------------------------------------------------------------------
 
+    def _frame(self, text: str) -> int:
+        frame_id = self._frames.get(text)
+        if frame_id is None:
+            row = self.db.execute("SELECT id FROM frames WHERE text = ?", (text,)).fetchone()
+            if row is None:
+                cursor = self.db.execute("INSERT INTO frames (text) VALUES (?)", (text,))
+                frame_id = int(cursor.lastrowid or 0)
+            else:
+                frame_id = int(row[0])
+            self._frames[text] = frame_id
+        return frame_id
+
+    def _node(self, parent: int, frame: int) -> int:
+        node_id = self._nodes.get((parent, frame))
+        if node_id is None:
+            row = self.db.execute(
+                "SELECT id FROM nodes WHERE parent = ? AND frame = ?", (parent, frame)
+            ).fetchone()
+            if row is None:
+                cursor = self.db.execute(
+                    "INSERT INTO nodes (parent, frame) VALUES (?, ?)", (parent, frame)
+                )
+                node_id = int(cursor.lastrowid or 0)
+            else:
+                node_id = int(row[0])
+            self._nodes[(parent, frame)] = node_id
+        return node_id
+
     def _intern(self, text: str) -> int:
+        """The leaf node of a folded stack, adding the nodes and frames it lacks."""
         cached = self._stacks.get(text)
         if cached is not None:
             return cached
-        key = stack_hash(text)
-        while True:
-            row = self.db.execute("SELECT id, text FROM stacks WHERE hash = ?", (key,)).fetchone()
-            if row is None:
-                depth = len(code_frames(text))
-                stack_id = int(
-                    self.db.execute(
-                        "INSERT INTO stacks (hash, text, loop, depth) VALUES (?, ?, ?, ?)",
-                        (key, text, int(is_loop_stack(text)), depth),
-                    ).lastrowid
-                    or 0
-                )
-                break
-            if row[1] == text:
-                stack_id = int(row[0])
-                break
-            key = (key + 1) if key < 2**63 - 1 else -(2**63)  # a collision: probe on
-        if len(self._stacks) > 200_000:
-            self._stacks.clear()
-        self._stacks[text] = stack_id
-        return stack_id
+        node = 0
+        for frame in text.split(";"):
+            node = self._node(node, self._frame(frame))
+        self.db.execute(
+            "INSERT OR IGNORE INTO stacks (id, loop, depth) VALUES (?, ?, ?)",
+            (node, int(is_loop_stack(text)), len(code_frames(text))),
+        )
+        if len(self._stacks) > 100_000 or len(self._nodes) > 500_000:
+            self._forget()
+        self._stacks[text] = node
+        return node
+
+    def _forget(self) -> None:
+        """Empties the interning caches (bounded memory; the database still has it all)."""
+        self._stacks.clear()
+        self._nodes.clear()
+        self._frames.clear()
 
     def write(self, batches: list[WindowBatch]) -> int:
         """Writes windows in one transaction; returns the sample rows written."""
@@ -365,12 +385,23 @@ class Store:
             )
 
     def collect_stacks(self) -> int:
-        """Deletes stacks no sample refers to any more (after retention)."""
+        """Deletes stacks, nodes and frames no sample needs any more (after retention)."""
         with self.transaction():
-            cursor = self.db.execute(
+            self.db.execute(
                 "DELETE FROM stacks WHERE id NOT IN (SELECT DISTINCT stack_id FROM samples)"
             )
-        self._stacks.clear()
+            cursor = self.db.execute(
+                """
+                WITH RECURSIVE live(id) AS (
+                    SELECT id FROM stacks
+                    UNION
+                    SELECT n.parent FROM nodes n JOIN live ON n.id = live.id WHERE n.parent != 0
+                )
+                DELETE FROM nodes WHERE id NOT IN (SELECT id FROM live)
+                """
+            )
+            self.db.execute("DELETE FROM frames WHERE id NOT IN (SELECT DISTINCT frame FROM nodes)")
+        self._forget()
         return cursor.rowcount
 
     def size_bytes(self) -> int:

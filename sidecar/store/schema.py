@@ -4,7 +4,10 @@ Tables:
 - ``targets``: logical targets, one per running copy of a command; a restart of the same
   command keeps its target, concurrent workers of one command get one target each (same group).
 - ``processes``: each process a target has had, identified by PID and start time.
-- ``stacks``: every unique folded stack once (interned), with its loop flag and depth.
+- ``frames``: every frame text once.
+- ``nodes``: stacks as a prefix tree of (parent node, frame); a stack is its leaf node, so
+  stacks that share a prefix share its nodes (parent 0 is the root).
+- ``stacks``: per stack (leaf node) that samples refer to: its loop flag and depth.
 - ``samples``: (window, target, process, stack, thread, state) → count, the bulk of the data.
 - ``windows``: one row per process and window: sampling ticks, so gaps are visible.
 - ``threads``: thread names per process.
@@ -42,10 +45,18 @@ V1 = """
             UNIQUE (pid, start_time)
         );
         CREATE INDEX processes_by_target ON processes (target_id);
+        CREATE TABLE frames (
+            id INTEGER PRIMARY KEY,
+            text TEXT NOT NULL UNIQUE
+        );
+        CREATE TABLE nodes (
+            id INTEGER PRIMARY KEY,
+            parent INTEGER NOT NULL,
+            frame INTEGER NOT NULL,
+            UNIQUE (parent, frame)
+        );
         CREATE TABLE stacks (
             id INTEGER PRIMARY KEY,
-            hash INTEGER NOT NULL UNIQUE,
-            text TEXT NOT NULL,
             loop INTEGER NOT NULL,
             depth INTEGER NOT NULL
         );

@@ -1,0 +1,121 @@
+"""The store on real SQLite files: interning, downsampling, retention, collection, locking."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sidecar.query import Range, Reader
+from sidecar.store import ProcessRecord, Store, StoreLocked, WindowBatch
+
+FRAME = st.text(
+    alphabet=st.characters(blacklist_characters=";\n", blacklist_categories=("Cs",)),
+    min_size=1,
+    max_size=20,
+)
+STACK = st.lists(FRAME, min_size=1, max_size=12).map(";".join)
+
+
+def open_store(path: Path) -> tuple[Store, ProcessRecord]:
+    store = Store(path)
+    record = ProcessRecord(4242, 99, "python app.py", time.time())
+    store.attach(record)
+    return store, record
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(stacks=st.dictionaries(STACK, st.integers(1, 1000), min_size=1, max_size=30))
+def test_stacks_come_back_exactly(tmp_path: Path, stacks: dict[str, int]) -> None:
+    db = tmp_path / f"{abs(hash(frozenset(stacks.items())))}.db"
+    store, record = open_store(db)
+    now = int(time.time()) // 10 * 10
+    rows = [(stack, 1, "busy", count) for stack, count in stacks.items()]
+    store.write([WindowBatch(record.key, now, 10, 100, rows)])
+    store.close()
+    profile = Reader(db).profile(None, Range.aligned(now - 10, now + 10, 10))
+    assert profile.stacks == stacks
+
+
+def test_deep_and_shared_stacks_share_their_prefix(tmp_path: Path) -> None:
+    db = tmp_path / "deep.db"
+    store, record = open_store(db)
+    base = ";".join(f"f{i} (m.py:{i})" for i in range(2000))
+    stacks = {f"{base};leaf{i} (m.py:1)": i + 1 for i in range(50)}
+    now = int(time.time()) // 10 * 10
+    store.write(
+        [WindowBatch(record.key, now, 10, 10, [(s, 1, "idle", c) for s, c in stacks.items()])]
+    )
+    store.close()
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT COUNT(*) FROM nodes").fetchone()[0] == 2000 + 50
+    conn.close()
+    profile = Reader(db).profile(None, Range.aligned(now, now + 10, 10))
+    assert profile.stacks == {f"{s};[idle]": c for s, c in stacks.items()}
+
+
+def test_downsampling_keeps_every_count(tmp_path: Path) -> None:
+    db = tmp_path / "down.db"
+    store, record = open_store(db)
+    end = int(time.time()) // 1800 * 1800 - 6 * 3600
+    start = end - 2 * 3600
+    for window in range(start, end, 10):
+        rows = [("a;b", 1, "busy", 2), (f"a;c{window % 3}", 2, "blocked", 1)]
+        store.write([WindowBatch(record.key, window, 10, 3, rows)])
+    while store.downsample(time.time()):
+        pass
+    store.close()
+    conn = sqlite3.connect(db)
+    widths = {w for (w,) in conn.execute("SELECT DISTINCT width FROM windows")}
+    assert widths == {1800}
+    assert conn.execute("SELECT SUM(ticks) FROM windows").fetchone()[0] == 3 * 720
+    conn.close()
+    profile = Reader(db).profile(None, Range.aligned(start, end, 10))
+    assert profile.stacks["a;b"] == 2 * 720
+    assert sum(c for s, c in profile.stacks.items() if s.endswith("[blocked]")) == 720
+
+
+def test_retention_and_collection_free_what_is_old(tmp_path: Path) -> None:
+    db = tmp_path / "old.db"
+    store, record = open_store(db)
+    now = int(time.time()) // 10 * 10
+    store.write([WindowBatch(record.key, now - 1000, 10, 1, [("old;frame", 1, "busy", 1)])])
+    store.write([WindowBatch(record.key, now, 10, 1, [("new;frame", 1, "busy", 1)])])
+    while store.prune(now - 500):
+        pass
+    store.collect_stacks()
+    store.close()
+    conn = sqlite3.connect(db)
+    frames = {t for (t,) in conn.execute("SELECT text FROM frames")}
+    assert frames == {"new", "frame"}
+    assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    conn.close()
+
+
+def test_one_writer_per_database(tmp_path: Path) -> None:
+    db = tmp_path / "locked.db"
+    store = Store(db)
+    with pytest.raises(StoreLocked, match="in use by another sidecar"):
+        Store(db)
+    store.close()
+    Store(db).close()  # free again once the first closed
+
+
+def test_restarted_command_keeps_its_target_and_workers_get_their_own(tmp_path: Path) -> None:
+    store = Store(tmp_path / "t.db")
+    now = time.time()
+    first = store.attach(ProcessRecord(1, 10, "python app.py", now))
+    worker = store.attach(ProcessRecord(2, 11, "python app.py", now))
+    assert worker[0] != first[0]
+    store.mark_gone((1, 10), now + 1)
+    restarted = store.attach(ProcessRecord(3, 12, "python app.py", now + 2))
+    assert restarted[0] == first[0] and restarted[1] != first[1]
+    again = store.attach(ProcessRecord(3, 12, "python app.py", now + 3))
+    assert again == restarted
+    store.close()
