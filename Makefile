@@ -21,7 +21,7 @@ $(VENV)/.installed: $(VENV)/.deps pyproject.toml $(NATIVE_SRC)
 	touch $@
 
 demo: install
-	$(BIN)/python -m targets.demo
+	$(BIN)/sidecar demo
 
 test: install
 	$(BIN)/pytest

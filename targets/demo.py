@@ -1,73 +1,148 @@
-"""``make demo``: a demo aiohttp service under load, recorded by sidecar into a flamegraph.
+"""``sidecar demo`` (``make demo``): the demo services under load, sidecar serving them.
 
-Starts ``targets.aiohttp_app``, drives /hard, /cpu and /blocking with wrk, records 10 seconds
-with ``sidecar record`` and prints where the SVG and folded stacks are.
+Starts the aiohttp service (uvloop) and the Tornado service (asyncio), drives both with wrk
+(seed-000 handlers, some pure-Python work, and a paced trickle of seed 002's blocking call on
+Tornado), runs ``sidecar serve`` on them and prints the address of the UI. Ctrl-C stops
+everything it started.
 """
 
 from __future__ import annotations
 
+import argparse
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "out"
-SECONDS = 10
+PACED = Path(__file__).resolve().parent / "paced.lua"
+LOAD_SECONDS = 3600  # the load stops by itself after an hour
+
+# (service, path, connections, pause between requests per connection in ms)
+LOADS = (
+    ("aiohttp", "/hard", 20, 0),
+    ("aiohttp", "/cpu", 1, 20),
+    ("tornado", "/hard-old", 20, 0),
+    ("tornado", "/cpu", 1, 20),
+    ("tornado", "/blocking", 1, 500),
+)
 
 
-def main() -> int:
-    wrk = shutil.which("wrk")
-    if wrk is None:
-        print("demo: wrk is needed to load the demo service (apt-get install wrk)", file=sys.stderr)
-        return 1
-    OUT.mkdir(exist_ok=True)
-    app = subprocess.Popen(
-        [sys.executable, "-m", "targets.aiohttp_app"],
+def start_service(module: str, *args: str) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", f"targets.{module}", *args],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,
     )
-    loads: list[subprocess.Popen[bytes]] = []
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    match = re.search(r"(http://127\.0\.0\.1:\d+)", line)
+    if not match:
+        proc.kill()
+        raise SystemExit(f"demo: {module} did not start: {line!r}")
+    return proc, match[1]
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="sidecar demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=8321, help="port of the UI (default 8321)")
+    parser.add_argument("--db", default=str(ROOT / "out" / "demo.db"), help="database file")
+    args = parser.parse_args(argv)
+    wrk = shutil.which("wrk")
+    if wrk is None:
+        print(
+            "demo: wrk is needed to load the demo services (apt-get install wrk)", file=sys.stderr
+        )
+        return 1
+    Path(args.db).parent.mkdir(parents=True, exist_ok=True)
+    signal.signal(signal.SIGTERM, _interrupt)  # stop everything on SIGTERM as on Ctrl-C
+    procs: list[subprocess.Popen[str]] = []
     try:
-        assert app.stdout is not None
-        line = app.stdout.readline()
-        match = re.search(r"http://127\.0\.0\.1:(\d+)", line)
-        if not match:
-            print(f"demo: the demo service did not start: {line!r}", file=sys.stderr)
-            return 1
-        url = f"http://127.0.0.1:{match[1]}"
-        print(f"demo: aiohttp service PID {app.pid} on {url}", flush=True)
-        for path, connections in (("/hard", 20), ("/cpu", 2), ("/blocking", 1)):
-            loads.append(
+        aiohttp, aiohttp_url = start_service("aiohttp_app", "--uvloop")
+        procs.append(aiohttp)
+        tornado, tornado_url = start_service("tornado_app")
+        procs.append(tornado)
+        urls = {"aiohttp": aiohttp_url, "tornado": tornado_url}
+        for service, path, connections, pause in LOADS:
+            env = dict(os.environ, SIDECAR_DELAY_MS=str(pause))
+            procs.append(
                 subprocess.Popen(
-                    [wrk, "-t1", f"-c{connections}", f"-d{SECONDS + 3}s", url + path],
+                    [
+                        wrk,
+                        "-t1",
+                        f"-c{connections}",
+                        f"-d{LOAD_SECONDS}s",
+                        "-s",
+                        str(PACED),
+                        urls[service] + path,
+                    ],
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
+                    env=env,
+                    text=True,
                 )
             )
-        time.sleep(1)
-        svg, folded = OUT / "demo.svg", OUT / "demo.folded"
-        base = [sys.executable, "-m", "sidecar", "record", "--pid", str(app.pid)]
-        base += ["--duration", str(SECONDS)]
-        code = subprocess.call([*base, "-o", str(svg)], cwd=ROOT)
-        if code == 0:
-            code = subprocess.call(
-                [*base[:-2], "--duration", "2", "--format", "folded", "-q", "-o", str(folded)],
-                cwd=ROOT,
+        serve = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "sidecar",
+                "serve",
+                "--db",
+                args.db,
+                "--port",
+                str(args.port),
+                "--window",
+                "5",
+                "--pid",
+                str(aiohttp.pid),
+                "--pid",
+                str(tornado.pid),
+                "--log-level",
+                "warning",
+            ],
+            cwd=ROOT,
+            text=True,
+        )
+        procs.append(serve)
+        time.sleep(1.5)
+        if serve.poll() is not None:
+            print(
+                "demo: sidecar serve did not start (is the port taken? try --port)", file=sys.stderr
             )
-        if code == 0:
-            print(f"demo: flamegraph  {svg}")
-            print(f"demo: folded      {folded}")
-            print("demo: open the SVG in a browser; [blocked] frames show where the loop stalls")
-        return code
+            return 1
+        ui = f"http://127.0.0.1:{args.port}"
+        print(f"demo: aiohttp (uvloop) PID {aiohttp.pid} on {aiohttp_url}")
+        print(f"demo: tornado (asyncio) PID {tornado.pid} on {tornado_url}")
+        print(f"demo: sidecar UI   {ui}/")
+        print(f"demo: sidecar API  {ui}/api/targets  ·  {ui}/api/stats  ·  {ui}/metrics")
+        print(
+            "demo: profiles appear after the first 5-second window; Ctrl-C stops everything",
+            flush=True,
+        )
+        serve.wait()
+        return 0
+    except KeyboardInterrupt:
+        print("\ndemo: stopping", file=sys.stderr)
+        return 0
     finally:
-        for load in loads:
-            load.terminate()
-        app.terminate()
-        app.wait(timeout=10)
+        for proc in reversed(procs):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from sidecar.commands import diff, record, render, serve, stats
+from sidecar.commands import demo, diff, record, render, serve, stats
 
 #: Registered in this order in ``sidecar --help``.
-COMMANDS: tuple[ModuleType, ...] = (record, render, stats, serve, diff)
+COMMANDS: tuple[ModuleType, ...] = (record, render, stats, serve, diff, demo)
