@@ -22,7 +22,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 
 from sidecar import __version__
+from sidecar.analyze import stats_json
 from sidecar.diff import Change, diff_profiles, render_diff
+from sidecar.discover import ProcessInfo
 from sidecar.errors import NoSamples, SidecarError, UsageError
 from sidecar.metrics import registry_for
 from sidecar.profile import Profile
@@ -154,6 +156,17 @@ def create_app(service: Service) -> FastAPI:
         data = reader.profile(target, _span(start, end), states, thread)
         return _profile_response(data, format, _title(target, start, end), inverted)
 
+    @app.get("/api/stats", summary="Event-loop shares and stack depth per target and framework")
+    def stats(target: TargetId = None, start: From = None, end: To = None) -> dict[str, Any]:
+        span = _span(start, end)
+        rows = [reader.target(target)] if target is not None else reader.targets()
+        loaded = []
+        for row in rows:
+            data = reader.profile(row["id"], span)
+            if data.stacks:
+                loaded.append((data, _process_info(row)))
+        return stats_json(loaded)
+
     @app.get("/api/diff", summary="Differential flamegraph of two ranges or two targets")
     def diff(
         target: TargetId = None,
@@ -213,6 +226,19 @@ def create_app(service: Service) -> FastAPI:
         return f"sidecar: {who}"
 
     return app
+
+
+def _process_info(row: dict[str, Any]) -> ProcessInfo:
+    """What discovery recorded of a stored target, for the analysis."""
+    return ProcessInfo(
+        pid=row["pid"],
+        start_time=0,
+        cmdline=row["cmdline"],
+        python_version=row["python_version"],
+        framework=row["framework"],
+        loop=row["loop"],
+        framework_source="maps" if row["framework"] != "unknown" else "",
+    )
 
 
 def _change(change: Change) -> dict[str, Any]:

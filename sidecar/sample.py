@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from sidecar import _native
 from sidecar.classify import classify, leaf_for, state_counts
+from sidecar.discover import read_cmdline
 from sidecar.errors import PermissionDenied, TargetError, TargetGone
 from sidecar.profile import Profile, Target
 
@@ -91,15 +92,6 @@ def open_sampler(
         raise PermissionDenied(str(err)) from err
     except _native.SamplerError as err:
         raise TargetError(str(err)) from err
-
-
-def read_cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            raw = handle.read()
-    except OSError:
-        return ""
-    return raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
 
 
 @dataclass

@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING
 
 from sidecar import _native
 from sidecar.classify import classify
+from sidecar.discover import framework_and_loop, read_cmdline
 from sidecar.errors import TargetError
-from sidecar.sample import open_sampler, read_cmdline
+from sidecar.sample import open_sampler
 from sidecar.store import Gone, ProcessRecord, WindowBatch, Writer
 
 if TYPE_CHECKING:
@@ -88,15 +89,12 @@ def scan(selection: Selection) -> list[int]:
     return sorted(found)
 
 
-def describe_maps(pid: int) -> tuple[str, str]:
-    """(framework, loop) from the extension modules mapped into the process."""
-    maps = _read(f"/proc/{pid}/maps") or ""
-    loop = "uvloop" if "/uvloop/" in maps else "asyncio"
-    if "/aiohttp/" in maps:
-        return "aiohttp", loop
-    if "/tornado/" in maps:
-        return "tornado", loop
-    return "unknown", loop
+def describe(pid: int) -> tuple[str, str]:
+    """(framework, loop) from the process's mapped extension modules, unknown if unreadable."""
+    try:
+        return framework_and_loop(pid)
+    except TargetError:
+        return "unknown", "asyncio"
 
 
 @dataclass
@@ -135,7 +133,7 @@ class Sessions:
         rate_hz: float = 100.0,
         window: int = 10,
         blocking: bool = False,
-        describe: Describe = describe_maps,
+        describe: Describe = describe,
     ) -> None:
         self.writer = writer
         self.selection = selection

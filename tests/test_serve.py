@@ -152,6 +152,27 @@ def test_targets_profiles_and_timeline(spawn: Spawner, load: LoadDriver, serve: 
     assert busy and "[idle]" not in busy and "[blocked]" not in busy
 
     now = time.time()
+    stats = server.json("/api/stats")
+    assert {t["framework"] for t in stats["targets"]} == {"aiohttp", "tornado"}
+    assert set(stats["frameworks"]) == {"aiohttp", "tornado"}
+    aio_stats = next(t for t in stats["targets"] if t["framework"] == "aiohttp")
+    assert aio_stats["loop"] == "uvloop" and aio_stats["pid"] == aio.pid
+    shares = aio_stats["busy_share"] + aio_stats["idle_share"] + aio_stats["blocked_share"]
+    assert shares == pytest.approx(1.0, abs=0.001)
+    assert aio_stats["depth"]["max"] >= aio_stats["depth"]["p95"] >= aio_stats["depth"]["p50"] > 0
+    one = server.json(f"/api/stats?target={tid}")
+    assert [t["pid"] for t in one["targets"]] == [aio.pid]
+    assert server.status("/api/stats?target=12345") == 404
+
+    compare = server.json(f"/api/diff?target={tor_id}&target_b={tid}&format=json")
+    assert compare["verdict"] and compare["before_samples"] > 0 and compare["after_samples"] > 0
+    assert compare["total_changes"] and compare["self_changes"]
+    status, svg, headers = server.request(f"/api/diff?target={tor_id}&target_b={tid}")
+    assert status == 200 and b"<svg" in svg and "sandbox" in headers["content-security-policy"]
+    lines = server.request(f"/api/diff?target={tid}&target_b={tid}&format=folded")[1].decode()
+    assert all(line.split()[-1] == line.split()[-2] for line in lines.splitlines())
+    assert server.status(f"/api/diff?target={tid}") == 400  # nothing to compare with
+
     timeline = server.json(f"/api/timeline?target={tid}&step=1&from={now - 60}&to={now}")
     assert timeline["loop_threads_only"] is True
     buckets = timeline["buckets"]
