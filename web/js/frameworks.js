@@ -1,0 +1,107 @@
+// The frameworks panel: per framework, the event loop's idle / busy / blocked shares and stack
+// depth side by side, and where the loop blocks. Shares and depth come from /api/stats as they
+// are; blocking sites are counted here from the [blocked] stacks of the same range.
+
+import { badges } from "./targets.js";
+import { count, esc, num, pct } from "./format.js";
+import { frameInfo } from "./stacks.js";
+
+const STATES = ["busy", "blocked", "idle"];
+
+function shareBar(s) {
+  const parts = STATES.map((state) => {
+    const v = s[`${state}_share`] || 0;
+    const text = v >= 0.08 ? `${state} ${pct(v)}` : v >= 0.035 ? pct(v, 0) : "";
+    return v > 0 ? `<span class="${state}" style="width:${(v * 100).toFixed(2)}%">${text}</span>` : "";
+  });
+  const label = STATES.map((state) => `${state} ${pct(s[`${state}_share`])}`).join(", ");
+  return `<div class="sharebar" role="img" aria-label="${label}">${parts.join("")}</div>`;
+}
+
+function depthBlock(depth, scale) {
+  const d = depth || {};
+  const cell = (label, value, digits) =>
+    `<div class="share"><div class="label">${label}</div><div class="value" data-depth="${label}">${num(value, digits)}</div></div>`;
+  const mean = d.mean ? (d.mean / scale) * 100 : 0;
+  const p95 = d.p95 ? (d.p95 / scale) * 100 : 0;
+  return `
+    <div class="depth">${cell("mean", d.mean, 1)}${cell("p50", d.p50)}${cell("p95", d.p95)}${cell("max", d.max)}</div>
+    <div class="depth-bar" role="img" aria-label="mean depth ${num(d.mean)}, p95 ${num(d.p95)} frames">
+      <span class="p95" style="left:0;width:${p95.toFixed(1)}%"></span>
+      <span class="mean" style="left:0;width:${mean.toFixed(1)}%"></span>
+    </div>
+    <div class="depth-caption"><span>0</span><span>mean ■ · p95 ▬ on a common scale</span><span>${scale} frames</span></div>`;
+}
+
+function share(v) {
+  return v > 0 && v < 0.001 ? "<0.1%" : pct(v);
+}
+
+function sitesBlock(sites, loopSamples) {
+  if (!sites || !sites.size) return `<p class="muted">The loop never blocked in this range.</p>`;
+  const ranked = [...sites.entries()].sort((a, b) => b[1] - a[1]).slice(0, 5);
+  return `<ol class="sites">${ranked
+    .map(([frame, n]) => {
+      const info = frameInfo(frame);
+      const where = info.file ? `${info.name} (${info.file}:${info.line})` : info.name;
+      return `<li><span class="site" title="${esc(where)}">${esc(where)}</span>
+        <span class="num">${count(n)} · ${share(n / (loopSamples || 1))} of loop time</span></li>`;
+    })
+    .join("")}</ol>`;
+}
+
+export function renderFrameworks(host, stats, { targets, sites, current }) {
+  const frameworks = Object.entries(stats.frameworks || {});
+  if (!frameworks.length) {
+    host.innerHTML = "";
+    return false;
+  }
+  const scale = Math.max(
+    10,
+    ...frameworks.map(([, s]) => (s.depth && (s.depth.p95 || s.depth.max)) || 0),
+  );
+  const nice = Math.ceil(scale / 5) * 5;
+  host.innerHTML = frameworks
+    .map(([name, s]) => {
+      const mine = targets.filter((t) => (t.framework || "unknown") === name);
+      const loops = [...new Set((stats.targets || []).filter((t) => t.framework === name).map((t) => t.loop))];
+      const loopBadges = loops.map((l) => `<span class="badge loop-${esc(l)}">${esc(l)}</span>`).join(" ");
+      const n = (stats.targets || []).filter((t) => t.framework === name).length || mine.length;
+      return `
+      <article class="fw-card${name === current ? " current" : ""}" data-framework="${esc(name)}"
+          data-idle-share="${s.idle_share}" data-busy-share="${s.busy_share}" data-blocked-share="${s.blocked_share}">
+        <div class="fw-head">${badges(name, null).replace("badge", "badge fw-name")} ${loopBadges}
+          <span class="muted">${n} target${n === 1 ? "" : "s"} · ${count(s.samples)} loop samples</span></div>
+        ${shareBar(s)}
+        <div class="shares">
+          <div class="share idle-share"><div class="label"><span class="swatch idle"></span>idle</div><div class="value" data-share="idle">${pct(s.idle_share)}</div></div>
+          <div class="share"><div class="label"><span class="swatch busy"></span>busy</div><div class="value" data-share="busy">${pct(s.busy_share)}</div></div>
+          <div class="share"><div class="label"><span class="swatch blocked"></span>blocked</div><div class="value" data-share="blocked">${pct(s.blocked_share)}</div></div>
+        </div>
+        <div><h3>Stack depth</h3>${depthBlock(s.depth, nice)}</div>
+        <div><h3>Top blocking call sites</h3>${sitesBlock(sites.get(name), s.samples)}</div>
+      </article>`;
+    })
+    .join("");
+  return true;
+}
+
+export function renderStatsTargets(table, stats) {
+  const rows = stats.targets || [];
+  if (!rows.length) {
+    table.innerHTML = `<tbody><tr><td class="muted">No targets sampled in this range.</td></tr></tbody>`;
+    return;
+  }
+  const head = ["PID", "Framework", "Samples", "Busy", "Idle", "Blocked", "Depth mean", "p95", "max"];
+  table.innerHTML = `<thead><tr>${head
+    .map((h, i) => `<th scope="col" class="${i >= 2 ? "num" : ""}">${h}</th>`)
+    .join("")}</tr></thead><tbody>${rows
+    .map((t) => {
+      const d = t.depth || {};
+      return `<tr><td class="num" style="text-align:left">${t.pid ?? "–"}</td><td>${badges(t.framework, t.loop)}</td>
+        <td class="num">${count(t.samples)}</td><td class="num">${pct(t.busy_share)}</td>
+        <td class="num">${pct(t.idle_share)}</td><td class="num">${pct(t.blocked_share)}</td>
+        <td class="num">${num(d.mean)}</td><td class="num">${num(d.p95)}</td><td class="num">${num(d.max)}</td></tr>`;
+    })
+    .join("")}</tbody>`;
+}

@@ -1,0 +1,815 @@
+// The controller: reads the state from the URL, loads what the current view needs from the API,
+// wires the controls, and follows the present in live mode.
+
+import { adoptToken, ApiError, download, getJson, getText, isAbort, setToken, Slot } from "./api.js";
+import { renderChanges, renderStateChanges } from "./compare.js";
+import { FlameGraph } from "./flame.js";
+import * as fmt from "./format.js";
+import { renderFrameworks, renderStatsTargets } from "./frameworks.js";
+import { renderFunctions } from "./functions.js";
+import { DEFAULTS, fromUrl, STATE_FILTERS, toUrl } from "./state.js";
+import {
+  blockingSites,
+  buildTree,
+  functionTable,
+  matchedShare,
+  matcher,
+  parseFolded,
+} from "./stacks.js";
+import { renderTargets, shortCommand } from "./targets.js";
+import { Timeline } from "./timeline.js";
+
+const $ = (selector) => document.querySelector(selector);
+const $$ = (selector) => [...document.querySelectorAll(selector)];
+const REFRESH_MS = 5000;
+const now = () => Date.now() / 1000;
+
+adoptToken();
+let state = fromUrl(location.search, now());
+let targets = [];
+let timelineData = null;
+let profile = null; // {rows, tree, functions} of the flamegraph view
+let needsToken = false;
+
+const slots = {
+  targets: new Slot(),
+  timeline: new Slot(),
+  flame: new Slot(),
+  frameworks: new Slot(),
+  compare: new Slot(),
+};
+
+// -- ranges ----------------------------------------------------------------------------------
+
+function windowRange() {
+  if (state.live) {
+    const to = Math.ceil(now());
+    return [to - state.range, to];
+  }
+  return [state.from, state.to];
+}
+
+function profileRange() {
+  return state.sel || windowRange();
+}
+
+/** Where the timeline has data, or the window: the default compare ranges are its halves. */
+function dataExtent() {
+  const buckets = timelineData ? timelineData.buckets : [];
+  if (buckets.length >= 2) {
+    return [buckets[0].t, buckets[buckets.length - 1].t + timelineData.step];
+  }
+  return windowRange();
+}
+
+function compareRanges() {
+  const [from, to] = dataExtent();
+  const mid = Math.round((from + to) / 2);
+  return [state.a || [from, mid], state.b || [mid, to]];
+}
+
+function targetById(id) {
+  return targets.find((t) => t.id === id) || null;
+}
+
+function targetName(id) {
+  if (id === null) return "all targets";
+  const t = targetById(id);
+  return t ? `${t.framework} PID ${t.pid}` : `target ${id}`;
+}
+
+// -- URL -------------------------------------------------------------------------------------
+
+function saveUrl(push = false) {
+  const url = `${location.pathname}${toUrl(state)}`;
+  if (url === `${location.pathname}${location.search}`) return;
+  if (push) history.pushState(null, "", url);
+  else history.replaceState(null, "", url);
+}
+
+window.addEventListener("popstate", () => {
+  state = fromUrl(location.search, now());
+  syncControls();
+  loadAll();
+});
+
+// -- widgets ---------------------------------------------------------------------------------
+
+const timeline = new Timeline($("#timeline"), { onSelect: onTimelineSelect });
+const flame = new FlameGraph($("#flame"), {
+  label: "Flamegraph",
+  onZoom: (path) => {
+    state.zoom = path;
+    saveUrl();
+    renderCrumbs();
+    updateSearchStatus();
+    $("#reset-zoom").disabled = !path.length;
+  },
+  onFocus: (node) => showDetails($("#flame-details"), flame, node),
+});
+const diffFlame = new FlameGraph($("#diff-flame"), {
+  label: "Differential flamegraph",
+  onFocus: (node) => showDetails($("#diff-details"), diffFlame, node),
+});
+
+function showDetails(host, graph, node) {
+  if (!node || !graph.tree) {
+    host.innerHTML = `<span class="muted">Hover or focus a frame for details · click to zoom · arrow keys move · Enter zooms · Escape resets · / searches</span>`;
+    return;
+  }
+  host.innerHTML = graph.describe(node).map((line) => `<span>${line}</span>`).join("");
+}
+
+// -- loading ---------------------------------------------------------------------------------
+
+function showBanner(err) {
+  const banner = $("#banner");
+  if (err instanceof ApiError && err.status === 401) {
+    if (needsToken) return;
+    needsToken = true;
+    banner.innerHTML = `<strong>This sidecar needs a token.</strong>
+      <label>Token <input id="token-input" type="password" autocomplete="off"></label>
+      <button id="token-save">Use token</button>
+      <span class="muted">or open the UI with <code>?token=…</code> in its address</span>`;
+    banner.hidden = false;
+    $("#token-save").addEventListener("click", () => {
+      setToken($("#token-input").value.trim());
+      needsToken = false;
+      banner.hidden = true;
+      loadAll();
+    });
+    return;
+  }
+  if (err instanceof ApiError && err.code === "unreachable") {
+    banner.textContent = "The sidecar does not answer; retrying.";
+    banner.hidden = false;
+  }
+}
+
+function clearBanner() {
+  if (!needsToken) $("#banner").hidden = true;
+}
+
+function message(el, text, isError = false) {
+  el.hidden = !text;
+  el.textContent = text || "";
+  el.classList.toggle("error", isError);
+}
+
+async function loadTargets() {
+  try {
+    targets = await getJson("targets", {}, slots.targets.next());
+    clearBanner();
+  } catch (err) {
+    if (!isAbort(err)) showBanner(err);
+    return;
+  }
+  renderTargets($("#targets"), targets, state.target, pickTarget);
+  const alive = targets.filter((t) => t.alive).length;
+  $("#targets-count").textContent = `${alive} alive · ${targets.length} seen`;
+  fillCompareTargets();
+}
+
+async function loadTimeline() {
+  const [from, to] = windowRange();
+  timeline.setRange(from, to);
+  renderRangeLabels();
+  try {
+    timelineData = await getJson("timeline", { target: state.target, from, to }, slots.timeline.next());
+  } catch (err) {
+    if (isAbort(err)) return;
+    showBanner(err);
+    timelineData = { from, to, step: 1, buckets: [], loop_threads_only: false };
+  }
+  timeline.setData(timelineData);
+  $("#timeline-scope").textContent = timelineData.buckets.length
+    ? `${timelineData.loop_threads_only ? "event-loop threads" : "all threads (no event-loop thread found)"} · samples per ${fmt.duration(timelineData.step)}`
+    : "";
+  if (state.view === "compare") updateCompareMarks();
+}
+
+function profileParams(format) {
+  const [from, to] = profileRange();
+  return {
+    target: state.target,
+    from,
+    to,
+    format,
+    state: STATE_FILTERS[state.state],
+    thread: state.thread,
+  };
+}
+
+async function loadFlame() {
+  const host = $("#flame");
+  const params = profileParams("folded");
+  host.dataset.loading = "1";
+  let text = "";
+  let error = null;
+  try {
+    text = await getText("profile", params, slots.flame.next());
+  } catch (err) {
+    if (isAbort(err)) return;
+    error = err;
+  }
+  host.dataset.loading = "0";
+  host.dataset.from = String(params.from);
+  host.dataset.to = String(params.to);
+  host.dataset.target = state.target === null ? "" : String(state.target);
+  if (error) {
+    profile = null;
+    flame.clear();
+    host.dataset.samples = "0";
+    renderFunctions($("#functions"), null, {});
+    const noSamples = error instanceof ApiError && error.code === "no_samples";
+    message(
+      $("#flame-message"),
+      noSamples
+        ? "No samples for this selection. Widen the range, pick another target or change the filters."
+        : `Could not load the profile: ${error.message}`,
+      !noSamples,
+    );
+    if (!noSamples) showBanner(error);
+    $("#flame-summary").textContent = "";
+    updateSearchStatus();
+    renderCrumbs();
+    return;
+  }
+  clearBanner();
+  message($("#flame-message"), "");
+  const rows = parseFolded(text);
+  const tree = buildTree(rows);
+  profile = { rows, tree, functions: functionTable(rows) };
+  flame.icicle = state.icicle;
+  flame.match = matcher(state.q);
+  flame.highlight = state.fn || null;
+  flame.setTree(tree, "profile", state.zoom);
+  if (state.zoom.length && !flame.zoom) state.zoom = [];
+  saveUrl();
+  $("#reset-zoom").disabled = !flame.zoom;
+  $("#flame-summary").textContent =
+    `${fmt.count(tree.total)} samples · ${fmt.count(rows.length)} stacks · ` +
+    `${targetName(state.target)} · ${fmt.span(params.from, params.to)}`;
+  renderCrumbs();
+  renderTable();
+  updateSearchStatus();
+  showDetails($("#flame-details"), flame, null);
+}
+
+function renderTable() {
+  renderFunctions($("#functions"), profile && profile.functions, {
+    sort: state.sort,
+    dir: state.dir,
+    picked: state.fn,
+    onSort: (key) => {
+      if (state.sort === key) state.dir = state.dir === "asc" ? "desc" : "asc";
+      else {
+        state.sort = key;
+        state.dir = key === "name" ? "asc" : "desc";
+      }
+      saveUrl();
+      renderTable();
+      const again = $(`#functions th button[data-sort="${key}"]`);
+      if (again) again.focus();
+    },
+    onPick: (key) => {
+      state.fn = state.fn === key ? "" : key;
+      saveUrl();
+      flame.setOptions({ highlight: state.fn || null });
+      renderTable();
+      updateSearchStatus();
+      const again = $(`#functions button.fn[data-key="${CSS.escape(key)}"]`);
+      if (again) again.focus();
+    },
+  });
+}
+
+function updateSearchStatus() {
+  const status = $("#search-status");
+  const match = flame.match;
+  const parts = [];
+  status.dataset.matches = "0";
+  if (profile && (match || state.fn)) {
+    const test = (info) => (match && match(info)) || (state.fn && info.key === state.fn);
+    const base = flame.zoom || profile.tree.root;
+    const hit = matchedShare(base, test);
+    status.dataset.matches = String(hit.frames);
+    status.dataset.share = String(hit.samples / (profile.tree.total || 1));
+    if (!hit.frames) parts.push("no match");
+    else {
+      parts.push(`${fmt.count(hit.frames)} frame${hit.frames === 1 ? "" : "s"}`);
+      parts.push(`${fmt.pct(hit.samples / (profile.tree.total || 1))} of samples`);
+      if (flame.zoom) parts.push(`${fmt.pct(hit.samples / flame.zoom.value)} of zoom`);
+    }
+    if (state.fn) parts.unshift(`highlight: ${state.fn.replace(/ \(.*\)$/, "")}`);
+  }
+  status.textContent = parts.join(" · ");
+}
+
+function renderCrumbs() {
+  const nav = $("#crumbs");
+  const path = flame.zoom ? flame.zoom.path() : [];
+  if (!path.length) {
+    nav.innerHTML = "";
+    return;
+  }
+  const items = [`<button data-depth="0">all</button>`];
+  const start = Math.max(0, path.length - 6);
+  if (start > 0) items.push(`<span class="sep">› …</span>`);
+  for (let i = start; i < path.length; i += 1) {
+    const name = path[i].replace(/ \([^()]*\)$/, "");
+    const current = i === path.length - 1;
+    items.push(
+      `<span class="sep">›</span><button data-depth="${i + 1}" ${current ? 'aria-current="true"' : ""} title="${fmt.esc(path[i])}">${fmt.esc(name)}</button>`,
+    );
+  }
+  nav.innerHTML = items.join("");
+  for (const button of nav.querySelectorAll("button")) {
+    button.addEventListener("click", () => {
+      const depth = Number(button.dataset.depth);
+      flame.zoomTo(depth ? flame.tree.root.find(path.slice(0, depth)) : null);
+    });
+  }
+}
+
+async function loadFrameworks() {
+  const [from, to] = profileRange();
+  const signal = slots.frameworks.next();
+  const host = $("#frameworks");
+  host.dataset.loading = "1";
+  let stats;
+  try {
+    stats = await getJson("stats", { from, to }, signal);
+  } catch (err) {
+    if (isAbort(err)) return;
+    host.dataset.loading = "0";
+    host.innerHTML = "";
+    renderStatsTargets($("#fw-targets"), {});
+    const missing = err instanceof ApiError && err.code === "not_found";
+    message(
+      $("#frameworks-message"),
+      missing ? "This sidecar does not serve /api/stats." : `Could not load the statistics: ${err.message}`,
+      true,
+    );
+    return;
+  }
+  // where each framework's loop blocks: the frame under [blocked], from the same range
+  const sites = new Map();
+  const relevant = targets.filter((t) => t.last_seen >= from && t.first_seen <= to);
+  try {
+    await Promise.all(
+      relevant.map(async (t) => {
+        let text = "";
+        try {
+          text = await getText("profile", { target: t.id, from, to, state: "blocked" }, signal);
+        } catch (err) {
+          if (isAbort(err) || !(err instanceof ApiError && err.code === "no_samples")) throw err;
+        }
+        const name = t.framework || "unknown";
+        const found = blockingSites(parseFolded(text));
+        const into = sites.get(name) || new Map();
+        for (const [site, n] of found) into.set(site, (into.get(site) || 0) + n);
+        sites.set(name, into);
+      }),
+    );
+  } catch (err) {
+    if (isAbort(err)) return;
+  }
+  const current = state.target === null ? null : (targetById(state.target) || {}).framework;
+  const any = renderFrameworks(host, stats, { targets, sites, current });
+  renderStatsTargets($("#fw-targets"), stats);
+  message($("#frameworks-message"), any ? "" : "No event-loop samples in this range.");
+  host.dataset.from = String(from);
+  host.dataset.to = String(to);
+  host.dataset.loading = "0";
+}
+
+function compareParams(format) {
+  if (state.cmp === "targets") {
+    const [from, to] = profileRange();
+    const [ta, tb] = compareTargets();
+    return { target: ta, from, to, target_b: tb, from_b: from, to_b: to, format };
+  }
+  const [a, b] = compareRanges();
+  return { target: state.target, from: a[0], to: a[1], from_b: b[0], to_b: b[1], format };
+}
+
+function compareTargets() {
+  const ta = state.ta ?? state.target ?? (targets[0] ? targets[0].id : null);
+  let tb = state.tb;
+  if (tb === null) {
+    const other = targets.find((t) => t.id !== ta);
+    tb = other ? other.id : ta;
+  }
+  return [ta, tb];
+}
+
+async function loadCompare() {
+  const host = $("#diff-flame");
+  renderCompareControls();
+  if (state.cmp === "targets" && !targets.length) await loadTargets();
+  const signal = slots.compare.next();
+  host.dataset.loading = "1";
+  let folded;
+  let summary;
+  try {
+    [folded, summary] = await Promise.all([
+      getText("diff", compareParams("folded"), signal),
+      getJson("diff", compareParams("json"), signal),
+    ]);
+  } catch (err) {
+    if (isAbort(err)) return;
+    host.dataset.loading = "0";
+    diffFlame.clear();
+    $("#verdict").textContent = "";
+    renderStateChanges($("#state-changes"), []);
+    renderChanges($("#self-changes"), []);
+    renderChanges($("#total-changes"), []);
+    const noSamples = err instanceof ApiError && err.code === "no_samples";
+    message(
+      $("#diff-message"),
+      noSamples
+        ? "One of the two sides has no samples. Drag on the timeline to pick ranges with data."
+        : `Could not compare: ${err.message}`,
+      !noSamples,
+    );
+    return;
+  }
+  message($("#diff-message"), "");
+  const tree = buildTree(parseFolded(folded, true));
+  diffFlame.icicle = state.icicle;
+  diffFlame.setTree(tree, "diff");
+  host.dataset.loading = "0";
+  $("#verdict").textContent = summary.verdict;
+  renderStateChanges($("#state-changes"), summary.state_changes);
+  renderChanges($("#self-changes"), summary.self_changes);
+  renderChanges($("#total-changes"), summary.total_changes);
+  showDetails($("#diff-details"), diffFlame, null);
+}
+
+function loadView() {
+  if (state.view === "flame") return loadFlame();
+  if (state.view === "frameworks") return loadFrameworks();
+  return loadCompare();
+}
+
+async function loadAll() {
+  await loadTargets();
+  if (state.view === "compare") {
+    // the default compare ranges are the halves of where the timeline has data
+    await loadTimeline();
+    await loadView();
+  } else {
+    await Promise.all([loadTimeline(), loadView()]);
+  }
+}
+
+// -- controls --------------------------------------------------------------------------------
+
+function renderRangeLabels() {
+  const [from, to] = windowRange();
+  $("#range-label").textContent = state.live
+    ? `last ${fmt.duration(state.range)} · live`
+    : fmt.span(from, to);
+  const sel = state.sel;
+  $("#selection-label").textContent = sel ? `Selected ${fmt.span(sel[0], sel[1])}` : "";
+  $("#clear-selection").hidden = !sel;
+  $("#timeline-hint").hidden = Boolean(sel) || state.view === "compare";
+}
+
+function syncControls() {
+  for (const tab of $$(".tabs button")) {
+    const on = tab.dataset.view === state.view;
+    tab.setAttribute("aria-selected", String(on));
+    tab.tabIndex = on ? 0 : -1;
+  }
+  for (const view of ["flame", "frameworks", "compare"]) $(`#view-${view}`).hidden = state.view !== view;
+  const span = state.live ? state.range : state.to - state.from;
+  for (const button of $$(".quick button")) {
+    button.setAttribute("aria-pressed", String(Number(button.dataset.range) === span));
+  }
+  $("#live").setAttribute("aria-pressed", String(state.live));
+  for (const button of $$("#state-filter button")) {
+    const on = button.dataset.state === state.state;
+    button.setAttribute("aria-checked", String(on));
+    button.tabIndex = on ? 0 : -1;
+  }
+  $("#thread").value = state.thread;
+  $("#search").value = state.q;
+  $("#icicle").setAttribute("aria-pressed", String(state.icicle));
+  timeline.setSelection(state.view === "compare" && state.cmp === "ranges" ? null : state.sel);
+  updateCompareMarks();
+  renderRangeLabels();
+  renderCompareControls();
+}
+
+function updateCompareMarks() {
+  if (state.view !== "compare" || state.cmp !== "ranges") {
+    timeline.setMarks([]);
+    return;
+  }
+  const [a, b] = compareRanges();
+  timeline.setMarks([
+    { from: a[0], to: a[1], label: "A", fill: "rgba(33, 102, 172, 0.10)", stroke: "#2166ac" },
+    { from: b[0], to: b[1], label: "B", fill: "rgba(123, 50, 148, 0.10)", stroke: "#7b3294" },
+  ]);
+}
+
+let compareSlot = "a";
+
+function renderCompareControls() {
+  for (const button of $$("#compare-mode button")) {
+    const on = button.dataset.mode === state.cmp;
+    button.setAttribute("aria-checked", String(on));
+    button.tabIndex = on ? 0 : -1;
+  }
+  $("#compare-ranges").hidden = state.cmp !== "ranges";
+  $("#compare-targets").hidden = state.cmp !== "targets";
+  for (const button of $$("#compare-ranges [data-slot]")) {
+    button.setAttribute("aria-checked", String(button.dataset.slot === compareSlot));
+  }
+  const [a, b] = compareRanges();
+  $("#compare-a").innerHTML = `<span class="slot a">A</span> ${fmt.span(a[0], a[1])}`;
+  $("#compare-b").innerHTML = `<span class="slot b">B</span> ${fmt.span(b[0], b[1])}`;
+  const [from, to] = profileRange();
+  $("#compare-targets-range").textContent = `both over ${fmt.span(from, to)}`;
+}
+
+function fillCompareTargets() {
+  const [ta, tb] = compareTargets();
+  for (const [select, value] of [
+    [$("#compare-ta"), ta],
+    [$("#compare-tb"), tb],
+  ]) {
+    if (document.activeElement === select) continue;
+    select.innerHTML = targets
+      .map(
+        (t) =>
+          `<option value="${t.id}" ${t.id === value ? "selected" : ""}>${fmt.esc(t.framework)} · PID ${t.pid} · ${fmt.esc(shortCommand(t.cmdline)).slice(0, 48)}</option>`,
+      )
+      .join("");
+  }
+}
+
+function onTimelineSelect(range) {
+  const rounded = range ? [Math.floor(range[0]), Math.ceil(range[1])] : null;
+  if (state.view === "compare" && state.cmp === "ranges") {
+    if (!rounded) return;
+    state[compareSlot] = rounded;
+    if (compareSlot === "a" && !state.b) {
+      const [, b] = compareRanges();
+      state.b = b;
+    }
+    if (compareSlot === "b" && !state.a) state.a = compareRanges()[0];
+    compareSlot = compareSlot === "a" ? "b" : "a";
+    timeline.setSelection(null);
+    saveUrl();
+    updateCompareMarks();
+    loadCompare();
+    return;
+  }
+  state.sel = rounded;
+  state.zoom = [];
+  saveUrl();
+  renderRangeLabels();
+  loadView();
+}
+
+function pickTarget(id) {
+  if (state.target === id) return;
+  state.target = id;
+  state.zoom = [];
+  state.fn = "";
+  saveUrl(true);
+  renderTargets($("#targets"), targets, state.target, pickTarget);
+  loadTimeline();
+  loadView();
+}
+
+function setRange(seconds) {
+  if (state.live) state.range = seconds;
+  else {
+    state.to = Math.ceil(now());
+    state.from = state.to - seconds;
+  }
+  state.sel = null;
+  state.a = null;
+  state.b = null;
+  saveUrl(true);
+  syncControls();
+  loadTimeline();
+  loadView();
+}
+
+function setLive(on) {
+  if (on === state.live) return;
+  if (on) {
+    state.range = Math.round(state.to - state.from) || DEFAULTS.range;
+    state.from = null;
+    state.to = null;
+  } else {
+    const [from, to] = windowRange();
+    state.from = from;
+    state.to = to;
+    state.range = null;
+  }
+  state.live = on;
+  saveUrl();
+  syncControls();
+  if (on) tick();
+}
+
+function setView(view) {
+  if (state.view === view) return;
+  state.view = view;
+  saveUrl(true);
+  syncControls();
+  if (view === "compare" && !timelineData) loadTimeline().then(loadView);
+  else loadView();
+}
+
+function toast(text) {
+  const el = $("#toast");
+  el.textContent = text;
+  el.hidden = false;
+  clearTimeout(toast.timer);
+  toast.timer = setTimeout(() => {
+    el.hidden = true;
+  }, 2200);
+}
+
+async function copyLink() {
+  const link = location.href;
+  try {
+    await navigator.clipboard.writeText(link);
+  } catch {
+    const area = document.createElement("textarea");
+    area.value = link;
+    document.body.append(area);
+    area.select();
+    document.execCommand("copy");
+    area.remove();
+  }
+  toast(state.live ? "Link copied (live: it shows the last minutes when opened)" : "Link copied");
+}
+
+/** Radio groups of buttons: arrow keys move the choice, as a radiogroup should. */
+function radioKeys(group, choose) {
+  group.addEventListener("keydown", (e) => {
+    if (!["ArrowLeft", "ArrowRight", "ArrowUp", "ArrowDown"].includes(e.key)) return;
+    const buttons = [...group.querySelectorAll("button")];
+    const i = buttons.indexOf(document.activeElement);
+    if (i < 0) return;
+    const j = (i + (e.key === "ArrowLeft" || e.key === "ArrowUp" ? -1 : 1) + buttons.length) % buttons.length;
+    e.preventDefault();
+    buttons[j].focus();
+    choose(buttons[j]);
+  });
+}
+
+function wire() {
+  for (const tab of $$(".tabs button")) tab.addEventListener("click", () => setView(tab.dataset.view));
+  radioKeys($(".tabs"), (tab) => setView(tab.dataset.view));
+  for (const button of $$(".quick button")) {
+    button.addEventListener("click", () => setRange(Number(button.dataset.range)));
+  }
+  $("#live").addEventListener("click", () => setLive(!state.live));
+  $("#share").addEventListener("click", copyLink);
+  $("#clear-selection").addEventListener("click", () => {
+    timeline.setSelection(null);
+    onTimelineSelect(null);
+  });
+
+  const chooseState = (button) => {
+    state.state = button.dataset.state;
+    state.zoom = [];
+    saveUrl();
+    syncControls();
+    loadFlame();
+  };
+  for (const button of $$("#state-filter button")) button.addEventListener("click", () => chooseState(button));
+  radioKeys($("#state-filter"), chooseState);
+
+  const thread = $("#thread");
+  thread.addEventListener("change", () => {
+    const value = thread.value.trim();
+    if (value === state.thread) return;
+    state.thread = value;
+    state.zoom = [];
+    saveUrl();
+    loadFlame();
+  });
+
+  const search = $("#search");
+  search.addEventListener("input", () => {
+    state.q = search.value;
+    flame.setOptions({ match: matcher(state.q) });
+    updateSearchStatus();
+    saveUrl();
+  });
+  search.addEventListener("keydown", (e) => {
+    if (e.key === "Escape" && search.value) {
+      search.value = "";
+      search.dispatchEvent(new Event("input"));
+    }
+  });
+  document.addEventListener("keydown", (e) => {
+    const typing = e.target.closest && e.target.closest("input, select, textarea");
+    if (e.key === "/" && !typing && state.view === "flame") {
+      e.preventDefault();
+      search.focus();
+      search.select();
+    }
+  });
+
+  $("#icicle").addEventListener("click", () => {
+    state.icicle = !state.icicle;
+    saveUrl();
+    syncControls();
+    flame.setOptions({ icicle: state.icicle });
+    diffFlame.setOptions({ icicle: state.icicle });
+  });
+  $("#reset-zoom").addEventListener("click", () => flame.reset());
+
+  for (const button of $$(".downloads button")) {
+    button.addEventListener("click", async () => {
+      const format = button.dataset.format;
+      button.closest("details").open = false;
+      const params = profileParams(format);
+      if (format === "svg" && state.icicle) params.inverted = "true";
+      const ext = { svg: "svg", folded: "folded", speedscope: "speedscope.json" }[format];
+      const who = state.target === null ? "all" : `target-${state.target}`;
+      const when = fmt.stamp(params.from).replace(/[: ]/g, "-");
+      try {
+        await download("profile", params, `sidecar-${who}-${when}.${ext}`);
+      } catch (err) {
+        toast(`Download failed: ${err.message}`);
+      }
+    });
+  }
+
+  const chooseMode = (button) => {
+    state.cmp = button.dataset.mode;
+    saveUrl();
+    syncControls();
+    loadCompare();
+  };
+  for (const button of $$("#compare-mode button")) button.addEventListener("click", () => chooseMode(button));
+  radioKeys($("#compare-mode"), chooseMode);
+  const chooseSlot = (button) => {
+    compareSlot = button.dataset.slot;
+    renderCompareControls();
+  };
+  for (const button of $$("#compare-ranges [data-slot]")) button.addEventListener("click", () => chooseSlot(button));
+  radioKeys($("#compare-ranges .seg"), chooseSlot);
+  $("#compare-halves").addEventListener("click", () => {
+    state.a = null;
+    state.b = null;
+    saveUrl();
+    updateCompareMarks();
+    loadCompare();
+  });
+  $("#compare-swap").addEventListener("click", () => {
+    const [a, b] = compareRanges();
+    state.a = b;
+    state.b = a;
+    saveUrl();
+    updateCompareMarks();
+    loadCompare();
+  });
+  for (const [select, key] of [
+    [$("#compare-ta"), "ta"],
+    [$("#compare-tb"), "tb"],
+  ]) {
+    select.addEventListener("change", () => {
+      state[key] = Number(select.value);
+      saveUrl();
+      loadCompare();
+    });
+  }
+}
+
+// -- live ------------------------------------------------------------------------------------
+
+let ticking = false;
+
+async function tick() {
+  if (!state.live || ticking || document.hidden) return;
+  ticking = true;
+  try {
+    await loadTargets();
+    await loadTimeline();
+    if (!state.sel && state.view !== "compare") await loadView();
+  } finally {
+    ticking = false;
+  }
+}
+
+wire();
+syncControls();
+showDetails($("#flame-details"), flame, null);
+loadAll();
+setInterval(tick, REFRESH_MS);
+document.addEventListener("visibilitychange", () => {
+  if (!document.hidden) tick();
+});

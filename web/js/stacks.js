@@ -1,0 +1,235 @@
+// Folded stacks in the browser: parse, build the call tree, rank functions, find blocking sites.
+//
+// Folded text is one line per unique stack, frames root first joined by ";", then a count
+// (two counts, before and after, for a differential profile). Frames read
+// "function (file:line)"; off-CPU samples end in a synthetic "[idle]" or "[blocked]" leaf.
+
+export const IDLE = "[idle]";
+export const BLOCKED = "[blocked]";
+
+const FRAME = /^(.*) \(([^()]*?):(-?\d+)\)$/;
+
+const FRAMEWORKS = new Set([
+  "aiohttp", "tornado", "yarl", "multidict", "aiosignal", "frozenlist", "propcache",
+  "aiohappyeyeballs", "uvicorn", "starlette", "fastapi", "h11", "httptools", "anyio",
+]);
+const LOOPS = new Set(["asyncio", "uvloop", "selectors", "_asyncio"]);
+const STDLIB = new Set([
+  "abc", "argparse", "base64", "bisect", "collections", "concurrent", "contextlib", "contextvars",
+  "copy", "dataclasses", "datetime", "email", "enum", "functools", "gzip", "hashlib", "heapq",
+  "http", "inspect", "io", "ipaddress", "itertools", "json", "logging", "mimetypes", "os",
+  "pathlib", "pickle", "queue", "random", "re", "runpy", "selectors", "signal", "socket",
+  "socketserver", "ssl", "string", "struct", "subprocess", "tempfile", "threading", "time",
+  "traceback", "types", "typing", "urllib", "uuid", "warnings", "weakref", "zlib", "posixpath",
+  "genericpath", "codecs", "encodings", "importlib", "sre_compile", "sre_parse", "operator",
+]);
+
+const infos = new Map();
+
+/** What one frame text says: name, file, line, table key, layer; cached per distinct text. */
+export function frameInfo(text) {
+  let info = infos.get(text);
+  if (info) return info;
+  const m = FRAME.exec(text);
+  const name = m ? m[1] : text;
+  const file = m ? m[2] : "";
+  const line = m ? Number(m[3]) : 0;
+  info = {
+    text,
+    name,
+    file,
+    line,
+    key: file ? `${name} (${file})` : name,
+    layer: layerOf(name, file),
+    lower: text.toLowerCase(),
+  };
+  if (infos.size > 200_000) infos.clear();
+  infos.set(text, info);
+  return info;
+}
+
+function layerOf(name, file) {
+  if (name === IDLE) return "idle";
+  if (name === BLOCKED) return "blocked";
+  if (!file) return "other";
+  if (file.startsWith("<frozen")) return "runtime";
+  const path = file
+    .replace(/\\/g, "/")
+    .replace(/^.*\/(site|dist)-packages\//, "")
+    .replace(/^.*\/lib\/python\d\.\d+\//, "");
+  const top = path.split("/")[0].replace(/\.py$/, "");
+  if (FRAMEWORKS.has(top)) return "framework";
+  if (LOOPS.has(top) || STDLIB.has(top)) return "runtime";
+  return "app";
+}
+
+export function isSynthetic(text) {
+  return text === IDLE || text === BLOCKED;
+}
+
+/** Folded text → rows of {frames, count, before}; `diff` reads two counts per line. */
+export function parseFolded(text, diff = false) {
+  const rows = [];
+  for (const raw of text.split("\n")) {
+    const line = raw.trim();
+    if (!line || line.startsWith("#")) continue;
+    let cut = line.lastIndexOf(" ");
+    if (cut <= 0) continue;
+    const count = Number(line.slice(cut + 1));
+    let before = 0;
+    let stack = line.slice(0, cut);
+    if (diff) {
+      cut = stack.lastIndexOf(" ");
+      if (cut <= 0) continue;
+      before = Number(stack.slice(cut + 1));
+      stack = stack.slice(0, cut);
+    }
+    if (!Number.isFinite(count) || !Number.isFinite(before)) continue;
+    rows.push({ frames: stack.split(";"), count, before });
+  }
+  return rows;
+}
+
+export class Node {
+  constructor(name, parent) {
+    this.name = name;
+    this.parent = parent;
+    this.depth = parent ? parent.depth + 1 : 0;
+    this.value = 0; // samples (after, in a differential tree)
+    this.before = 0; // differential trees: samples before
+    this.self = 0;
+    this.children = [];
+    this.index = null;
+  }
+
+  child(name) {
+    if (!this.index) this.index = new Map();
+    let node = this.index.get(name);
+    if (!node) {
+      node = new Node(name, this);
+      this.index.set(name, node);
+      this.children.push(node);
+    }
+    return node;
+  }
+
+  get info() {
+    return frameInfo(this.name);
+  }
+
+  /** Frame names from the root's child down to this node. */
+  path() {
+    const names = [];
+    for (let node = this; node && node.parent; node = node.parent) names.push(node.name);
+    return names.reverse();
+  }
+
+  find(path) {
+    let node = this;
+    for (const name of path) {
+      node = node.index && node.index.get(name);
+      if (!node) return null;
+    }
+    return node;
+  }
+}
+
+/** The call tree of folded rows, children in name order (the classic flamegraph layout). */
+export function buildTree(rows) {
+  const root = new Node("all", null);
+  let maxDepth = 0;
+  let nodes = 1;
+  for (const { frames, count, before } of rows) {
+    let node = root;
+    root.value += count;
+    root.before += before;
+    for (const frame of frames) {
+      const had = node.index && node.index.has(frame);
+      node = node.child(frame);
+      if (!had) nodes += 1;
+      node.value += count;
+      node.before += before;
+    }
+    node.self += count;
+    if (frames.length > maxDepth) maxDepth = frames.length;
+  }
+  const sort = (node) => {
+    node.children.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    for (const child of node.children) sort(child);
+  };
+  sort(root);
+  return { root, maxDepth, nodes, total: root.value };
+}
+
+/**
+ * Functions ranked by self and total samples. A function counts once per stack for its total
+ * (recursion does not inflate it); self is the innermost code frame, so an off-CPU sample's
+ * self time lands on the call that waits.
+ */
+export function functionTable(rows) {
+  const table = new Map();
+  let total = 0;
+  for (const { frames, count } of rows) {
+    total += count;
+    let leaf = frames.length - 1;
+    while (leaf >= 0 && isSynthetic(frames[leaf])) leaf -= 1;
+    const seen = new Set();
+    for (let i = 0; i <= leaf; i += 1) {
+      const info = frameInfo(frames[i]);
+      let entry = table.get(info.key);
+      if (!entry) {
+        entry = { key: info.key, name: info.name, file: info.file, layer: info.layer, self: 0, total: 0 };
+        table.set(info.key, entry);
+      }
+      if (!seen.has(info.key)) {
+        seen.add(info.key);
+        entry.total += count;
+      }
+      if (i === leaf) entry.self += count;
+    }
+  }
+  return { rows: [...table.values()], total };
+}
+
+/** Where the loop waits: the frame right below each [blocked] leaf, with its samples. */
+export function blockingSites(rows) {
+  const sites = new Map();
+  for (const { frames, count } of rows) {
+    if (frames[frames.length - 1] !== BLOCKED) continue;
+    let i = frames.length - 2;
+    while (i >= 0 && isSynthetic(frames[i])) i -= 1;
+    const site = i >= 0 ? frames[i] : "(no frame)";
+    sites.set(site, (sites.get(site) || 0) + count);
+  }
+  return sites;
+}
+
+/** A search: plain text matches case-insensitively; /regex/ is a regular expression. */
+export function matcher(query) {
+  const q = (query || "").trim();
+  if (!q) return null;
+  if (q.length > 2 && q.startsWith("/") && q.endsWith("/")) {
+    try {
+      const re = new RegExp(q.slice(1, -1), "i");
+      return (info) => re.test(info.text);
+    } catch {
+      // not a valid expression: search for the text itself
+    }
+  }
+  const lower = q.toLowerCase();
+  return (info) => info.lower.includes(lower);
+}
+
+/** Samples under frames that match (nested matches count once) and how many frames match. */
+export function matchedShare(root, match) {
+  let samples = 0;
+  let frames = 0;
+  const walk = (node, inside) => {
+    const hit = node.parent !== null && match(node.info);
+    if (hit) frames += 1;
+    if (hit && !inside) samples += node.value;
+    for (const child of node.children) walk(child, inside || hit);
+  };
+  walk(root, false);
+  return { samples, frames };
+}

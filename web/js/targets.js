@@ -1,0 +1,57 @@
+// The targets list: framework and loop badges, PID, command, alive or gone, samples, problems.
+
+import { ago, count, esc } from "./format.js";
+
+export function shortCommand(cmdline) {
+  // ".venv/bin/python -m targets.aiohttp_app --uvloop" reads best without the interpreter path
+  return String(cmdline || "").replace(/^\S*\/(python[\d.]*)\b/, "$1");
+}
+
+export function targetTitle(t) {
+  return `${t.framework || "unknown"} · PID ${t.pid ?? "?"}`;
+}
+
+export function badges(framework, loop) {
+  const fw = framework || "unknown";
+  let html = `<span class="badge fw-${esc(fw)}">${esc(fw)}</span>`;
+  if (loop) html += ` <span class="badge loop-${esc(loop)}">${esc(loop)}</span>`;
+  return html;
+}
+
+export function renderTargets(list, targets, selected, onPick) {
+  const items = [];
+  const total = targets.reduce((n, t) => n + (t.samples || 0), 0);
+  items.push(`
+    <li><button class="target" data-id="" aria-pressed="${selected === null}">
+      <div class="t-top"><span class="badge fw-all">all</span><span class="t-title">All targets</span></div>
+      <div class="t-meta">${targets.length} target${targets.length === 1 ? "" : "s"} · ${count(total)} samples</div>
+    </button></li>`);
+  for (const t of targets) {
+    const alive = t.alive;
+    const problem = t.problem || (t.error && !alive ? t.error : null);
+    const meta = [`PID ${t.pid ?? "?"}`, `${count(t.samples || 0)} samples`];
+    if (t.python_version) meta.push(`Python ${esc(t.python_version)}`);
+    if (t.processes > 1) meta.push(`${t.processes} processes`);
+    const status = alive
+      ? `<span class="status alive">alive</span>`
+      : `<span class="status gone" title="last seen ${esc(new Date(t.last_seen * 1000).toLocaleString())}">gone ${esc(ago(t.last_seen))}</span>`;
+    items.push(`
+    <li><button class="target${alive ? "" : " gone"}" data-id="${t.id}" data-framework="${esc(t.framework || "unknown")}"
+        aria-pressed="${selected === t.id}" title="${esc(t.cmdline || "")}">
+      <div class="t-top">${badges(t.framework, t.loop)}${status}</div>
+      <div class="t-cmd">${esc(shortCommand(t.cmdline))}</div>
+      <div class="t-meta">${meta.join(" · ")}</div>
+      ${problem ? `<div class="t-problem" role="note"><strong>Cannot trace:</strong> ${esc(problem)}</div>` : ""}
+    </button></li>`);
+  }
+  const focused = document.activeElement && document.activeElement.closest("#targets .target");
+  const focusId = focused ? focused.dataset.id : null;
+  list.innerHTML = items.join("");
+  for (const button of list.querySelectorAll(".target")) {
+    button.addEventListener("click", () => onPick(button.dataset.id === "" ? null : Number(button.dataset.id)));
+  }
+  if (focusId !== null) {
+    const again = list.querySelector(`.target[data-id="${focusId}"]`);
+    if (again) again.focus();
+  }
+}

@@ -1,0 +1,333 @@
+// The timeline: busy / blocked / idle samples of the event loop per bucket, stacked, with a
+// drag-to-select range (or arrow keys), hover details and marked bands for the compare view.
+
+import { clock, count, duration, esc, pct, span } from "./format.js";
+
+const PAD = { left: 48, right: 10, top: 10, bottom: 22 };
+const HEIGHT = 150;
+export const STATE_COLOURS = { busy: "#e69f00", blocked: "#c84f00", idle: "#56b4e9" };
+const TICKS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
+
+/** The smallest 1, 2, 2.5 or 5 times a power of ten at or above `value`. */
+function niceCeil(value) {
+  const power = 10 ** Math.floor(Math.log10(value));
+  for (const m of [1, 2, 2.5, 5, 10]) if (m * power >= value) return m * power;
+  return 10 * power;
+}
+
+export class Timeline {
+  constructor(host, { onSelect = () => {} } = {}) {
+    this.host = host;
+    this.onSelect = onSelect;
+    this.data = null;
+    this.from = 0;
+    this.to = 1;
+    this.selection = null;
+    this.marks = [];
+    this.drag = null;
+    this.hoverBucket = null;
+    this.canvas = document.createElement("canvas");
+    this.canvas.className = "timeline-canvas";
+    this.canvas.tabIndex = 0;
+    this.canvas.setAttribute("role", "img");
+    this.tip = document.createElement("div");
+    this.tip.className = "tooltip";
+    this.tip.hidden = true;
+    host.append(this.canvas, this.tip);
+    this.ctx = this.canvas.getContext("2d");
+    this.stripes = this.makeStripes();
+    this.canvas.addEventListener("pointerdown", (e) => this.onDown(e));
+    this.canvas.addEventListener("pointermove", (e) => this.onMove(e));
+    this.canvas.addEventListener("pointerup", (e) => this.onUp(e));
+    this.canvas.addEventListener("pointerleave", () => {
+      this.hoverBucket = null;
+      this.tip.hidden = true;
+    });
+    this.canvas.addEventListener("keydown", (e) => this.onKey(e));
+    new ResizeObserver(() => requestAnimationFrame(() => this.render())).observe(host);
+  }
+
+  makeStripes() {
+    const tile = document.createElement("canvas");
+    tile.width = 6;
+    tile.height = 6;
+    const t = tile.getContext("2d");
+    t.fillStyle = STATE_COLOURS.blocked;
+    t.fillRect(0, 0, 6, 6);
+    t.strokeStyle = "rgba(255,255,255,0.35)";
+    t.lineWidth = 1.5;
+    t.beginPath();
+    t.moveTo(-1, 7);
+    t.lineTo(7, -1);
+    t.stroke();
+    return this.ctx.createPattern(tile, "repeat");
+  }
+
+  setRange(from, to) {
+    this.from = from;
+    this.to = to;
+  }
+
+  setData(data) {
+    this.data = data;
+    this.host.dataset.buckets = data ? String(data.buckets.length) : "0";
+    this.render();
+  }
+
+  setSelection(selection) {
+    this.selection = selection;
+    this.render();
+  }
+
+  setMarks(marks) {
+    this.marks = marks || [];
+    this.render();
+  }
+
+  get plotWidth() {
+    return this.width - PAD.left - PAD.right;
+  }
+
+  xOf(t) {
+    return PAD.left + ((t - this.from) / (this.to - this.from)) * this.plotWidth;
+  }
+
+  tOf(x) {
+    const f = Math.min(1, Math.max(0, (x - PAD.left) / this.plotWidth));
+    return this.from + f * (this.to - this.from);
+  }
+
+  render() {
+    const width = Math.max(200, Math.round(this.host.clientWidth));
+    this.width = width;
+    const dpr = window.devicePixelRatio || 1;
+    this.canvas.width = Math.round(width * dpr);
+    this.canvas.height = Math.round(HEIGHT * dpr);
+    this.canvas.style.width = `${width}px`;
+    this.canvas.style.height = `${HEIGHT}px`;
+    const ctx = this.ctx;
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.clearRect(0, 0, width, HEIGHT);
+    ctx.font = '11px "DejaVu Sans", system-ui, sans-serif';
+    const bottom = HEIGHT - PAD.bottom;
+    const plotH = bottom - PAD.top;
+    const buckets = this.data ? this.data.buckets : [];
+    const step = this.data ? this.data.step : 1;
+    let max = 0;
+    for (const b of buckets) max = Math.max(max, b.busy + b.idle + b.blocked);
+    const yMax = niceCeil(max || 1);
+
+    // grid and y labels
+    ctx.strokeStyle = "#e3e6ea";
+    ctx.fillStyle = "#5b6673";
+    ctx.lineWidth = 1;
+    ctx.textAlign = "right";
+    ctx.textBaseline = "middle";
+    for (const f of [0, 0.5, 1]) {
+      const y = Math.round(bottom - f * plotH) + 0.5;
+      ctx.beginPath();
+      ctx.moveTo(PAD.left, y);
+      ctx.lineTo(width - PAD.right, y);
+      ctx.stroke();
+      if (max) ctx.fillText(count(f * yMax), PAD.left - 6, y);
+    }
+
+    // bars: busy at the bottom, then blocked, then idle
+    for (const b of buckets) {
+      const x0 = this.xOf(b.t);
+      const x1 = this.xOf(b.t + step);
+      if (x1 < PAD.left || x0 > width - PAD.right) continue;
+      const w = Math.max(1, x1 - x0 - (x1 - x0 > 4 ? 1 : 0));
+      let y = bottom;
+      for (const state of ["busy", "blocked", "idle"]) {
+        const h = (b[state] / yMax) * plotH;
+        if (h <= 0) continue;
+        ctx.fillStyle = state === "blocked" ? this.stripes : STATE_COLOURS[state];
+        ctx.fillRect(x0, y - h, w, h);
+        y -= h;
+      }
+    }
+
+    // x axis ticks
+    const seconds = this.to - this.from;
+    const tick = TICKS.find((s) => (s / seconds) * this.plotWidth >= 90) || 86400;
+    ctx.fillStyle = "#5b6673";
+    ctx.textAlign = "center";
+    ctx.textBaseline = "top";
+    const offset = new Date(this.from * 1000).getTimezoneOffset() * 60;
+    const first = Math.ceil((this.from - offset) / tick) * tick + offset;
+    for (let t = first; t <= this.to; t += tick) {
+      const x = Math.round(this.xOf(t)) + 0.5;
+      ctx.strokeStyle = "#c9ced6";
+      ctx.beginPath();
+      ctx.moveTo(x, bottom);
+      ctx.lineTo(x, bottom + 4);
+      ctx.stroke();
+      const label = clock(t, tick < 60);
+      const half = ctx.measureText(label).width / 2;
+      if (x - half >= 0 && x + half <= width) ctx.fillText(label, x, bottom + 6);
+    }
+
+    if (!buckets.length && this.data) {
+      ctx.fillStyle = "#5b6673";
+      ctx.textAlign = "center";
+      ctx.textBaseline = "middle";
+      ctx.font = '13px "DejaVu Sans", system-ui, sans-serif';
+      ctx.fillText("No samples in this range", PAD.left + this.plotWidth / 2, PAD.top + plotH / 2);
+    }
+
+    // compare bands
+    for (const mark of this.marks) {
+      const x0 = Math.max(PAD.left, this.xOf(mark.from));
+      const x1 = Math.min(width - PAD.right, this.xOf(mark.to));
+      if (x1 <= x0) continue;
+      ctx.fillStyle = mark.fill;
+      ctx.fillRect(x0, PAD.top, x1 - x0, plotH);
+      ctx.strokeStyle = mark.stroke;
+      ctx.lineWidth = 2;
+      ctx.strokeRect(x0 + 1, PAD.top + 1, x1 - x0 - 2, plotH - 2);
+      ctx.fillStyle = mark.stroke;
+      ctx.font = 'bold 12px "DejaVu Sans", system-ui, sans-serif';
+      ctx.textAlign = "left";
+      ctx.textBaseline = "top";
+      ctx.fillText(mark.label, x0 + 5, PAD.top + 4);
+      ctx.font = '11px "DejaVu Sans", system-ui, sans-serif';
+    }
+
+    // selection (or the range being dragged): dim what is outside
+    const sel = this.drag ? this.dragRange() : this.selection;
+    if (sel) {
+      const x0 = Math.max(PAD.left, this.xOf(sel[0]));
+      const x1 = Math.min(width - PAD.right, this.xOf(sel[1]));
+      ctx.fillStyle = "rgba(246, 247, 249, 0.72)";
+      ctx.fillRect(PAD.left, PAD.top, Math.max(0, x0 - PAD.left), plotH);
+      ctx.fillRect(x1, PAD.top, Math.max(0, width - PAD.right - x1), plotH);
+      ctx.strokeStyle = "#1746c6";
+      ctx.lineWidth = 2;
+      for (const x of [x0, x1]) {
+        ctx.beginPath();
+        ctx.moveTo(x, PAD.top);
+        ctx.lineTo(x, bottom);
+        ctx.stroke();
+      }
+      ctx.fillStyle = "rgba(23, 70, 198, 0.08)";
+      ctx.fillRect(x0, PAD.top, x1 - x0, plotH);
+    }
+    if (document.activeElement === this.canvas) {
+      ctx.strokeStyle = "#1746c6";
+      ctx.lineWidth = 2;
+      ctx.strokeRect(1, 1, width - 2, HEIGHT - 2);
+    }
+    this.describe(buckets, sel);
+  }
+
+  describe(buckets, sel) {
+    const sum = { busy: 0, idle: 0, blocked: 0 };
+    for (const b of buckets) for (const k in sum) sum[k] += b[k];
+    const all = sum.busy + sum.idle + sum.blocked;
+    const shares = all
+      ? `busy ${pct(sum.busy / all)}, idle ${pct(sum.idle / all)}, blocked ${pct(sum.blocked / all)}`
+      : "no samples";
+    const selected = sel ? ` Selected ${span(sel[0], sel[1])}.` : "";
+    this.canvas.setAttribute(
+      "aria-label",
+      `Event-loop timeline ${span(this.from, this.to)}: ${shares}.${selected} ` +
+        "Drag, or use the arrow keys, to select a range; Escape clears it.",
+    );
+  }
+
+  dragRange() {
+    const a = this.tOf(this.drag.x0);
+    const b = this.tOf(this.drag.x1);
+    return a < b ? [a, b] : [b, a];
+  }
+
+  localX(e) {
+    return e.clientX - this.canvas.getBoundingClientRect().left;
+  }
+
+  onDown(e) {
+    if (e.button !== 0) return;
+    const x = this.localX(e);
+    this.drag = { x0: x, x1: x };
+    this.canvas.setPointerCapture(e.pointerId);
+    this.tip.hidden = true;
+  }
+
+  onMove(e) {
+    const x = this.localX(e);
+    if (this.drag) {
+      this.drag.x1 = x;
+      this.render();
+      return;
+    }
+    this.showBucket(x, e.clientY);
+  }
+
+  onUp(e) {
+    if (!this.drag) return;
+    this.drag.x1 = this.localX(e);
+    const moved = Math.abs(this.drag.x1 - this.drag.x0) > 3;
+    const range = this.dragRange();
+    this.drag = null;
+    if (moved) {
+      this.selection = range;
+      this.onSelect(range);
+    } else if (this.selection) {
+      this.selection = null;
+      this.onSelect(null);
+    }
+    this.render();
+  }
+
+  onKey(e) {
+    const width = this.to - this.from;
+    const stepBy = width / 20;
+    let sel = this.selection ? [...this.selection] : null;
+    if (e.key === "Escape") {
+      if (!sel) return;
+      sel = null;
+    } else if (e.key === "ArrowLeft" || e.key === "ArrowRight") {
+      const dir = e.key === "ArrowLeft" ? -1 : 1;
+      if (!sel) sel = [this.to - width / 5, this.to];
+      else if (e.shiftKey) sel[1] = Math.max(sel[0] + stepBy / 2, sel[1] + dir * stepBy);
+      else {
+        const shift = Math.min(Math.max(dir * stepBy, this.from - sel[0]), this.to - sel[1]);
+        sel = [sel[0] + shift, sel[1] + shift];
+      }
+    } else {
+      return;
+    }
+    e.preventDefault();
+    this.selection = sel;
+    this.onSelect(sel);
+    this.render();
+  }
+
+  showBucket(x, clientY) {
+    if (!this.data || x < PAD.left || x > this.width - PAD.right) {
+      this.tip.hidden = true;
+      return;
+    }
+    const t = this.tOf(x);
+    const step = this.data.step;
+    const b = this.data.buckets.find((k) => k.t <= t && t < k.t + step);
+    if (!b) {
+      this.tip.hidden = true;
+      return;
+    }
+    const all = b.busy + b.idle + b.blocked || 1;
+    const row = (state) =>
+      `<div><span class="swatch ${state}"></span>${state} ${count(b[state])} <span class="muted">(${pct(b[state] / all)})</span></div>`;
+    this.tip.innerHTML =
+      `<div><strong>${esc(clock(b.t))}</strong> <span class="muted">· ${duration(step)}</span></div>` +
+      row("busy") + row("blocked") + row("idle");
+    this.tip.hidden = false;
+    const box = this.host.getBoundingClientRect();
+    const tw = this.tip.offsetWidth;
+    let left = x + 14;
+    if (left + tw > box.width) left = x - tw - 14;
+    this.tip.style.left = `${left}px`;
+    this.tip.style.top = `${Math.max(0, clientY - box.top - 20)}px`;
+  }
+}
