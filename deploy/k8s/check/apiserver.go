@@ -156,6 +156,7 @@ func validateCreate(versioned runtime.Object, gvk schema.GroupVersionKind) (errs
 		Resource: resources[gvk.Kind], Namespace: ns, Name: accessor.GetName(),
 	})
 	ctx = warning.WithWarningRecorder(ctx, recorder)
+	errs = []string{}
 	if err := rest.BeforeCreate(strategy, ctx, internal); err != nil {
 		errs = statusCauses(err)
 	}

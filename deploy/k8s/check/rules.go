@@ -42,7 +42,7 @@ func (s *ruleSet) check(rule string, ok bool, detail string, args ...any) {
 
 // sidecarRules checks every workload of a build that carries the sidecar container.
 func sidecarRules(objects []*Object) []Rule {
-	var out []Rule
+	out := []Rule{}
 	for _, o := range objects {
 		if o.versioned == nil {
 			continue
