@@ -8,6 +8,7 @@ import { count, esc, pct, signedPct } from "./format.js";
 
 const ROW = 18;
 const MIN_WIDTH = 1;
+const MARKS = 7; // the strip under the graph that shows where search matches are
 const FONT = '12px "DejaVu Sans", system-ui, -apple-system, "Segoe UI", sans-serif';
 const FOCUS = "#1746c6";
 
@@ -64,6 +65,7 @@ export class FlameGraph {
     this.hover = null;
     this.focus = null;
     this.rows = new Map();
+    this.marks = [];
     this.shown = 0;
     this.hidden = 0;
     this.diffScale = 1;
@@ -198,22 +200,32 @@ export class FlameGraph {
       if (node.depth > deepest) deepest = node.depth;
       shown += 1;
     };
+    // where the matches are, pruned ones included, for the strip under the graph
+    const searching = Boolean(this.match || this.highlight);
+    const marks = [];
+    const contains = (node) => this.isMatch(node) || node.children.some(contains);
     const zoom = this.zoom || this.tree.root;
     for (let a = zoom.parent; a; a = a.parent) put(a, 0, width, true);
     const scale = width / (zoom.value || 1);
     const stack = [[zoom, 0]];
     while (stack.length) {
       const [node, x] = stack.pop();
-      put(node, x, node.value * scale, false);
+      const w = node.value * scale;
+      put(node, x, w, false);
+      if (searching && this.isMatch(node)) marks.push([x, w]);
       let cx = x;
       for (const child of node.children) {
-        const w = child.value * scale;
-        if (w >= MIN_WIDTH) stack.push([child, cx]);
-        else if (w > 0) hidden += 1;
-        cx += w;
+        const cw = child.value * scale;
+        if (cw >= MIN_WIDTH) stack.push([child, cx]);
+        else if (cw > 0) {
+          hidden += 1;
+          if (searching && contains(child)) marks.push([cx, cw]);
+        }
+        cx += cw;
       }
     }
     for (const row of rows.values()) row.sort((p, q) => p.x - q.x);
+    this.marks = marks;
     this.rows = rows;
     this.depth = deepest;
     this.shown = shown;
@@ -228,7 +240,7 @@ export class FlameGraph {
     if (!this.tree) return;
     const t0 = performance.now();
     this.layout();
-    const height = (this.depth + 1) * ROW;
+    const height = (this.depth + 1) * ROW + MARKS;
     const dpr = window.devicePixelRatio || 1;
     this.canvas.width = Math.round(this.width * dpr);
     this.canvas.height = Math.round(height * dpr);
@@ -265,6 +277,13 @@ export class FlameGraph {
     const total = this.tree.root.value || 1;
     for (const row of this.rows.values()) {
       for (const r of row) this.paintFrame(ctx, r, searching, total);
+    }
+    ctx.globalAlpha = 1;
+    ctx.fillStyle = "#8e1b8c";
+    const strip = (this.depth + 1) * ROW + 2;
+    for (const [x, w] of this.marks) {
+      const cw = Math.max(3, w);
+      ctx.fillRect(Math.min(this.width - cw, Math.max(0, x + w / 2 - cw / 2)), strip, cw, MARKS - 3);
     }
     const mark = (node, colour, width) => {
       const r = node && this.rectOf(node);

@@ -1,0 +1,403 @@
+"""The web UI end to end: Debian's Chromium, driven by Playwright, against a real ``sidecar serve``
+sampling the demo aiohttp and Tornado services under wrk load.
+
+One server, one browser and one load for the module; each test opens its own page. Screenshots of
+the main views land in tests/reports/ui-*.png.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from helpers import PYTHON, REPORTS, ROOT, LoadDriver, Spawner, free_port, wait_until
+from playwright.sync_api import Browser, Page, sync_playwright
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+#: Enough for every test to find load on both targets (the module takes well under this).
+LOAD_SECONDS = 150
+#: The shortest fixed range the tests look at, in seconds.
+MIN_WINDOW = 16
+
+
+@dataclass
+class UI:
+    """The running stack: a sidecar serving the UI, its targets, and a browser."""
+
+    base: str
+    browser: Browser
+    aiohttp: dict[str, Any]
+    tornado: dict[str, Any]
+    started: float
+
+    def api(self, path: str) -> Any:
+        with urllib.request.urlopen(self.base + path, timeout=30) as response:
+            return json.loads(response.read())
+
+    def folded(self, target: int) -> str:
+        try:
+            with urllib.request.urlopen(
+                f"{self.base}/api/profile?target={target}&format=folded", timeout=30
+            ) as response:
+                return str(response.read().decode())
+        except urllib.error.HTTPError:
+            return ""
+
+    def window(self) -> tuple[int, int]:
+        """A fixed range from the first samples to a few seconds ago (windows that are final),
+        at least MIN_WINDOW seconds long."""
+        time.sleep(max(0.0, self.started + MIN_WINDOW + 3 - time.time()))
+        return math.floor(self.started), math.floor(time.time()) - 3
+
+    def page(self) -> Page:
+        context = self.browser.new_context(viewport={"width": 1440, "height": 900})
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda err: errors.append(str(err)))
+        page.errors = errors  # type: ignore[attr-defined]
+        return page
+
+
+def _wait_for_http(url: str, popen: subprocess.Popen[str]) -> bool:
+    if popen.poll() is not None:
+        assert popen.stderr is not None
+        raise AssertionError(f"sidecar serve exited: {popen.stderr.read()}")
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UI]:
+    if not Path(CHROMIUM).exists():
+        raise RuntimeError("chromium is not installed (.ci/run installs it with apt-get)")
+    spawner = Spawner()
+    load = LoadDriver()
+    server: subprocess.Popen[str] | None = None
+    playwright = sync_playwright().start()
+    try:
+        aio = spawner.target("aiohttp_app", "--uvloop")
+        tor = spawner.target("tornado_app")
+        load.start(aio.url + "/hard", seconds=LOAD_SECONDS, connections=6)
+        load.start(tor.url + "/hard", seconds=LOAD_SECONDS, connections=4)
+        load.start(tor.url + "/blocking", seconds=LOAD_SECONDS, connections=1)
+        port = free_port()
+        db = tmp_path_factory.mktemp("ui") / "sidecar.db"
+        argv = ["serve", "--db", str(db), "--port", str(port), "--window", "1"]
+        argv += ["--pid", str(aio.pid), "--pid", str(tor.pid)]
+        server = subprocess.Popen(
+            [PYTHON, "-m", "sidecar", *argv],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        base = f"http://127.0.0.1:{port}"
+        assert wait_until(lambda: _wait_for_http(base + "/healthz", server), timeout=20)
+        started = time.time()
+
+        def targets() -> dict[str, dict[str, Any]]:
+            with urllib.request.urlopen(base + "/api/targets", timeout=10) as response:
+                return {t["framework"]: t for t in json.loads(response.read())}
+
+        assert wait_until(lambda: {"aiohttp", "tornado"} <= set(targets()), timeout=20)
+        found = targets()
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        stack = UI(base, browser, found["aiohttp"], found["tornado"], started)
+        # the handlers run briefly between awaits: wait until busy samples caught them
+        assert wait_until(
+            lambda: "hard_handler (targets/aiohttp_app.py:" in stack.folded(found["aiohttp"]["id"]),
+            timeout=40,
+        )
+        assert wait_until(lambda: "[blocked]" in stack.folded(found["tornado"]["id"]), timeout=30)
+        yield stack
+        browser.close()
+    finally:
+        playwright.stop()
+        load.close()
+        if server is not None and server.poll() is None:
+            server.terminate()
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+        spawner.close()
+
+
+def shot(page: Page, name: str) -> Path:
+    path = REPORTS / f"ui-{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path
+
+
+def wait_loaded(page: Page, selector: str) -> None:
+    page.wait_for_function(
+        "sel => { const el = document.querySelector(sel);"
+        " return el && el.dataset.loading === '0'; }",
+        arg=selector,
+    )
+
+
+def flame_state(page: Page) -> dict[str, Any]:
+    data: dict[str, Any] = page.eval_on_selector("#flame", "el => ({...el.dataset})")
+    return data
+
+
+def query(page: Page) -> dict[str, str]:
+    return {key: values[0] for key, values in parse_qs(urlsplit(page.url).query).items()}
+
+
+def test_targets_list_shows_aiohttp_and_tornado(ui: UI) -> None:
+    page = ui.page()
+    page.goto(f"{ui.base}/?range=300")
+    for framework, loop, info in (
+        ("aiohttp", "uvloop", ui.aiohttp),
+        ("tornado", "asyncio", ui.tornado),
+    ):
+        item = page.locator(f'.target[data-framework="{framework}"]')
+        item.wait_for()
+        text = item.inner_text()
+        assert framework in text and loop in text
+        assert f"PID {info['pid']}" in text
+        assert "alive" in text and "samples" in text
+        assert f"targets.{framework}_app" in text  # the command
+    page.locator(f'.target[data-id="{ui.aiohttp["id"]}"]').click()
+    assert query(page)["target"] == str(ui.aiohttp["id"])
+    page.wait_for_function(
+        "id => document.querySelector('#flame').dataset.target === String(id)"
+        " && document.querySelector('#flame').dataset.loading === '0'",
+        arg=ui.aiohttp["id"],
+    )
+    assert int(flame_state(page)["frames"]) > 10
+    assert page.locator("#timeline").get_attribute("data-buckets") not in (None, "0")
+    shot(page, "flamegraph")
+    assert not page.errors  # type: ignore[attr-defined]
+
+
+def test_selecting_a_range_changes_the_flamegraph(ui: UI) -> None:
+    start, end = ui.window()
+    page = ui.page()
+    page.goto(f"{ui.base}/?target={ui.aiohttp['id']}&from={start}&to={end}")
+    wait_loaded(page, "#flame")
+    whole = flame_state(page)
+    assert (whole["from"], whole["to"]) == (str(start), str(end))
+    assert int(whole["samples"]) > 0
+
+    box = page.locator("#timeline canvas").bounding_box()
+    assert box is not None
+    y = box["y"] + box["height"] / 2
+    page.mouse.move(box["x"] + box["width"] * 0.35, y)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * 0.75, y, steps=6)
+    page.mouse.up()
+    page.wait_for_function(
+        "from => { const d = document.querySelector('#flame').dataset;"
+        " return d.loading === '0' && d.from !== from; }",
+        arg=whole["from"],
+    )
+    part = flame_state(page)
+    sel_from, sel_to = (float(v) for v in query(page)["sel"].split("~"))
+    assert start < sel_from < sel_to < end
+    assert (float(part["from"]), float(part["to"])) == (sel_from, sel_to)
+    assert 0 < int(part["samples"]) < int(whole["samples"])
+    assert "Selected" in page.locator("#selection-label").inner_text()
+    shot(page, "selection")
+
+    page.locator("#clear-selection").click()
+    page.wait_for_function(
+        "to => { const d = document.querySelector('#flame').dataset;"
+        " return d.loading === '0' && d.to === to; }",
+        arg=whole["to"],
+    )
+    assert flame_state(page)["samples"] == whole["samples"]
+    assert "sel" not in query(page)
+    assert not page.errors  # type: ignore[attr-defined]
+
+
+def test_search_finds_the_handler_and_functions_link_to_the_flamegraph(ui: UI) -> None:
+    start, end = ui.window()
+    page = ui.page()
+    page.goto(f"{ui.base}/?target={ui.aiohttp['id']}&from={start}&to={end}")
+    wait_loaded(page, "#flame")
+    page.locator("#search").fill("hard_handler")
+    status = page.locator("#search-status")
+    page.wait_for_function(
+        "() => Number(document.querySelector('#search-status').dataset.matches) > 0"
+    )
+    assert "of samples" in status.inner_text()
+    assert 0 < float(status.get_attribute("data-share") or 0) < 1
+    assert query(page)["q"] == "hard_handler"
+    shot(page, "search")
+
+    page.locator("#search").fill("no_such_function_anywhere")
+    page.wait_for_function("() => document.querySelector('#search-status').dataset.matches === '0'")
+    assert "no match" in status.inner_text()
+    page.locator("#search").fill("")
+
+    # the functions table: sort by total, pick the handler, see it highlighted
+    page.locator('#functions th button[data-sort="total"]').click()
+    assert page.locator('#functions th[aria-sort="descending"]').inner_text().strip() == "Total"
+    row = page.locator('#functions button.fn[data-key^="hard_handler ("]')
+    row.click()
+    assert query(page)["fn"].startswith("hard_handler (")
+    page.wait_for_function(
+        "() => Number(document.querySelector('#search-status').dataset.matches) > 0"
+    )
+    assert "highlight: hard_handler" in status.inner_text()
+    assert page.locator('#functions tr[aria-selected="true"]').count() == 1
+
+    # keyboard: into the flamegraph, up towards the leaves, Enter zooms, Escape resets
+    page.locator("#flame canvas").focus()
+    for _ in range(3):
+        page.keyboard.press("ArrowUp")
+    page.keyboard.press("Enter")
+    zoomed = flame_state(page)["zoom"]
+    assert zoomed and "zoom" in query(page)
+    assert page.locator("#crumbs button").count() >= 2
+    page.keyboard.press("Escape")
+    assert flame_state(page)["zoom"] == ""
+    assert not page.errors  # type: ignore[attr-defined]
+
+
+def test_frameworks_panel_matches_api_stats(ui: UI) -> None:
+    start, end = ui.window()
+    page = ui.page()
+    page.goto(f"{ui.base}/?view=frameworks&from={start}&to={end}")
+    wait_loaded(page, "#frameworks")
+    stats = ui.api(f"/api/stats?from={start}&to={end}")
+    assert {"aiohttp", "tornado"} <= set(stats["frameworks"])
+    for name, expected in stats["frameworks"].items():
+        card = page.locator(f'.fw-card[data-framework="{name}"]')
+        for state in ("idle", "busy", "blocked"):
+            shown = card.locator(f'[data-share="{state}"]').inner_text()
+            assert shown == f"{expected[f'{state}_share'] * 100:.1f}%", (name, state, shown)
+        assert float(card.get_attribute("data-idle-share") or -1) == expected["idle_share"]
+        depth = expected["depth"]
+        assert card.locator('[data-depth="max"]').inner_text() == str(depth["max"])
+        assert card.locator('[data-depth="p95"]').inner_text() == str(depth["p95"])
+    # the loop stalls in the Tornado target's time.sleep: its top blocking call site
+    sites = page.locator('.fw-card[data-framework="tornado"] .sites li')
+    assert "blocking_sleep" in sites.first.inner_text()
+    assert page.locator("#fw-targets tbody tr").count() == len(stats["targets"])
+    shot(page, "frameworks")
+    assert not page.errors  # type: ignore[attr-defined]
+
+
+def test_compare_renders_a_differential_flamegraph(ui: UI) -> None:
+    start, end = ui.window()
+    page = ui.page()
+    page.goto(f"{ui.base}/?view=compare&target={ui.aiohttp['id']}&from={start}&to={end}")
+    wait_loaded(page, "#diff-flame")
+    diff = page.eval_on_selector("#diff-flame", "el => ({...el.dataset})")
+    assert diff["kind"] == "diff" and int(diff["frames"]) > 5
+    assert "samples" in page.locator("#verdict").inner_text()
+    assert page.locator("#self-changes tbody tr").count() > 0
+    assert page.locator("#state-changes .state-change").count() == 3
+    shot(page, "compare")
+
+    # two targets over the same range: aiohttp before, Tornado after
+    page.locator('#compare-mode button[data-mode="targets"]').click()
+    page.wait_for_function(
+        "() => document.querySelector('#diff-flame').dataset.loading === '0'"
+        " && new URLSearchParams(location.search).get('cmp') === 'targets'"
+    )
+    page.locator("#compare-tb").select_option(str(ui.tornado["id"]))
+    page.wait_for_function(
+        "() => document.querySelector('#diff-flame').dataset.loading === '0'"
+        " && new URLSearchParams(location.search).get('tb') !== null"
+    )
+    assert query(page)["tb"] == str(ui.tornado["id"])
+    assert page.locator("#total-changes tbody tr").count() > 0
+    assert "tornado/" in page.locator("#self-changes").inner_text()  # what only the after side runs
+    assert not page.errors  # type: ignore[attr-defined]
+
+
+def test_a_shared_url_restores_the_same_view(ui: UI) -> None:
+    start, end = ui.window()
+    page = ui.page()
+    page.goto(f"{ui.base}/?target={ui.tornado['id']}&from={start}&to={end}")
+    wait_loaded(page, "#flame")
+    page.locator('#state-filter button[data-state="busy"]').click()
+    page.wait_for_function(
+        "() => new URLSearchParams(location.search).get('state') === 'busy'"
+        " && document.querySelector('#flame').dataset.loading === '0'"
+    )
+    page.locator("#icicle").click()
+    page.locator("#search").fill("get")
+    canvas = page.locator("#flame canvas")
+    canvas.focus()
+    page.keyboard.press("ArrowDown")  # icicle: down goes towards the leaves
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("Enter")
+    before = flame_state(page)
+    assert before["zoom"]
+    status = page.locator("#search-status").inner_text()
+    shared = page.url
+    assert "token" not in shared
+
+    again = ui.page()
+    again.goto(shared)
+    wait_loaded(again, "#flame")
+    after = flame_state(again)
+    for key in ("target", "from", "to", "samples", "frames", "zoom", "kind"):
+        assert after[key] == before[key], key
+    assert again.locator("#search").input_value() == "get"
+    assert again.locator("#search-status").inner_text() == status
+    assert again.locator("#icicle").get_attribute("aria-pressed") == "true"
+    checked = again.locator('#state-filter button[aria-checked="true"]')
+    assert checked.get_attribute("data-state") == "busy"
+    pressed = again.locator('.target[aria-pressed="true"]')
+    assert pressed.get_attribute("data-id") == str(ui.tornado["id"])
+    assert again.url == shared
+    assert not again.errors  # type: ignore[attr-defined]
+
+
+def test_the_flamegraph_prunes_frames_too_narrow_to_see(ui: UI) -> None:
+    """20,000 leaves in 1,000 pixels: only frames at least a pixel wide are laid out."""
+    page = ui.page()
+    page.goto(f"{ui.base}/?range=300")
+    page.locator(".target").first.wait_for()
+    result = page.evaluate(
+        """async () => {
+          const { buildTree, parseFolded } = await import("./js/stacks.js");
+          const { FlameGraph } = await import("./js/flame.js");
+          const lines = [];
+          for (let i = 0; i < 20000; i += 1) {
+            const handler = `handler_${i % 400} (app.py:${i % 400})`;
+            lines.push(`main (app.py:1);${handler};leaf_${i} (lib.py:${i}) ${1 + (i % 7)}`);
+          }
+          const tree = buildTree(parseFolded(lines.join("\\n")));
+          const host = document.createElement("div");
+          host.style.width = "1000px";
+          document.body.append(host);
+          new FlameGraph(host).setTree(tree);
+          return { nodes: tree.nodes, ...host.dataset };
+        }"""
+    )
+    assert result["nodes"] > 20_000
+    rows = 4  # all, main, handlers, leaves: no row holds more frames than it has pixels
+    assert int(result["frames"]) <= rows * 1000
+    assert int(result["hidden"]) > 10_000
+    assert not page.errors  # type: ignore[attr-defined]
