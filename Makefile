@@ -39,6 +39,9 @@ fmt: install
 
 bench: install
 	$(BIN)/python benchmarks/sampler.py
+	$(BIN)/python benchmarks/store.py
+	$(BIN)/python benchmarks/diff.py
+	$(BIN)/python benchmarks/frameworks.py
 
 clean:
 	rm -rf $(VENV) native/target out

@@ -24,15 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.common import cpu_seconds  # noqa: E402
+
 REPORT = ROOT / "benchmarks" / "REPORT-sampler.md"
-TICK = os.sysconf("SC_CLK_TCK")
 WARMUP = 2.0
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as handle:
-        fields = handle.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def folded_total(path: Path) -> int:

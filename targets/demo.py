@@ -48,6 +48,30 @@ def start_service(module: str, *args: str) -> tuple[subprocess.Popen[str], str]:
     return proc, match[1]
 
 
+def start_loads(wrk: str, urls: dict[str, str], seconds: int) -> list[subprocess.Popen[str]]:
+    """The demo's wrk runs (LOADS) against the services' base URLs; each stops by itself."""
+    procs = []
+    for service, path, connections, pause in LOADS:
+        procs.append(
+            subprocess.Popen(
+                [
+                    wrk,
+                    "-t1",
+                    f"-c{connections}",
+                    f"-d{seconds}s",
+                    "-s",
+                    str(PACED),
+                    urls[service] + path,
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=dict(os.environ, SIDECAR_DELAY_MS=str(pause)),
+                text=True,
+            )
+        )
+    return procs
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -72,25 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         tornado, tornado_url = start_service("tornado_app")
         procs.append(tornado)
         urls = {"aiohttp": aiohttp_url, "tornado": tornado_url}
-        for service, path, connections, pause in LOADS:
-            env = dict(os.environ, SIDECAR_DELAY_MS=str(pause))
-            procs.append(
-                subprocess.Popen(
-                    [
-                        wrk,
-                        "-t1",
-                        f"-c{connections}",
-                        f"-d{LOAD_SECONDS}s",
-                        "-s",
-                        str(PACED),
-                        urls[service] + path,
-                    ],
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                    env=env,
-                    text=True,
-                )
-            )
+        procs += start_loads(wrk, urls, LOAD_SECONDS)
         serve = subprocess.Popen(
             [
                 sys.executable,

@@ -1,0 +1,1 @@
+"""Performance scripts; each writes a report next to it. Not part of the tests."""

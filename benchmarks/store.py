@@ -1,0 +1,241 @@
+"""The store under the demo load: database bytes per target-hour, query times, sidecar CPU.
+
+1. Runs ``sidecar serve`` (100 Hz, 10 s windows) on the demo aiohttp and Tornado services
+   under the demo's wrk load for --minutes, and measures the database's growth in the second
+   half of the run (stack interning makes the start grow faster) and the serve process's CPU.
+2. Builds a 24 h database from the windows recorded in step 1, replayed every 10 s over 24 h
+   for both targets and downsampled as the running service would, then times profile queries
+   for the last 1 h and the last 24 h (median of several runs).
+
+    python benchmarks/store.py [--minutes 4]
+
+Writes benchmarks/REPORT-store.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.common import cpu_seconds  # noqa: E402
+from sidecar.query import Range, Reader  # noqa: E402
+from sidecar.store import ProcessRecord, Store, WindowBatch  # noqa: E402
+from sidecar.store.db import DOWNSAMPLE_TIERS  # noqa: E402
+from sidecar.store.schema import STATE_NAMES  # noqa: E402
+from targets.demo import start_loads, start_service  # noqa: E402
+
+REPORT = ROOT / "benchmarks" / "REPORT-store.md"
+WINDOW = 10
+
+
+def db_bytes(path: Path) -> int:
+    """Live pages of the database as a reader sees it (committed WAL frames included).
+
+    The WAL file itself grows to its checkpoint threshold and is then reused, so file sizes
+    over a short run would measure the WAL, not the data.
+    """
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+        size = conn.execute("PRAGMA page_size").fetchone()[0]
+        return int((pages - free) * size)
+    finally:
+        conn.close()
+
+
+def file_bytes(path: Path) -> int:
+    return sum(os.path.getsize(p) for p in (path, Path(f"{path}-wal")) if p.exists())
+
+
+def record_demo(db: Path, minutes: float) -> dict[str, float]:
+    wrk = shutil.which("wrk")
+    assert wrk, "wrk is required"
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        aio, aio_url = start_service("aiohttp_app", "--uvloop")
+        tor, tor_url = start_service("tornado_app")
+        procs += [aio, tor]
+        urls = {"aiohttp": aio_url, "tornado": tor_url}
+        seconds = int(minutes * 60)
+        procs += start_loads(wrk, urls, seconds + 30)
+        serve = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "sidecar",
+                "serve",
+                "--db",
+                str(db),
+                "--port",
+                "0",
+                "--window",
+                str(WINDOW),
+                "--rate",
+                "100",
+                "--pid",
+                str(aio.pid),
+                "--pid",
+                str(tor.pid),
+                "--log-level",
+                "warning",
+            ],
+            cwd=ROOT,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        procs.append(serve)
+        half = seconds / 2
+        time.sleep(half)
+        size0, cpu0, t0 = db_bytes(db), cpu_seconds(serve.pid), time.monotonic()
+        time.sleep(half)
+        size1, cpu1, t1 = db_bytes(db), cpu_seconds(serve.pid), time.monotonic()
+        serve.terminate()
+        serve.wait(timeout=30)
+        wal = Path(f"{db}-wal")
+        wal_bytes = wal.stat().st_size if wal.exists() else 0
+        hours = (t1 - t0) / 3600
+        return {
+            "wal_bytes": wal_bytes,
+            "bytes_per_target_hour": (size1 - size0) / hours / 2,
+            "cpu_per_target": (cpu1 - cpu0) / (t1 - t0) / 2,
+            "final_bytes": db_bytes(db),
+            "seconds": seconds,
+        }
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=15)
+
+
+def build_day(source: Path, day_db: Path) -> int:
+    """24 h of windows for two targets, replaying the recorded windows in a cycle."""
+    conn = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+    rows = conn.execute(
+        "SELECT window, target_id, stack_id, thread_id, state, count FROM samples"
+    ).fetchall()
+    conn.close()
+    texts = Reader(source, WINDOW).stack_texts({r[2] for r in rows})
+    windows: dict[tuple[int, int], list[tuple[str, int, str, int]]] = {}
+    for window, target, stack, thread, state, count in rows:
+        windows.setdefault((target, window), []).append(
+            (texts[stack], thread, STATE_NAMES[state], count)
+        )
+    per_target: dict[int, list[list[tuple[str, int, str, int]]]] = {}
+    for (target, _), rows in sorted(windows.items()):
+        per_target.setdefault(target, []).append(rows)
+    store = Store(day_db)
+    now = int(time.time()) // WINDOW * WINDOW
+    start = now - 24 * 3600
+    keys = []
+    for index, target in enumerate(sorted(per_target)):
+        record = ProcessRecord(10_000 + index, 1, f"demo-target-{index}", start)
+        store.attach(record)
+        keys.append((record.key, per_target[target]))
+    batches: list[WindowBatch] = []
+    for step, window in enumerate(range(start, now, WINDOW)):
+        for key, cycle in keys:
+            rows = cycle[step % len(cycle)]
+            batches.append(WindowBatch(key, window, WINDOW, 1000, rows))
+        if len(batches) >= 200:
+            store.write(batches)
+            batches = []
+    if batches:
+        store.write(batches)
+    while store.downsample(time.time(), max_spans=500):
+        pass
+    store.close()
+    return file_bytes(day_db)
+
+
+def time_queries(day_db: Path, runs: int = 7) -> dict[str, list[float]]:
+    reader = Reader(day_db, WINDOW)
+    now = time.time()
+    out: dict[str, list[float]] = {"1h": [], "24h": []}
+    for _ in range(runs):
+        for name, hours in (("1h", 1), ("24h", 24)):
+            began = time.perf_counter()
+            profile = reader.profile(None, Range.aligned(now - hours * 3600, now, WINDOW))
+            out[name].append(time.perf_counter() - began)
+            assert profile.total > 0
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=4.0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        live_db, day_db = Path(tmp) / "live.db", Path(tmp) / "day.db"
+        print(f"recording the demo load for {args.minutes:g} min ...", flush=True)
+        live = record_demo(live_db, args.minutes)
+        print(
+            f"  {live['bytes_per_target_hour'] / 1e6:.3f} MB per target-hour, "
+            f"CPU {live['cpu_per_target'] * 100:.2f}% per target",
+            flush=True,
+        )
+        day_size = build_day(live_db, day_db)
+        print(f"  24 h database: {day_size / 1e6:.2f} MB", flush=True)
+        times = time_queries(day_db)
+    one, day = statistics.median(times["1h"]), statistics.median(times["24h"])
+    ratio = day / one
+    mb = live["bytes_per_target_hour"] / 1e6
+    lines = [
+        "# Store: size, query time and sidecar CPU under the demo load",
+        "",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores, Linux {platform.release()}, "
+        f"Python {platform.python_version()}. `sidecar serve` at 100 Hz with 10 s windows on the "
+        f"demo's aiohttp (uvloop) and Tornado (asyncio) services under the demo's wrk load "
+        f"({live['seconds'] / 60:g} min; growth and CPU measured over the second half).",
+        "",
+        "| measure | figure | goal | met |",
+        "|---|---:|---:|---|",
+        f"| database growth per target-hour | {mb:.3f} MB | ≤ 1 MB "
+        f"| {'yes' if mb <= 1 else 'no'} |",
+        f"| sidecar CPU per target (everything: sampling, classifying, writing, serving) "
+        f"| {live['cpu_per_target'] * 100:.2f}% of a core | ≤ 0.25% | "
+        f"{'yes' if live['cpu_per_target'] <= 0.0025 else 'no'} |",
+        f"| profile query, last 1 h (median of {len(times['1h'])}) | {one * 1000:.1f} ms | | |",
+        f"| profile query, last 24 h (median of {len(times['24h'])}) | {day * 1000:.1f} ms | | |",
+        f"| 24 h / 1 h query time | {ratio:.2f}x | ≤ 2x | {'yes' if ratio <= 2 else 'no'} |",
+        "",
+        "Growth counts the database's live pages as a reader sees them. The WAL file beside it "
+        "grows to SQLite's checkpoint threshold (1000 pages) and is then reused: "
+        f"{live['wal_bytes'] / 1e6:.2f} MB at the end of this run.",
+        "",
+        f"The 24 h database ({day_size / 1e6:.2f} MB, two targets) replays the recorded windows "
+        "every 10 s over 24 hours and is downsampled as the service does it ("
+        + ", ".join(
+            f"windows older than {age / 3600:g} h merged into {width // 60} min windows"
+            for age, width in DOWNSAMPLE_TIERS
+        )
+        + "). The file keeps the pages the merges freed.",
+        "",
+        f"1 h query runs (ms): {', '.join(f'{t * 1000:.1f}' for t in times['1h'])}  ",
+        f"24 h query runs (ms): {', '.join(f'{t * 1000:.1f}' for t in times['24h'])}",
+        "",
+        f"Generated by `python benchmarks/store.py --minutes {args.minutes:g}` on "
+        f"{time.strftime('%Y-%m-%d')}.",
+        "",
+    ]
+    REPORT.write_text("\n".join(lines))
+    print(f"wrote {REPORT.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
