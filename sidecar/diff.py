@@ -52,14 +52,16 @@ def normalize_names(profile: Profile) -> Profile:
         marked=profile.marked,
         notes=list(profile.notes),
     )
-    for stack, count in profile.stacks.items():
-        frames = []
-        for text in stack.split(";"):
-            name = cache.get(text)
-            if name is None:
-                name = cache[text] = normalize_frame(text)
-            frames.append(name)
-        out.add(";".join(frames), count)
+    unique: set[str] = set()
+    split = [(stack.split(";"), count) for stack, count in profile.stacks.items()]
+    for frames, _ in split:
+        unique.update(frames)
+    cache = {text: normalize_frame(text) for text in unique}
+    if all(name == text for text, name in cache.items()):
+        out.stacks = dict(profile.stacks)
+        return out
+    for frames, count in split:
+        out.add(";".join([cache[text] for text in frames]), count)
     return out
 
 
@@ -99,31 +101,30 @@ def shares(profile: Profile) -> Shares:
     out = Shares()
     if total <= 0:
         return out
-    keys: dict[str, str] = {}
+    split = [(stack.split(";"), count, state_of(stack)) for stack, count in profile.stacks.items()]
+    unique: set[str] = set()
+    for frames, _, _ in split:
+        unique.update(frames)
+    keys = {text: function_of(text) for text in unique}
     self_: dict[str, int] = defaultdict(int)
     whole: dict[str, int] = defaultdict(int)
     edges: dict[tuple[str, str], int] = defaultdict(int)
     states: dict[str, int] = defaultdict(int)
-    for stack, count in profile.stacks.items():
-        names = []
-        for text in stack.split(";"):
-            key = keys.get(text)
-            if key is None:
-                key = keys[text] = function_of(text)
-            names.append(key)
-        leaf = names[-1]
-        state = state_of(stack)
+    leaves = set(_STATE_LEAVES)
+    for frames, count, state in split:
         states[state] += count
         if state == "idle":
             continue  # waiting is not code's cost: it shows in the states line, not the tables
-        if leaf not in _STATE_LEAVES:
-            self_[leaf] += count
-        for name in set(names):
-            if name not in _STATE_LEAVES:
-                whole[name] += count
-        pairs = {(a, b) for a, b in itertools.pairwise(names) if a != b and b not in _STATE_LEAVES}
-        for pair in pairs:
-            edges[pair] += count
+        names = [keys[text] for text in frames]
+        if state == "busy":
+            self_[names[-1]] += count
+        else:
+            names.pop()  # the [blocked] leaf
+        for name in set(names) - leaves:
+            whole[name] += count
+        for pair in set(itertools.pairwise(names)):
+            if pair[0] != pair[1]:
+                edges[pair] += count
     out.self_ = {k: v / total for k, v in self_.items()}
     out.total = {k: v / total for k, v in whole.items()}
     out.edges = {k: v / total for k, v in edges.items()}
@@ -174,33 +175,40 @@ def _ranked(before: dict[str, float], after: dict[str, float]) -> list[Change]:
     return changes
 
 
-def _passed_to(change: Change, before: Shares, after: Shares) -> str | None:
-    """The callee that carries (almost) all of a caller's change, if one does."""
-    if change.delta == 0:
-        return None
-    callees = {b for (a, b) in before.edges if a == change.frame}
-    callees |= {b for (a, b) in after.edges if a == change.frame}
-    for callee in sorted(callees):
-        key = (change.frame, callee)
-        moved = after.edges.get(key, 0.0) - before.edges.get(key, 0.0)
-        if moved / change.delta >= PASS_THROUGH:
-            return callee
-    return None
+def _carriers(before: Shares, after: Shares) -> dict[str, tuple[float, str, float, str]]:
+    """Per caller: the callee whose edge share grew most and the one that shrank most."""
+    out: dict[str, tuple[float, str, float, str]] = {}
+    get_before, get_after = before.edges.get, after.edges.get
+    for key in before.edges.keys() | after.edges.keys():
+        caller, callee = key
+        moved = get_after(key, 0.0) - get_before(key, 0.0)
+        up, up_to, down, down_to = out.get(caller, (0.0, "", 0.0, ""))
+        if moved > up or (moved == up and up_to and callee < up_to):
+            up, up_to = moved, callee
+        if moved < down or (moved == down and down_to and callee < down_to):
+            down, down_to = moved, callee
+        out[caller] = (up, up_to, down, down_to)
+    return out
 
 
 def _total_changes(before: Shares, after: Shares) -> list[Change]:
     """Total-share changes where they happen: a caller that passes its change whole to one
     callee is folded into that callee's row, named in its ``via`` (nearest caller first)."""
     ranked = _ranked(before.total, after.total)
-    passed = {c.frame: _passed_to(c, before, after) for c in ranked}
+    carriers = _carriers(before, after)
+    passed: dict[str, str] = {}
+    for change in ranked:
+        up, up_to, down, down_to = carriers.get(change.frame, (0.0, "", 0.0, ""))
+        moved, callee = (up, up_to) if change.delta > 0 else (down, down_to)
+        if callee and moved / change.delta >= PASS_THROUGH:
+            passed[change.frame] = callee
     callers: dict[str, list[str]] = defaultdict(list)
     for caller, callee in passed.items():
-        if callee is not None:
-            callers[callee].append(caller)
+        callers[callee].append(caller)
     by_name = {c.frame: c for c in ranked}
     out = []
     for change in ranked:
-        if passed[change.frame] is not None:
+        if change.frame in passed:
             continue
         via: list[str] = []
         frame = change.frame

@@ -51,7 +51,7 @@ class _Refused(Exception):
     """Raised inside expat callbacks to stop parsing; turned into a ProfileFormatError."""
 
 
-@dataclass
+@dataclass(slots=True)
 class SvgFrame:
     """One drawn frame: its name, row (0 = root) and extent, in samples or pixels."""
 
@@ -83,6 +83,8 @@ class _Raw:
     root: str
     total_samples: str | None
     script: str
+    #: inferno's own frames, read by the fast path: (title, y, fg:x, fg:w) as bytes.
+    fast: list[tuple[bytes, bytes, bytes, bytes, bytes]] | None = None
 
 
 _G, _TITLE_MARK, _SCRIPT = object(), object(), object()
@@ -104,6 +106,7 @@ def _scan(data: bytes, source: str) -> _Raw:
     push = stack.append
     svgs: list[dict[str, str]] = []
     roots: list[str] = []
+    frames_at: list[int] = []
 
     def refuse(message: str) -> NoReturn:
         raise _Refused(message)
@@ -127,6 +130,8 @@ def _scan(data: bytes, source: str) -> _Raw:
             record(_TITLE_MARK)
         elif name == "svg":
             svgs.append(attrs)
+            if attrs.get("id") == "frames":
+                frames_at.append(parser.CurrentByteIndex)
         elif name == "script":
             record(_SCRIPT)
         if len(stack) > MAX_DEPTH:
@@ -145,8 +150,27 @@ def _scan(data: bytes, source: str) -> _Raw:
     # entry of that name keeps len(stack) equal to the nesting depth.
     parser.EndElementHandler = stack.remove
     parser.CharacterDataHandler = record
+    fast = _fast_region(data)
     try:
-        parser.Parse(data, True)
+        if fast is None:
+            parser.Parse(data, True)
+        else:
+            opened, begin, end, _ = fast
+            parser.Parse(data[:begin], False)
+            if frames_at != [opened]:
+                fast = None  # the frames container is not where the text search saw it
+                parser.Parse(data[begin:], True)
+            else:
+                # The frames are a contiguous run of inferno's fixed template (checked by the
+                # pattern), so expat only has to check them, with no callbacks.
+                parser.StartElementHandler = None
+                parser.EndElementHandler = None
+                parser.CharacterDataHandler = None
+                parser.Parse(data[begin:end], False)
+                parser.StartElementHandler = start
+                parser.EndElementHandler = stack.remove
+                parser.CharacterDataHandler = record
+                parser.Parse(data[end:], True)
     except _Refused as err:
         raise ProfileFormatError(f"{source}: refused: {err}") from None
     except expat.ExpatError as err:
@@ -156,7 +180,36 @@ def _scan(data: bytes, source: str) -> _Raw:
         ) from None
     frames, script = _pair(events)
     total_samples = next((a.get("total_samples") for a in svgs if a.get("id") == "frames"), None)
-    return _Raw(frames, roots[0] if roots else "", total_samples, script)
+    raw = _Raw(frames, roots[0] if roots else "", total_samples, script)
+    if fast is not None and not frames:
+        raw.fast = fast[3]
+    return raw
+
+
+_FRAMES_OPEN = re.compile(rb'<svg id="frames"[^<>]*>')
+_FAST_FRAME = re.compile(
+    rb'(<g>(?:<a [^<>]*>)?<title>([^<]*)</title><rect x="[^"<]*" y="(\d+)" width="[^"<]*" '
+    rb'height="\d+" fill="[^"<]*" fg:x="(\d+)" fg:w="(\d+)"/><text[^<>]*>[^<]*</text>'
+    rb"(?:</a>)?</g>)"
+)
+
+
+_Fast = tuple[int, int, int, list[tuple[bytes, bytes, bytes, bytes, bytes]]]
+
+
+def _fast_region(data: bytes) -> _Fast | None:
+    """inferno's frames as a contiguous run of its one frame template, or None."""
+    match = _FRAMES_OPEN.search(data)
+    if match is None:
+        return None
+    begin = match.end()
+    end = data.rfind(b"</svg></svg>")
+    if end < begin or data[end:].strip() != b"</svg></svg>":
+        return None
+    found = _FAST_FRAME.findall(data, begin, end)
+    if not found or sum(len(f[0]) for f in found) != end - begin:
+        return None
+    return match.start(), begin, end, found
 
 
 def _pair(events: list[object]) -> tuple[list[tuple[str, dict[str, str]]], str]:
@@ -200,6 +253,11 @@ def _count(text: str) -> int:
 
 def _parse_title(title: str) -> tuple[str, int | None, bool]:
     """(name, count, has a differential part) from a frame's title."""
+    name, sep, tail = title.rpartition(" (")
+    if sep and tail.endswith("%)") and ";" not in tail:
+        number = tail.partition(" ")[0].replace(",", "")
+        if number.isdigit():
+            return name, int(number), False
     match = _TITLE.fullmatch(title)
     if match is None:
         return title.strip(), None, False
@@ -217,12 +275,14 @@ def read_flamegraph(data: bytes, source: str = "input") -> FlameGraph:
     if raw.root != "svg":
         what = f"<{raw.root}>" if raw.root else "no element"
         raise ProfileFormatError(f"{source}: not an SVG (the document's root is {what})")
-    if not raw.frames:
+    if not raw.frames and not raw.fast:
         raise ProfileFormatError(
             f"{source}: an SVG but not a flamegraph (no frames: <g> elements with a <title> "
             "and a <rect>)"
         )
-    exact = all("fg:w" in attrs and "fg:x" in attrs for _, attrs in raw.frames)
+    exact = raw.fast is not None or all(
+        "fg:w" in attrs and "fg:x" in attrs for _, attrs in raw.frames
+    )
     graph = _exact(raw, source) if exact else _geometric(raw, source)
     _link(graph, source)
     return graph
@@ -244,6 +304,46 @@ def _frames_from(
     return frames, ys, differential
 
 
+_REFERENCE = re.compile(r"&(?:#(\d+)|#x([0-9a-fA-F]+)|(lt|gt|amp|quot|apos));")
+_NAMED = {"lt": "<", "gt": ">", "amp": "&", "quot": '"', "apos": "'"}
+
+
+def _unescape(text: str) -> str:
+    """XML character and predefined entity references (expat has refused any other)."""
+
+    def one(match: re.Match[str]) -> str:
+        if match[1]:
+            return chr(int(match[1]))
+        if match[2]:
+            return chr(int(match[2], 16))
+        return _NAMED[match[3]]
+
+    return _REFERENCE.sub(one, text)
+
+
+def _frames_fast(
+    found: list[tuple[bytes, bytes, bytes, bytes, bytes]],
+) -> tuple[list[SvgFrame], list[float], bool]:
+    frames: list[SvgFrame] = []
+    ys: list[float] = []
+    differential = False
+    for _, title, y, x, w in found:
+        text = title.decode("utf-8")
+        if "&" in text:
+            text = _unescape(text)
+        # inline the common case of _parse_title: "name (1,234 samples, 5.67%)"
+        name, sep, tail = text.rpartition(" (")
+        number = tail.partition(" ")[0].replace(",", "")
+        if sep and number.isdigit() and tail.endswith("%)") and ";" not in tail:
+            title_count: int | None = int(number)
+        else:
+            name, title_count, delta = _parse_title(text)
+            differential = differential or delta
+        ys.append(int(y))
+        frames.append(SvgFrame(name, -1, int(x), int(w), int(w), title_count))
+    return frames, ys, differential
+
+
 def _exact(raw: _Raw, source: str) -> FlameGraph:
     """inferno: fg:x / fg:w are exact sample ranges."""
 
@@ -256,7 +356,10 @@ def _exact(raw: _Raw, source: str) -> FlameGraph:
                 "not sample counts"
             ) from None
 
-    frames, ys, differential = _frames_from(raw, source, extent)
+    if raw.fast is not None:
+        frames, ys, differential = _frames_fast(raw.fast)
+    else:
+        frames, ys, differential = _frames_from(raw, source, extent)
     for frame in frames:
         frame.count = int(frame.width)
     graph = _rows(frames, ys, raw, source, exact=True)
@@ -385,13 +488,13 @@ def _link(graph: FlameGraph, source: str) -> None:
         if depth - 1 not in first_of_depth:
             raise ProfileFormatError(f"{source}: frames at depth {depth} have no row below them")
         lo, hi = first_of_depth[depth - 1], depth_end[depth - 1]
+        if graph.exact:
+            _merge_parents(frames, lo, hi, first_of_depth[depth], depth_end[depth], source)
+            continue
         starts = [frames[i].start for i in range(lo, hi)]
         for index in range(first_of_depth[depth], depth_end[depth]):
             frame = frames[index]
-            if graph.exact:
-                parent = _exact_parent(frame, frames, starts, lo)
-            else:
-                parent = _nearest_parent(frame, frames, starts, lo, room)
+            parent = _nearest_parent(frame, frames, starts, lo, room)
             if parent < 0:
                 raise ProfileFormatError(
                     f"{source}: the frame {frame.name[:80]!r} has no parent frame under it"
@@ -400,14 +503,24 @@ def _link(graph: FlameGraph, source: str) -> None:
             room[parent] -= frame.count
 
 
-def _exact_parent(frame: SvgFrame, frames: list[SvgFrame], starts: list[float], lo: int) -> int:
-    at = bisect_right(starts, frame.start) - 1
-    if at < 0:
-        return -1
-    parent = frames[lo + at]
-    if frame.start + frame.width > parent.start + parent.width:
-        return -1
-    return lo + at
+def _merge_parents(
+    frames: list[SvgFrame], lo: int, hi: int, first: int, end: int, source: str
+) -> None:
+    """Exact sample ranges: parents and children both in start order, one merge pass."""
+    at = lo
+    parent = frames[at]
+    stop = parent.start + parent.width
+    for index in range(first, end):
+        frame = frames[index]
+        while frame.start >= stop and at + 1 < hi:
+            at += 1
+            parent = frames[at]
+            stop = parent.start + parent.width
+        if frame.start < parent.start or frame.start + frame.width > stop:
+            raise ProfileFormatError(
+                f"{source}: the frame {frame.name[:80]!r} has no parent frame under it"
+            )
+        frame.parent = at
 
 
 def _nearest_parent(
@@ -437,6 +550,7 @@ def to_profile(graph: FlameGraph, source: str = "input") -> Profile:
             children_sum[frame.parent] += frame.count
     paths: list[str] = [""] * len(frames)
     profile = Profile()
+    stacks = profile.stacks
     negative = 0
     renamed = 0
     for index, frame in enumerate(frames):
@@ -450,10 +564,10 @@ def to_profile(graph: FlameGraph, source: str = "input") -> Profile:
         path = f"{parent_path};{name}" if parent_path else name
         paths[index] = path
         own = frame.count - children_sum[index]
-        if own < 0:
+        if own > 0:
+            stacks[path] = stacks.get(path, 0) + own
+        elif own < 0:
             negative -= own
-            continue
-        profile.add(path, own)
     root = frames[0]
     root_self = root.count - children_sum[0]
     if root_self > 0:
