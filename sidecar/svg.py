@@ -90,7 +90,7 @@ class _Raw:
 _G, _TITLE_MARK, _SCRIPT = object(), object(), object()
 
 
-def _scan(data: bytes, source: str) -> _Raw:
+def _scan(data: bytes, source: str, allow_fast: bool = True) -> _Raw:
     """One expat pass: every (title text, rect attributes) pair that makes a frame.
 
     Per-element work is kept in C where it can be: text and ends go to list methods, and the one
@@ -150,7 +150,7 @@ def _scan(data: bytes, source: str) -> _Raw:
     # entry of that name keeps len(stack) equal to the nesting depth.
     parser.EndElementHandler = stack.remove
     parser.CharacterDataHandler = record
-    fast = _fast_region(data)
+    fast = _fast_region(data) if allow_fast else None
     try:
         if fast is None:
             parser.Parse(data, True)
@@ -181,7 +181,9 @@ def _scan(data: bytes, source: str) -> _Raw:
     frames, script = _pair(events)
     total_samples = next((a.get("total_samples") for a in svgs if a.get("id") == "frames"), None)
     raw = _Raw(frames, roots[0] if roots else "", total_samples, script)
-    if fast is not None and not frames:
+    if fast is not None:
+        if frames:  # frames outside inferno's container too: read everything the general way
+            return _scan(data, source, allow_fast=False)
         raw.fast = fast[3]
     return raw
 
@@ -264,14 +266,17 @@ def _parse_title(title: str) -> tuple[str, int | None, bool]:
     return match["name"], _count(match["count"]), match["delta"] is not None
 
 
-def read_flamegraph(data: bytes, source: str = "input") -> FlameGraph:
-    """The frames of a flamegraph SVG, with parents, depths and counts; refuses anything else."""
+def read_flamegraph(data: bytes, source: str = "input", *, fast: bool = True) -> FlameGraph:
+    """The frames of a flamegraph SVG, with parents, depths and counts; refuses anything else.
+
+    ``fast=False`` skips the fast path for inferno's own frames (the tests compare the two).
+    """
     if len(data) > MAX_SVG_BYTES:
         raise ProfileFormatError(
             f"{source}: refused: {len(data) / 1e6:,.0f} MB is above the "
             f"{MAX_SVG_BYTES // (1024 * 1024)} MB limit for an SVG"
         )
-    raw = _scan(data, source)
+    raw = _scan(data, source, allow_fast=fast)
     if raw.root != "svg":
         what = f"<{raw.root}>" if raw.root else "no element"
         raise ProfileFormatError(f"{source}: not an SVG (the document's root is {what})")

@@ -68,6 +68,18 @@ def test_inferno_round_trip_is_exact(stacks: dict[str, int], inverted: bool) -> 
     assert profile.stacks == stacks
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stacks=STACKS, inverted=st.booleans(), min_width=st.sampled_from([0, 0.1, 5.0]))
+def test_fast_and_general_readers_agree(
+    stacks: dict[str, int], inverted: bool, min_width: float
+) -> None:
+    svg = _render(stacks, min_width=min_width, inverted=inverted)
+    fast, general = read_flamegraph(svg), read_flamegraph(svg, fast=False)
+    assert fast.frames == general.frames
+    assert to_profile(fast).stacks == to_profile(general).stacks
+    assert to_profile(fast).notes == to_profile(general).notes
+
+
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(stacks=STACKS, inverted=st.booleans(), min_width=st.sampled_from([0.1, 1.0, 5.0]))
 def test_inferno_round_trip_with_pruning_keeps_the_total(
@@ -267,6 +279,7 @@ def _check_py_spy_svg(svg: Path) -> None:
     total, titles = _titles(svg)
     graph = read_flamegraph(svg.read_bytes(), str(svg))
     assert graph.exact  # py-spy's SVGs are inferno's, with fg:x / fg:w
+    assert graph.frames == read_flamegraph(svg.read_bytes(), str(svg), fast=False).frames
     profile = to_profile(graph, str(svg))
     # The stacks read back add up to the SVG's total.
     assert total > 0
