@@ -11,7 +11,7 @@ const STATES = ["busy", "blocked", "idle"];
 function shareBar(s) {
   const parts = STATES.map((state) => {
     const v = s[`${state}_share`] || 0;
-    const text = v >= 0.08 ? `${state} ${pct(v)}` : v >= 0.035 ? pct(v, 0) : "";
+    const text = v >= 0.2 ? `${state} ${pct(v)}` : v >= 0.08 ? pct(v) : v >= 0.05 ? pct(v, 0) : "";
     return v > 0 ? `<span class="${state}" style="width:${(v * 100).toFixed(2)}%">${text}</span>` : "";
   });
   const label = STATES.map((state) => `${state} ${pct(s[`${state}_share`])}`).join(", ");

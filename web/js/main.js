@@ -408,6 +408,13 @@ async function loadCompare() {
   const host = $("#diff-flame");
   renderCompareControls();
   if (state.cmp === "targets" && !targets.length) await loadTargets();
+  if (state.cmp === "ranges" && (!state.a || !state.b)) {
+    // fix the default halves, so live mode does not slide them and a link restores them
+    [state.a, state.b] = compareRanges();
+    saveUrl();
+    updateCompareMarks();
+    renderCompareControls();
+  }
   const signal = slots.compare.next();
   host.dataset.loading = "1";
   let folded;

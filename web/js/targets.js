@@ -26,6 +26,10 @@ export function renderTargets(list, targets, selected, onPick) {
       <div class="t-top"><span class="badge fw-all">all</span><span class="t-title">All targets</span></div>
       <div class="t-meta">${targets.length} target${targets.length === 1 ? "" : "s"} · ${count(total)} samples</div>
     </button></li>`);
+  if (!targets.length) {
+    items.push(`<li class="empty">No Python process sampled yet. sidecar scans every few seconds;
+      a process it cannot trace shows here with the reason.</li>`);
+  }
   for (const t of targets) {
     const alive = t.alive;
     const problem = t.problem || (t.error && !alive ? t.error : null);

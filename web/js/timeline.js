@@ -8,10 +8,10 @@ const HEIGHT = 150;
 export const STATE_COLOURS = { busy: "#e69f00", blocked: "#c84f00", idle: "#56b4e9" };
 const TICKS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
 
-/** The smallest 1, 2, 2.5 or 5 times a power of ten at or above `value`. */
+/** A round number at or above `value` whose half is round too: the chart's top. */
 function niceCeil(value) {
   const power = 10 ** Math.floor(Math.log10(value));
-  for (const m of [1, 2, 2.5, 5, 10]) if (m * power >= value) return m * power;
+  for (const m of [1, 1.2, 1.6, 2, 3, 4, 5, 6, 8, 10]) if (m * power >= value) return m * power;
   return 10 * power;
 }
 
@@ -44,6 +44,8 @@ export class Timeline {
       this.tip.hidden = true;
     });
     this.canvas.addEventListener("keydown", (e) => this.onKey(e));
+    this.canvas.addEventListener("focus", () => this.render());
+    this.canvas.addEventListener("blur", () => this.render());
     new ResizeObserver(() => requestAnimationFrame(() => this.render())).observe(host);
   }
 
