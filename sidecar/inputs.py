@@ -85,7 +85,11 @@ PARALLEL_BYTES = 8 * 1024 * 1024
 
 def load_profiles(first: str, second: str) -> tuple[Profile, Profile]:
     """Reads two profiles; large ones in parallel (the first in a forked worker process)."""
-    if _size(first) + _size(second) < PARALLEL_BYTES or not _can_fork():
+    sizes = _size(first), _size(second)
+    for path, size in zip((first, second), sizes, strict=True):
+        if size > MAX_INPUT_BYTES:  # refuse before any work on the other input
+            read_input(path)
+    if sum(sizes) < PARALLEL_BYTES or not _can_fork():
         return load_profile(first), load_profile(second)
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from test_svg import STACKS
 
 from sidecar.diff import diff_profiles, normalize_frame, report, scaled, shares
-from sidecar.inputs import load_profile
+from sidecar.errors import ProfileFormatError
+from sidecar.inputs import PARALLEL_BYTES, load_profile, load_profiles
 from sidecar.profile import IDLE_LEAF, Profile, parse_folded
 from sidecar.render import RenderOptions, render_svg
 from sidecar.svg import read_flamegraph, read_svg
@@ -264,3 +265,28 @@ def test_real_target_handler_three_times_slower_tops_the_diff(
     old = shares(load_profile(str(paths["before"]))).total[handler]
     new = shares(load_profile(str(paths["after"]))).total[handler]
     assert 1.8 * old < new < 4.5 * old, (old, new)
+
+
+def test_large_inputs_are_read_in_parallel_with_the_same_result(tmp_path: Path) -> None:
+    stacks = {
+        ";".join(["main (m.py:1)", *(f"f{i}_{d} (m{d}.py:{i % 13})" for d in range(20))]): 1 + i % 9
+        for i in range(2500)
+    }
+    big = tmp_path / "big.svg"
+    big.write_text(render_svg([f"{s} {c}" for s, c in stacks.items()], RenderOptions(min_width=0)))
+    other = tmp_path / "other.folded"
+    other.write_text("main;f 3\n")
+    assert big.stat().st_size > PARALLEL_BYTES
+    first, second = load_profiles(str(big), str(other))
+    assert first.stacks == stacks == load_profile(str(big)).stacks
+    assert second.stacks == {"main;f": 3}
+    # An error in the worker (reading the first input) reaches the caller as it is.
+    bad = tmp_path / "bad.svg"
+    bad.write_text(BAD_SVG)
+    with pytest.raises(ProfileFormatError, match=r"bad\.svg: refused"):
+        load_profiles(str(bad), str(big))
+    with pytest.raises(ProfileFormatError, match=r"bad\.svg: refused"):
+        load_profiles(str(big), str(bad))
+
+
+BAD_SVG = '<!DOCTYPE svg [<!ENTITY a "b">]><svg xmlns="http://www.w3.org/2000/svg">&a;</svg>'
