@@ -15,6 +15,11 @@ defusedxml, without its 2x slower ElementTree front): any entity declaration is 
 laughs, external entities), external entity references and parameter entities are never
 resolved, nothing is fetched, nesting deeper than ``MAX_DEPTH`` is refused, and so is a document
 above ``MAX_SVG_BYTES``.
+
+Large inferno SVGs take a fast path: when the frames container holds nothing but a contiguous run
+of inferno's one frame template (checked by a pattern, byte for byte), expat still checks the
+whole document but the frames are read by the pattern, without a Python call per element. Any
+other SVG, or anything unexpected, goes through the general reader; the tests compare the two.
 """
 
 from __future__ import annotations
