@@ -35,7 +35,9 @@ fn window_to_py<'py>(py: Python<'py>, window: &Window) -> PyResult<Bound<'py, Py
             [
                 key.thread_id.into_pyobject(py)?.into_any(),
                 name.into_pyobject(py)?.into_any(),
-                pyo3::types::PyBool::new(py, key.on_cpu).to_owned().into_any(),
+                pyo3::types::PyBool::new(py, key.on_cpu)
+                    .to_owned()
+                    .into_any(),
                 pyo3::types::PyBool::new(py, key.gil).to_owned().into_any(),
                 key.stack.as_ref().into_pyobject(py)?.into_any(),
                 count.into_pyobject(py)?.into_any(),
@@ -60,14 +62,16 @@ impl Sampler {
         max_pending: usize,
     ) -> PyResult<Self> {
         if pid <= 0 {
-            return Err(PyValueError::new_err(format!("PID must be positive, not {pid}")));
+            return Err(PyValueError::new_err(format!(
+                "PID must be positive, not {pid}"
+            )));
         }
-        if !(rate_hz > 0.0 && rate_hz <= 10_000.0) {
+        if rate_hz.is_nan() || rate_hz <= 0.0 || rate_hz > 10_000.0 {
             return Err(PyValueError::new_err(format!(
                 "rate must be between 0 and 10000 Hz, not {rate_hz}"
             )));
         }
-        if !(window >= 0.01 && window <= 86_400.0) {
+        if !(0.01..=86_400.0).contains(&window) {
             return Err(PyValueError::new_err(format!(
                 "window must be between 0.01 and 86400 seconds, not {window}"
             )));

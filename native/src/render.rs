@@ -31,14 +31,14 @@ impl RenderOptions {
         } else {
             Direction::Straight
         };
-        if !(self.min_width >= 0.0) {
+        if self.min_width.is_nan() || self.min_width < 0.0 {
             return Err(format!("min_width must be >= 0, not {}", self.min_width));
         }
         opts.min_width = self.min_width;
         opts.count_name = self.count_name.clone();
         opts.image_width = self.width;
         opts.negate_differentials = self.negate;
-        if !(self.factor > 0.0) {
+        if self.factor.is_nan() || self.factor <= 0.0 {
             return Err(format!("factor must be > 0, not {}", self.factor));
         }
         opts.factor = self.factor;
@@ -60,7 +60,7 @@ pub fn render(lines: &[String], options: &RenderOptions) -> Result<String, Strin
     }
     sorted.sort_unstable();
     let mut out = Vec::new();
-    flamegraph::from_lines(&mut opts, sorted.into_iter(), &mut out).map_err(|e| e.to_string())?;
+    flamegraph::from_lines(&mut opts, sorted, &mut out).map_err(|e| e.to_string())?;
     String::from_utf8(out).map_err(|e| e.to_string())
 }
 
@@ -71,13 +71,15 @@ pub fn diff_lines(
     normalize: bool,
     strip_hex: bool,
 ) -> Result<Vec<String>, String> {
-    let mut opts = inferno::differential::Options::default();
-    opts.normalize = normalize;
-    opts.strip_hex = strip_hex;
+    let opts = inferno::differential::Options {
+        normalize,
+        strip_hex,
+    };
     let before = Cursor::new(before.join("\n"));
     let after = Cursor::new(after.join("\n"));
     let mut out = Vec::new();
-    inferno::differential::from_readers(opts, before, after, &mut out).map_err(|e| e.to_string())?;
+    inferno::differential::from_readers(opts, before, after, &mut out)
+        .map_err(|e| e.to_string())?;
     let text = String::from_utf8(out).map_err(|e| e.to_string())?;
     Ok(text.lines().map(str::to_owned).collect())
 }

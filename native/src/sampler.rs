@@ -138,7 +138,9 @@ fn format_frame(name: &str, file: &str, line: i32) -> String {
 /// Caches formatted frames: code objects, file and function names rarely change between samples.
 #[derive(Default)]
 struct FrameCache {
-    frames: HashMap<(String, String, i32), Arc<str>>,
+    /// file → function → line → formatted frame: lookups borrow, so a hit allocates nothing.
+    frames: HashMap<String, HashMap<String, HashMap<i32, Arc<str>>>>,
+    frame_count: usize,
     stacks: HashMap<Vec<Arc<str>>, Arc<str>>,
 }
 
@@ -147,12 +149,7 @@ impl FrameCache {
         let mut parts: Vec<Arc<str>> = Vec::with_capacity(trace.frames.len());
         for frame in trace.frames.iter().rev() {
             let file = frame.short_filename.as_deref().unwrap_or(&frame.filename);
-            let key = (frame.name.clone(), file.to_string(), frame.line);
-            let text = self
-                .frames
-                .entry(key)
-                .or_insert_with(|| Arc::from(format_frame(&frame.name, file, frame.line)));
-            parts.push(text.clone());
+            parts.push(self.frame(file, &frame.name, frame.line));
         }
         if let Some(stack) = self.stacks.get(&parts) {
             return stack.clone();
@@ -168,11 +165,32 @@ impl FrameCache {
         if self.stacks.len() > 50_000 {
             self.stacks.clear();
         }
-        if self.frames.len() > 200_000 {
-            self.frames.clear();
-        }
         self.stacks.insert(parts, joined.clone());
         joined
+    }
+
+    fn frame(&mut self, file: &str, name: &str, line: i32) -> Arc<str> {
+        if let Some(text) = self
+            .frames
+            .get(file)
+            .and_then(|names| names.get(name))
+            .and_then(|lines| lines.get(&line))
+        {
+            return text.clone();
+        }
+        if self.frame_count > 200_000 {
+            self.frames.clear();
+            self.frame_count = 0;
+        }
+        let text: Arc<str> = Arc::from(format_frame(name, file, line));
+        self.frames
+            .entry(file.to_string())
+            .or_default()
+            .entry(name.to_string())
+            .or_default()
+            .insert(line, text.clone());
+        self.frame_count += 1;
+        text
     }
 }
 
@@ -199,14 +217,16 @@ impl Session {
         let handle = std::thread::Builder::new()
             .name(format!("sidecar-sampler-{pid}"))
             .spawn(move || {
-                let mut config = Config::default();
-                config.blocking = if thread_options.blocking {
-                    LockingStrategy::Lock
-                } else {
-                    LockingStrategy::NonBlocking
+                let config = Config {
+                    blocking: if thread_options.blocking {
+                        LockingStrategy::Lock
+                    } else {
+                        LockingStrategy::NonBlocking
+                    },
+                    sampling_rate: thread_options.rate_hz.round().max(1.0) as u64,
+                    collect_thread_names: true,
+                    ..Config::default()
                 };
-                config.sampling_rate = thread_options.rate_hz.round().max(1.0) as u64;
-                config.collect_thread_names = true;
                 let spy = match PythonSpy::retry_new(pid, &config, 3) {
                     Ok(spy) => spy,
                     Err(err) => {
@@ -227,7 +247,9 @@ impl Session {
             }
             Err(_) => {
                 let _ = handle.join();
-                return Err(InitError::Other("the sampling thread died while attaching".into()));
+                return Err(InitError::Other(
+                    "the sampling thread died while attaching".into(),
+                ));
             }
         };
         Ok(Session {
@@ -385,10 +407,11 @@ fn run(
                     names.insert(thread_id, name.clone());
                 }
             }
-            if !window.thread_names.contains_key(&thread_id) {
-                if let Some(name) = names.get(&thread_id) {
-                    window.thread_names.insert(thread_id, name.clone());
-                }
+            if let Some(name) = names.get(&thread_id) {
+                window
+                    .thread_names
+                    .entry(thread_id)
+                    .or_insert_with(|| name.clone());
             }
             let key = StackKey {
                 thread_id,
