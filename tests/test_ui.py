@@ -66,7 +66,17 @@ class UI:
         """A fixed range from the first samples to a few seconds ago (windows that are final),
         at least MIN_WINDOW seconds long."""
         time.sleep(max(0.0, self.started + MIN_WINDOW + 3 - time.time()))
-        return math.floor(self.started), math.floor(time.time()) - 3
+        start, end = math.floor(self.started), math.floor(time.time()) - 3
+        # a window is written a moment after it ends: wait until the range stops growing
+        previous = -1
+        for _ in range(40):
+            buckets = self.api(f"/api/timeline?from={start}&to={end}")["buckets"]
+            total = sum(b["busy"] + b["idle"] + b["blocked"] for b in buckets)
+            if total == previous:
+                break
+            previous = total
+            time.sleep(0.5)
+        return start, end
 
     def page(self) -> Page:
         context = self.browser.new_context(viewport={"width": 1440, "height": 900})
@@ -183,16 +193,17 @@ def test_targets_list_shows_aiohttp_and_tornado(ui: UI) -> None:
         assert f"PID {info['pid']}" in text
         assert "alive" in text and "samples" in text
         assert f"targets.{framework}_app" in text  # the command
-    page.locator(f'.target[data-id="{ui.aiohttp["id"]}"]').click()
-    assert query(page)["target"] == str(ui.aiohttp["id"])
+    page.locator(f'.target[data-id="{ui.tornado["id"]}"]').click()
+    assert query(page)["target"] == str(ui.tornado["id"])
     page.wait_for_function(
         "id => document.querySelector('#flame').dataset.target === String(id)"
         " && document.querySelector('#flame').dataset.loading === '0'",
-        arg=ui.aiohttp["id"],
+        arg=ui.tornado["id"],
     )
     assert int(flame_state(page)["frames"]) > 10
     assert page.locator("#timeline").get_attribute("data-buckets") not in (None, "0")
     shot(page, "flamegraph")
+    page.screenshot(path=str(REPORTS / "ui-overview.png"))  # the first screen, for the README
     assert not page.errors  # type: ignore[attr-defined]
 
 
