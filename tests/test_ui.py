@@ -289,6 +289,16 @@ def test_search_finds_the_handler_and_functions_link_to_the_flamegraph(ui: UI) -
     assert page.locator("#crumbs button").count() >= 2
     page.keyboard.press("Escape")
     assert flame_state(page)["zoom"] == ""
+
+    # downloads come from the API for the same range and filters
+    for button, starts in (("svg", b"<?xml"), ("folded", b""), ("speedscope", b"{")):
+        page.locator(".downloads summary").click()
+        with page.expect_download() as info:
+            page.locator(f'.downloads button[data-format="{button}"]').click()
+        body = Path(info.value.path()).read_bytes()
+        assert body.startswith(starts) and len(body) > 100, button
+        if button == "folded":
+            assert b"hard_handler (targets/aiohttp_app.py:" in body
     assert not page.errors  # type: ignore[attr-defined]
 
 
