@@ -278,6 +278,12 @@ def test_search_finds_the_handler_and_functions_link_to_the_flamegraph(ui: UI) -
     )
     assert "highlight: hard_handler" in status.inner_text()
     assert page.locator('#functions tr[aria-selected="true"]').count() == 1
+    # and its callers and callees under the table
+    assert page.locator("#sandwich-name").inner_text().startswith("hard_handler (")
+    callers = page.eval_on_selector("#callers", "el => ({...el.dataset})")
+    assert int(callers["frames"]) > 3 and 0 < int(callers["samples"]) < int(
+        flame_state(page)["samples"]
+    )
 
     # keyboard: into the flamegraph, up towards the leaves, Enter zooms, Escape resets
     page.locator("#flame canvas").focus()

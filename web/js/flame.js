@@ -53,6 +53,7 @@ function diffColour(t) {
 export class FlameGraph {
   constructor(host, { onZoom = () => {}, onFocus = () => {}, label = "Flamegraph" } = {}) {
     this.host = host;
+    this.rootLabel = "all";
     this.onZoom = onZoom;
     this.onFocus = onFocus;
     this.label = label;
@@ -336,7 +337,7 @@ export class FlameGraph {
   labelFor(node, info, room, prefix) {
     const fit = Math.floor(room / (this.charWidth * 1.04));
     if (fit < 3) return "";
-    const name = node.parent ? info.name : `all (${count(node.value)} samples)`;
+    const name = node.parent ? info.name : `${this.rootLabel} (${count(node.value)} samples)`;
     const full = prefix + (info.file ? `${name} (${info.file}:${info.line})` : name);
     if (full.length <= fit) return full;
     const short = prefix + name;
@@ -440,7 +441,8 @@ export class FlameGraph {
     const info = node.info;
     const parent = node.parent;
     const lines = [];
-    const name = node.parent ? info.name : "all samples";
+    const rootName = this.rootLabel === "all" ? "all samples" : `${this.rootLabel}, every call`;
+    const name = node.parent ? info.name : rootName;
     lines.push(`<strong>${esc(name)}</strong>`);
     if (info.file) lines.push(`<span class="muted">${esc(info.file)}:${info.line}</span>`);
     if (this.kind === "diff") {

@@ -15,6 +15,7 @@ import {
   matchedShare,
   matcher,
   parseFolded,
+  sandwich,
 } from "./stacks.js";
 import { renderTargets, shortCommand } from "./targets.js";
 import { Timeline } from "./timeline.js";
@@ -107,6 +108,34 @@ const flame = new FlameGraph($("#flame"), {
   },
   onFocus: (node) => showDetails($("#flame-details"), flame, node),
 });
+const callers = new FlameGraph($("#callers"), { label: "Callers" });
+const callees = new FlameGraph($("#callees"), { label: "Callees" });
+callers.icicle = false;
+callees.icicle = true;
+
+/** The picked function's callers and callees, under the table. */
+function renderSandwich() {
+  const box = $("#sandwich");
+  if (!state.fn || !profile) {
+    box.hidden = true;
+    return;
+  }
+  const { callers: up, callees: down } = sandwich(profile.rows, state.fn);
+  if (!up.total) {
+    box.hidden = true;
+    return;
+  }
+  box.hidden = false;
+  $("#sandwich-name").textContent = state.fn;
+  $("#sandwich-summary").textContent =
+    `${fmt.count(up.total)} samples · ${fmt.pct(up.total / (profile.tree.total || 1))} of the profile`;
+  const short = state.fn.replace(/ \([^()]*\)$/, "");
+  callers.rootLabel = short;
+  callees.rootLabel = short;
+  callers.setTree(up, "profile");
+  callees.setTree(down, "profile");
+}
+
 const diffFlame = new FlameGraph($("#diff-flame"), {
   label: "Differential flamegraph",
   onFocus: (node) => showDetails($("#diff-details"), diffFlame, node),
@@ -221,6 +250,7 @@ async function loadFlame() {
     flame.clear();
     host.dataset.samples = "0";
     renderFunctions($("#functions"), null, {});
+    renderSandwich();
     const noSamples = error instanceof ApiError && error.code === "no_samples";
     message(
       $("#flame-message"),
@@ -252,6 +282,7 @@ async function loadFlame() {
     `${targetName(state.target)} · ${fmt.span(params.from, params.to)}`;
   renderCrumbs();
   renderTable();
+  renderSandwich();
   updateSearchStatus();
   showDetails($("#flame-details"), flame, null);
 }
@@ -277,6 +308,7 @@ function renderTable() {
       saveUrl();
       flame.setOptions({ highlight: state.fn || null });
       renderTable();
+      renderSandwich();
       updateSearchStatus();
       const again = $(`#functions button.fn[data-key="${CSS.escape(key)}"]`);
       if (again) again.focus();

@@ -233,3 +233,26 @@ export function matchedShare(root, match) {
   walk(root, false);
   return { samples, frames };
 }
+
+/**
+ * The sandwich of one function (a table key): its callers (stacks from each innermost call up to
+ * the root, the function first) and its callees (stacks from each outermost call down), so
+ * recursion counts once.
+ */
+export function sandwich(rows, key) {
+  const callers = [];
+  const callees = [];
+  for (const { frames, count } of rows) {
+    let first = -1;
+    let last = -1;
+    for (let i = 0; i < frames.length; i += 1) {
+      if (frameInfo(frames[i]).key !== key) continue;
+      if (first < 0) first = i;
+      last = i;
+    }
+    if (first < 0) continue;
+    callees.push({ frames: frames.slice(first), count, before: 0 });
+    callers.push({ frames: frames.slice(0, last + 1).reverse(), count, before: 0 });
+  }
+  return { callers: buildTree(callers), callees: buildTree(callees) };
+}
