@@ -161,6 +161,10 @@ function showBanner(err) {
       <button id="token-save">Use token</button>
       <span class="muted">or open the UI with <code>?token=…</code> in its address</span>`;
     banner.hidden = false;
+    $("#token-input").addEventListener("keydown", (e) => {
+      if (e.key === "Enter") $("#token-save").click();
+    });
+    $("#token-input").focus();
     $("#token-save").addEventListener("click", () => {
       setToken($("#token-input").value.trim());
       needsToken = false;
@@ -252,12 +256,15 @@ async function loadFlame() {
     renderFunctions($("#functions"), null, {});
     renderSandwich();
     const noSamples = error instanceof ApiError && error.code === "no_samples";
+    const noToken = error instanceof ApiError && error.status === 401;
     message(
       $("#flame-message"),
       noSamples
         ? "No samples for this selection. Widen the range, pick another target or change the filters."
-        : `Could not load the profile: ${error.message}`,
-      !noSamples,
+        : noToken
+          ? "This sidecar needs a token: enter it above."
+          : `Could not load the profile: ${error.message}`,
+      !noSamples && !noToken,
     );
     if (!noSamples) showBanner(error);
     $("#flame-summary").textContent = "";
