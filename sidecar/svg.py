@@ -89,7 +89,7 @@ class _Raw:
     total_samples: str | None
     script: str
     #: inferno's own frames, read by the fast path: (title, y, fg:x, fg:w) as bytes.
-    fast: list[tuple[bytes, bytes, bytes, bytes, bytes]] | None = None
+    fast: list[tuple[bytes, bytes, bytes, bytes, bytes, bytes, bytes]] | None = None
 
 
 _G, _TITLE_MARK, _SCRIPT = object(), object(), object()
@@ -195,13 +195,16 @@ def _scan(data: bytes, source: str, allow_fast: bool = True) -> _Raw:
 
 _FRAMES_OPEN = re.compile(rb'<svg id="frames"[^<>]*>')
 _FAST_FRAME = re.compile(
-    rb'(<g>(?:<a [^<>]*>)?<title>([^<]*)</title><rect x="[^"<]*" y="(\d+)" width="[^"<]*" '
-    rb'height="\d+" fill="[^"<]*" fg:x="(\d+)" fg:w="(\d+)"/><text[^<>]*>[^<]*</text>'
-    rb"(?:</a>)?</g>)"
+    rb"(<g>(?:<a [^<>]*>)?<title>([^<]*) \((\d[\d,]*) [^<()]*?, \d+(?:\.\d+)?%"
+    rb"(; [+-]?\d+(?:\.\d+)?%)?\)</title>"
+    rb'<rect x="[^"<]*" y="(\d+)" width="[^"<]*" height="\d+" fill="[^"<]*" '
+    rb'fg:x="(\d+)" fg:w="(\d+)"/><text[^<>]*>[^<]*</text>(?:</a>)?</g>)'
 )
+#: (whole frame, name, title count, differential part, y, fg:x, fg:w)
+_FastFrame = tuple[bytes, bytes, bytes, bytes, bytes, bytes, bytes]
 
 
-_Fast = tuple[int, int, int, list[tuple[bytes, bytes, bytes, bytes, bytes]]]
+_Fast = tuple[int, int, int, list[_FastFrame]]
 
 
 def _fast_region(data: bytes) -> _Fast | None:
@@ -331,26 +334,19 @@ def _unescape(text: str) -> str:
     return _REFERENCE.sub(one, text)
 
 
-def _frames_fast(
-    found: list[tuple[bytes, bytes, bytes, bytes, bytes]],
-) -> tuple[list[SvgFrame], list[float], bool]:
+def _frames_fast(found: list[_FastFrame]) -> tuple[list[SvgFrame], list[float], bool]:
     frames: list[SvgFrame] = []
     ys: list[float] = []
     differential = False
-    for _, title, y, x, w in found:
-        text = title.decode("utf-8")
-        if "&" in text:
-            text = _unescape(text)
-        # inline the common case of _parse_title: "name (1,234 samples, 5.67%)"
-        name, sep, tail = text.rpartition(" (")
-        number = tail.partition(" ")[0].replace(",", "")
-        if sep and number.isdigit() and tail.endswith("%)") and ";" not in tail:
-            title_count: int | None = int(number)
-        else:
-            name, title_count, delta = _parse_title(text)
-            differential = differential or delta
+    for _, title, count, delta, y, x, w in found:
+        name = title.decode("utf-8")
+        if "&" in name:
+            name = _unescape(name)
+        if delta:
+            differential = True
+        width = int(w)
         ys.append(int(y))
-        frames.append(SvgFrame(name, -1, int(x), int(w), int(w), title_count))
+        frames.append(SvgFrame(name, -1, int(x), width, width, int(count.replace(b",", b""))))
     return frames, ys, differential
 
 
