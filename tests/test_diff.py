@@ -194,11 +194,26 @@ def test_cli_normalize_and_default_output(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "args",
-    [("only-one.svg",), ("a", "b", "--top", "0"), ("a", "b", "--min-width", "-1"), ("-", "-")],
+    [
+        ("only-one.svg",),
+        ("a", "b", "--top", "0"),
+        ("a", "b", "--min-width", "-1"),
+        ("-", "-"),
+        ("a", "b", "-o", "-", "--folded", "-"),
+    ],
 )
 def test_cli_usage_errors_exit_2(args: tuple[str, ...]) -> None:
     result = sidecar("diff", *args)
     assert result.returncode == 2, result.stderr
+
+
+def test_cli_folded_to_stdout_keeps_the_table_apart(tmp_path: Path) -> None:
+    before = tmp_path / "before.folded"
+    before.write_text("main;a 10\nmain;b 10\n")
+    result = sidecar("diff", str(before), str(before), "--folded", "-")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "main;a 10 10\nmain;b 10 10\n"
+    assert "totals equal: 20 samples each" in result.stderr
 
 
 def test_cli_missing_file_exits_1(tmp_path: Path) -> None:

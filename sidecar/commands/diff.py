@@ -70,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--top must be at least 1, not {args.top}")
     if args.min_width < 0:
         raise UsageError(f"--min-width must be >= 0, not {args.min_width}")
+    if args.output == "-" and args.folded == "-":
+        raise UsageError("only one of -o and --folded can be '-' (stdout)")
     before, after = load_profiles(args.before, args.after)
     for source, profile in ((args.before, before), (args.after, after)):
         for note in profile.notes:
@@ -79,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     output = args.output
     if output is None and args.folded is None:
         output = _default_output(args.after)
-    table = sys.stderr if output == "-" else sys.stdout
+    table = sys.stderr if "-" in (output, args.folded) else sys.stdout
     print(
         f"before: {args.before} ({before.total:,} samples, {len(before.stacks):,} stacks)",
         file=table,
