@@ -6,7 +6,8 @@
 keep-alive connections); their starts are spread over one request interval so the load is
 even rather than in bursts. When responses take longer than a user's interval, the achieved
 rate falls below the asked one: that is the service saturating, and the report says so. The
-run stops by itself after warm-up plus duration. Latency percentiles are locust's (whole
+run stops by itself after warm-up plus duration. When the measured part begins, one line
+``measuring URL ...`` goes to stderr. Latency percentiles are locust's (whole
 milliseconds below 100 ms, then rounded to 10 ms).
 """
 
@@ -74,6 +75,8 @@ def run(url: str, rate: float, duration: float, users: int, warmup: float = 1.0)
     gevent.sleep(max(warmup, users / max(users * per_user, 1.0)))
     env.stats.reset_all()
     began = time.monotonic()
+    # The line a caller waits for before it measures anything of its own.
+    print(f"measuring {url} at {rate:g} req/s for {duration:g} s", file=sys.stderr, flush=True)
     gevent.sleep(duration)
     total = env.stats.total
     elapsed = time.monotonic() - began

@@ -12,7 +12,7 @@ from typing import Any
 
 import jsonschema
 import pytest
-from fixed_rate import profile_under_load, start_load
+from fixed_rate import profile_under_load, start_load, wait_measuring
 from helpers import Spawner, sidecar
 
 from sidecar.render import RenderOptions, export
@@ -112,7 +112,7 @@ def test_the_schema_is_strict() -> None:
 @pytest.mark.slow
 def test_live_stats_json_of_aiohttp_on_uvloop(spawn: Spawner) -> None:
     target = spawn.target("aiohttp_app", "--uvloop")
-    start_load(spawn, target.url + "/sleep", rate=50, seconds=4)
+    wait_measuring(start_load(spawn, target.url + "/sleep", rate=50, seconds=4))
     doc = stats_json("--pid", str(target.pid), "--duration", "2")
     (one,) = doc["targets"]
     assert (one["pid"], one["framework"], one["loop"]) == (target.pid, "aiohttp", "uvloop")
@@ -162,6 +162,7 @@ def test_table_names_the_blocking_call_and_top_functions(recorded: dict[str, Pat
     text = result.stdout
     assert text.startswith("profile: tornado on asyncio")
     assert "event loop: busy " in text and "stack depth (Python frames, busy samples)" in text
+    assert "  above the loop entry: mean " in text and "busy time in: framework " in text
     assert "top functions, self time" in text and "top functions, total time" in text
     blocking = text.split("top blocking call sites", 1)[1].splitlines()
     assert blocking[1].startswith("blocking_sleep (targets/handlers.py:"), text

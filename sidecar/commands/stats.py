@@ -16,7 +16,7 @@ from typing import Any
 
 from sidecar.analyze import LAYERS, Analysis, Ranked, analyze, stats_document
 from sidecar.discover import ProcessInfo, describe, refine
-from sidecar.errors import NoSamples, TargetGone, UsageError
+from sidecar.errors import NoSamples, UsageError
 from sidecar.inputs import load_profile
 from sidecar.profile import Profile
 from sidecar.sample import record
@@ -86,10 +86,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--top must be at least 1")
     info: ProcessInfo | None = None
     if args.pid is not None:
-        try:
-            profile, info = _live(args.pid, args.duration or DEFAULT_DURATION)
-        except TargetGone as err:
-            raise TargetGone(f"PID {args.pid}: {err}") from err
+        profile, info = _live(args.pid, args.duration or DEFAULT_DURATION)
     else:
         profile = load_profile(args.profile)
     analysis = analyze(profile, info)
@@ -142,6 +139,12 @@ def table(analysis: Analysis, profile: Profile, info: ProcessInfo | None, top: i
             f"stack depth (Python frames, busy samples): mean {depth.mean:.1f} · "
             f"p50 {depth.p50} · p95 {depth.p95} · max {depth.max}"
         )
+        high = analysis.loop_depth
+        if high.mean is not None:
+            lines.append(
+                f"  above the loop entry: mean {high.mean:.1f} · p50 {high.p50} · "
+                f"p95 {high.p95} · max {high.max}"
+            )
         lines.append(
             "busy time in: "
             + " · ".join(
