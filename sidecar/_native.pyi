@@ -31,6 +31,11 @@ class SamplerStats(TypedDict):
     lag_max: float
     read_mean: float
     read_max: float
+    #: blocking mode: samples that stopped the target, and how long its Python threads stood
+    pauses: int
+    pause_mean: float
+    pause_max: float
+    pause_p99: float
     last_error: str | None
     state: Literal["running", "stopped", "exited"]
 

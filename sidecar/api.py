@@ -1,8 +1,9 @@
 """The HTTP API of ``sidecar serve`` (FastAPI): read-only translations of the core's answers.
 
 Every 4xx/5xx carries one JSON shape: ``{"error": {"status": 404, "code": "...", "message":
-"..."}}``. When a token is configured, every route but /healthz and /metrics requires it, as
-``Authorization: Bearer TOKEN`` or ``?token=TOKEN``.
+"..."}}``. When a token is configured, the data routes (``/api/*``, ``/openapi.json``) require
+it, as ``Authorization: Bearer TOKEN`` or ``?token=TOKEN``; /healthz, /metrics and the UI's own
+static files (no data in them) do not, so the UI can load and ask for the token.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("sidecar.api")
 
 WEB = Path(__file__).resolve().parent.parent / "web"
-OPEN_PATHS = {"/healthz", "/metrics"}
+PROTECTED_PREFIXES = ("/api/", "/openapi.json")
 #: Served SVGs run their own scripts only in a sandbox with an opaque origin.
 SVG_CSP = (
     "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; "
@@ -61,7 +62,7 @@ class TokenMiddleware(BaseHTTPMiddleware):
         self.token = token.encode()
 
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
-        if request.url.path in OPEN_PATHS:
+        if not request.url.path.startswith(PROTECTED_PREFIXES):
             return await call_next(request)
         given = request.query_params.get("token", "")
         header = request.headers.get("authorization", "")

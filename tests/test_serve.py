@@ -301,7 +301,9 @@ def test_token_is_enforced(serve: Any, tmp_path: Path) -> None:
     with pytest.raises(urllib.error.HTTPError) as caught:
         urllib.request.urlopen(raw, timeout=10)
     assert caught.value.code == 401
-    for open_path in ("/healthz", "/metrics"):
+    status, body, _ = server.request("/openapi.json", token="wrong-token-0123456789")
+    assert status == 401
+    for open_path in ("/healthz", "/metrics", "/", "/index.html"):
         with urllib.request.urlopen(f"http://127.0.0.1:{server.port}{open_path}") as response:
             assert response.status == 200
     query = f"http://127.0.0.1:{server.port}/api/targets?token=s3cret-token-0123456789"

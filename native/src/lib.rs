@@ -153,6 +153,13 @@ impl Sampler {
         dict.set_item("lag_max", stats.lag_max)?;
         dict.set_item("read_mean", stats.read_sum / ticks)?;
         dict.set_item("read_max", stats.read_max)?;
+        dict.set_item("pauses", stats.pauses.count)?;
+        dict.set_item(
+            "pause_mean",
+            stats.pauses.sum / (stats.pauses.count.max(1) as f64),
+        )?;
+        dict.set_item("pause_max", stats.pauses.max)?;
+        dict.set_item("pause_p99", stats.pauses.percentile(99.0))?;
         dict.set_item("last_error", stats.last_error)?;
         let state = match end {
             End::Running => "running",

@@ -83,7 +83,43 @@ pub struct Stats {
     /// Time spent reading stacks (seconds), summed and worst case.
     pub read_sum: f64,
     pub read_max: f64,
+    /// Blocking mode: how long the target's Python threads stayed stopped per sample.
+    pub pauses: PauseStats,
     pub last_error: Option<String>,
+}
+
+/// Pause lengths of blocking mode: sum, worst case and the most recent ones for percentiles.
+#[derive(Debug, Clone, Default)]
+pub struct PauseStats {
+    pub count: u64,
+    pub sum: f64,
+    pub max: f64,
+    recent: VecDeque<f32>,
+}
+
+impl PauseStats {
+    const KEEP: usize = 4096;
+
+    fn add(&mut self, seconds: f64) {
+        self.count += 1;
+        self.sum += seconds;
+        self.max = self.max.max(seconds);
+        if self.recent.len() == Self::KEEP {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(seconds as f32);
+    }
+
+    /// The `pct` percentile (0..=100) of the recent pauses, in seconds.
+    pub fn percentile(&self, pct: f64) -> f64 {
+        if self.recent.is_empty() {
+            return 0.0;
+        }
+        let mut sorted: Vec<f32> = self.recent.iter().copied().collect();
+        sorted.sort_by(f32::total_cmp);
+        let rank = ((pct / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+        f64::from(sorted[rank.min(sorted.len() - 1)])
+    }
 }
 
 /// Why the sampling thread stopped, if it did.
@@ -217,12 +253,9 @@ impl Session {
         let handle = std::thread::Builder::new()
             .name(format!("sidecar-sampler-{pid}"))
             .spawn(move || {
+                // Blocking mode stops the Python threads itself (see `read_stopped`).
                 let config = Config {
-                    blocking: if thread_options.blocking {
-                        LockingStrategy::Lock
-                    } else {
-                        LockingStrategy::NonBlocking
-                    },
+                    blocking: LockingStrategy::NonBlocking,
                     sampling_rate: thread_options.rate_hz.round().max(1.0) as u64,
                     collect_thread_names: true,
                     ..Config::default()
@@ -301,6 +334,86 @@ impl Drop for Session {
     }
 }
 
+/// Is the target's thread on CPU? (state R in its stat; the name may contain ')' and spaces)
+/// None when `tid` is not a thread of `pid` as this sidecar's /proc sees it.
+fn thread_running(pid: i32, tid: i32) -> Option<bool> {
+    let stat = std::fs::read(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    stat.get(close + 2).map(|&state| state == b'R')
+}
+
+/// Blocking mode: stops only the threads that ran Python in the previous sample (all threads
+/// on the first one), reads the stacks, and lets them go; returns the pause length.
+///
+/// Each thread's on-CPU state is read before it is stopped (a stopped thread never reads as
+/// running). A Python thread born since the previous sample is read without being stopped
+/// once, and stopped from the next sample on. Stops are ptrace seize + interrupt: if the
+/// sidecar dies meanwhile, the kernel detaches and the threads run on.
+///
+/// Thread ids come from the interpreter and are those of the target's PID namespace; when
+/// they are not threads of the target as seen here (a target in another PID namespace), the
+/// whole process is stopped instead, so no other thread is ever touched.
+fn read_stopped(
+    spy: &mut PythonSpy,
+    python_threads: &mut Vec<i32>,
+) -> (Result<Vec<StackTrace>, anyhow::Error>, Option<f64>) {
+    let pid = spy.pid;
+    let running: HashMap<i32, bool> = python_threads
+        .iter()
+        .filter_map(|&tid| thread_running(pid, tid).map(|r| (tid, r)))
+        .collect();
+    if running.len() != python_threads.len() {
+        python_threads.clear();
+    }
+    let began = Instant::now();
+    let mut thread_locks = Vec::with_capacity(python_threads.len());
+    let mut process_lock = None;
+    if python_threads.is_empty() {
+        match spy.process.lock() {
+            Ok(lock) => process_lock = Some(lock),
+            Err(err) => {
+                return (
+                    Err(anyhow::anyhow!("failed to suspend process: {err}")),
+                    None,
+                )
+            }
+        }
+    } else {
+        for &tid in python_threads.iter() {
+            let lock = remoteprocess::Thread::new(tid).and_then(|thread| thread.lock());
+            match lock {
+                Ok(lock) => thread_locks.push(lock),
+                Err(remoteprocess::Error::NixError(nix_err)) if nix_err as i32 == libc::ESRCH => {}
+                Err(err) => {
+                    drop(thread_locks);
+                    return (
+                        Err(anyhow::anyhow!("failed to suspend thread {tid}: {err}")),
+                        None,
+                    );
+                }
+            }
+        }
+    }
+    let result = spy.get_stack_traces();
+    drop(thread_locks);
+    drop(process_lock);
+    let pause = began.elapsed().as_secs_f64();
+    let result = result.map(|mut traces| {
+        python_threads.clear();
+        for trace in traces.iter_mut() {
+            if let Some(tid) = trace.os_thread_id {
+                let tid = tid as i32;
+                python_threads.push(tid);
+                if let Some(&on_cpu) = running.get(&tid) {
+                    trace.active = on_cpu;
+                }
+            }
+        }
+        traces
+    });
+    (result, Some(pause))
+}
+
 /// The same process still runs: same start time, and not a zombie waiting to be reaped.
 fn process_alive(pid: i32, started: u64) -> bool {
     if start_time(pid) != Some(started) {
@@ -328,6 +441,7 @@ fn run(
     let mut cache = FrameCache::default();
     let mut next = Instant::now();
     let mut names: HashMap<u64, String> = HashMap::new();
+    let mut python_threads: Vec<i32> = Vec::new();
 
     while !stop.load(Ordering::Relaxed) {
         let now = Instant::now();
@@ -345,7 +459,11 @@ fn run(
         next += period;
 
         let read_start = Instant::now();
-        let result = spy.get_stack_traces();
+        let (result, pause) = if options.blocking {
+            read_stopped(&mut spy, &mut python_threads)
+        } else {
+            (spy.get_stack_traces(), None)
+        };
         let read = read_start.elapsed().as_secs_f64();
         let wall = unix_now();
 
@@ -359,6 +477,9 @@ fn run(
         }
         state.stats.read_sum += read;
         state.stats.read_max = state.stats.read_max.max(read);
+        if let Some(pause) = pause {
+            state.stats.pauses.add(pause);
+        }
 
         let traces = match result {
             Ok(traces) => traces,
