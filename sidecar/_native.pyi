@@ -31,6 +31,8 @@ class SamplerStats(TypedDict):
     lag_max: float
     read_mean: float
     read_max: float
+    #: folding stacks into text, per sample
+    fold_mean: float
     #: blocking mode: samples that stopped the target, and how long its Python threads stood
     pauses: int
     pause_mean: float

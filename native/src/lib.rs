@@ -153,6 +153,7 @@ impl Sampler {
         dict.set_item("lag_max", stats.lag_max)?;
         dict.set_item("read_mean", stats.read_sum / ticks)?;
         dict.set_item("read_max", stats.read_max)?;
+        dict.set_item("fold_mean", stats.fold_sum / (stats.samples.max(1) as f64))?;
         dict.set_item("pauses", stats.pauses.count)?;
         dict.set_item(
             "pause_mean",

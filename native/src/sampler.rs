@@ -83,6 +83,8 @@ pub struct Stats {
     /// Time spent reading stacks (seconds), summed and worst case.
     pub read_sum: f64,
     pub read_max: f64,
+    /// Time spent folding stacks into text (seconds, summed).
+    pub fold_sum: f64,
     /// Blocking mode: how long the target's Python threads stayed stopped per sample.
     pub pauses: PauseStats,
     pub last_error: Option<String>,
@@ -467,6 +469,33 @@ fn run(
         let read = read_start.elapsed().as_secs_f64();
         let wall = unix_now();
 
+        // Fold outside the lock, so drain() never waits on it.
+        let fold_start = Instant::now();
+        let mut folded: Vec<(u64, StackKey)> = Vec::new();
+        let mut empty = 0u64;
+        if let Ok(traces) = &result {
+            for trace in traces {
+                if trace.frames.is_empty() {
+                    empty += 1;
+                    continue;
+                }
+                let thread_id = trace.os_thread_id.unwrap_or(trace.thread_id);
+                if let Some(name) = &trace.thread_name {
+                    if names.get(&thread_id) != Some(name) {
+                        names.insert(thread_id, name.clone());
+                    }
+                }
+                let key = StackKey {
+                    thread_id,
+                    on_cpu: trace.active,
+                    gil: trace.owns_gil,
+                    stack: cache.fold(trace),
+                };
+                folded.push((thread_id, key));
+            }
+        }
+        let fold = fold_start.elapsed().as_secs_f64();
+
         let mut guard = shared.lock().unwrap_or_else(|e| e.into_inner());
         let state = &mut *guard;
         state.stats.missed += missed;
@@ -481,18 +510,15 @@ fn run(
             state.stats.pauses.add(pause);
         }
 
-        let traces = match result {
-            Ok(traces) => traces,
-            Err(err) => {
-                if !process_alive(options.pid, started) {
-                    state.end = End::Exited;
-                    break;
-                }
-                state.stats.errors += 1;
-                state.stats.last_error = Some(format!("{err:#}"));
-                continue;
+        if let Err(err) = result {
+            if !process_alive(options.pid, started) {
+                state.end = End::Exited;
+                break;
             }
-        };
+            state.stats.errors += 1;
+            state.stats.last_error = Some(format!("{err:#}"));
+            continue;
+        }
 
         let window_start = (wall / options.window).floor() * options.window;
         let rotate = match &state.current {
@@ -516,30 +542,16 @@ fn run(
         let window = state.current.as_mut().expect("window was just set");
         window.samples += 1;
         state.stats.samples += 1;
-        for trace in &traces {
-            if trace.frames.is_empty() {
-                state.stats.empty += 1;
-                continue;
-            }
-            state.stats.traces += 1;
-            let thread_id = trace.os_thread_id.unwrap_or(trace.thread_id);
-            if let Some(name) = &trace.thread_name {
-                if names.get(&thread_id) != Some(name) {
-                    names.insert(thread_id, name.clone());
-                }
-            }
+        state.stats.empty += empty;
+        state.stats.traces += folded.len() as u64;
+        state.stats.fold_sum += fold;
+        for (thread_id, key) in folded {
             if let Some(name) = names.get(&thread_id) {
                 window
                     .thread_names
                     .entry(thread_id)
                     .or_insert_with(|| name.clone());
             }
-            let key = StackKey {
-                thread_id,
-                on_cpu: trace.active,
-                gil: trace.owns_gil,
-                stack: cache.fold(trace),
-            };
             *window.stacks.entry(key).or_insert(0) += 1;
         }
     }
