@@ -428,3 +428,51 @@ def test_the_flamegraph_prunes_frames_too_narrow_to_see(ui: UI) -> None:
     assert int(result["frames"]) <= rows * 1000
     assert int(result["hidden"]) > 10_000
     assert not page.errors  # type: ignore[attr-defined]
+
+
+def test_with_a_token_the_ui_loads_and_keeps_the_token_out_of_the_url(
+    ui: UI, tmp_path: Path
+) -> None:
+    """Beyond loopback a token guards the data; the UI itself loads and sends it."""
+    token = "ui-token-0123456789abcdef"
+    token_file = tmp_path / "token"
+    token_file.write_text(token + "\n")
+    port = free_port()
+    server = subprocess.Popen(
+        [
+            PYTHON,
+            "-m",
+            "sidecar",
+            "serve",
+            "--db",
+            str(tmp_path / "t.db"),
+            "--port",
+            str(port),
+            "--window",
+            "1",
+            "--pid",
+            str(ui.aiohttp["pid"]),
+            "--token-file",
+            str(token_file),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        assert wait_until(lambda: _wait_for_http(base + "/healthz", server), timeout=20)
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(base + "/api/targets", timeout=10)
+        assert refused.value.code == 401
+        page = ui.page()
+        page.goto(f"{base}/?token={token}")
+        page.locator('.target[data-framework="aiohttp"]').wait_for()
+        assert "token" not in page.url
+        stored = page.evaluate("() => Object.values({...sessionStorage})")
+        assert token in stored
+        assert not page.errors  # type: ignore[attr-defined]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
