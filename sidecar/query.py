@@ -18,6 +18,7 @@ from typing import Any
 from sidecar.classify import leaf_for
 from sidecar.errors import SidecarError
 from sidecar.profile import STATES, Profile, Target
+from sidecar.store.db import HOUR
 from sidecar.store.schema import STATE_CODES, STATE_NAMES
 
 MAX_BUCKETS = 2000
@@ -50,6 +51,19 @@ class Range:
         if start_f >= end_f:
             raise QueryError(f"empty time range: from {start_f} is not before to {end_f}")
         return cls(int(start_f // window * window), int(math.ceil(end_f / window) * window))
+
+
+def _gaps(span: Range, hours: list[int]) -> list[tuple[int, int]]:
+    """The parts of the range not covered by the given whole hours."""
+    out: list[tuple[int, int]] = []
+    cursor = span.start
+    for hour in hours:
+        if hour > cursor:
+            out.append((cursor, hour))
+        cursor = max(cursor, hour + HOUR)
+    if cursor < span.end:
+        out.append((cursor, span.end))
+    return out
 
 
 class Reader:
@@ -116,8 +130,16 @@ class Reader:
     def _where(
         self, target: int | None, span: Range, states: set[str] | None, thread: str | None
     ) -> tuple[str, tuple[Any, ...]]:
-        clauses = ["s.window >= ?", "s.window < ?"]
-        params: list[Any] = [span.start, span.end]
+        """Conditions on samples (alias ``s``) in the range that match the filters."""
+        filters, params = self._filters(target, states, thread)
+        return f"s.window >= ? AND s.window < ? AND {filters}", (span.start, span.end, *params)
+
+    def _filters(
+        self, target: int | None, states: set[str] | None, thread: str | None
+    ) -> tuple[str, tuple[Any, ...]]:
+        """Conditions on rows of samples or rollups (alias ``s``), without the time."""
+        clauses = ["1"]
+        params: list[Any] = []
         if target is not None:
             self.target(target)
             clauses.append("s.target_id = ?")
@@ -148,11 +170,29 @@ class Reader:
         thread: str | None = None,
     ) -> Profile:
         """Folded stacks of one target (or all) over a range, off-CPU leaves included."""
-        where, params = self._where(target, span, states, thread)
-        rows = self._rows(
-            f"SELECT s.stack_id, s.state, SUM(s.count) FROM samples s WHERE {where} "
-            "GROUP BY s.stack_id, s.state",
-            params,
+        filters, params = self._filters(target, states, thread)
+        hours = self.rolled_hours(span)
+        pieces, values = [], []
+        for start, end in _gaps(span, hours):
+            pieces.append(
+                "SELECT s.stack_id, s.state, s.count FROM samples s "
+                f"WHERE s.window >= ? AND s.window < ? AND {filters}"
+            )
+            values += [start, end, *params]
+        if hours:  # whole hours come summed from the rollups
+            pieces.append(
+                "SELECT s.stack_id, s.state, s.count FROM rollups s "
+                f"WHERE s.hour >= ? AND s.hour <= ? AND {filters}"
+            )
+            values += [hours[0], hours[-1], *params]
+        rows = (
+            self._rows(
+                f"SELECT stack_id, state, SUM(count) FROM ({' UNION ALL '.join(pieces)}) "
+                "GROUP BY stack_id, state",
+                tuple(values),
+            )
+            if pieces
+            else []
         )
         texts = self.stack_texts({int(r[0]) for r in rows})
         profile = Profile(start=float(span.start), end=float(span.end))
@@ -166,6 +206,16 @@ class Reader:
                 pid=info["pid"], cmdline=info["cmdline"], python_version=info["python_version"]
             )
         return profile
+
+    def rolled_hours(self, span: Range) -> list[int]:
+        """Hours rolled up that lie wholly inside the range, in order."""
+        return [
+            int(r[0])
+            for r in self._rows(
+                "SELECT hour FROM rollup_hours WHERE hour >= ? AND hour + ? <= ? ORDER BY hour",
+                (span.start, HOUR, span.end),
+            )
+        ]
 
     def stack_texts(self, ids: set[int]) -> dict[int, str]:
         """Folded text of stacks (leaf nodes), rebuilt from the prefix tree in one query."""

@@ -119,3 +119,35 @@ def test_restarted_command_keeps_its_target_and_workers_get_their_own(tmp_path: 
     again = store.attach(ProcessRecord(3, 12, "python app.py", now + 3))
     assert again == restarted
     store.close()
+
+
+def test_rollups_give_the_same_profiles_as_the_windows(tmp_path: Path) -> None:
+    db = tmp_path / "roll.db"
+    store, record = open_store(db)
+    hour = 3600
+    base = (int(time.time()) // hour - 5) * hour  # five whole hours ago
+    for window in range(base - 600, base + 3 * hour + 600, 10):
+        rows = [(f"main;h{window // hour % 4}", 1, "busy", 2), ("main;io", 7, "idle", 1)]
+        store.write([WindowBatch(record.key, window, 10, 3, rows)])
+    spans = [
+        Range(base - 600, base + 3 * hour + 600),  # whole hours and ragged edges
+        Range(base + 1200, base + 2 * hour + 30),
+        Range(base, base + hour),
+    ]
+    before = [Reader(db).profile(None, span).stacks for span in spans]
+    threads_before = Reader(db).profile(None, spans[0], thread="7").stacks
+    assert store.roll_up(time.time()) >= 3
+    reader = Reader(db)
+    assert reader.rolled_hours(spans[0]) == [base, base + hour, base + 2 * hour]
+    assert [reader.profile(None, span).stacks for span in spans] == before
+    assert reader.profile(None, spans[0], thread="7").stacks == threads_before
+    # a window that arrives after its hour was rolled up still counts once
+    store.write([WindowBatch(record.key, base + 5, 10, 1, [("main;late", 1, "busy", 4)])])
+    assert Reader(db).profile(None, spans[0]).stacks["main;late"] == 4
+    # retention that takes part of an hour takes its rollup too
+    while store.prune(base + 30):
+        pass
+    assert Reader(db).rolled_hours(spans[0]) == [base + hour, base + 2 * hour]
+    late = Reader(db).profile(None, spans[0]).stacks
+    assert "main;late" not in late
+    store.close()

@@ -21,6 +21,8 @@ from sidecar.classify import code_frames, is_loop_stack
 from sidecar.errors import SidecarError
 from sidecar.store.schema import STATE_CODES, migrate
 
+HOUR = 3600
+
 #: (age in seconds, window width): data older than the age is merged into windows that wide.
 DOWNSAMPLE_TIERS: tuple[tuple[int, int], ...] = ((3600, 300), (3 * 3600, 1800))
 
@@ -95,6 +97,9 @@ class Store:
         self._nodes: dict[tuple[int, int], int] = {}
         self._frames: dict[str, int] = {}
         self._processes: dict[ProcessKey, tuple[int, int]] = {}
+        self._rolled: set[int] = {
+            int(r[0]) for r in self.db.execute("SELECT hour FROM rollup_hours").fetchall()
+        }
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -288,6 +293,13 @@ class Store:
                     "SET count = count + excluded.count",
                     rows,
                 )
+                hour = batch.start // HOUR * HOUR
+                if hour in self._rolled:  # a late window of an hour already rolled up
+                    self.db.conn.executemany(
+                        "INSERT INTO rollups VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE "
+                        "SET count = count + excluded.count",
+                        [(hour, *row[1:6], row[7]) for row in rows],
+                    )
                 self.db.execute(
                     "INSERT INTO windows VALUES (?, ?, ?, ?, ?) ON CONFLICT DO UPDATE "
                     "SET ticks = ticks + excluded.ticks",
@@ -328,6 +340,10 @@ class Store:
             last = starts[-1]
             self.db.execute("DELETE FROM samples WHERE window <= ?", (last,))
             self.db.execute("DELETE FROM windows WHERE window <= ?", (last,))
+            # an hour that lost any window is no longer whole: its rollup goes too
+            self.db.execute("DELETE FROM rollups WHERE hour <= ?", (last,))
+            self.db.execute("DELETE FROM rollup_hours WHERE hour <= ?", (last,))
+        self._rolled = {hour for hour in self._rolled if hour > last}
         return len(starts)
 
     def evict_oldest(self, fraction: float = 0.1) -> int:
@@ -384,11 +400,35 @@ class Store:
                 [(span, t, p, width, n) for t, p, n in ticks],
             )
 
+    def roll_up(self, now: float, settle: float = 30.0, max_hours: int = 6) -> int:
+        """Sums each complete hour (``settle`` seconds past its end) into ``rollups``."""
+        cutoff = int(now - settle) // HOUR * HOUR
+        hours = [
+            int(r[0])
+            for r in self.db.execute(
+                "SELECT DISTINCT window / ? * ? AS h FROM windows WHERE window < ? "
+                "AND h NOT IN (SELECT hour FROM rollup_hours) ORDER BY h LIMIT ?",
+                (HOUR, HOUR, cutoff, max_hours),
+            ).fetchall()
+        ]
+        for hour in hours:
+            with self.transaction():
+                self.db.execute(
+                    "INSERT INTO rollups SELECT ?, target_id, process_id, stack_id, thread_id, "
+                    "state, SUM(count) FROM samples WHERE window >= ? AND window < ? "
+                    "GROUP BY target_id, process_id, stack_id, thread_id, state",
+                    (hour, hour, hour + HOUR),
+                )
+                self.db.execute("INSERT INTO rollup_hours VALUES (?)", (hour,))
+            self._rolled.add(hour)
+        return len(hours)
+
     def collect_stacks(self) -> int:
         """Deletes stacks, nodes and frames no sample needs any more (after retention)."""
         with self.transaction():
             self.db.execute(
-                "DELETE FROM stacks WHERE id NOT IN (SELECT DISTINCT stack_id FROM samples)"
+                "DELETE FROM stacks WHERE id NOT IN "
+                "(SELECT stack_id FROM samples UNION SELECT stack_id FROM rollups)"
             )
             cursor = self.db.execute(
                 """

@@ -11,6 +11,9 @@ Tables:
 - ``samples``: (window, target, process, stack, thread, state) → count, the bulk of the data.
 - ``windows``: one row per process and window: sampling ticks, so gaps are visible.
 - ``threads``: thread names per process.
+- ``rollups``: the samples of each complete hour summed per (target, process, stack, thread,
+  state), beside the windows, so a long range reads one row per stack and hour;
+  ``rollup_hours`` lists the hours rolled up.
 """
 
 from __future__ import annotations
@@ -87,8 +90,22 @@ V1 = """
         ) WITHOUT ROWID;
 """
 
+V2 = """
+        CREATE TABLE rollups (
+            hour INTEGER NOT NULL,
+            target_id INTEGER NOT NULL,
+            process_id INTEGER NOT NULL,
+            stack_id INTEGER NOT NULL,
+            thread_id INTEGER NOT NULL,
+            state INTEGER NOT NULL,
+            count INTEGER NOT NULL,
+            PRIMARY KEY (hour, target_id, process_id, stack_id, thread_id, state)
+        ) WITHOUT ROWID;
+        CREATE TABLE rollup_hours (hour INTEGER PRIMARY KEY);
+"""
+
 #: Migrations in order (SQL scripts); the database's ``user_version`` counts those applied.
-MIGRATIONS: tuple[str, ...] = (V1,)
+MIGRATIONS: tuple[str, ...] = (V1, V2)
 
 
 def migrate(db: Database) -> int:

@@ -198,6 +198,7 @@ class Writer:
                     break  # let writes go first; the rest is pruned next time
             self.health.pruned_windows += pruned_now
             self.store.downsample(now)
+            self.store.roll_up(now)
             if pruned_now:
                 self.store.collect_stacks()
             self.health.size_bytes = self.store.size_bytes()
