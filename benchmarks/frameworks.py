@@ -436,9 +436,8 @@ def write_report(
         f"Latencies include the load generator's own share: locust (Python, gevent) shares the "
         f"cores with the target, and an instant route (aiohttp's `/health`) driven the same way "
         f"at {baseline['rate']:g} req/s measured p50 {baseline['p50_ms']:g} ms, p99 "
-        f"{baseline['p99_ms']:g} ms. Compare latencies between variants, not with the handlers' "
-        "50 / 125 ms. Rates stop at 900 req/s because locust on one core cannot drive more "
-        "evenly here.",
+        f"{baseline['p99_ms']:g} ms. Rates stop at 900 req/s: beyond, locust on one core and "
+        "the target on the other no longer keep the schedule evenly on this machine.",
         "",
         "![achieved rate, p99 latency, idle share and depth per variant](frameworks.png)",
         "",

@@ -2,18 +2,20 @@
 
 ``python -m targets.load URL --rate RPS --duration S [--users N] [--warmup S] [--json]``
 
-``--users`` simulated users share the rate (each at most RATE/USERS requests per second, with
-keep-alive connections); their starts are spread over one request interval so the load is
-even rather than in bursts. When responses take longer than a user's interval, the achieved
-rate falls below the asked one: that is the service saturating, and the report says so. The
-run stops by itself after warm-up plus duration. When the measured part begins, one line
-``measuring URL ...`` goes to stderr. Latency percentiles are locust's (whole
+``--users`` simulated users share the rate: each sends one request per USERS/RATE seconds on
+its own keep-alive connection, on a fixed schedule, and the users' schedules are spread evenly
+over that interval, so the load is even rather than in bursts. A user whose response comes
+later than its next slot sends at once; when responses take longer than the interval itself,
+the achieved rate falls below the asked one: that is the service saturating, and the report
+says so. The run stops by itself after warm-up plus duration. When the measured part begins,
+one line ``measuring URL ...`` goes to stderr. Latency percentiles are locust's (whole
 milliseconds below 100 ms, then rounded to 10 ms).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import math
@@ -57,22 +59,34 @@ def run(url: str, rate: float, duration: float, users: int, warmup: float = 1.0)
     host = f"{parts.scheme}://{parts.netloc}"
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     per_user = rate / users
+    interval = 1.0 / per_user
+    order = itertools.count()
 
     class Client(locust.FastHttpUser):
-        wait_time = locust.constant_throughput(per_user)
+        # Each user keeps its own fixed schedule, one request per interval (locust's
+        # constant_throughput bunches users together and overshoots the rate here).
+        wait_time = locust.constant(0)
         network_timeout = 10.0
         connection_timeout = 5.0
+        due = 0.0
+
+        def on_start(self) -> None:
+            # locust starts a whole batch of users at once; without an offset each they would
+            # send in lockstep, bursts of USERS requests once per interval.
+            gevent.sleep(next(order) % users * interval / users)
+            self.due = time.monotonic()
 
         @locust.task
         def get(self) -> None:
+            self.due += interval
             self.client.get(path, name=path)
+            gevent.sleep(max(0.0, self.due - time.monotonic()))
 
     Client.host = host
     env = locust.env.Environment(user_classes=[Client], host=host)
     runner = env.create_local_runner()
-    # Spread the users' starts over one interval of a user, so the rate is even from the start.
-    runner.start(users, spawn_rate=max(users * per_user, 1.0))
-    gevent.sleep(max(warmup, users / max(users * per_user, 1.0)))
+    runner.start(users, spawn_rate=users)
+    gevent.sleep(max(warmup, 2 * interval))
     env.stats.reset_all()
     began = time.monotonic()
     # The line a caller waits for before it measures anything of its own.

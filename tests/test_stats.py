@@ -135,7 +135,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             target.url + "/sleep-old",
             rate=100,
             rate_hz=100,
-            extra=((target.url + "/blocking", 4),),
+            extra=((target.url + "/blocking", 6),),
         )
     finally:
         spawner.close()
@@ -162,8 +162,8 @@ def test_table_names_the_blocking_call_and_top_functions(recorded: dict[str, Pat
     text = result.stdout
     assert text.startswith("profile: tornado on asyncio")
     assert "event loop: busy " in text and "stack depth (Python frames, busy samples)" in text
-    assert "  above the loop entry: mean " in text and "busy time in: framework " in text
-    assert "top functions, self time" in text and "top functions, total time" in text
+    assert "  above the loop entry: mean " in text and "busy time in: framework " in text, text
+    assert "top functions, self time" in text and "top functions, total time" in text, text
     blocking = text.split("top blocking call sites", 1)[1].splitlines()
     assert blocking[1].startswith("blocking_sleep (targets/handlers.py:"), text
 
