@@ -168,7 +168,9 @@ class Sessions:
                 continue
             self._attach(key, now, problem)
         for key in [k for k in self.problems if k not in seen]:
-            del self.problems[key]  # the process is gone; nothing more to report
+            with self.lock:
+                del self.problems[key]  # the process is gone; nothing more to report
+            self.writer.submit(Gone(key, now))
 
     def _attach(self, key: Key, now: float, problem: Problem | None) -> None:
         pid, started = key

@@ -38,8 +38,6 @@ class Serve:
                 str(self.port),
                 "--window",
                 "1",
-                "--match",
-                r"-m targets\.",
                 *args,
             ],
             cwd=ROOT,
@@ -373,3 +371,35 @@ def test_listening_beyond_loopback_needs_a_token() -> None:
     )
     assert result.returncode == 2
     assert "--token-file" in result.stderr
+
+
+def test_untraceable_process_is_reported_then_marked_gone(
+    spawn: Spawner, serve: Any, tmp_path: Path
+) -> None:
+    fake = tmp_path / "python3"  # named like an interpreter, but it is not one
+    fake.write_bytes(Path("/bin/sleep").read_bytes())
+    fake.chmod(0o755)
+    popen = spawn.command(str(fake), "60")
+    db = tmp_path / "fake.db"
+    server = serve(pids=(popen.pid,), db=db)
+
+    def problem() -> str | None:
+        targets = server.targets()
+        return targets[0]["problem"] if targets else None
+
+    assert wait_until(lambda: bool(problem()), timeout=20), server.targets()
+    assert "Python" in (problem() or "")
+    assert server.json("/healthz")["status"] == "degraded"
+    popen.kill()
+    popen.wait()
+
+    def gone_in_db() -> bool:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            return conn.execute("SELECT alive FROM processes").fetchall() == [(0,)]
+        finally:
+            conn.close()
+
+    assert wait_until(gone_in_db, timeout=20)
+    assert not server.targets()[0]["alive"] and server.targets()[0]["problem"] is None
+    assert server.json("/healthz")["status"] == "ok"
