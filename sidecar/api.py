@@ -125,11 +125,13 @@ def create_app(service: Service) -> FastAPI:
     @app.get("/api/targets", summary="Every target with its framework, loop and state")
     def targets() -> list[dict[str, Any]]:
         rows = reader.targets()
-        live = {key[0]: key for key in list(service.sessions.sessions)}
-        problems = {p.key[0]: p for p in list(service.sessions.problems.values())}
+        # by PID and start time: a PID reused by another process is not this target's
+        live = set(service.sessions.sessions)
+        problems = dict(service.sessions.problems)
         for row in rows:
-            row["alive"] = row["pid"] in live
-            problem = problems.get(row["pid"])
+            key = (row["pid"], row["start_time"])
+            row["alive"] = row["alive"] and key in live  # an exec'd-away program is gone
+            problem = problems.get(key)
             row["problem"] = problem.error if problem else None
         return rows
 

@@ -98,7 +98,9 @@ class Reader:
                    (SELECT p.python_version FROM processes p WHERE p.target_id = t.id
                      ORDER BY p.first_seen DESC LIMIT 1),
                    (SELECT COALESCE(SUM(w.ticks), 0) FROM windows w WHERE w.target_id = t.id),
-                   (SELECT COUNT(*) FROM processes p WHERE p.target_id = t.id)
+                   (SELECT COUNT(*) FROM processes p WHERE p.target_id = t.id),
+                   (SELECT p.start_time FROM processes p WHERE p.target_id = t.id
+                     ORDER BY p.alive DESC, p.first_seen DESC LIMIT 1)
             FROM targets t ORDER BY t.id
             """
         )
@@ -117,6 +119,7 @@ class Reader:
                 "python_version": r[10],
                 "samples": r[11],
                 "processes": r[12],
+                "start_time": r[13],
             }
             for r in rows
         ]

@@ -89,6 +89,15 @@ def scan(selection: Selection) -> list[int]:
     return sorted(found)
 
 
+def program(pid: int) -> tuple[str, int]:
+    """What ``pid`` runs: its command line and the address of its code (field 26 of
+    /proc/PID/stat; 0 when unreadable). exec changes them; PID and start time stay."""
+    stat = _read(f"/proc/{pid}/stat") or ""
+    fields = stat[stat.rfind(")") + 2 :].split()
+    code = int(fields[23]) if len(fields) > 23 and fields[23].isdigit() else 0
+    return read_cmdline(pid), code
+
+
 def describe(pid: int) -> tuple[str, str]:
     """(framework, loop) from the process's mapped extension modules, unknown if unreadable."""
     try:
@@ -107,6 +116,8 @@ class Session:
     framework: str
     loop: str
     started: float
+    #: Where the program's code was mapped when sampling began (see ``program``).
+    code: int = 0
     #: (window start, busy, idle, blocked) of recent windows, for the live shares in /metrics.
     recent: deque[tuple[int, int, int, int]] = field(default_factory=lambda: deque(maxlen=6))
 
@@ -161,20 +172,35 @@ class Sessions:
                 continue
             key = (pid, started)
             seen.add(key)
-            if key in self.sessions:
-                continue
+            session = self.sessions.get(key)
+            if session is not None:
+                if not self._execed(session):
+                    continue
+                # the process runs another program now: what the old one had stays with it
+                log.info("PID %d exec'd another program: %s", pid, read_cmdline(pid)[:120])
+                self._close(key, session)
             problem = self.problems.get(key)
             if problem is not None and problem.retry_at > now:
                 continue
             self._attach(key, now, problem)
+        for key, session in [(k, s) for k, s in self.sessions.items() if k not in seen]:
+            self._close(key, session)  # exec'd a program that is not wanted, or not Python
         for key in [k for k in self.problems if k not in seen]:
             with self.lock:
                 del self.problems[key]  # the process is gone; nothing more to report
             self.writer.submit(Gone(key, now))
 
+    @staticmethod
+    def _execed(session: Session) -> bool:
+        cmdline, code = program(session.key[0])
+        if not cmdline:
+            return False  # exiting: the sampler tells
+        moved = bool(code and session.code and code != session.code)
+        return moved or cmdline != session.cmdline
+
     def _attach(self, key: Key, now: float, problem: Problem | None) -> None:
         pid, started = key
-        cmdline = read_cmdline(pid)
+        cmdline, code = program(pid)
         framework, loop = self.describe(pid)
         try:
             sampler = open_sampler(
@@ -193,7 +219,7 @@ class Sessions:
             return
         with self.lock:
             self.problems.pop(key, None)
-            self.sessions[key] = Session(key, cmdline, sampler, framework, loop, now)
+            self.sessions[key] = Session(key, cmdline, sampler, framework, loop, now, code)
         log.info("sampling PID %d (%s, %s): %s", pid, framework, loop, cmdline[:120])
         self.writer.submit(
             ProcessRecord(
@@ -207,10 +233,18 @@ class Sessions:
         """Hands completed windows to the writer; ends sessions whose process exited."""
         for key, session in list(self.sessions.items()):
             ended = not session.sampler.running
-            for window in session.sampler.drain(flush=flush or ended):
-                self.writer.submit(self._batch(session, window))
             if ended or flush:
-                self._finish(key, session)
+                self._close(key, session)
+                continue
+            for window in session.sampler.drain():
+                self.writer.submit(self._batch(session, window))
+
+    def _close(self, key: Key, session: Session) -> None:
+        """Stops one session, hands over every window it has and records the process gone."""
+        session.sampler.stop()
+        for window in session.sampler.drain(flush=True):
+            self.writer.submit(self._batch(session, window))
+        self._finish(key, session)
 
     def _batch(self, session: Session, window: Window) -> WindowBatch:
         rows: dict[tuple[str, int, str], int] = {}
@@ -234,7 +268,6 @@ class Sessions:
         )
 
     def _finish(self, key: Key, session: Session) -> None:
-        session.sampler.stop()
         stats = session.sampler.stats()
         with self.lock:
             self.sessions.pop(key, None)

@@ -468,6 +468,14 @@ fn run(
         };
         let read = read_start.elapsed().as_secs_f64();
         let wall = unix_now();
+        // A read without error proves nothing about whom it read: a new process on the same
+        // PID (another start time) reads fine, even at the same addresses without ASLR. So
+        // every read is checked, and a read of another process is never kept.
+        if start_time(options.pid) != Some(started) {
+            let mut state = shared.lock().unwrap_or_else(|e| e.into_inner());
+            state.end = End::Exited;
+            break;
+        }
 
         // Fold outside the lock, so drain() never waits on it.
         let fold_start = Instant::now();

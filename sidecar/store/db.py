@@ -148,12 +148,14 @@ class Store:
 
         A new process of a command whose target has no live process (a restart) joins that
         target; one that runs beside a live process of the same command (a worker) gets a new
-        target in the same group.
+        target in the same group. A process that exec'd another program (same PID and start
+        time, another command line) is a new process of that program's target.
         """
         with self.transaction():
             row = self.db.execute(
-                "SELECT target_id, id FROM processes WHERE pid = ? AND start_time = ?",
-                record.key,
+                "SELECT p.target_id, p.id FROM processes p JOIN targets t ON t.id = p.target_id "
+                "WHERE p.pid = ? AND p.start_time = ? AND t.group_key = ?",
+                (*record.key, record.cmdline),
             ).fetchone()
             if row is not None:
                 target_id, process_id = int(row[0]), int(row[1])

@@ -3,7 +3,9 @@
 Tables:
 - ``targets``: logical targets, one per running copy of a command; a restart of the same
   command keeps its target, concurrent workers of one command get one target each (same group).
-- ``processes``: each process a target has had, identified by PID and start time.
+- ``processes``: each process a target has had, identified by PID and start time; a process
+  that execs another program (same PID and start time, another command line) gets a new entry
+  in the new program's target.
 - ``frames``: every frame text once.
 - ``nodes``: stacks as a prefix tree of (parent node, frame); a stack is its leaf node, so
   stacks that share a prefix share its nodes (parent 0 is the root).
@@ -104,8 +106,29 @@ V2 = """
         CREATE TABLE rollup_hours (hour INTEGER PRIMARY KEY);
 """
 
+# A process that execs another program keeps its PID and start time: one entry per program.
+V3 = """
+        CREATE TABLE processes_v3 (
+            id INTEGER PRIMARY KEY,
+            target_id INTEGER NOT NULL REFERENCES targets (id),
+            pid INTEGER NOT NULL,
+            start_time INTEGER NOT NULL,
+            python_version TEXT NOT NULL DEFAULT '',
+            first_seen REAL NOT NULL,
+            last_seen REAL NOT NULL,
+            alive INTEGER NOT NULL DEFAULT 1,
+            error TEXT,
+            UNIQUE (pid, start_time, target_id)
+        );
+        INSERT INTO processes_v3 SELECT id, target_id, pid, start_time, python_version,
+            first_seen, last_seen, alive, error FROM processes;
+        DROP TABLE processes;
+        ALTER TABLE processes_v3 RENAME TO processes;
+        CREATE INDEX processes_by_target ON processes (target_id);
+"""
+
 #: Migrations in order (SQL scripts); the database's ``user_version`` counts those applied.
-MIGRATIONS: tuple[str, ...] = (V1, V2)
+MIGRATIONS: tuple[str, ...] = (V1, V2, V3)
 
 
 def migrate(db: Database) -> int:
