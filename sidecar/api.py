@@ -29,7 +29,7 @@ from sidecar.discover import ProcessInfo
 from sidecar.errors import NoSamples, SidecarError, UsageError
 from sidecar.metrics import registry_for
 from sidecar.profile import Profile
-from sidecar.query import QueryError, Range, UnknownTarget
+from sidecar.query import QueryError, Range, StoreUnavailable, UnknownTarget
 from sidecar.render import RenderOptions, render_svg, speedscope
 
 if TYPE_CHECKING:
@@ -94,6 +94,8 @@ def create_app(service: Service) -> FastAPI:
             return error_response(404, "unknown_target", str(err))
         if isinstance(err, NoSamples):
             return error_response(404, "no_samples", str(err))
+        if isinstance(err, StoreUnavailable):
+            return error_response(503, "store_unavailable", str(err))
         code = "bad_request" if isinstance(err, QueryError | UsageError) else "error"
         return error_response(400, code, str(err))
 

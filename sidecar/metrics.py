@@ -103,6 +103,11 @@ class ServiceCollector(Collector):
             ("store_dropped_windows", health.dropped_windows, "Unwritten windows dropped"),
             ("store_evicted_windows", health.evicted_windows, "Windows evicted when full"),
             ("store_windows_written", health.windows_written, "Windows written"),
+            (
+                "store_recreated",
+                health.recreated,
+                "Database files found deleted, replaced or corrupt and started anew",
+            ),
         ):
             counter = CounterMetricFamily(f"sidecar_{name}", help_text)
             counter.add_metric([], value)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sqlite3
 import threading
 import time
@@ -30,6 +31,10 @@ class QueryError(SidecarError):
 
 class UnknownTarget(QueryError):
     """No target has this id."""
+
+
+class StoreUnavailable(SidecarError):
+    """The database cannot be read right now (missing, being started anew, damaged, busy)."""
 
 
 @dataclass(frozen=True)
@@ -75,15 +80,31 @@ class Reader:
         self._local = threading.local()
 
     def _conn(self) -> sqlite3.Connection:
+        """This thread's connection to the file now at the path: a database deleted, replaced
+        or started anew by the writer is followed, never read from a stale open file."""
+        try:
+            info = os.stat(self.path)
+        except OSError as err:
+            raise StoreUnavailable(
+                f"the database {self.path} is not there ({err.strerror})"
+            ) from err
+        file_id = (info.st_dev, info.st_ino)
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None and self._local.file_id != file_id:
+            conn.close()
+            conn = None
         if conn is None:
             conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
             conn.execute("PRAGMA busy_timeout = 5000")
             self._local.conn = conn
+            self._local.file_id = file_id
         return conn
 
     def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        return list(self._conn().execute(sql, params).fetchall())
+        try:
+            return list(self._conn().execute(sql, params).fetchall())
+        except sqlite3.Error as err:
+            raise StoreUnavailable(f"the database cannot be read: {err}") from err
 
     def targets(self) -> list[dict[str, Any]]:
         """Every logical target with its newest process and sample count."""

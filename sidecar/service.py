@@ -92,7 +92,9 @@ class Service:
             {"pid": p.key[0], "cmdline": p.cmdline, "error": p.error, "attempts": p.attempts}
             for p in list(self.sessions.problems.values())
         ]
-        degraded = health.failing or bool(problems) or health.dropped_windows > 0
+        degraded = (
+            health.failing or bool(problems) or health.dropped_windows > 0 or health.recreated > 0
+        )
         return {
             "status": "degraded" if degraded else "ok",
             "uptime": round(time.time() - self.started_at, 1),
@@ -108,5 +110,6 @@ class Service:
                 "last_error": health.last_error,
                 "dropped_windows": health.dropped_windows,
                 "evicted_windows": health.evicted_windows,
+                "recreated": health.recreated,
             },
         }

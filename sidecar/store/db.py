@@ -2,7 +2,8 @@
 
 Only the writer thread (``sidecar.store.writer``) uses a ``Store``; readers open their own
 read-only connections (``sidecar.query``). A lock file next to the database keeps a second
-sidecar from writing to it.
+sidecar from writing to it. When the file is deleted, replaced or corrupted under a running
+store, ``check_file`` says so and ``recreate`` starts over at the same path.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import fcntl
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -22,6 +24,16 @@ from sidecar.errors import SidecarError
 from sidecar.store.schema import STATE_CODES, migrate
 
 HOUR = 3600
+SQLITE_HEADER = b"SQLite format 3\x00"
+#: WAL pages between checkpoints (SQLite's default: 1000). The WAL is a second copy of recent
+#: pages; kept small, a full disk leaves room to evict old windows and write on.
+WAL_PAGES = 128
+#: SQLite result codes (primary, the low byte) that mean the file is not a sound database.
+CORRUPT_CODES = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB
+#: What ``Store.check_file`` finds; each is a reason for ``Store.recreate``.
+DELETED = "the database file was deleted"
+REPLACED = "the database file was replaced by another file"
+CORRUPT = "the database file is corrupt"
 
 #: (age in seconds, window width): data older than the age is merged into windows that wide.
 DOWNSAMPLE_TIERS: tuple[tuple[int, int], ...] = ((3600, 300), (3 * 3600, 1800))
@@ -68,43 +80,132 @@ class WindowBatch:
     thread_names: dict[int, str] = field(default_factory=dict)
 
 
+def is_corrupt(err: sqlite3.Error) -> bool:
+    """The error says the database file is damaged (not busy, not full, not an I/O hiccup)."""
+    return getattr(err, "sqlite_errorcode", 0) & 0xFF in CORRUPT_CODES
+
+
+def _file_id(path: Path) -> tuple[int, int]:
+    info = os.stat(path)
+    return info.st_dev, info.st_ino
+
+
 class Store:
     """The single writer of one sidecar database."""
 
     def __init__(self, path: str | Path, *, max_bytes: int | None = None) -> None:
         self.path = Path(path)
+        self.max_bytes = max_bytes
+        #: Windows of processes never attached, kept out (message order makes it impossible).
+        self.orphaned_windows = 0
         self._lock = self._acquire_lock()
         try:
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            self.db = Database(conn)
+            self._open()
+        except sqlite3.DatabaseError as err:
+            self._release_lock()
+            raise StoreError(
+                f"cannot open database {self.path}: {err}"
+                + (" (move the file aside or delete it)" if is_corrupt(err) else "")
+            ) from err
+        except Exception:
+            self._release_lock()
+            raise
+
+    def _open(self) -> None:
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self.db = Database(conn)
+        try:
             self.db.execute("PRAGMA journal_mode = WAL")
             self.db.execute("PRAGMA synchronous = NORMAL")
             self.db.execute("PRAGMA busy_timeout = 5000")
+            self.db.execute(f"PRAGMA wal_autocheckpoint = {WAL_PAGES}")
             migrate(self.db)
-            if max_bytes is not None:
+            if self.max_bytes is not None:
                 page = int(self.db.execute("PRAGMA page_size").fetchone()[0])
-                self.db.execute(f"PRAGMA max_page_count = {max(16, max_bytes // page)}")
+                self.db.execute(f"PRAGMA max_page_count = {max(16, self.max_bytes // page)}")
             # Processes are re-attached as discovery finds them again.
             with self.transaction():
                 self.db.execute("UPDATE processes SET alive = 0 WHERE alive = 1")
-        except sqlite3.DatabaseError as err:
-            self._release_lock()
-            raise StoreError(f"cannot open database {self.path}: {err}") from err
-        except Exception:
-            self._release_lock()
+            self._rolled: set[int] = {
+                int(r[0]) for r in self.db.execute("SELECT hour FROM rollup_hours").fetchall()
+            }
+            self.file_id = _file_id(self.path)
+        except BaseException:
+            with suppress(sqlite3.Error):
+                conn.close()
             raise
         self._stacks: dict[str, int] = {}
         self._nodes: dict[tuple[int, int], int] = {}
         self._frames: dict[str, int] = {}
         self._processes: dict[ProcessKey, tuple[int, int]] = {}
-        self._rolled: set[int] = {
-            int(r[0]) for r in self.db.execute("SELECT hour FROM rollup_hours").fetchall()
-        }
 
     # -- lifecycle -------------------------------------------------------------------------
 
+    def check_file(self, probe: bool = False) -> str | None:
+        """What happened to the database file under this store, if anything (DELETED,
+        REPLACED or CORRUPT, as a message): a stat and a read of 16 bytes, and with ``probe``
+        a small query on a new read-only connection."""
+        try:
+            file_id = _file_id(self.path)
+            with open(self.path, "rb") as handle:
+                header = handle.read(len(SQLITE_HEADER))
+        except FileNotFoundError:
+            return DELETED
+        except OSError:
+            return None  # not something to start over for; writes will tell
+        if file_id != self.file_id:
+            return REPLACED
+        if header != SQLITE_HEADER:
+            return f"{CORRUPT} (its SQLite header is gone)"
+        if probe:  # what a new reader sees: the writer's own cache hides damage from it
+            try:
+                conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=1)
+                try:
+                    conn.execute("SELECT COUNT(*) FROM targets").fetchone()
+                    conn.execute("SELECT COUNT(*) FROM processes").fetchone()
+                finally:
+                    conn.close()
+            except sqlite3.Error as err:
+                if is_corrupt(err):
+                    return f"{CORRUPT} ({err})"
+        return None
+
+    def recreate(self, reason: str) -> Path | None:
+        """Starts over at the same path, keeping the lock: a corrupt file (and its WAL) is
+        moved aside to ``NAME.corrupt-TIME``, whose path is returned; the leftover WAL of a
+        deleted file is removed, so the new database never replays it. A replacement that is
+        a sound database is used as it is. Known processes must be attached again."""
+        with suppress(sqlite3.Error):
+            self.db.conn.close()
+        aside: Path | None = None
+        if self.path.exists() and reason == REPLACED:
+            try:
+                self._open()
+                return None
+            except sqlite3.DatabaseError:
+                pass  # not a database: moved aside like a corrupt one
+        if self.path.exists():
+            aside = self.path.with_name(
+                f"{self.path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}"
+            )
+            for suffix in ("", "-wal", "-shm"):
+                with suppress(FileNotFoundError):
+                    os.rename(f"{self.path}{suffix}", f"{aside}{suffix}")
+        else:
+            for suffix in ("-wal", "-shm"):
+                with suppress(FileNotFoundError):
+                    os.unlink(f"{self.path}{suffix}")
+        self._open()
+        return aside
+
+    def checkpoint(self) -> None:
+        """Copies the WAL into the database and truncates it (frees its disk space)."""
+        with suppress(sqlite3.Error):
+            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
     def _acquire_lock(self) -> int:
-        lock_path = f"{self.path}.lock"
+        # the real path: a symlink to a database must find the same lock as the database
+        lock_path = f"{self.path.resolve()}.lock"
         try:
             fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as err:
@@ -274,8 +375,9 @@ class Store:
         with self.transaction():
             for batch in batches:
                 ids = self._processes.get(batch.process)
-                if ids is None:
-                    raise StoreError(f"window for unknown process {batch.process}")
+                if ids is None:  # never attached (cannot happen in order); kept out, counted
+                    self.orphaned_windows += 1
+                    continue
                 target_id, process_id = ids
                 rows = [
                     (

@@ -4,7 +4,9 @@ Sessions hand it messages (a process seen, a process gone, a window of samples).
 in order in a bounded backlog; when the database cannot be written (disk full, locked, I/O
 error) they wait there and writing resumes when it can. Past the bound, the oldest unwritten
 windows are dropped first and counted. Retention and downsampling run here too, in small
-transactions between writes.
+transactions between writes. A database file deleted, replaced or corrupted under the writer
+is noticed within a second: the writer reports it and starts a new database at the same path
+(a corrupt file is kept aside), and the thread never dies of an unexpected error.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from sidecar.store.db import ProcessKey, ProcessRecord, Store, WindowBatch
+from sidecar.store.db import CORRUPT, ProcessKey, ProcessRecord, Store, WindowBatch, is_corrupt
 
 log = logging.getLogger("sidecar.store")
 
@@ -46,6 +48,8 @@ class WriterHealth:
     last_error_at: float | None = None
     failing: bool = False
     size_bytes: int = 0
+    #: Times the database file was found deleted, replaced or corrupt and started anew.
+    recreated: int = 0
 
 
 class Writer:
@@ -68,7 +72,14 @@ class Writer:
         self._queue: deque[Message] = deque()
         self._cond = threading.Condition()
         self._stopping = False
+        self._stopped = threading.Event()
         self._room_made = False
+        self._backoff = 0.5
+        self._next_maintenance = 0.0
+        self._next_check = 0.0
+        self._checks = 0
+        #: The processes the database knows, attached again when it is started anew.
+        self._attached: dict[ProcessKey, ProcessRecord] = {}
         self._thread = threading.Thread(target=self._run, name="sidecar-writer", daemon=True)
 
     def start(self) -> None:
@@ -93,6 +104,7 @@ class Writer:
         with self._cond:
             self._stopping = True
             self._cond.notify()
+        self._stopped.set()
         self._thread.join(timeout)
         if not self._thread.is_alive():
             self.store.close()
@@ -100,35 +112,73 @@ class Writer:
     # -- the thread ------------------------------------------------------------------------
 
     def _run(self) -> None:
-        next_maintenance = time.monotonic() + 1.0
-        backoff = 0.5
+        self._next_maintenance = time.monotonic() + 1.0
         while True:
-            with self._cond:
-                if not self._queue and not self._stopping:
-                    self._cond.wait(timeout=1.0)
-                batch = list(self._queue)
-                stopping = self._stopping
-            if batch:
-                if self._write(batch):
-                    backoff = 0.5
-                elif stopping:
-                    log.error("stopping with %d unwritten messages", len(self._queue))
+            try:
+                if self._step():
                     return
-                elif self._room_made:
-                    self._room_made = False  # eviction freed space: retry at once
-                    continue
-                else:
-                    time.sleep(backoff)
-                    backoff = min(backoff * 2, 30.0)
-                    continue
-            if stopping:
-                with self._cond:
-                    if not self._queue:
-                        return
-                continue
-            if time.monotonic() >= next_maintenance:
-                self._maintain()
-                next_maintenance = time.monotonic() + self.maintenance_every
+            except Exception as err:  # the one writer never dies: report, back off, go on
+                log.exception("unexpected error in the database writer")
+                self._note_error(err)
+                self._pause()
+
+    def _step(self) -> bool:
+        """Writes what is queued, then checks and maintains the database; True when done."""
+        with self._cond:
+            if not self._queue and not self._stopping:
+                self._cond.wait(timeout=1.0)
+            batch = list(self._queue)
+            stopping = self._stopping
+        self._check_file()
+        if batch:
+            if self._write(batch):
+                self._backoff = 0.5
+            elif stopping:
+                log.error("stopping with %d unwritten messages", len(self._queue))
+                return True
+            elif self._room_made:
+                self._room_made = False  # room was made (or a new file started): retry now
+                return False
+            else:
+                self._pause()
+                return False
+        if stopping:
+            with self._cond:
+                return not self._queue
+        if time.monotonic() >= self._next_maintenance:
+            self._maintain()
+            self._next_maintenance = time.monotonic() + self.maintenance_every
+        return False
+
+    def _pause(self) -> None:
+        """Waits before the next attempt, longer each time; stop() cuts it short."""
+        self._stopped.wait(self._backoff)
+        self._backoff = min(self._backoff * 2, 10.0)
+
+    def _check_file(self) -> None:
+        """At most once a second: is the database file still the one being written? Every
+        fifth time, also: can a new reader read it?"""
+        now = time.monotonic()
+        if now < self._next_check:
+            return
+        self._next_check = now + 1.0
+        self._checks += 1
+        problem = self.store.check_file(probe=self._checks % 5 == 0)
+        if problem is not None:
+            self._recreate(problem)
+
+    def _recreate(self, reason: str) -> None:
+        """Starts a new database at the same path and attaches the known processes to it."""
+        aside = self.store.recreate(reason)
+        kept = f"; the old file is kept as {aside}" if aside else ""
+        log.error("%s: started a new database at %s%s", reason, self.store.path, kept)
+        self._note_error(RuntimeError(reason))
+        self.health.last_error = f"{reason}: started a new database{kept}"
+        self.health.recreated += 1
+        for record in list(self._attached.values()):
+            self.store.attach(record)
+        self._room_made = True
+        self.health.size_bytes = self.store.size_bytes()
 
     def _write(self, batch: list[Message]) -> bool:
         """Writes messages in order; each commit removes what it wrote from the queue."""
@@ -145,14 +195,18 @@ class Writer:
                     ):
                         chunk.append(batch[index + len(chunk)])  # type: ignore[arg-type]
                     self.health.rows_written += self.store.write(chunk)
-                    self.health.windows_written += len(chunk)
+                    self.health.windows_written += len(chunk) - self.store.orphaned_windows
+                    self.health.dropped_windows += self.store.orphaned_windows
+                    self.store.orphaned_windows = 0
                     self._done(len(chunk))
                     index += len(chunk)
                     continue
                 if isinstance(message, ProcessRecord):
                     self.store.attach(message)
+                    self._attached[message.key] = message
                 else:
                     self.store.mark_gone(message.key, message.when)
+                    self._attached.pop(message.key, None)
                 self._done(1)
                 index += 1
         except sqlite3.Error as err:
@@ -170,10 +224,16 @@ class Writer:
                 self._queue.popleft()
             self.health.backlog = len(self._queue)
 
-    def _failed(self, err: sqlite3.Error) -> None:
+    def _note_error(self, err: Exception) -> None:
         self.health.write_errors += 1
         self.health.last_error = f"{type(err).__name__}: {err}"
         self.health.last_error_at = time.time()
+
+    def _failed(self, err: sqlite3.Error) -> None:
+        if is_corrupt(err):
+            self._recreate(f"{CORRUPT} ({err})")
+            return
+        self._note_error(err)
         if not self.health.failing:
             log.error("cannot write to the database: %s (keeping a backlog)", err)
         self.health.failing = True
@@ -186,6 +246,7 @@ class Writer:
                     log.warning("database full: evicted the %d oldest windows", evicted)
             except sqlite3.Error as again:
                 log.error("cannot free room in the database: %s", again)
+            self.store.checkpoint()  # a WAL folded into the database frees its disk space
 
     def _maintain(self) -> None:
         try:
