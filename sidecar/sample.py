@@ -21,12 +21,6 @@ if TYPE_CHECKING:
     from sidecar._native import SamplerStats, Window
 
 
-#: C0 control characters (tab aside) are never in real frames, but a read of the target's memory
-#: that races with the target can return them; kept, they make folded text look binary and SVG
-#: invalid XML. They are replaced with U+FFFD.
-_CONTROL = {code: "\ufffd" for code in (*range(9), *range(10, 32), 127)}
-
-
 @dataclass(frozen=True)
 class SampleKey:
     """One thread's stack in one state, the unit that windows count."""
@@ -52,7 +46,7 @@ class Counts:
         self.start = start if self.start is None else min(self.start, start)
         self.end = end if self.end is None else max(self.end, end)
         for thread_id, name, on_cpu, _gil, stack, count in window["stacks"]:
-            key = SampleKey(thread_id, on_cpu, stack.translate(_CONTROL))
+            key = SampleKey(thread_id, on_cpu, stack)
             self.stacks[key] = self.stacks.get(key, 0) + count
             if name:
                 self.thread_names[thread_id] = name

@@ -165,12 +165,26 @@ pub fn start_time(pid: i32) -> Option<u64> {
 
 /// Formats a frame like py-spy's raw output: `function (file:line)`. Semicolons separate
 /// frames in folded text, so they cannot appear inside one.
+///
+/// A read torn by the target changing under it can yield control characters; they are never
+/// in real names and would make folded text look binary and SVG invalid, so they become U+FFFD.
 fn format_frame(name: &str, file: &str, line: i32) -> String {
-    let mut text = format!("{name} ({file}:{line})");
-    if text.contains(';') || text.contains('\n') {
-        text = text.replace(';', ":").replace('\n', " ");
+    let text = format!("{name} ({file}:{line})");
+    if !text
+        .chars()
+        .any(|c| c == ';' || (c.is_control() && c != '\t'))
+    {
+        return text;
     }
-    text
+    text.chars()
+        .map(|c| match c {
+            ';' => ':',
+            '\n' => ' ',
+            '\t' => c,
+            c if c.is_control() => '\u{fffd}',
+            c => c,
+        })
+        .collect()
 }
 
 /// Caches formatted frames: code objects, file and function names rarely change between samples.
