@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +13,13 @@ from sidecar.errors import NoSamples, UsageError
 from sidecar.profile import Profile, parse_frame
 
 FORMATS = ("svg", "folded", "speedscope")
+#: Characters XML forbids even as references (C0 controls but tab, U+FFFE/F, surrogates): a
+#: frame or title named with one would make the whole SVG unreadable. Each becomes U+FFFD.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
+
+
+def xml_safe(text: str) -> str:
+    return _NOT_XML.sub("\ufffd", text)
 
 
 @dataclass(frozen=True)
@@ -34,9 +42,9 @@ def render_svg(lines: list[str], options: RenderOptions | None = None) -> str:
         raise NoSamples("nothing to render: the profile has no stacks")
     try:
         return _render_svg(
-            lines,
-            title=opts.title,
-            subtitle=opts.subtitle,
+            [xml_safe(line) for line in lines],
+            title=xml_safe(opts.title),
+            subtitle=xml_safe(opts.subtitle) if opts.subtitle is not None else None,
             inverted=opts.inverted,
             palette=opts.palette,
             min_width=opts.min_width,
