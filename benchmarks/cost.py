@@ -1,0 +1,360 @@
+"""Goal 4: what ``sidecar serve`` costs per target at 100 Hz, everything included, and where.
+
+``sidecar serve`` samples N targets with ~30-frame stacks (``targets/deep.py``: an event loop
+10 % on CPU, the rest in ``time.sleep``, stacks varying by call chain and leaf) with its
+defaults (100 Hz, 10 s windows, SQLite). Measured on the running service:
+
+- CPU per target: the serve process's user + system time over ``seconds`` after a warm-up,
+  divided by N, split into the native sampler threads and the Python threads;
+- system calls per sample (``perf stat`` on the syscall tracepoints);
+- where the CPU goes (``perf record -e cpu-clock -g``), each sample put in one category by its
+  kernel call chain and its user-space leaf frame (user call chains are not reliable without
+  frame pointers, so a libc leaf such as ``malloc`` is not attributed to its caller).
+
+Then, per part, timed on their own: one sampler's read and fold per sample (the ``Sampler``'s
+own counters, in a child process); classification (``Sessions._batch``: ``classify`` per row)
+and ``Store.write`` over the very windows serve stored; and the discovery scan serve repeats
+every 2 s.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import statistics
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks import pauses
+from benchmarks.common import TICK
+from benchmarks.procs import PYTHON, Procs, load_average
+from sidecar.classify import classify
+from sidecar.query import Reader
+from sidecar.sessions import Selection, Session, Sessions, scan
+from sidecar.store import ProcessRecord, Store
+from sidecar.store.schema import STATE_NAMES
+
+WINDOW = 10
+RATE = 100.0
+SYSCALLS = ("process_vm_readv", "openat", "read", "getdents64", "close", "ptrace", "wait4")
+
+Log = Callable[[str], None]
+
+
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds so far of the process's native sampler threads and of all the others."""
+    out = {"sampler": 0.0, "python": 0.0}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue  # the thread ended meanwhile
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        seconds = (int(fields[11]) + int(fields[12])) / TICK
+        out["sampler" if comm.startswith("sidecar-sampl") else "python"] += seconds
+    return out
+
+
+def perf_stat(pid: int, seconds: float) -> dict[str, int]:
+    """System calls of ``pid`` over ``seconds``, by name."""
+    events = ",".join(f"syscalls:sys_enter_{name}" for name in SYSCALLS)
+    done = subprocess.run(
+        ["perf", "stat", "-x,", "-e", events, "-p", str(pid), "--", "sleep", f"{seconds:g}"],
+        capture_output=True,
+        text=True,
+        timeout=seconds + 30,
+    )
+    counts: dict[str, int] = {}
+    for line in done.stderr.splitlines():
+        parts = line.split(",")
+        if len(parts) > 2 and parts[2].startswith("syscalls:sys_enter_") and parts[0].isdigit():
+            counts[parts[2].removeprefix("syscalls:sys_enter_")] = int(parts[0])
+    return counts
+
+
+# -- perf profile categories ---------------------------------------------------------------
+
+COPY = ("copy_page_to_iter", "_copy_to_iter", "copy_user_generic", "rep_movs_alternative")
+PAGES = ("get_user_pages", "pin_user_pages", "mm_access", "unpin_user_page", "follow_page", "gup_")
+PROC_CALLS = (
+    "sys_openat",
+    "sys_read",
+    "sys_getdents64",
+    "sys_close",
+    "sys_newfstatat",
+    "sys_statx",
+)
+LIBC_PROC = ("open64", "open", "libc_open64", "openat", "read", "libc_read", "close",
+             "libc_close", "opendir", "readdir64", "readdir", "getdents64", "closedir", "fstat",
+             "statx", "GI___readdir64", "GI___close")  # fmt: skip
+SLEEP = ("nanosleep", "futex", "schedule", "sched_yield", "poll", "epoll", "select")
+ALLOC = re.compile(
+    r"_*(libc_|GI_)*(malloc|calloc|realloc|free|cfree|int_malloc|int_free|int_realloc"
+    r"|unlink_chunk|malloc_consolidate|tcache|memalign)"
+)
+
+#: Categories in report order: (key, label).
+CATEGORIES = (
+    ("vm_copy", "process_vm_readv: copying the bytes"),
+    ("vm_pages", "process_vm_readv: finding and pinning the pages (VMA lookup, GUP, mm access)"),
+    ("vm_call", "process_vm_readv: syscall entry and exit, iovecs, tracing hooks"),
+    ("proc_io", "/proc reads: open, read, list and close of /proc/PID/task/*/stat"),
+    ("proc_regex", "/proc stat parsing: remoteprocess's regex"),
+    ("ptrace", "ptrace stop and resume (blocking mode)"),
+    ("line_numbers", "py-spy: line numbers from line tables"),
+    ("pyspy", "py-spy: frame walk, strings, other"),
+    ("alloc", "malloc / free (any caller)"),
+    ("fold", "sidecar's sampling loop: folding (frame cache, SipHash), windows, /proc checks"),
+    ("sleep", "sleeping and waking (timers, futexes, scheduler)"),
+    ("kernel_other", "kernel, other"),
+    ("native_other", "native thread, other user space (memcpy, memcmp, threading)"),
+    ("unresolved", "native thread, symbols unresolved (library replaced on disk meanwhile?)"),
+    ("python", "Python threads: interpreter (classify, store, discovery, HTTP)"),
+    ("sqlite", "Python threads: SQLite"),
+    ("python_kernel", "Python threads: kernel"),
+    ("python_other", "Python threads: other libraries"),
+)
+
+
+def categorize(comm: str, frames: list[tuple[str, str]]) -> str:
+    """One perf sample's category from its thread name and (symbol, dso) frames, leaf first."""
+    kernel = [sym for sym, dso in frames if dso == "[kernel.kallsyms]"]
+    user = [(sym, dso) for sym, dso in frames if dso != "[kernel.kallsyms]"]
+    leaf_sym, leaf_dso = user[0] if user else ("", "")
+    if not comm.startswith("sidecar-sampl"):
+        if kernel:
+            return "python_kernel"
+        if "sqlite" in leaf_dso:
+            return "sqlite"
+        if "python" in leaf_dso or "libpython" in leaf_dso:
+            return "python"
+        return "python_other"
+    if kernel:
+        chain = " ".join(kernel)
+        if "process_vm_r" in chain:
+            if any(name in chain for name in COPY):
+                return "vm_copy"
+            if any(name in chain for name in PAGES):
+                return "vm_pages"
+            return "vm_call"
+        if any(name in chain for name in PROC_CALLS):
+            return "proc_io"
+        if "ptrace" in chain or "wait4" in chain or "sys_wait" in chain:
+            return "ptrace"
+        if any(name in chain for name in SLEEP):
+            return "sleep"
+        if leaf_sym == "process_vm_readv":
+            return "vm_call"  # the kernel chain was cut short at syscall entry
+        if leaf_sym.lstrip("_") in LIBC_PROC:
+            return "proc_io"
+        return "kernel_other"
+    if leaf_sym == "process_vm_readv":
+        return "vm_call"
+    if "regex" in leaf_sym:
+        return "proc_regex"
+    if "libc" in leaf_dso:
+        if ALLOC.match(leaf_sym):
+            return "alloc"
+        if leaf_sym.lstrip("_").split("@")[0] in LIBC_PROC:
+            return "proc_io"
+        if "ptrace" in leaf_sym or "wait" in leaf_sym:
+            return "ptrace"
+        if any(name in leaf_sym for name in SLEEP):
+            return "sleep"
+    if leaf_sym in ("", "[unknown]"):
+        return "unresolved"
+    if "get_line_number" in leaf_sym:
+        return "line_numbers"
+    if any(name in leaf_sym for name in ("py_spy", "remoteprocess", "read_process_memory")):
+        return "pyspy"
+    if "_native" in leaf_dso:
+        return "fold"
+    return "native_other"
+
+
+def parse_perf_script(text: str) -> Counter[str]:
+    """Samples per category from ``perf script -F comm,tid,ip,sym,dso`` output."""
+    counts: Counter[str] = Counter()
+    for block in re.split(r"\n\s*\n", text):
+        lines = [line for line in block.splitlines() if line.strip()]
+        if not lines:
+            continue
+        comm = lines[0].rsplit(None, 1)[0].strip() if len(lines[0].split()) > 1 else lines[0]
+        frames = []
+        for line in lines[1:]:
+            match = re.match(r"\s*[0-9a-f]+ (.*) \((.*)\)$", line)
+            if match:
+                frames.append((re.sub(r"\+0x[0-9a-f]+$", "", match[1]), match[2]))
+        counts[categorize(comm, frames)] += 1
+    return counts
+
+
+def perf_profile(pid: int, seconds: float, workdir: Path) -> dict[str, int]:
+    data = workdir / "perf.data"
+    argv = ["perf", "record", "-q", "-e", "cpu-clock", "-g", "-p", str(pid), "-o", str(data)]
+    subprocess.run(
+        [*argv, "--", "sleep", f"{seconds:g}"],
+        capture_output=True,
+        timeout=seconds + 60,
+        check=True,
+    )
+    script = subprocess.run(
+        ["perf", "script", "-i", str(data), "-F", "comm,tid,ip,sym,dso"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    data.unlink()
+    return dict(parse_perf_script(script.stdout))
+
+
+# -- per-window parts ----------------------------------------------------------------------
+
+
+def stored_windows(db: Path) -> list[tuple[int, dict[str, Any]]]:
+    """The windows serve stored, as (target id, sampler window) in time order."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        rows = conn.execute(
+            "SELECT window, target_id, stack_id, thread_id, state, count FROM samples"
+        ).fetchall()
+        ticks = {
+            (int(w), int(t)): int(n)
+            for w, t, n in conn.execute(
+                "SELECT window, target_id, SUM(ticks) FROM windows GROUP BY window, target_id"
+            ).fetchall()
+        }
+    finally:
+        conn.close()
+    texts = Reader(db, WINDOW).stack_texts({int(r[2]) for r in rows})
+    windows: dict[tuple[int, int], dict[str, Any]] = {}
+    for window, target, stack, thread, state, count in rows:
+        key = (int(window), int(target))
+        entry = windows.setdefault(
+            key,
+            {"start": float(window), "end": float(window + WINDOW), "stacks": []},
+        )
+        entry["samples"] = ticks.get(key, 0)
+        on_cpu = STATE_NAMES[state] == "busy"
+        entry["stacks"].append((int(thread), "", on_cpu, False, texts[int(stack)], int(count)))
+    return [(target, windows[(start, target)]) for start, target in sorted(windows)]
+
+
+def time_windows(windows: list[tuple[int, dict[str, Any]]], workdir: Path) -> dict[str, Any]:
+    """Classification (serve's ``Sessions._batch``) and ``Store.write`` per stored window."""
+    sessions = Sessions(None, Selection(), window=WINDOW)  # type: ignore[arg-type]
+    store = Store(workdir / "timing.db")
+    session_of: dict[int, Session] = {}
+    cold, warm, first_writes, writes, ticks = [], [], [], [], []
+    try:
+        for target, window in windows:
+            if target not in session_of:
+                key = (900_000 + target, 1)
+                store.attach(ProcessRecord(key[0], key[1], f"target {target}", time.time()))
+                session_of[target] = Session(key, "", None, "unknown", "asyncio", 0.0)  # type: ignore[arg-type]
+                first = True
+            else:
+                first = False
+            session = session_of[target]
+            classify.cache_clear()
+            began = time.perf_counter()
+            sessions._batch(session, window)
+            cold.append(time.perf_counter() - began)
+            began = time.perf_counter()
+            batch = sessions._batch(session, window)
+            warm.append(time.perf_counter() - began)
+            began = time.perf_counter()
+            store.write([batch])
+            (first_writes if first else writes).append(time.perf_counter() - began)
+            ticks.append(window["samples"])
+    finally:
+        store.close()
+    return {
+        "windows": len(windows),
+        "ticks_median": statistics.median(ticks) if ticks else 0,
+        "rows_median": statistics.median(len(w["stacks"]) for _, w in windows) if windows else 0,
+        "classify_cold": cold,
+        "classify_warm": warm,
+        "write_first": first_writes,
+        "write": writes,
+    }
+
+
+def time_discovery(pids: list[int], repeat: int = 10) -> list[float]:
+    selection = Selection(pids=frozenset(pids))
+    out = []
+    for _ in range(repeat):
+        began = time.perf_counter()
+        scan(selection)
+        out.append(time.perf_counter() - began)
+    return out
+
+
+def run(
+    procs: Procs,
+    workdir: Path,
+    *,
+    targets: int,
+    seconds: float,
+    warmup: float,
+    perf_seconds: float,
+    log: Log,
+) -> dict[str, Any]:
+    lifetime = str(warmup + seconds + perf_seconds + 120)
+    deep = [procs.target("deep", "--seconds", lifetime)[0] for _ in range(targets)]
+    pids = [child.pid for child in deep]
+    db = workdir / "cost.db"
+    argv = [PYTHON, "-m", "sidecar", "serve", "--db", str(db), "--port", "0"]
+    argv += ["--rate", f"{RATE:g}", "--window", str(WINDOW), "--log-level", "warning"]
+    for pid in pids:
+        argv += ["--pid", str(pid)]
+    serve = procs.start(argv)
+    serve.wait_for(r"serving http", stream="err")
+    time.sleep(warmup)
+    load0, cpu0, t0 = load_average(), thread_cpu(serve.pid), time.monotonic()
+    time.sleep(seconds)
+    load1, cpu1, t1 = load_average(), thread_cpu(serve.pid), time.monotonic()
+    wall = t1 - t0
+    cpu = {part: (cpu1[part] - cpu0[part]) / wall for part in cpu0}
+    per_target = sum(cpu.values()) / targets
+    log(
+        f"serve on {targets} targets: {per_target * 100:.2f}% of a core per target "
+        f"(sampler threads {cpu['sampler'] / targets * 100:.2f}%, Python threads "
+        f"{cpu['python'] / targets * 100:.2f}%) · load {load0:.1f}–{load1:.1f}"
+    )
+    stat_seconds = 5.0
+    syscalls = perf_stat(serve.pid, stat_seconds)
+    profile = perf_profile(serve.pid, perf_seconds, workdir)
+    procs.stop(serve)
+    windows = stored_windows(db)
+    timing = time_windows(windows, workdir)
+    log(f"timed classification and writes over {timing['windows']} stored windows")
+    sampler = pauses.sample(procs, pids[0], blocking=False, rate_hz=RATE, seconds=6, rt=None)
+    blocking = pauses.sample(procs, pids[0], blocking=True, rate_hz=RATE, seconds=6, rt=None)
+    discovery = time_discovery(pids)
+    for child in deep:
+        procs.stop(child)
+    return {
+        "targets": targets,
+        "rate_hz": RATE,
+        "window": WINDOW,
+        "seconds": seconds,
+        "warmup": warmup,
+        "load": [load0, load1],
+        "cpu": cpu,
+        "cpu_per_target": per_target,
+        "syscalls": syscalls,
+        "syscall_seconds": stat_seconds,
+        "perf": profile,
+        "perf_seconds": perf_seconds,
+        "timing": timing,
+        "sampler": sampler,
+        "sampler_blocking": blocking,
+        "discovery": discovery,
+    }

@@ -1,0 +1,123 @@
+"""Goal 3: how long blocking mode stops the target per sample, with and without 150 idle
+native threads beside its one Python thread.
+
+Two targets (``targets/native_threads.py``: one Python thread working 20 % of the time at
+the bottom of 20 frames; one of them with 150 extra threads parked in ``pause()``) are sampled
+in turn by the native ``Sampler`` (in a child process, ``python -m benchmarks.pauses PID``),
+in rounds: blocking at ``rate_hz`` (the sampler's own counters: pause mean, p99, max), then
+non-blocking (read time without any stop), so the part of a pause that grows with the thread
+count shows.
+
+Both are done twice: as the machine is (``normal``), and with targets and sampler at real-time
+priority (``chrt -f``, ``rt``), which keeps other work on the machine from preempting them
+mid-pause: what a node with spare CPU would see.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.procs import PYTHON, Procs, load_average
+
+VARIANTS = (("1 Python thread", 0), ("1 Python thread + 150 native threads", 150))
+MODES = {"normal": None, "rt": 2}
+
+Log = Callable[[str], None]
+
+
+def sample(
+    procs: Procs, pid: int, *, blocking: bool, rate_hz: float, seconds: float, rt: int | None
+) -> dict[str, Any]:
+    """The sampler's stats after ``seconds`` of sampling ``pid`` (in a child process)."""
+    load = load_average()
+    argv = [PYTHON, "-m", "benchmarks.pauses", str(pid), "--rate", f"{rate_hz:g}"]
+    argv += ["--seconds", f"{seconds:g}"] + (["--blocking"] if blocking else [])
+    child = procs.start(argv, rt=rt)
+    code = child.popen.wait(seconds + 60)
+    procs.children.remove(child)
+    if code != 0:
+        raise RuntimeError(f"sampling {pid} failed: {child.stderr()[-300:]}")
+    stats: dict[str, Any] = json.loads(child.stdout())
+    stats["load"] = load
+    return stats
+
+
+def run(procs: Procs, *, rounds: int, seconds: float, rate_hz: float, log: Log) -> dict[str, Any]:
+    lifetime = str(len(MODES) * rounds * len(VARIANTS) * (seconds * 1.5 + 3) + 60)
+    runs: list[dict[str, Any]] = []
+    for mode, rt in MODES.items():
+        targets = {}
+        for name, threads in VARIANTS:
+            child, _ = procs.target(
+                "native_threads",
+                "--threads",
+                str(threads),
+                "--seconds",
+                lifetime,
+                rt=rt and rt - 1,
+            )
+            targets[name] = child
+        for round_ in range(rounds):
+            order = VARIANTS if round_ % 2 == 0 else VARIANTS[::-1]
+            for name, threads in order:
+                pid = targets[name].pid
+                stopped = sample(procs, pid, blocking=True, rate_hz=rate_hz, seconds=seconds, rt=rt)
+                free = sample(
+                    procs, pid, blocking=False, rate_hz=rate_hz, seconds=seconds / 2, rt=rt
+                )
+                runs.append(
+                    {
+                        "mode": mode,
+                        "variant": name,
+                        "threads": threads,
+                        "round": round_,
+                        "blocking": stopped,
+                        "nonblocking": free,
+                    }
+                )
+                log(
+                    f"{mode:6} round {round_ + 1} {name:38} pause p99 "
+                    f"{stopped['pause_p99'] * 1e6:7.1f} µs, mean "
+                    f"{stopped['pause_mean'] * 1e6:6.1f} µs · read (non-blocking) "
+                    f"{free['read_mean'] * 1e6:6.1f} µs · load {stopped['load']:.1f}"
+                )
+        for child in targets.values():
+            procs.stop(child)
+    return {
+        "rate_hz": rate_hz,
+        "seconds": seconds,
+        "rounds": rounds,
+        "modes": list(MODES),
+        "runs": runs,
+    }
+
+
+def main() -> int:
+    """Child: samples PID for a while and prints the sampler's stats as JSON."""
+    from sidecar._native import Sampler
+
+    parser = argparse.ArgumentParser(description="sample PID; print the sampler's stats")
+    parser.add_argument("pid", type=int)
+    parser.add_argument("--rate", type=float, default=100.0)
+    parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--blocking", action="store_true")
+    args = parser.parse_args()
+    with Sampler(args.pid, rate_hz=args.rate, blocking=args.blocking, window=1.0) as sampler:
+        time.sleep(args.seconds)
+        stats = dict(sampler.stats())
+        sampler.drain(flush=True)
+    print(json.dumps(stats))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
