@@ -37,7 +37,7 @@ fmt: install
 	$(BIN)/ruff format sidecar targets tests benchmarks
 	cargo fmt --manifest-path native/Cargo.toml
 
-# benchmarks/bench.py writes REPORT.md (issue 8's goals) and, from its storage part (a 4-minute run
+# benchmarks/bench.py writes REPORT.md (issue 8's goals) and, from its storage part (a 6-minute run
 # of benchmarks/store.py's measurement), REPORT-store.md; the others write their own reports.
 # About 25 minutes in all on two cores.
 bench: install

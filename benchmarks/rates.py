@@ -3,8 +3,8 @@
 The target is ``targets/deep.py`` (one event-loop thread, ~30-frame stacks). At each rate of a
 ladder, each profiler CLI attaches, samples for ``seconds`` and is stopped; the order of the
 profilers rotates at every rate, and the ladder runs ``rounds`` times, once as the machine is
-and once with the profilers at real-time priority. A profiler that failed at two rates in a row
-is not run at higher ones.
+and once with the profilers at real-time priority. A profiler that lost over 10 % at two rates in
+a row is not run at higher ones.
 
 - sidecar (``sidecar record``, default non-blocking): its own counters. A tick is *late* when it
   starts more than a quarter period after its deadline, *missed* when the sampler fell a whole
@@ -34,6 +34,8 @@ TOOLS = ("sidecar", "py-spy", "py-spy-nonblocking")
 #: of other work's preemption, which shows what each can do rather than what the machine lets it.
 MODES = {"normal": None, "rt": 1}
 LIMIT = 0.01
+#: A profiler that lost more than this at two rates in a row is past its limit for good.
+SEVERE = 0.10
 
 Log = Callable[[str], None]
 
@@ -88,11 +90,12 @@ def run(
                 step += 1
                 for tool in TOOLS[shift:] + TOOLS[:shift]:
                     if failures[tool] >= 2:
-                        continue  # failed at two rates in a row: higher ones tell nothing
+                        continue  # lost over 10% at two rates in a row: higher ones tell nothing
                     result = measure(procs, workdir, tool, target.pid, rate, seconds, rt)
                     result.update(mode=mode, round=round_)
                     runs.append(result)
-                    failures[tool] = 0 if result["ok"] else failures[tool] + 1
+                    lost = result.get("late_share", result["short_share"]) > SEVERE
+                    failures[tool] = failures[tool] + 1 if lost else 0
                     share = result.get("late_share", result["short_share"])
                     what = "late+missed" if "late_share" in result else "short"
                     log(
