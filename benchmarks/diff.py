@@ -197,17 +197,14 @@ def main() -> None:
         "|---|---:|---:|",
         *(f"| {name} | {wall:.3f} | {cpu:.3f} |" for name, (wall, cpu) in parts.items()),
         "",
-        "The two SVGs are read in parallel (a forked worker for BEFORE) when together they are "
-        "above 8 MB. inferno SVGs are read through a fast path: expat checks the whole document "
-        "(entity declarations refused, depth limited) and one pattern reads the frames, which "
-        "inferno writes in one fixed template; anything else takes the general expat reader.",
-        "",
-        "Where the gap is: reading an SVG and comparing the two profiles are Python (an expat "
-        "pass, a pattern over the frames, per-frame and per-stack work); rendering is Rust. A "
-        "native reader of inferno frames (quick-xml is already in inferno's dependency tree) and "
-        "a native aggregation of the two profiles (self / total / caller-callee shares) would "
-        "bring the diff near the cost of parsing two files and drawing one graph; that needs a "
-        "change in native/, which this benchmark's author did not make.",
+        "How the diff runs: inferno SVGs are read natively (native/src/svgread.rs: quick-xml, "
+        "the whole document checked as strictly as expat checks it, the frames folded into "
+        "stacks in Rust, the GIL released), the two in parallel in two threads when together "
+        "they are above 8 MB; anything the native reader is not sure of goes to the Python "
+        "reader (expat). The comparison counts self / total / caller-callee time per function "
+        "natively for both profiles at once (native/src/shares.rs) and ranks the changes in "
+        "Python. Both diff and render pay the same start-up (Python, the package); CPU time "
+        "adds up the two reading threads.",
         "",
     ]
     REPORT.write_text("\n".join(report))

@@ -1,8 +1,9 @@
-"""The native core (Rust, PyO3): the sampler and the flamegraph renderers.
+"""The native core (Rust, PyO3): the sampler, the flamegraph renderers and readers, diff counts.
 
 Everything crossing this boundary is a plain Python type. Blocking work runs with the GIL released.
 """
 
+from collections.abc import Iterable
 from types import TracebackType
 from typing import Literal, TypedDict
 
@@ -103,3 +104,57 @@ def diff_folded(
 
 def process_start_time(pid: int) -> int | None:
     """Field 22 of /proc/PID/stat (start time in clock ticks), None if there is no such process."""
+
+class InfernoRead(TypedDict):
+    """An inferno SVG read natively: its folded stacks and what the profile's notes need."""
+
+    #: folded stacks (';' in frame names written as U+FF1B) with their self counts
+    stacks: dict[str, int]
+    #: the root frame's fg:w, and the count in its title
+    total: int
+    root_title_count: int
+    #: some title has a differential part ("; +1.2%")
+    differential: bool
+    #: frames whose title count is off their fg:w (scaled by the root's ratio), and the first
+    off: int
+    first_off: str | None
+    #: the frames container's total_samples attribute
+    total_samples: str | None
+    #: frames whose name holds a ';'
+    renamed: int
+    #: the root's count less its children's
+    root_self: int
+    #: the smallest positive count of a frame below the root, 0 if none
+    smallest: int
+
+def read_inferno_svg(data: bytes, *, max_depth: int) -> InfernoRead | None:
+    """An inferno flamegraph SVG folded into stacks, or None unless the document is provably
+    well-formed, has no DTD subset, nests at most ``max_depth`` deep and has inferno's exact
+    frame structure (the Python reader then decides, errors included)."""
+
+def frame_names(stacks: Iterable[str]) -> list[str]:
+    """The distinct frames of folded stacks, in the order they first appear."""
+
+def fold_stacks(
+    stacks: dict[str, int], keys: dict[str, str]
+) -> tuple[dict[str, int], dict[str, int], dict[tuple[str, str], int], dict[str, int]]:
+    """Per function (``keys``: frame -> function) self counts, total counts (once per stack,
+    not the [idle]/[blocked] leaves), caller -> callee edge counts, and counts per state.
+
+    Raises KeyError for a frame missing from ``keys``, OverflowError for a count beyond 64 bits.
+    """
+
+def diff_shares(
+    before: dict[str, int], after: dict[str, int], keys: dict[str, str]
+) -> tuple[
+    tuple[dict[str, int], dict[str, int], dict[str, int]],
+    tuple[dict[str, int], dict[str, int], dict[str, int]],
+    dict[str, tuple[float, str, float, str]],
+]:
+    """Both profiles' (self, total, state) counts as ``fold_stacks`` gives them, and per caller
+    (largest growth of a callee edge's share, that callee, largest shrink, that callee), ties
+    to the smaller name, ``(0.0, "")`` when nothing grew or shrank; shares are count / total.
+
+    Raises KeyError for a frame missing from ``keys``, OverflowError when a total is not
+    positive or a count or total is not exact as a float (2^53 and above).
+    """

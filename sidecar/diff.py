@@ -14,7 +14,9 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from sidecar.profile import BLOCKED_LEAF, IDLE_LEAF, STATES, Profile, parse_frame, state_of
+from sidecar import _native
+from sidecar.profile import _FRAME as FRAME_PATTERN  # parse_frame's pattern
+from sidecar.profile import BLOCKED_LEAF, IDLE_LEAF, STATES, Profile, state_of
 from sidecar.render import RenderOptions, render_svg
 
 _HEX = re.compile(r"0x[0-9a-fA-F]+")
@@ -31,6 +33,8 @@ VIA_MAX = 3
 
 def normalize_frame(text: str) -> str:
     """A frame without run-specific parts: addresses, thread ids, worker numbers, pids."""
+    if "0x" not in text and not text.startswith(("thread (", "process ")):
+        return text  # nothing below would change it
     thread = _THREAD.fullmatch(text)
     if thread is not None:
         inner = _HEX.sub("", thread["inner"])
@@ -43,7 +47,11 @@ def normalize_frame(text: str) -> str:
 
 def normalize_names(profile: Profile) -> Profile:
     """A copy of the profile with every frame name normalized (stacks that become equal merge)."""
-    cache: dict[str, str] = {}
+    return _normalized(profile)[0]
+
+
+def _normalized(profile: Profile) -> tuple[Profile, list[str]]:
+    """``normalize_names``, and the distinct frames of the result."""
     out = Profile(
         target=profile.target,
         start=profile.start,
@@ -52,23 +60,28 @@ def normalize_names(profile: Profile) -> Profile:
         marked=profile.marked,
         notes=list(profile.notes),
     )
-    unique: set[str] = set()
-    split = [(stack.split(";"), count) for stack, count in profile.stacks.items()]
-    for frames, _ in split:
-        unique.update(frames)
-    cache = {text: normalize_frame(text) for text in unique}
+    cache = {text: normalize_frame(text) for text in _native.frame_names(profile.stacks)}
     if all(name == text for text, name in cache.items()):
         out.stacks = dict(profile.stacks)
-        return out
-    for frames, count in split:
-        out.add(";".join([cache[text] for text in frames]), count)
-    return out
+        return out, list(cache)
+    for stack, count in profile.stacks.items():
+        out.add(";".join([cache[text] for text in stack.split(";")]), count)
+    return out, list(dict.fromkeys(cache.values()))
 
 
 def function_of(frame: str) -> str:
-    """The table's key for a frame: ``function (file)``, without the line that changes per run."""
-    parsed = parse_frame(frame)
-    return f"{parsed.name} ({parsed.file})" if parsed.file else frame
+    """The table's key for a frame: ``function (file)``, without the line that changes per run.
+
+    What ``parse_frame`` splits, without making a Frame (this runs once per distinct frame).
+    """
+    match = FRAME_PATTERN.match(frame)
+    if match is None or not match["file"]:
+        return frame
+    return f"{match['name']} ({match['file']})"
+
+
+#: Counts from here on are not exact as floats: shares are then computed in Python.
+_EXACT = 2**53
 
 
 @dataclass(frozen=True)
@@ -97,25 +110,43 @@ class Shares:
 
 
 def shares(profile: Profile) -> Shares:
+    """Each function's self and total share, each caller -> callee edge's, each state's.
+
+    The counting is native (``_native.fold_stacks``); counts beyond 64 bits take the Python
+    implementation, which defines the same numbers.
+    """
     total = profile.total
     out = Shares()
     if total <= 0:
         return out
-    split = [(stack.split(";"), count, state_of(stack)) for stack, count in profile.stacks.items()]
-    unique: set[str] = set()
-    for frames, _, _ in split:
-        unique.update(frames)
-    keys = {text: function_of(text) for text in unique}
+    keys = {text: function_of(text) for text in _native.frame_names(profile.stacks)}
+    try:
+        self_, whole, edges, states = _native.fold_stacks(profile.stacks, keys)
+    except (OverflowError, TypeError):
+        self_, whole, edges, states = _fold_stacks(profile, keys)
+    out.self_ = {k: v / total for k, v in self_.items()}
+    out.total = {k: v / total for k, v in whole.items()}
+    out.edges = {k: v / total for k, v in edges.items()}
+    out.states = {k: v / total for k, v in states.items()}
+    return out
+
+
+_Counts = tuple[dict[str, int], dict[str, int], dict[tuple[str, str], int], dict[str, int]]
+
+
+def _fold_stacks(profile: Profile, keys: dict[str, str]) -> _Counts:
+    """``_native.fold_stacks`` in Python: self, total, edge and state counts."""
     self_: dict[str, int] = defaultdict(int)
     whole: dict[str, int] = defaultdict(int)
     edges: dict[tuple[str, str], int] = defaultdict(int)
     states: dict[str, int] = defaultdict(int)
     leaves = set(_STATE_LEAVES)
-    for frames, count, state in split:
+    for stack, count in profile.stacks.items():
+        state = state_of(stack)
         states[state] += count
         if state == "idle":
             continue  # waiting is not code's cost: it shows in the states line, not the tables
-        names = [keys[text] for text in frames]
+        names = [keys[text] for text in stack.split(";")]
         if state == "busy":
             self_[names[-1]] += count
         else:
@@ -125,11 +156,7 @@ def shares(profile: Profile) -> Shares:
         for pair in set(itertools.pairwise(names)):
             if pair[0] != pair[1]:
                 edges[pair] += count
-    out.self_ = {k: v / total for k, v in self_.items()}
-    out.total = {k: v / total for k, v in whole.items()}
-    out.edges = {k: v / total for k, v in edges.items()}
-    out.states = {k: v / total for k, v in states.items()}
-    return out
+    return self_, whole, edges, states
 
 
 @dataclass
@@ -166,18 +193,24 @@ def scaled(counts: dict[str, int], target: int) -> dict[str, int]:
 
 
 def _ranked(before: dict[str, float], after: dict[str, float]) -> list[Change]:
-    changes = [
-        Change(name, before.get(name, 0.0), after.get(name, 0.0))
-        for name in before.keys() | after.keys()
-    ]
-    changes = [c for c in changes if c.delta != 0]
-    changes.sort(key=lambda c: (-round(abs(c.delta), 12), -c.delta, c.frame))
-    return changes
+    """The changed frames, largest change (rounded to 12 digits) first, growth before shrink,
+    then by name."""
+    rows = []
+    for name in before.keys() | after.keys():
+        old, new = before.get(name, 0.0), after.get(name, 0.0)
+        delta = new - old  # Change.delta
+        if delta != 0:
+            rows.append((-round(abs(delta), 12), -delta, name, old, new))
+    rows.sort(key=lambda row: row[:3])
+    return [Change(name, old, new) for _, _, name, old, new in rows]
 
 
-def _carriers(before: Shares, after: Shares) -> dict[str, tuple[float, str, float, str]]:
+_Carriers = dict[str, tuple[float, str, float, str]]
+
+
+def _carriers(before: Shares, after: Shares) -> _Carriers:
     """Per caller: the callee whose edge share grew most and the one that shrank most."""
-    out: dict[str, tuple[float, str, float, str]] = {}
+    out: _Carriers = {}
     get_before, get_after = before.edges.get, after.edges.get
     for key in before.edges.keys() | after.edges.keys():
         caller, callee = key
@@ -191,11 +224,42 @@ def _carriers(before: Shares, after: Shares) -> dict[str, tuple[float, str, floa
     return out
 
 
-def _total_changes(before: Shares, after: Shares) -> list[Change]:
+def compare_shares(
+    before: Profile, after: Profile, frames: list[str]
+) -> tuple[Shares, Shares, _Carriers]:
+    """Both profiles' shares (without edges) and their carriers (``_carriers``), natively when
+    the counts are exact as floats; ``frames``: the distinct frames of both profiles."""
+    keys = {text: function_of(text) for text in frames}
+    if 0 < before.total < _EXACT and 0 < after.total < _EXACT:
+        try:
+            a, b, carriers = _native.diff_shares(before.stacks, after.stacks, keys)
+        except (OverflowError, TypeError):
+            pass
+        else:
+            return _from_counts(a, before.total), _from_counts(b, after.total), carriers
+    a_shares, b_shares = shares(before), shares(after)
+    return a_shares, b_shares, _carriers(a_shares, b_shares)
+
+
+def _from_counts(
+    counts: tuple[dict[str, int], dict[str, int], dict[str, int]], total: int
+) -> Shares:
+    self_, whole, states = counts
+    return Shares(
+        self_={k: v / total for k, v in self_.items()},
+        total={k: v / total for k, v in whole.items()},
+        states={k: v / total for k, v in states.items()},
+    )
+
+
+def _total_changes(
+    before: Shares, after: Shares, carriers: _Carriers | None = None
+) -> list[Change]:
     """Total-share changes where they happen: a caller that passes its change whole to one
     callee is folded into that callee's row, named in its ``via`` (nearest caller first)."""
     ranked = _ranked(before.total, after.total)
-    carriers = _carriers(before, after)
+    if carriers is None:
+        carriers = _carriers(before, after)
     passed: dict[str, str] = {}
     for change in ranked:
         up, up_to, down, down_to = carriers.get(change.frame, (0.0, "", 0.0, ""))
@@ -246,13 +310,14 @@ def verdict(before_total: int, after_total: int, scale: float | None) -> str:
 
 def diff_profiles(before: Profile, after: Profile, *, normalize: bool = False) -> Diff:
     """Compares two profiles; ``normalize`` scales before's counts to after's total."""
-    before = normalize_names(before)
-    after = normalize_names(after)
-    a_shares, b_shares = shares(before), shares(after)
+    before, before_frames = _normalized(before)
+    after, after_frames = _normalized(after)
+    frames = list(dict.fromkeys(before_frames + after_frames))
+    a_shares, b_shares, carriers = compare_shares(before, after, frames)
     self_changes = [
         c for c in _ranked(a_shares.self_, b_shares.self_) if c.frame not in _STATE_LEAVES
     ]
-    total_changes = _total_changes(a_shares, b_shares)
+    total_changes = _total_changes(a_shares, b_shares, carriers)
     state_changes: list[Change] = []
     if before.marked and after.marked:
         state_changes = [

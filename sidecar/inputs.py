@@ -5,10 +5,14 @@ from __future__ import annotations
 import os
 import re
 import sys
+from typing import TYPE_CHECKING
 
 from sidecar.errors import ProfileFormatError, SidecarError
 from sidecar.profile import Profile, parse_folded
 from sidecar.svg import MAX_SVG_BYTES, read_svg
+
+if TYPE_CHECKING:
+    from concurrent.futures import Executor
 
 #: Inputs above this size are refused before they are read.
 MAX_INPUT_BYTES = MAX_SVG_BYTES
@@ -84,24 +88,57 @@ PARALLEL_BYTES = 8 * 1024 * 1024
 
 
 def load_profiles(first: str, second: str) -> tuple[Profile, Profile]:
-    """Reads two profiles; large ones in parallel (the first in a forked worker process)."""
+    """Reads two profiles; large ones in parallel.
+
+    inferno SVGs are read natively with the GIL released, so a thread reads the first while
+    this one reads the second; anything else is read by Python, where only a second process
+    reads in parallel: a forked worker then reads the first.
+    """
     sizes = _size(first), _size(second)
     for path, size in zip((first, second), sizes, strict=True):
         if size > MAX_INPUT_BYTES:  # refuse before any work on the other input
             read_input(path)
-    if sum(sizes) < PARALLEL_BYTES or not _can_fork():
+    if sum(sizes) < PARALLEL_BYTES:
+        return load_profile(first), load_profile(second)
+    if _native_reads(first) and _native_reads(second):
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=1) as threads:
+            return _both(threads, first, second)
+    if not _can_fork():
         return load_profile(first), load_profile(second)
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork")) as pool:
-        pending = pool.submit(load_profile, first)
-        try:
-            other = load_profile(second)
-        except BaseException:
-            pending.cancel()
-            raise
-        return pending.result(), other
+        return _both(pool, first, second)
+
+
+def _both(pool: Executor, first: str, second: str) -> tuple[Profile, Profile]:
+    pending = pool.submit(load_profile, first)
+    try:
+        other = load_profile(second)
+    except BaseException:
+        pending.cancel()
+        raise
+    return pending.result(), other
+
+
+def _native_reads(path: str) -> bool:
+    """Whether the file looks like an inferno SVG (its frames container near the start), which
+    the native reader reads without the GIL; the reader itself decides."""
+    if path == "-":
+        return False
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(_HEAD_BYTES)
+    except OSError:
+        return False
+    return sniff(head) == "svg" and b'<svg id="frames"' in head
+
+
+#: inferno writes its script (about 30 KB) and header before the frames container.
+_HEAD_BYTES = 256 * 1024
 
 
 def _size(path: str) -> int:

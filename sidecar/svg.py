@@ -16,10 +16,15 @@ laughs, external entities), external entity references and parameter entities ar
 resolved, nothing is fetched, nesting deeper than ``MAX_DEPTH`` is refused, and so is a document
 above ``MAX_SVG_BYTES``.
 
-Large inferno SVGs take a fast path: when the frames container holds nothing but a contiguous run
-of inferno's one frame template (checked by a pattern, byte for byte), expat still checks the
-whole document but the frames are read by the pattern, without a Python call per element. Any
-other SVG, or anything unexpected, goes through the general reader; the tests compare the two.
+inferno's SVGs (py-spy's, sidecar's) are read natively by ``read_svg``: the native reader
+(native/src/svgread.rs, quick-xml with checks at least as strict as the ones above) answers only
+for a document it proves well-formed, free of any DTD subset and of inferno's exact structure,
+and folds the frames into stacks as this module does; for anything else, and for every error,
+it steps aside and this module reads the document. ``read_flamegraph`` keeps a fast path of its
+own: when the frames container holds nothing but a contiguous run of inferno's one frame
+template (checked by a pattern, byte for byte), expat still checks the whole document but the
+frames are read by the pattern, without a Python call per element. Any other SVG, or anything
+unexpected, goes through the general reader; the tests compare all three.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import NoReturn
 from xml.parsers import expat
 
+from sidecar import _native
 from sidecar.errors import ProfileFormatError
 from sidecar.profile import Profile, state_of
 
@@ -200,6 +206,9 @@ _FAST_FRAME = re.compile(
     rb'<rect x="[^"<]*" y="(\d+)" width="[^"<]*" height="\d+" fill="[^"<]*" '
     rb'fg:x="(\d+)" fg:w="(\d+)"/><text[^<>]*>[^<]*</text>(?:</a>)?</g>)'
 )
+#: A CR (expat turns CR LF into LF) or an undeclared entity reference (expat skips those when
+#: the document has an external DTD subset, as inferno's does): the general reader decides.
+_FAST_UNSURE = re.compile(rb"\r|&(?!(?:lt|gt|amp|quot|apos|#[0-9]+|#x[0-9a-fA-F]+);)")
 #: (whole frame, name, title count, differential part, y, fg:x, fg:w)
 _FastFrame = tuple[bytes, bytes, bytes, bytes, bytes, bytes, bytes]
 
@@ -219,6 +228,8 @@ def _fast_region(data: bytes) -> _Fast | None:
     found = _FAST_FRAME.findall(data, begin, end)
     if not found or sum(len(f[0]) for f in found) != end - begin:
         return None
+    if _FAST_UNSURE.search(data, begin, end):
+        return None  # text that expat changes (CR) or entity references it skips
     return match.start(), begin, end, found
 
 
@@ -279,11 +290,7 @@ def read_flamegraph(data: bytes, source: str = "input", *, fast: bool = True) ->
 
     ``fast=False`` skips the fast path for inferno's own frames (the tests compare the two).
     """
-    if len(data) > MAX_SVG_BYTES:
-        raise ProfileFormatError(
-            f"{source}: refused: {len(data) / 1e6:,.0f} MB is above the "
-            f"{MAX_SVG_BYTES // (1024 * 1024)} MB limit for an SVG"
-        )
+    _check_size(data, source)
     raw = _scan(data, source, allow_fast=fast)
     if raw.root != "svg":
         what = f"<{raw.root}>" if raw.root else "no element"
@@ -299,6 +306,14 @@ def read_flamegraph(data: bytes, source: str = "input", *, fast: bool = True) ->
     graph = _exact(raw, source) if exact else _geometric(raw, source)
     _link(graph, source)
     return graph
+
+
+def _check_size(data: bytes, source: str) -> None:
+    if len(data) > MAX_SVG_BYTES:
+        raise ProfileFormatError(
+            f"{source}: refused: {len(data) / 1e6:,.0f} MB is above the "
+            f"{MAX_SVG_BYTES // (1024 * 1024)} MB limit for an SVG"
+        )
 
 
 def _frames_from(
@@ -378,20 +393,30 @@ def _exact(raw: _Raw, source: str) -> FlameGraph:
         for f in frames
         if f.title_count is not None and abs(f.title_count - f.count * graph.factor) > 1
     ]
+    graph.notes += _exact_notes(
+        len(off), off[0].name if off else None, graph.factor, raw.total_samples, root.count
+    )
+    return graph
+
+
+def _exact_notes(
+    off: int, first_off: str | None, factor: float, declared: str | None, total: int
+) -> list[str]:
+    """Notes on an inferno graph: titles that disagree with fg:w, --factor, total_samples."""
+    notes = []
     if off:
-        graph.notes.append(
-            f"{len(off):,} frame titles disagree with their fg:w sample counts "
-            f"(first: {off[0].name!r}); the fg:w counts are used"
+        notes.append(
+            f"{off:,} frame titles disagree with their fg:w sample counts "
+            f"(first: {first_off!r}); the fg:w counts are used"
         )
-    if not math.isclose(graph.factor, 1.0, rel_tol=1e-3):
-        graph.notes.append(
-            f"the titles show counts scaled by {graph.factor:.6g} (--factor); "
+    if not math.isclose(factor, 1.0, rel_tol=1e-3):
+        notes.append(
+            f"the titles show counts scaled by {factor:.6g} (--factor); "
             "the profile keeps the unscaled fg:w counts"
         )
-    declared = raw.total_samples
-    if declared is not None and declared.isdigit() and int(declared) != root.count:
-        graph.notes.append(f"total_samples={declared} but the root frame holds {root.count:,}")
-    return graph
+    if declared is not None and declared.isdigit() and int(declared) != total:
+        notes.append(f"total_samples={declared} but the root frame holds {total:,}")
+    return notes
 
 
 def _geometric(raw: _Raw, source: str) -> FlameGraph:
@@ -584,8 +609,19 @@ def to_profile(graph: FlameGraph, source: str = "input") -> Profile:
         )
     if not profile.stacks:
         raise ProfileFormatError(f"{source}: the flamegraph has no samples")
-    notes = list(graph.notes)
-    if graph.differential:
+    profile.notes = _notes(
+        graph.notes, graph.differential, renamed, negative, _pruning(graph, root_self)
+    )
+    profile.marked = any(state_of(s) != "busy" for s in profile.stacks)
+    return profile
+
+
+def _notes(
+    graph_notes: list[str], differential: bool, renamed: int, negative: int, pruned: str
+) -> list[str]:
+    """A profile's notes: the graph's, then what reading its frames into stacks changed."""
+    notes = list(graph_notes)
+    if differential:
         notes.append("a differential flamegraph: read as its 'after' side (the frame widths)")
     if renamed:
         notes.append(
@@ -597,23 +633,23 @@ def to_profile(graph: FlameGraph, source: str = "input") -> Profile:
             f"the titles' counts are rounded (--factor?): {negative:,} samples of children "
             "exceed their parents' counts and were not given to the parents' self time"
         )
-    pruned = _pruning(graph, root_self)
     if pruned:
         notes.append(pruned)
-    profile.notes = notes
-    profile.marked = any(state_of(s) != "busy" for s in profile.stacks)
-    return profile
+    return notes
 
 
 def _pruning(graph: FlameGraph, root_self: int) -> str:
     """A note when frames were (probably) left out for being too narrow, else ''."""
-    total = graph.total
-    if total <= 0:
-        return ""
     smallest = min((f.count for f in graph.frames[1:] if f.count > 0), default=0)
     # Default minimum widths: inferno 0.1% of the graph, flamegraph.pl 0.1 px of the frames.
     root_width = graph.frames[0].width
     threshold = 0.001 if graph.exact or not root_width else 0.1 / root_width
+    return _pruning_note(graph.total, smallest, threshold, root_self)
+
+
+def _pruning_note(total: int, smallest: int, threshold: float, root_self: int) -> str:
+    if total <= 0:
+        return ""
     narrowest = smallest / total
     likely = (
         smallest >= 2 and 1 / total < threshold and 0.9 * threshold <= narrowest < 2 * threshold
@@ -631,5 +667,26 @@ def _pruning(graph: FlameGraph, root_self: int) -> str:
 
 
 def read_svg(data: bytes, source: str = "input") -> Profile:
-    """A flamegraph SVG (bytes) as a Profile; ProfileFormatError for anything else."""
+    """A flamegraph SVG (bytes) as a Profile; ProfileFormatError for anything else.
+
+    inferno's SVGs are read natively when the document is provably inferno's (see
+    native/src/svgread.rs); anything else, including every error, comes from the Python
+    reader.
+    """
+    _check_size(data, source)
+    read = _native.read_inferno_svg(data, max_depth=MAX_DEPTH)
+    if read is not None:
+        return _inferno_profile(read)
     return to_profile(read_flamegraph(data, source), source)
+
+
+def _inferno_profile(read: _native.InfernoRead) -> Profile:
+    """The Profile of the native reader's answer, with the notes the Python reader gives."""
+    total = read["total"]
+    factor = read["root_title_count"] / total if total else 1.0
+    graph_notes = _exact_notes(read["off"], read["first_off"], factor, read["total_samples"], total)
+    pruned = _pruning_note(total, read["smallest"], 0.001, read["root_self"])
+    profile = Profile(stacks=read["stacks"])
+    profile.notes = _notes(graph_notes, read["differential"], read["renamed"], 0, pruned)
+    profile.marked = any(state_of(s) != "busy" for s in profile.stacks)
+    return profile

@@ -15,10 +15,22 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_svg import STACKS
 
-from sidecar.diff import diff_profiles, normalize_frame, report, scaled, shares
+from sidecar import _native
+from sidecar.diff import (
+    Shares,
+    _carriers,
+    _fold_stacks,
+    compare_shares,
+    diff_profiles,
+    function_of,
+    normalize_frame,
+    report,
+    scaled,
+    shares,
+)
 from sidecar.errors import ProfileFormatError
 from sidecar.inputs import PARALLEL_BYTES, load_profile, load_profiles
-from sidecar.profile import IDLE_LEAF, Profile, parse_folded
+from sidecar.profile import BLOCKED_LEAF, IDLE_LEAF, Profile, parse_folded, parse_frame
 from sidecar.render import RenderOptions, render_svg
 from sidecar.svg import read_flamegraph, read_svg
 
@@ -46,6 +58,103 @@ def test_diff_of_a_profile_with_itself_shows_no_change(
         _, before, after = line.rsplit(" ", 2)
         assert before == after
     assert report(diff)[0] == "no frame changed its share of the samples"
+
+
+# Frames as profilers write them: several lines of one function, state leaves (also where
+# they are no leaf), names that only look like a location, and the empty name.
+_FRAMES = st.sampled_from(
+    [
+        "main (app.py:1)",
+        "main (app.py:2)",
+        "work (lib/w.py:10)",
+        "work (lib/w.py:-3)",
+        "work (other.py:10)",
+        "f",
+        "f (not a location)",
+        "g ()",
+        "h (x:y:3)",
+        "",
+        "é (ü.py:1)",
+        IDLE_LEAF,
+        BLOCKED_LEAF,
+        "select" + BLOCKED_LEAF,
+    ]
+)
+_DIFF_STACKS = st.dictionaries(
+    st.lists(_FRAMES, min_size=1, max_size=8).map(";".join),
+    st.integers(min_value=1, max_value=10**6),
+    min_size=1,
+    max_size=25,
+)
+
+
+def _python_shares(before: Profile, after: Profile) -> tuple[Shares, Shares, dict[str, object]]:
+    a, b = _python_fold(before), _python_fold(after)
+    return a, b, _carriers(a, b)
+
+
+def _python_fold(profile: Profile) -> Shares:
+    keys = {t: function_of(t) for s in profile.stacks for t in s.split(";")}
+    self_, whole, edges, states = _fold_stacks(profile, keys)
+    total = profile.total
+    return Shares(
+        self_={k: v / total for k, v in self_.items()},
+        total={k: v / total for k, v in whole.items()},
+        edges={k: v / total for k, v in edges.items()},
+        states={k: v / total for k, v in states.items()},
+    )
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(before=_DIFF_STACKS, after=_DIFF_STACKS)
+def test_native_counts_and_carriers_are_the_python_ones(
+    before: dict[str, int], after: dict[str, int]
+) -> None:
+    a, b = _profile(before), _profile(after)
+    for profile in (a, b):
+        keys = {t: function_of(t) for t in _native.frame_names(profile.stacks)}
+        assert set(keys) == {t for s in profile.stacks for t in s.split(";")}
+        assert _native.fold_stacks(profile.stacks, keys) == _fold_stacks(profile, keys)
+        assert shares(profile) == _python_fold(profile)
+    frames = list(dict.fromkeys(_native.frame_names(a.stacks) + _native.frame_names(b.stacks)))
+    native_a, native_b, carriers = compare_shares(a, b, frames)
+    python_a, python_b, python_carriers = _python_shares(a, b)
+    for native, python in ((native_a, python_a), (native_b, python_b)):
+        assert (native.self_, native.total, native.states) == (
+            python.self_,
+            python.total,
+            python.states,
+        )
+    # Callers without a change are the same as absent ones.
+    nothing = (0.0, "", 0.0, "")
+    assert {k: v for k, v in carriers.items() if v != nothing} == {
+        k: v for k, v in python_carriers.items() if v != nothing
+    }
+
+
+def test_function_of_is_parse_frames_key() -> None:
+    for text in [
+        "main (app.py:1)",
+        "f",
+        "g ()",
+        "h (x:y:3)",
+        "x (a.py:١٢)",
+        "n (:3)",
+        "a\n (b.py:1)",
+    ]:
+        parsed = parse_frame(text)
+        assert function_of(text) == (f"{parsed.name} ({parsed.file})" if parsed.file else text)
+
+
+def test_counts_beyond_floats_take_the_python_path() -> None:
+    big = _profile({"main;a": 2**60, "main;b": 1})
+    other = _profile({"main;a": 1, "main;b": 2**60})
+    frames = ["main", "a", "b"]
+    native_a, _, carriers = compare_shares(big, other, frames)
+    python_a, _, python_carriers = _python_shares(big, other)
+    assert native_a.total == python_a.total and carriers == python_carriers
+    huge = _profile({"main;a": 2**70})
+    assert shares(huge) == _python_fold(huge)
 
 
 def test_diff_of_the_same_profile_read_as_svg_and_as_folded() -> None:

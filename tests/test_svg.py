@@ -15,11 +15,19 @@ from helpers import PYTHON, ROOT, LoadDriver, Spawner, sidecar
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sidecar import _native
 from sidecar.errors import ProfileFormatError
 from sidecar.inputs import load_profile, parse_profile, sniff
-from sidecar.profile import BLOCKED_LEAF, IDLE_LEAF, parse_folded
+from sidecar.profile import BLOCKED_LEAF, IDLE_LEAF, Profile, parse_folded
 from sidecar.render import RenderOptions, render_svg
-from sidecar.svg import PRUNED_FRAME, SEMICOLON_STANDIN, read_flamegraph, read_svg, to_profile
+from sidecar.svg import (
+    MAX_DEPTH,
+    PRUNED_FRAME,
+    SEMICOLON_STANDIN,
+    read_flamegraph,
+    read_svg,
+    to_profile,
+)
 
 GOLDEN = ROOT / "tests" / "golden"
 BLESS = os.environ.get("SIDECAR_BLESS") == "1"
@@ -78,6 +86,189 @@ def test_fast_and_general_readers_agree(
     assert fast.frames == general.frames
     assert to_profile(fast).stacks == to_profile(general).stacks
     assert to_profile(fast).notes == to_profile(general).notes
+
+
+# --- the native reader against the Python reader -------------------------------------------
+
+
+def _native_read(svg: bytes) -> Profile | None:
+    """The profile read_svg makes of the native reader's answer, None if it stepped aside."""
+    from sidecar.svg import _inferno_profile
+
+    read = _native.read_inferno_svg(svg, max_depth=MAX_DEPTH)
+    return None if read is None else _inferno_profile(read)
+
+
+def _python_read(svg: bytes) -> Profile:
+    return to_profile(read_flamegraph(svg, fast=False))
+
+
+def _same_profile(native: Profile, python: Profile) -> None:
+    assert list(native.stacks.items()) == list(python.stacks.items())  # same order too
+    assert native.notes == python.notes
+    assert native.marked == python.marked
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    stacks=STACKS,
+    inverted=st.booleans(),
+    min_width=st.sampled_from([0, 0.1, 5.0]),
+    factor=st.sampled_from([1.0, 0.1, 3.0]),
+)
+def test_native_and_python_readers_agree(
+    stacks: dict[str, int], inverted: bool, min_width: float, factor: float
+) -> None:
+    lines = sorted(f"{s} {c}" for s, c in stacks.items())
+    svg = _native.render_svg(lines, min_width=min_width, inverted=inverted, factor=factor)
+    native = _native_read(svg.encode())
+    assert native is not None  # inferno's own SVGs are read natively
+    _same_profile(native, _python_read(svg.encode()))
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+@given(before=STACKS, after=STACKS, inverted=st.booleans())
+def test_native_and_python_readers_agree_on_differential_graphs(
+    before: dict[str, int], after: dict[str, int], inverted: bool
+) -> None:
+    lines = _native.diff_folded(
+        [f"{s} {c}" for s, c in before.items()], [f"{s} {c}" for s, c in after.items()]
+    )
+    for min_width in (0.1, 0):
+        svg = _native.render_svg(lines, min_width=min_width, inverted=inverted).encode()
+        native = _native_read(svg)
+        try:
+            python = _python_read(svg)
+        except ProfileFormatError:
+            # Zero-width frames (gone in AFTER) drawn with min width 0 can sit beside their
+            # parent; the Python reader refuses that, and so must read_svg.
+            assert min_width == 0 and native is None
+            continue
+        assert native is not None
+        _same_profile(native, python)
+        assert any("differential" in note for note in native.notes)
+
+
+# Edits of an inferno SVG that XML, expat or inferno's template care about.
+_EDITS = [
+    '<!DOCTYPE svg [<!ENTITY a "b">]>',
+    "&a;",
+    "&mp;",
+    "&#0;",
+    "&#x1F;",
+    "&#65;",
+    "&amp;",
+    "&lt",
+    "<?pi x?>",
+    "<!-- a -- b -->",
+    "<!-- ok -->",
+    "]]>",
+    "<![CDATA[x]]>",
+    "<g>",
+    "</g>",
+    "<g/>",
+    "<title>x (1 samples, 1%)</title>",
+    '<rect x="1" y="1" width="1" height="1" fg:x="0" fg:w="1"/>',
+    "\r\n",
+    "\r",
+    " ",
+    "\t",
+    '"',
+    "'",
+    "<",
+    ">",
+    "&",
+    "=",
+    "/",
+    ";",
+    "(",
+    ")",
+    ",",
+    "%",
+    "1",
+    '<a b="1" b="2"/>',
+    '<a b="1"c="2"/>',
+    "<1a/>",
+    "<svg>",
+    "</svg>",
+    'id="frames" ',
+    "\x01",
+    "\x00",
+    "\ufffe",
+    "é",
+    "<!DOCTYPE svg>",
+    '<?xml version="1.0"?>',
+]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    stacks=STACKS,
+    inverted=st.booleans(),
+    edits=st.lists(
+        st.tuples(
+            st.floats(0, 1),
+            st.one_of(
+                st.sampled_from(_EDITS).map(lambda e: e.encode().decode("unicode_escape")),
+                st.integers(1, 40),  # or cut this many bytes
+            ),
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+)
+def test_native_reader_never_accepts_what_the_python_reader_reads_otherwise(
+    stacks: dict[str, int], inverted: bool, edits: list[tuple[float, str | int]]
+) -> None:
+    svg = _render(stacks, min_width=0, inverted=inverted)
+    for where, edit in edits:
+        at = int(where * len(svg))
+        if isinstance(edit, int):
+            svg = svg[:at] + svg[at + edit :]
+        else:
+            svg = svg[:at] + edit.encode("utf-8", "surrogatepass") + svg[at:]
+    native = _native_read(svg)
+    try:
+        python = _python_read(svg)
+    except ProfileFormatError as err:
+        assert native is None, err
+        with pytest.raises(ProfileFormatError, match=re.escape(str(err))):
+            read_svg(svg)
+        return
+    if native is not None:
+        _same_profile(native, python)
+    _same_profile(read_svg(svg), python)
+
+
+def test_undeclared_entities_and_carriage_returns_read_as_expat_reads_them() -> None:
+    # inferno's DOCTYPE names an external subset: expat then skips undeclared entities.
+    for edit in ("&mp;", "\r\n", "\r"):
+        svg = _render({"a;b": 3, "a;c": 2}, min_width=0).replace(
+            b"<title>b (", f"<title>{edit}b (".encode()
+        )
+        assert _native_read(svg) is None
+        python = _python_read(svg)
+        assert read_flamegraph(svg).frames == read_flamegraph(svg, fast=False).frames
+        _same_profile(read_svg(svg), python)
+
+
+def test_native_reader_steps_aside_for_other_svgs_and_hostile_input(tmp_path: Path) -> None:
+    stacks = parse_folded(GOLDEN_INPUT).stacks
+    assert _native_read(flamegraph_pl_svg(stacks, minwidth=0, seed=7).encode()) is None
+    for name in HOSTILE:
+        data = _hostile(tmp_path, name).read_bytes()
+        if len(data) < 1024 * 1024:
+            assert _native_read(data) is None, name
+    deep = "<svg>" + "<svg>" * MAX_DEPTH + "</svg>" * MAX_DEPTH + "</svg>"
+    assert _native.read_inferno_svg(deep.encode(), max_depth=MAX_DEPTH) is None
+    # Nesting within the limit but deeper than the caller allows: left to the Python reader.
+    svg = _render(stacks, min_width=0)
+    assert _native.read_inferno_svg(svg, max_depth=MAX_DEPTH) is not None
+    assert _native.read_inferno_svg(svg, max_depth=3) is None
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])

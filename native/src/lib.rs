@@ -1,8 +1,11 @@
 //! `sidecar._native`: the sampler and the renderers, with plain Python types at the boundary.
 
 mod errors;
+mod fxhash;
 mod render;
 mod sampler;
+mod shares;
+mod svgread;
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -263,5 +266,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(render_svg, m)?)?;
     m.add_function(wrap_pyfunction!(diff_folded, m)?)?;
     m.add_function(wrap_pyfunction!(process_start_time, m)?)?;
+    m.add_function(wrap_pyfunction!(svgread::read_inferno_svg, m)?)?;
+    shares::register(m)?;
     Ok(())
 }
