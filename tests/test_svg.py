@@ -286,8 +286,19 @@ def test_inferno_round_trip_with_pruning_keeps_the_total(
         assert 0 < count <= covered
 
 
+#: flamegraph.pl writes x and width with one decimal (and by default omits frames under 0.1 px),
+#: so a frame narrower than that has no position to recover: the geometry round trip is for
+#: frames at least ~1.5 px wide (200 of at most 30 x 5000 samples across 1180 px).
+RESOLVABLE_STACKS = st.dictionaries(
+    st.lists(NAMES, min_size=1, max_size=7).map(";".join),
+    st.integers(min_value=200, max_value=5000),
+    min_size=1,
+    max_size=30,
+)
+
+
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(stacks=STACKS, inverted=st.booleans(), seed=st.integers(0, 1000))
+@given(stacks=RESOLVABLE_STACKS, inverted=st.booleans(), seed=st.integers(0, 1000))
 def test_flamegraph_pl_geometry_round_trip(
     stacks: dict[str, int], inverted: bool, seed: int
 ) -> None:
