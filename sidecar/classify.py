@@ -12,10 +12,48 @@ Classification runs once per unique stack, never per sample.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from functools import lru_cache
+from collections.abc import Callable, Mapping, Sequence
+from typing import Generic, ParamSpec, TypeVar
 
 from sidecar.profile import BLOCKED_LEAF, IDLE_LEAF, Frame, parse_frame, state_of
+
+P = ParamSpec("P")
+R = TypeVar("R")
+#: Characters of stack text each cache below may hold (about as many bytes).
+CACHE_CHARS = 8 * 2**20
+
+
+class TextCache(Generic[P, R]):
+    """Results of a function of stack texts, all dropped at once when their keys add up to
+    ``limit`` characters: a bound on memory however deep the stacks (a bound on the count is
+    none: 65,536 stacks 2,000 frames deep are gigabytes)."""
+
+    def __init__(self, func: Callable[P, R], limit: int = CACHE_CHARS) -> None:
+        self.func = func
+        self.limit = limit
+        self.chars = 0
+        self.results: dict[object, R] = {}
+        self.__doc__ = func.__doc__
+        self.__name__ = func.__name__
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        key = (args, tuple(kwargs.items())) if kwargs else args
+        try:
+            return self.results[key]
+        except KeyError:
+            pass
+        result = self.func(*args, **kwargs)
+        size = sum(len(a) for a in args if isinstance(a, str)) + 64
+        if self.chars + size > self.limit:
+            self.cache_clear()
+        self.results[key] = result
+        self.chars += size
+        return result
+
+    def cache_clear(self) -> None:
+        self.results = {}
+        self.chars = 0
+
 
 #: Frames that enter an event loop: (function, file suffix). A suffix of "" matches any file.
 LOOP_ENTRIES: tuple[tuple[str, str], ...] = (
@@ -68,18 +106,20 @@ def code_frames(stack: str) -> list[Frame]:
     return frames
 
 
-@lru_cache(maxsize=65536)
-def is_loop_stack(stack: str) -> bool:
+def _is_loop_stack(stack: str) -> bool:
     """True when the stack belongs to a thread that runs an event loop."""
     return loop_entry_index(code_frames(stack)) is not None
 
 
-@lru_cache(maxsize=65536)
-def classify(stack: str, on_cpu: bool) -> str:
+def _classify(stack: str, on_cpu: bool) -> str:
     """The state of one sample: ``busy``, ``idle`` or ``blocked``."""
     if on_cpu:
         return "busy"
     return off_cpu_state(code_frames(stack))
+
+
+is_loop_stack = TextCache(_is_loop_stack)
+classify = TextCache(_classify)
 
 
 def off_cpu_state(frames: Sequence[Frame]) -> str:

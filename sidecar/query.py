@@ -264,6 +264,8 @@ class Reader:
             path: list[str] = []
             cursor = node
             while cursor and cursor not in memo:
+                if cursor not in nodes or len(path) > len(nodes):  # only a damaged file
+                    raise StoreUnavailable(f"the database is damaged: stack {node} is broken")
                 parent, frame = nodes[cursor]
                 path.append(frame)
                 cursor = parent

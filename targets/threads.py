@@ -39,7 +39,8 @@ def main() -> None:
         threading.Thread(target=waiter, args=(stop, i < args.busy), name=f"worker-{i}", daemon=True)
         for i in range(args.threads)
     ]
-    for thread in threads:
+    # the spinning ones last: while they hold the GIL, every start waits its turn for it
+    for thread in reversed(threads):
         thread.start()
     print("ready", flush=True)
     try:

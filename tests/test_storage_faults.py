@@ -18,6 +18,7 @@ import pytest
 from faultkit import Entry, Sidecars, integrity, query, record, window_ticks
 from helpers import PYTHON, ROOT, LoadDriver, Spawner, free_port, wait_until
 
+from sidecar.query import Range, Reader
 from sidecar.store import ProcessRecord, Store, StoreLocked, WindowBatch, Writer
 
 pytestmark = pytest.mark.faults
@@ -302,3 +303,76 @@ def test_writer_survives_what_it_cannot_write(tmp_path: Path) -> None:
     finally:
         writer.stop()
     assert query(tmp_path / "w.db", "SELECT COUNT(*) FROM windows") == [(1,)]
+
+
+def unique_window(key: tuple[int, int], start: int, number: int) -> WindowBatch:
+    """A window of stacks never seen before (generated code)."""
+    stacks = {
+        f"root (a.py:1);gen_{number} (g{number}.py:{number});leaf_{number}_{j} (l.py:{j})": j + 1
+        for j in range(20)
+    }
+    return WindowBatch(key, start, 10, 1, [(s, 1, "busy", c) for s, c in stacks.items()])
+
+
+def test_a_write_that_failed_leaves_no_stale_ids_behind(tmp_path: Path) -> None:
+    """A transaction that fails (here: the size cap) is rolled back; the ids it had interned
+    must go with it. They stayed cached and were given to other rows on the retry: stacks
+    named the wrong frames, or looped, and reading them hung the API at 100% CPU."""
+    db = tmp_path / "rollback.db"
+    store = Store(db, max_bytes=100_000)
+    record_ = ProcessRecord(1, 1, "python x.py", time.time())
+    store.attach(record_)
+    start = int(time.time()) // 10 * 10 - 4000
+    written: dict[int, WindowBatch] = {}
+    for number in range(400):
+        batch = unique_window(record_.key, start + 10 * number, number)
+        try:
+            store.write([batch])
+        except sqlite3.OperationalError as err:
+            assert "full" in str(err)
+            break
+        written[batch.start] = batch
+    else:
+        raise AssertionError("the cap was never reached")
+    store.db.execute("PRAGMA max_page_count = 1000000")  # room again: the same window retried
+    store.write([batch])
+    written[batch.start] = batch
+    store.close()
+    reader = Reader(db, 10)
+    for begin, batch in written.items():
+        profile = reader.profile(None, Range(begin, begin + 10))
+        assert profile.stacks == {stack: count for stack, _, _, count in batch.rows}
+    entry = Entry("a failed write, retried", "storage faults", rounds=len(written))
+    entry.fault("transaction rolled back by a full database")
+    record(entry)
+
+
+def test_a_full_database_of_unique_stacks_makes_room_and_writes_on(tmp_path: Path) -> None:
+    """--max-db-size with stacks that never repeat: evicting old windows alone frees nothing
+    (their stacks, nodes and frames stay), so eviction collects those too; the writer keeps
+    writing the newest windows, exactly."""
+    db = tmp_path / "capped.db"
+    writer = Writer(db, max_bytes=400_000)
+    writer.start()
+    key = (7, 7)
+    start = int(time.time()) // 10 * 10 - 20_000
+    try:
+        writer.submit(ProcessRecord(*key, "python gen.py", time.time()))
+        for number in range(600):
+            writer.submit(unique_window(key, start + 10 * number, number))
+            if number % 50 == 49:
+                assert wait_until(lambda: writer.health.backlog == 0, timeout=30), writer.health
+        assert writer.health.evicted_windows > 0 and writer.health.write_errors > 0
+        assert writer.health.windows_written == 600 and not writer.health.failing
+    finally:
+        writer.stop()
+    newest = [unique_window(key, start + 10 * n, n) for n in range(590, 600)]
+    reader = Reader(db, 10)
+    for batch in newest:
+        profile = reader.profile(None, Range(batch.start, batch.start + 10))
+        assert profile.stacks == {stack: count for stack, _, _, count in batch.rows}
+    assert integrity(db) == "ok"
+    entry = Entry("a size-capped database of unique stacks", "storage faults", rounds=600)
+    entry.fault("database full (--max-db-size)", writer.health.write_errors)
+    entry.lost = "the oldest windows, evicted by design to make room"
+    record(entry)

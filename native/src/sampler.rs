@@ -187,13 +187,19 @@ fn format_frame(name: &str, file: &str, line: i32) -> String {
         .collect()
 }
 
+/// What the frame and stack caches may hold, in bytes (about): a bound on size, not count,
+/// because 50,000 stacks 2,000 frames deep are gigabytes.
+const FRAME_CACHE_BYTES: usize = 16 << 20;
+const STACK_CACHE_BYTES: usize = 32 << 20;
+
 /// Caches formatted frames: code objects, file and function names rarely change between samples.
 #[derive(Default)]
 struct FrameCache {
     /// file → function → line → formatted frame: lookups borrow, so a hit allocates nothing.
     frames: HashMap<String, HashMap<String, HashMap<i32, Arc<str>>>>,
-    frame_count: usize,
+    frame_bytes: usize,
     stacks: HashMap<Vec<Arc<str>>, Arc<str>>,
+    stack_bytes: usize,
 }
 
 impl FrameCache {
@@ -214,10 +220,13 @@ impl FrameCache {
                 .join(";"),
         );
         // Bound the caches so a target that generates code cannot grow them forever.
-        if self.stacks.len() > 50_000 {
+        let cost = joined.len() + parts.len() * std::mem::size_of::<Arc<str>>() + 64;
+        if self.stack_bytes + cost > STACK_CACHE_BYTES {
             self.stacks.clear();
+            self.stack_bytes = 0;
         }
         self.stacks.insert(parts, joined.clone());
+        self.stack_bytes += cost;
         joined
     }
 
@@ -230,18 +239,19 @@ impl FrameCache {
         {
             return text.clone();
         }
-        if self.frame_count > 200_000 {
-            self.frames.clear();
-            self.frame_count = 0;
-        }
         let text: Arc<str> = Arc::from(format_frame(name, file, line));
+        let cost = 2 * text.len() + 128;
+        if self.frame_bytes + cost > FRAME_CACHE_BYTES {
+            self.frames.clear();
+            self.frame_bytes = 0;
+        }
         self.frames
             .entry(file.to_string())
             .or_default()
             .entry(name.to_string())
             .or_default()
             .insert(line, text.clone());
-        self.frame_count += 1;
+        self.frame_bytes += cost;
         text
     }
 }

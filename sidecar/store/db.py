@@ -30,6 +30,10 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 WAL_PAGES = 128
 #: SQLite result codes (primary, the low byte) that mean the file is not a sound database.
 CORRUPT_CODES = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB
+#: Interning caches: characters of stack text, and rows of nodes and frames, kept in memory.
+#: Bounded by size, not count: a count of deep stacks is no bound on memory.
+CACHE_CHARS = 16 * 2**20
+CACHE_ROWS = 200_000
 #: What ``Store.check_file`` finds; each is a reason for ``Store.recreate``.
 DELETED = "the database file was deleted"
 REPLACED = "the database file was replaced by another file"
@@ -135,6 +139,7 @@ class Store:
                 conn.close()
             raise
         self._stacks: dict[str, int] = {}
+        self._stack_chars = 0
         self._nodes: dict[tuple[int, int], int] = {}
         self._frames: dict[str, int] = {}
         self._processes: dict[ProcessKey, tuple[int, int]] = {}
@@ -238,7 +243,11 @@ class Store:
         try:
             yield
         except BaseException:
-            self.db.conn.rollback()
+            with suppress(sqlite3.Error):
+                self.db.conn.rollback()
+            # ids cached inside the transaction name rows that no longer exist (and will be
+            # given to other rows): kept, they would tie stacks into loops
+            self._forget()
             raise
         self.db.execute("COMMIT")
 
@@ -358,16 +367,18 @@ class Store:
             "INSERT OR IGNORE INTO stacks (id, loop, depth) VALUES (?, ?, ?)",
             (node, int(is_loop_stack(text)), len(code_frames(text))),
         )
-        if len(self._stacks) > 100_000 or len(self._nodes) > 500_000:
+        if self._stack_chars > CACHE_CHARS or len(self._nodes) + len(self._frames) > CACHE_ROWS:
             self._forget()
         self._stacks[text] = node
+        self._stack_chars += len(text) + 64
         return node
 
     def _forget(self) -> None:
         """Empties the interning caches (bounded memory; the database still has it all)."""
-        self._stacks.clear()
-        self._nodes.clear()
-        self._frames.clear()
+        self._stacks = {}
+        self._nodes = {}
+        self._frames = {}
+        self._stack_chars = 0
 
     def write(self, batches: list[WindowBatch]) -> int:
         """Writes windows in one transaction; returns the sample rows written."""

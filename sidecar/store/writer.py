@@ -244,6 +244,9 @@ class Writer:
                 self._room_made = evicted > 0
                 if evicted:
                     log.warning("database full: evicted the %d oldest windows", evicted)
+                    # stacks only they used go too: with stacks that never repeat, those are
+                    # most of the file, and evicting windows alone never makes room
+                    self.store.collect_stacks()
             except sqlite3.Error as again:
                 log.error("cannot free room in the database: %s", again)
             self.store.checkpoint()  # a WAL folded into the database frees its disk space
