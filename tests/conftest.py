@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from faultkit import Sidecars
 from helpers import REPORTS, LoadDriver, Spawner
 
 
@@ -24,6 +25,16 @@ def load() -> Iterator[LoadDriver]:
         yield driver
     finally:
         driver.close()
+
+
+@pytest.fixture
+def sidecars() -> Iterator[Sidecars]:
+    """Real `sidecar` processes for the fault suite, stopped when the test ends."""
+    started = Sidecars()
+    try:
+        yield started
+    finally:
+        started.close()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -14,7 +14,6 @@ import signal
 import sqlite3
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,15 +37,6 @@ from sidecar.store.schema import MIGRATIONS
 pytestmark = pytest.mark.faults
 
 ROUNDS = int(os.environ.get("SIDECAR_FAULT_ROUNDS", "60"))
-
-
-@pytest.fixture
-def sidecars() -> Iterator[Sidecars]:
-    started = Sidecars()
-    try:
-        yield started
-    finally:
-        started.close()
 
 
 def unhurt(target: Proc) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,15 +22,6 @@ pytestmark = pytest.mark.faults
 SECONDS = float(os.environ.get("SIDECAR_SCALE_SECONDS", "75"))
 #: The Kubernetes component limits the sidecar to 512 MiB; it must stay well below.
 RSS_LIMIT = 450 * 2**20
-
-
-@pytest.fixture
-def sidecars() -> Iterator[Sidecars]:
-    started = Sidecars()
-    try:
-        yield started
-    finally:
-        started.close()
 
 
 def test_thousand_threads_deep_recursion_and_unique_stacks(

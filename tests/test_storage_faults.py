@@ -27,15 +27,6 @@ KILL_ROUNDS = int(os.environ.get("SIDECAR_KILL_ROUNDS", "12"))
 
 
 @pytest.fixture
-def sidecars() -> Iterator[Sidecars]:
-    started = Sidecars()
-    try:
-        yield started
-    finally:
-        started.close()
-
-
-@pytest.fixture
 def heavy(spawn: Spawner, load: LoadDriver) -> list[int]:
     """Targets that keep the writer busy: new stacks all the time, many threads, a service
     under load."""
