@@ -6,7 +6,7 @@ export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(BIN)):$(PATH)
 NATIVE_SRC := $(wildcard native/src/*.rs) native/Cargo.toml native/Cargo.lock
 
-.PHONY: install demo test lint fmt bench clean
+.PHONY: install demo test soak lint fmt bench clean
 
 install: $(VENV)/.installed
 
@@ -25,6 +25,10 @@ demo: install
 
 test: install
 	$(BIN)/pytest
+
+# Ten minutes of sidecar + two targets under load (make test runs two); report in tests/reports/soak.md
+soak: install
+	SIDECAR_SOAK_SECONDS=600 $(BIN)/pytest tests/test_soak.py
 
 lint: install
 	$(BIN)/ruff check sidecar targets tests benchmarks
