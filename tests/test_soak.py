@@ -14,7 +14,6 @@ import contextlib
 import datetime
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,15 +26,6 @@ SECONDS = float(os.environ.get("SIDECAR_SOAK_SECONDS", "120"))
 RETENTION = int(min(180.0, max(30.0, SECONDS * 0.3)))
 MAINTENANCE = 30.0  # the writer prunes every 30 s
 WARM_UP = RETENTION + MAINTENANCE + 10
-
-
-@pytest.fixture
-def sidecars() -> Iterator[Sidecars]:
-    started = Sidecars()
-    try:
-        yield started
-    finally:
-        started.close()
 
 
 def db_bytes(db: Path) -> int:
