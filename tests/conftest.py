@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import faultkit
 import pytest
 from faultkit import Sidecars
 from helpers import REPORTS, LoadDriver, Spawner
@@ -40,3 +41,13 @@ def sidecars() -> Iterator[Sidecars]:
 @pytest.fixture(scope="session", autouse=True)
 def _reports_dir() -> None:
     REPORTS.mkdir(parents=True, exist_ok=True)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The fault suite's summary line, when it ran (the whole report: tests/reports/faults.md)."""
+    if not faultkit.RECORDED:
+        return
+    lines = faultkit.SUMMARY.read_text().splitlines()
+    headline = next((line.strip("*") for line in lines if line.startswith("**")), "")
+    terminalreporter.write_sep("-", "fault suite")
+    terminalreporter.write_line(f"{headline} (tests/reports/faults.md)")

@@ -25,6 +25,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 LEDGER = REPORTS / "faults.json"
 SUMMARY = REPORTS / "faults.md"
+#: Entries recorded in this pytest session (the terminal summary prints them).
+RECORDED: list[str] = []
 
 
 # -- a sidecar serve ------------------------------------------------------------------------
@@ -264,6 +266,7 @@ def record(entry: Entry) -> None:
     ledger[entry.test] = data
     LEDGER.write_text(json.dumps(ledger, indent=1, sort_keys=True))
     SUMMARY.write_text(render(ledger))
+    RECORDED.append(entry.test)
 
 
 def render(ledger: dict[str, Any]) -> str:

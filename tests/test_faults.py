@@ -36,7 +36,7 @@ from sidecar.store.schema import MIGRATIONS
 
 pytestmark = pytest.mark.faults
 
-ROUNDS = int(os.environ.get("SIDECAR_FAULT_ROUNDS", "60"))
+ROUNDS = int(os.environ.get("SIDECAR_FAULT_ROUNDS", "50"))
 
 
 def unhurt(target: Proc) -> None:
@@ -113,7 +113,7 @@ def test_sigkill_of_serve_blocking_never_leaves_targets_stopped(
     tor = spawn.target("tornado_app")
     load.start(aio.url + "/cpu?repeat=20", seconds=120, connections=2)
     load.start(tor.url + "/hard", seconds=120, connections=2)
-    rounds = max(5, ROUNDS // 6)
+    rounds = max(5, ROUNDS // 7)
     entry = Entry("serve --blocking killed mid-sample", "never hurt the target", rounds=rounds)
     db = tmp_path / "blocking.db"
     for _ in range(rounds):
@@ -142,7 +142,7 @@ def test_sigterm_during_a_write_burst_flushes_everything(
     fresh = spawn.target("generated", "--threads", "2")  # new stacks to intern all the time
     load.start(aio.url + "/cpu?repeat=20", seconds=120, connections=2)
     load.start(tor.url + "/hard", seconds=120, connections=2)
-    rounds = 3
+    rounds = 2
     entry = Entry("serve stopped by SIGTERM in a write burst", "never hurt the target")
     entry.rounds = rounds
     pids = [aio.pid, tor.pid, many.pid, fresh.pid]

@@ -23,7 +23,7 @@ from sidecar.store import ProcessRecord, Store, StoreLocked, WindowBatch, Writer
 
 pytestmark = pytest.mark.faults
 
-KILL_ROUNDS = int(os.environ.get("SIDECAR_KILL_ROUNDS", "12"))
+KILL_ROUNDS = int(os.environ.get("SIDECAR_KILL_ROUNDS", "10"))
 
 
 @pytest.fixture
@@ -182,7 +182,10 @@ def test_database_file_deleted_under_the_running_service(
     assert "the database file was deleted: started a new database" in server.log_text()
     entry = Entry("database file deleted under the service", "storage faults", rounds=1)
     entry.fault("database, WAL and shared memory files deleted")
-    entry.lost = "nothing but the deleted file (by whoever deleted it)"
+    entry.note(
+        "the deleted file's data went with it (deleted from outside); the writer's backlog, "
+        "the processes and every window after it are in the new database"
+    )
     record(entry)
 
 
@@ -238,7 +241,10 @@ def test_database_corrupted_under_the_running_service(
     entry.rounds = 1
     entry.fault(f"random bytes over the {damage} of the database and its WAL")
     entry.fault("start on the corrupt file (refused)")
-    entry.lost = "nothing but the corrupt file (kept aside)"
+    entry.note(
+        f"{damage}: the corrupt file is kept aside as NAME.corrupt-TIME; the API answered "
+        f"{sorted(statuses)} meanwhile, never 500"
+    )
     record(entry)
 
 
@@ -365,5 +371,8 @@ def test_a_full_database_of_unique_stacks_makes_room_and_writes_on(tmp_path: Pat
     assert integrity(db) == "ok"
     entry = Entry("a size-capped database of unique stacks", "storage faults", rounds=600)
     entry.fault("database full (--max-db-size)", writer.health.write_errors)
-    entry.lost = "the oldest windows, evicted by design to make room"
+    entry.note(
+        "the oldest windows are evicted by design to make room (--max-db-size); the "
+        "newest 10 are read back exactly"
+    )
     record(entry)
