@@ -85,7 +85,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
                   "1. req per target CPU-second × (1 − stopped)", "requests / s")  # fmt: skip
         elif panel == "p99":
             _legs(ax, results["overhead"], lambda r: r["paced"]["p99_us"] / 1000,
-                  "2. p99 latency at half saturation", "ms")  # fmt: skip
+                  "2. p99 latency at half saturation", "ms (log)")  # fmt: skip
+            ax.set_yscale("log")
         elif panel == "pauses":
             _pauses(ax, results["pauses"])
         elif panel == "cost":
@@ -165,4 +166,4 @@ def _rates(ax: Any, r: dict[str, Any]) -> None:
     ax.set_xlabel("asked rate (Hz)", fontsize=8)
     ax.set_ylabel("% late+missed (sidecar) / short (py-spy); 0 at 0.01", fontsize=7)
     ax.set_title("5. sampling rate: share of samples lost", fontsize=9)
-    ax.legend(fontsize=6)
+    ax.legend(fontsize=6, loc="upper left", framealpha=0.6)

@@ -284,11 +284,26 @@ def bounds(results: dict[str, Any]) -> list[str]:
         )
     r = results.get("rates")
     if r:
-        lines.append(
+        _, summary = rates_section(r)
+        text = (
             "- **Sampling rate (goal 5)** on a loaded machine also depends on policy: sidecar "
             "skips a tick it is a full period late for and counts it missed, and counts a tick "
             "late past a quarter period, so every scheduling delay of its thread shows, while "
             "py-spy catches up in a burst of back-to-back samples and reports nothing below "
-            "1 s behind. The *rt* ladder takes the machine's delays out of both."
+            "1 s behind. The *rt* ladder takes the machine's delays out of both"
         )
+        rt = summary.get("rt")
+        if rt:
+            best = rt["best"]
+            text += (
+                f": there sidecar stays under 1% late or missed up to "
+                f"{_hz(best['sidecar'], r['rates'])}, and counting only the samples it skips "
+                f"(py-spy's kind of figure) up to {_hz(rt['achieved'], r['rates'])}, against "
+                f"py-spy's {_hz(best['py-spy'], r['rates'])} (default) and "
+                f"{_hz(best['py-spy-nonblocking'], r['rates'])} (--nonblocking). Both read "
+                "through the same py-spy code; sidecar's tick adds the fold, a "
+                "`/proc/PID/stat` identity check and a sleep, so without its own reader it "
+                "cannot reach twice py-spy's rate"
+            )
+        lines.append(text + ".")
     return [*lines, ""]
