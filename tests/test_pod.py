@@ -6,10 +6,12 @@ UID 1001 with only CAP_SYS_PTRACE (or with no capability at all).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
 import urllib.request
@@ -89,7 +91,20 @@ class Pod:
         raise AssertionError("the app is not running")
 
     def stop(self) -> None:
-        self.popen.terminate()  # unshare's child is PID 1 of the namespace: all go with it
+        """Kills the namespace's PID 1 (the child of unshare): the kernel then ends every
+        process in the namespace. Stopping unshare alone would leave them running, and its
+        --kill-child cannot help: the parent-death signal is cleared when setpriv changes UID.
+        """
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == self.popen.pid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(entry), signal.SIGKILL)
         try:
             self.popen.wait(timeout=20)
         except subprocess.TimeoutExpired:
