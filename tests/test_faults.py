@@ -292,7 +292,7 @@ def test_exec_of_another_program_is_a_new_process_entry(
             and not found[(sleeper.pid, "targets.lifecycle ex")]["alive"]
         )
 
-    assert wait_until(settled, timeout=30), (server.targets(), server.log_text())
+    assert wait_until(settled, timeout=90), (server.targets(), server.log_text())
     alive = {t["cmdline"].split(" -m ")[1][:16]: t["alive"] for t in server.targets()}
     assert alive == {"targets.lifecycl": False, "targets.spin --d": True}, server.targets()
     assert server.stop() == 0
