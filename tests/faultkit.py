@@ -1,6 +1,7 @@
-"""Tools of the fault and abuse suite (tests/test_faults.py, test_hostile_http.py, test_scale.py,
-test_soak.py): a ``sidecar serve`` that logs to a file, /proc readings of a process (state,
-tracer, memory), database checks, and the ledger behind tests/reports/faults.md.
+"""Tools of the fault and abuse suite (tests/test_faults.py, test_storage_faults.py,
+test_hostile_http.py, test_scale.py, test_soak.py): a ``sidecar serve`` that logs to a file,
+/proc readings of a process (state, tracer, memory), database checks, and the ledger behind
+tests/reports/faults.md.
 """
 
 from __future__ import annotations
@@ -281,8 +282,10 @@ def render(ledger: dict[str, Any]) -> str:
     lines = [
         "# Fault and abuse suite: summary",
         "",
-        "Written by the tests marked `faults` (tests/test_faults.py, test_hostile_http.py, "
-        "test_scale.py, test_soak.py) as they pass; each row is the latest run of that test.",
+        "Written by the tests marked `faults` (tests/test_faults.py, test_storage_faults.py, "
+        "test_hostile_http.py, test_scale.py, test_soak.py) as they pass; each row is the "
+        "latest run of that test. Nothing lost means: no sample, window or process the sidecar "
+        "had was missing or attributed elsewhere afterwards.",
         "",
         f"**{len(rows)} tests · {rounds:,} rounds · {faults:,} faults injected · "
         f"{inputs:,} hostile inputs tried · lost: "

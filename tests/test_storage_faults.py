@@ -116,7 +116,8 @@ def test_full_disk_keeps_sampling_reports_and_recovers(
     on, /healthz and /metrics say so, the API answers; once there is room again the backlog
     is written: no second of the outage is missing from the database."""
     db = tiny_disk / "sidecar.db"
-    server = sidecars(db, "--window", "1", "--rate", "200", *selecting(heavy))
+    log = tiny_disk.parent / "sidecar.log"  # not on the full disk
+    server = sidecars(db, "--window", "1", "--rate", "200", *selecting(heavy), log=log)
     assert wait_until(lambda: len(window_ticks(db)) >= 6, timeout=30)
     filler = fill(tiny_disk)
     filled_at = int(time.time())
