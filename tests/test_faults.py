@@ -277,12 +277,14 @@ def test_exec_of_another_program_is_a_new_process_entry(
     """exec keeps PID and start time but runs another program: what the old program had stays
     with it; the new program is sampled as a new process entry of its own target."""
     db = tmp_path / "exec.db"
-    server = sidecars(db, "--window", "1", "--match", r"-m targets\.(lifecycle|spin) ")
     target = spawn.target(
-        "lifecycle", "exec", "--after", "3", "--", PYTHON, "-m", "targets.spin", "--depth", "4"
+        "lifecycle", "exec", "--after", "6", "--", PYTHON, "-m", "targets.spin", "--depth", "4"
     )
     # and one that execs a program that is not Python: its sampling ends, nothing loops
-    sleeper = spawn.target("lifecycle", "exec", "--after", "3", "--", "/bin/sleep", "60")
+    sleeper = spawn.target("lifecycle", "exec", "--after", "6", "--", "/bin/sleep", "60")
+    # by PID (exec keeps it): a command-line pattern could catch other runs' processes
+    pids = ["--pid", str(target.pid), "--pid", str(sleeper.pid)]
+    server = sidecars(db, "--window", "1", *pids)
 
     def settled() -> bool:
         found = {(t["pid"], t["cmdline"].split(" -m ")[1][:20]): t for t in server.targets()}
