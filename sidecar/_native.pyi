@@ -23,6 +23,8 @@ class SamplerStats(TypedDict):
     samples: int
     traces: int
     errors: int
+    #: non-blocking mode: torn reads of a running target that were read again in the same tick
+    retried: int
     late: int
     missed: int
     empty: int

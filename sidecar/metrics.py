@@ -38,6 +38,7 @@ class ServiceCollector(Collector):
         for name, help_text in (
             ("samples", "Sampling ticks that read a target's stacks"),
             ("errors", "Sampling ticks whose read failed while the target ran"),
+            ("retried", "Torn reads of a running target read again within the same tick"),
             ("late", "Sampling ticks that started late"),
             ("missed", "Sampling ticks skipped because the sampler fell behind"),
             ("dropped_windows", "Windows the sampler dropped because nobody drained them"),

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("sidecar.sessions")
 
 Key = tuple[int, int]
-COUNTERS = ("samples", "errors", "late", "missed", "dropped_windows", "dropped_samples")
+COUNTERS = ("samples", "errors", "retried", "late", "missed", "dropped_windows", "dropped_samples")
 Describe = Callable[[int], tuple[str, str]]
 
 

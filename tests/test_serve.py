@@ -318,6 +318,7 @@ def test_metrics_parse_and_errors_have_one_shape(spawn: Spawner, serve: Any) -> 
     for name in (
         "sidecar_sampler_samples",
         "sidecar_sampler_errors",
+        "sidecar_sampler_retried",
         "sidecar_sampling_lag_seconds",
         "sidecar_targets",
         "sidecar_store_bytes",

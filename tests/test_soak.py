@@ -136,6 +136,7 @@ def test_soak_memory_and_database_are_flat_after_warm_up(
         time.sleep(max(0.0, 2.0 - (time.monotonic() - began - elapsed)))
     health = server.health()
     sampler_errors = server.metric("sidecar_sampler_errors_total")
+    sampler_retried = server.metric("sidecar_sampler_retried_total")
     samples = server.metric("sidecar_sampler_samples_total")
     assert server.stop() == 0
     log = server.log_text()
@@ -157,8 +158,9 @@ def test_soak_memory_and_database_are_flat_after_warm_up(
         f"store: {health['store']['write_errors']} write errors, "
         f"{health['store']['dropped_windows']} dropped windows, "
         f"{health['store']['backlog']} messages waiting at the end",
-        f"sampler: {samples:,.0f} samples, {sampler_errors:,.0f} read errors (torn reads of "
-        "a running target in non-blocking mode, counted in /metrics; under 5% required)",
+        f"sampler: {samples:,.0f} samples, {sampler_retried:,.0f} torn reads of a running target "
+        f"read again, {sampler_errors:,.0f} ticks still failing after the retries (counted in "
+        "/metrics; under 1% required)",
         f"log: {len(log_errors)} error lines",
     ]
     report = write_report(
@@ -181,8 +183,8 @@ def test_soak_memory_and_database_are_flat_after_warm_up(
     assert not failed, failed[:5]
     assert health["store"]["write_errors"] == 0 and health["store"]["dropped_windows"] == 0
     assert not log_errors, log_errors[:5]
-    # torn reads of a running target (non-blocking mode) are counted, not hidden: a few
-    assert sampler_errors <= samples * 0.05
+    # torn reads of a running target are read again at once; what still fails is counted
+    assert sampler_errors <= samples * 0.01
 
     entry = Entry(f"soak {SECONDS:.0f} s", "soak", rounds=len(rows), inputs=calls)
     entry.fault("two targets under load for the whole run")

@@ -146,6 +146,7 @@ impl Sampler {
         dict.set_item("samples", stats.samples)?;
         dict.set_item("traces", stats.traces)?;
         dict.set_item("errors", stats.errors)?;
+        dict.set_item("retried", stats.retried)?;
         dict.set_item("late", stats.late)?;
         dict.set_item("missed", stats.missed)?;
         dict.set_item("empty", stats.empty)?;

@@ -68,6 +68,8 @@ pub struct Stats {
     pub traces: u64,
     /// Ticks whose read failed while the target was still alive.
     pub errors: u64,
+    /// Reads that failed while the target ran and were read again at once.
+    pub retried: u64,
     /// Ticks that started more than a quarter period after their deadline.
     pub late: u64,
     /// Ticks skipped entirely because the sampler fell a whole period behind.
@@ -189,6 +191,8 @@ fn format_frame(name: &str, file: &str, line: i32) -> String {
 
 /// What the frame and stack caches may hold, in bytes (about): a bound on size, not count,
 /// because 50,000 stacks 2,000 frames deep are gigabytes.
+/// How many times a torn read of a running target is read again within the same tick.
+const TORN_READ_RETRIES: u64 = 2;
 const FRAME_CACHE_BYTES: usize = 16 << 20;
 const STACK_CACHE_BYTES: usize = 32 << 20;
 
@@ -485,10 +489,19 @@ fn run(
         next += period;
 
         let read_start = Instant::now();
+        let mut retried = 0u64;
         let (result, pause) = if options.blocking {
             read_stopped(&mut spy, &mut python_threads)
         } else {
-            (spy.get_stack_traces(), None)
+            let mut result = spy.get_stack_traces();
+            // A running target can change its frames while they are read; such a torn read
+            // fails more often for deep, busy stacks, so dropping it would bias the profile
+            // toward idle. It is read again at once, a bounded number of times.
+            while result.is_err() && retried < TORN_READ_RETRIES {
+                retried += 1;
+                result = spy.get_stack_traces();
+            }
+            (result, None)
         };
         let read = read_start.elapsed().as_secs_f64();
         let wall = unix_now();
@@ -531,6 +544,7 @@ fn run(
         let mut guard = shared.lock().unwrap_or_else(|e| e.into_inner());
         let state = &mut *guard;
         state.stats.missed += missed;
+        state.stats.retried += retried;
         state.stats.lag_sum += lag;
         state.stats.lag_max = state.stats.lag_max.max(lag);
         if lag > period_s / 4.0 {
