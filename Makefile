@@ -24,6 +24,7 @@ demo: install
 	$(BIN)/sidecar demo
 
 test: install
+	cargo test --manifest-path native/Cargo.toml --release --quiet
 	$(BIN)/pytest
 
 # Ten minutes of sidecar + two targets under load (make test runs two); report in tests/reports/soak.md

@@ -42,6 +42,8 @@ class SamplerStats(TypedDict):
     pause_max: float
     pause_p99: float
     last_error: str | None
+    #: what reads the stacks: "walker (Python 3.11.7)", or "py-spy (...)" with the reason
+    reader: str
     state: Literal["running", "stopped", "exited"]
 
 class Sampler:
@@ -58,6 +60,7 @@ class Sampler:
         blocking: bool = False,
         window: float = 1.0,
         max_pending: int = 360,
+        reader: Literal["auto", "py-spy"] = "auto",
     ) -> None: ...
     @property
     def pid(self) -> int: ...

@@ -1,7 +1,8 @@
 """A plain Python process for sampler tests: ``python -m targets.spin [options]``.
 
 Spins on CPU (or sleeps, with --sleep) at the bottom of a recursion --depth frames deep, in
-functions with non-ASCII names when --unicode is given. Prints "ready" when it gets there.
+functions with non-ASCII names (Latin-1 and CJK) when --unicode is given. Prints "ready" when
+it gets there.
 """
 
 from __future__ import annotations
@@ -25,12 +26,16 @@ def nap(seconds: float | None) -> None:
         time.sleep(0.5)
 
 
+def 更に深く(work: object) -> None:
+    work()  # type: ignore[operator]
+
+
 def rückwärts_tiefer(depth: int, work: object) -> None:
     if depth > 1:
         rückwärts_tiefer(depth - 1, work)
     else:
         print("ready", flush=True)
-        work()  # type: ignore[operator]
+        更に深く(work)
 
 
 def deeper(depth: int, work: object) -> None:

@@ -6,6 +6,7 @@ import os
 import subprocess
 import threading
 import time
+from collections import Counter
 
 import pytest
 from helpers import Spawner, proc_status
@@ -134,3 +135,61 @@ def test_process_start_time_tells_processes_apart() -> None:
         first.kill()
         first.wait()
     assert _native.process_start_time(first.pid) is None
+
+
+def _stacks(sampler: _native.Sampler) -> Counter[tuple[str, str]]:
+    counts: Counter[tuple[str, str]] = Counter()
+    for window in sampler.drain(flush=True):
+        for _tid, name, _on_cpu, _gil, stack, count in window["stacks"]:
+            counts[(name, stack)] += count
+    return counts
+
+
+@pytest.mark.parametrize(
+    ("module", "args"),
+    [
+        ("aiohttp_app", ("--uvloop",)),
+        ("tornado_app", ()),
+        ("spin", ("--depth", "2000", "--sleep")),
+        ("spin", ("--depth", "300", "--unicode", "--sleep")),
+        ("threads", ("--threads", "50", "--busy", "0")),
+    ],
+)
+def test_walker_reads_the_same_stacks_as_pyspy(
+    spawn: Spawner, module: str, args: tuple[str, ...]
+) -> None:
+    """The own frame walker and py-spy, sampling the same idle target at the same time, see
+    the same stacks frame for frame: names (qualified, non-ASCII), files, lines, threads."""
+    target = spawn.target(module, *args)
+    with (
+        _native.Sampler(target.pid, rate_hz=50) as walker,
+        _native.Sampler(target.pid, rate_hz=50, reader="py-spy") as pyspy,
+    ):
+        time.sleep(2.0)
+        ours, theirs = _stacks(walker), _stacks(pyspy)
+        assert walker.stats()["reader"].startswith("walker (Python 3.11"), walker.stats()
+        assert pyspy.stats()["reader"] == "py-spy (asked for)"
+    assert set(ours) == set(theirs)
+    assert walker.stats()["errors"] == 0
+    depth = max(stack.count(";") + 1 for _name, stack in ours)
+    if "--depth" in args:
+        assert depth > int(args[args.index("--depth") + 1])
+    if "--unicode" in args:
+        assert any("更に深く (targets/spin.py:" in stack for _name, stack in ours)
+
+
+def test_walker_follows_a_busy_target(spawn: Spawner) -> None:
+    """On a target whose stacks change all the time, the walker's stacks are py-spy's: its
+    most frequent stacks are among those py-spy saw at the same time."""
+    target = spawn.target("threads", "--threads", "4", "--busy", "4")
+    with (
+        _native.Sampler(target.pid, rate_hz=200) as walker,
+        _native.Sampler(target.pid, rate_hz=200, reader="py-spy") as pyspy,
+    ):
+        time.sleep(2.0)
+        ours, theirs = _stacks(walker), _stacks(pyspy)
+        stats = walker.stats()
+    assert stats["reader"].startswith("walker"), stats
+    assert stats["traces"] >= 5 * stats["samples"] * 0.99
+    top = [key for key, _count in ours.most_common(5)]
+    assert top and all(key in theirs for key in top), (top, list(theirs)[:10])

@@ -6,6 +6,7 @@ mod render;
 mod sampler;
 mod shares;
 mod svgread;
+mod walker;
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -55,7 +56,7 @@ fn window_to_py<'py>(py: Python<'py>, window: &Window) -> PyResult<Bound<'py, Py
 #[pymethods]
 impl Sampler {
     #[new]
-    #[pyo3(signature = (pid, rate_hz=100.0, blocking=false, window=1.0, max_pending=360))]
+    #[pyo3(signature = (pid, rate_hz=100.0, blocking=false, window=1.0, max_pending=360, reader="auto"))]
     fn new(
         py: Python<'_>,
         pid: i32,
@@ -63,6 +64,7 @@ impl Sampler {
         blocking: bool,
         window: f64,
         max_pending: usize,
+        reader: &str,
     ) -> PyResult<Self> {
         if pid <= 0 {
             return Err(PyValueError::new_err(format!(
@@ -85,6 +87,15 @@ impl Sampler {
             blocking,
             window,
             max_pending: max_pending.max(1),
+            walker: match reader {
+                "auto" => true,
+                "py-spy" => false,
+                other => {
+                    return Err(PyValueError::new_err(format!(
+                        "reader must be 'auto' or 'py-spy', not {other:?}"
+                    )))
+                }
+            },
         };
         let session = py.detach(|| Session::start(options))?;
         Ok(Sampler { session })
@@ -166,6 +177,7 @@ impl Sampler {
         dict.set_item("pause_max", stats.pauses.max)?;
         dict.set_item("pause_p99", stats.pauses.percentile(99.0))?;
         dict.set_item("last_error", stats.last_error)?;
+        dict.set_item("reader", stats.reader)?;
         let state = match end {
             End::Running => "running",
             End::Stopped => "stopped",

@@ -14,6 +14,7 @@ use py_spy::config::LockingStrategy;
 use py_spy::{Config, PythonSpy, StackTrace};
 
 use crate::errors::InitError;
+use crate::walker::{RunState, Trace, Walker};
 
 /// What the sampler was asked to do.
 #[derive(Debug, Clone)]
@@ -25,6 +26,8 @@ pub struct Options {
     pub window: f64,
     /// Completed windows kept while nobody drains them; the oldest are dropped past this.
     pub max_pending: usize,
+    /// Read with sidecar's own frame walker where it applies (CPython 3.11), else py-spy's.
+    pub walker: bool,
 }
 
 /// One thread's stack as seen in one sample, the aggregation key of a window.
@@ -90,6 +93,8 @@ pub struct Stats {
     /// Blocking mode: how long the target's Python threads stayed stopped per sample.
     pub pauses: PauseStats,
     pub last_error: Option<String>,
+    /// Which reader reads the stacks, and why when it is not the walker.
+    pub reader: String,
 }
 
 /// Pause lengths of blocking mode: sum, worst case and the most recent ones for percentiles.
@@ -165,12 +170,64 @@ pub fn start_time(pid: i32) -> Option<u64> {
     rest.split(' ').nth(19)?.parse().ok()
 }
 
+/// Tells whether the target still runs, cheaply enough to ask after every read: a pidfd
+/// (Linux 5.3+) polls readable once the process has exited, and a PID is not given to another
+/// process while the first one lives, so a read followed by "still running" read the target.
+/// Without pidfds, the start time in /proc is compared instead.
+struct Liveness {
+    pid: i32,
+    started: u64,
+    pidfd: Option<std::os::fd::OwnedFd>,
+}
+
+impl Liveness {
+    fn open(pid: i32, started: u64) -> Self {
+        use std::os::fd::FromRawFd;
+        // SAFETY: pidfd_open takes a PID and flags and returns a new descriptor or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        let pidfd = (fd >= 0).then(|| {
+            // SAFETY: the descriptor was just returned to us and is owned by nobody else.
+            unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) }
+        });
+        let liveness = Liveness {
+            pid,
+            started,
+            pidfd,
+        };
+        // The pidfd names whatever process has the PID now: make sure it is the target.
+        if liveness.pidfd.is_some() && start_time(pid) != Some(started) {
+            return Liveness {
+                pidfd: None,
+                ..liveness
+            };
+        }
+        liveness
+    }
+
+    fn same_process(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        match &self.pidfd {
+            Some(fd) => {
+                let mut poll = libc::pollfd {
+                    fd: fd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd, zero timeout.
+                let ready = unsafe { libc::poll(&mut poll, 1, 0) };
+                ready == 0
+            }
+            None => start_time(self.pid) == Some(self.started),
+        }
+    }
+}
+
 /// Formats a frame like py-spy's raw output: `function (file:line)`. Semicolons separate
 /// frames in folded text, so they cannot appear inside one.
 ///
 /// A read torn by the target changing under it can yield control characters; they are never
 /// in real names and would make folded text look binary and SVG invalid, so they become U+FFFD.
-fn format_frame(name: &str, file: &str, line: i32) -> String {
+pub(crate) fn format_frame(name: &str, file: &str, line: i32) -> String {
     let text = format!("{name} ({file}:{line})");
     if !text
         .chars()
@@ -290,15 +347,34 @@ impl Session {
                     collect_thread_names: true,
                     ..Config::default()
                 };
-                let spy = match PythonSpy::retry_new(pid, &config, 3) {
+                let mut spy = match PythonSpy::retry_new(pid, &config, 3) {
                     Ok(spy) => spy,
                     Err(err) => {
                         let _ = ready_tx.send(Err(InitError::classify(pid, started, &err)));
                         return;
                     }
                 };
+                let mut cache = FrameCache::default();
+                let (walker, reader) = if thread_options.walker {
+                    checked_walker(&mut spy, &mut cache)
+                } else {
+                    (None, "py-spy (asked for)".to_string())
+                };
+                thread_shared
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .stats
+                    .reader = reader;
                 let _ = ready_tx.send(Ok(spy.version.to_string()));
-                run(spy, thread_options, started, thread_shared, thread_stop);
+                let readers = Readers {
+                    spy,
+                    walker,
+                    cache,
+                    names: HashMap::new(),
+                    named: Vec::new(),
+                    last_lookup: None,
+                };
+                run(readers, thread_options, started, thread_shared, thread_stop);
             })
             .map_err(|e| InitError::Other(format!("cannot start the sampling thread: {e}")))?;
 
@@ -376,18 +452,19 @@ fn thread_running(pid: i32, tid: i32) -> Option<bool> {
 /// on the first one), reads the stacks, and lets them go; returns the pause length.
 ///
 /// Each thread's on-CPU state is read before it is stopped (a stopped thread never reads as
-/// running). A Python thread born since the previous sample is read without being stopped
-/// once, and stopped from the next sample on. Stops are ptrace seize + interrupt: if the
-/// sidecar dies meanwhile, the kernel detaches and the threads run on.
+/// running) and handed to `read`. A Python thread born since the previous sample is read
+/// without being stopped once, and stopped from the next sample on. Stops are ptrace seize +
+/// interrupt: if the sidecar dies meanwhile, the kernel detaches and the threads run on.
 ///
 /// Thread ids come from the interpreter and are those of the target's PID namespace; when
 /// they are not threads of the target as seen here (a target in another PID namespace), the
 /// whole process is stopped instead, so no other thread is ever touched.
 fn read_stopped(
-    spy: &mut PythonSpy,
+    process: &remoteprocess::Process,
     python_threads: &mut Vec<i32>,
-) -> (Result<Vec<StackTrace>, anyhow::Error>, Option<f64>) {
-    let pid = spy.pid;
+    read: impl FnOnce(&HashMap<i32, bool>) -> anyhow::Result<Vec<Trace>>,
+) -> (anyhow::Result<Vec<Trace>>, Option<f64>) {
+    let pid = process.pid;
     let running: HashMap<i32, bool> = python_threads
         .iter()
         .filter_map(|&tid| thread_running(pid, tid).map(|r| (tid, r)))
@@ -399,7 +476,7 @@ fn read_stopped(
     let mut thread_locks = Vec::with_capacity(python_threads.len());
     let mut process_lock = None;
     if python_threads.is_empty() {
-        match spy.process.lock() {
+        match process.lock() {
             Ok(lock) => process_lock = Some(lock),
             Err(err) => {
                 return (
@@ -424,24 +501,127 @@ fn read_stopped(
             }
         }
     }
-    let result = spy.get_stack_traces();
+    let result = read(&running);
     drop(thread_locks);
     drop(process_lock);
     let pause = began.elapsed().as_secs_f64();
-    let result = result.map(|mut traces| {
+    if let Ok(traces) = &result {
         python_threads.clear();
-        for trace in traces.iter_mut() {
-            if let Some(tid) = trace.os_thread_id {
-                let tid = tid as i32;
-                python_threads.push(tid);
-                if let Some(&on_cpu) = running.get(&tid) {
-                    trace.active = on_cpu;
+        python_threads.extend(traces.iter().map(|t| t.tid as i32));
+    }
+    (result, Some(pause))
+}
+
+/// The readers of one target: py-spy always (it attached, and it knows thread names), and
+/// the walker when it applies and agreed with py-spy at attach.
+struct Readers {
+    spy: PythonSpy,
+    walker: Option<Walker>,
+    cache: FrameCache,
+    names: HashMap<u64, String>,
+    /// Threads whose names were looked up (the walker does not read names).
+    named: Vec<u64>,
+    last_lookup: Option<Instant>,
+}
+
+impl Readers {
+    fn read(&mut self, run_state: RunState<'_>) -> anyhow::Result<Vec<Trace>> {
+        match self.walker.as_mut() {
+            Some(walker) => walker.read(run_state),
+            None => {
+                let mut traces = spy_read(&mut self.spy, &mut self.cache, &mut self.names)?;
+                if let RunState::Known(running) = run_state {
+                    // py-spy read the threads' state while they were stopped: use the one
+                    // read before.
+                    for trace in traces.iter_mut() {
+                        if let Some(&on_cpu) = running.get(&(trace.tid as i32)) {
+                            trace.active = on_cpu;
+                        }
+                    }
                 }
+                Ok(traces)
             }
         }
-        traces
-    });
-    (result, Some(pause))
+    }
+
+    /// Looks up the names of threads the walker met for the first time, at most once a second
+    /// (py-spy reads them from the `threading` module).
+    fn lookup_names(&mut self, traces: &[Trace]) {
+        if self.walker.is_none() || traces.iter().all(|t| self.named.contains(&t.tid)) {
+            return;
+        }
+        if self
+            .last_lookup
+            .is_some_and(|at| at.elapsed() < Duration::from_secs(1))
+        {
+            return;
+        }
+        self.last_lookup = Some(Instant::now());
+        if spy_read(&mut self.spy, &mut self.cache, &mut self.names).is_ok() {
+            if self.named.len() > 100_000 {
+                self.named.clear();
+            }
+            self.named.extend(traces.iter().map(|t| t.tid));
+        }
+    }
+}
+
+/// One read through py-spy, folded like the walker's.
+fn spy_read(
+    spy: &mut PythonSpy,
+    cache: &mut FrameCache,
+    names: &mut HashMap<u64, String>,
+) -> anyhow::Result<Vec<Trace>> {
+    let traces = spy.get_stack_traces()?;
+    Ok(traces
+        .iter()
+        .map(|trace| {
+            let tid = trace.os_thread_id.unwrap_or(trace.thread_id);
+            if let Some(name) = &trace.thread_name {
+                if names.get(&tid) != Some(name) {
+                    names.insert(tid, name.clone());
+                }
+            }
+            Trace {
+                tid,
+                owns_gil: trace.owns_gil,
+                active: trace.active,
+                stack: (!trace.frames.is_empty()).then(|| cache.fold(trace)),
+            }
+        })
+        .collect())
+}
+
+/// The walker, if it applies to this target and reads the same stacks as py-spy: both read
+/// the running target back to back until one pair agrees on every thread (an idle thread
+/// agrees at once; a busy one within a few tries).
+fn checked_walker(spy: &mut PythonSpy, cache: &mut FrameCache) -> (Option<Walker>, String) {
+    let Some(mut walker) = Walker::new(spy) else {
+        return (None, format!("py-spy (Python {})", spy.version));
+    };
+    let mut names = HashMap::new();
+    let key = |traces: Vec<Trace>| {
+        let mut key: Vec<(u64, Option<Arc<str>>)> =
+            traces.into_iter().map(|t| (t.tid, t.stack)).collect();
+        key.sort();
+        key
+    };
+    let mut last = String::from("no read succeeded");
+    for _ in 0..100 {
+        let theirs = spy_read(spy, cache, &mut names);
+        let ours = walker.read(RunState::Read);
+        match (theirs, ours) {
+            (Ok(theirs), Ok(ours)) => {
+                if key(theirs) == key(ours) {
+                    return (Some(walker), format!("walker (Python {})", spy.version));
+                }
+                last = "the stacks differed".into();
+            }
+            (_, Err(err)) => last = format!("{err:#}"),
+            (Err(_), _) => {}
+        }
+    }
+    (None, format!("py-spy (walker check failed: {last})"))
 }
 
 /// The same process still runs: same start time, and not a zombie waiting to be reaped.
@@ -460,7 +640,7 @@ fn process_alive(pid: i32, started: u64) -> bool {
 }
 
 fn run(
-    mut spy: PythonSpy,
+    mut readers: Readers,
     options: Options,
     started: u64,
     shared: Arc<Mutex<Shared>>,
@@ -468,10 +648,10 @@ fn run(
 ) {
     let period = Duration::from_secs_f64(1.0 / options.rate_hz);
     let period_s = period.as_secs_f64();
-    let mut cache = FrameCache::default();
     let mut next = Instant::now();
-    let mut names: HashMap<u64, String> = HashMap::new();
     let mut python_threads: Vec<i32> = Vec::new();
+    let process = remoteprocess::Process::new(options.pid);
+    let liveness = Liveness::open(options.pid, started);
 
     while !stop.load(Ordering::Relaxed) {
         let now = Instant::now();
@@ -490,25 +670,29 @@ fn run(
 
         let read_start = Instant::now();
         let mut retried = 0u64;
-        let (result, pause) = if options.blocking {
-            read_stopped(&mut spy, &mut python_threads)
-        } else {
-            let mut result = spy.get_stack_traces();
-            // A running target can change its frames while they are read; such a torn read
-            // fails more often for deep, busy stacks, so dropping it would bias the profile
-            // toward idle. It is read again at once, a bounded number of times.
-            while result.is_err() && retried < TORN_READ_RETRIES {
-                retried += 1;
-                result = spy.get_stack_traces();
+        let (result, pause) = match (&process, options.blocking) {
+            (Ok(process), true) => read_stopped(process, &mut python_threads, |running| {
+                readers.read(RunState::Known(running))
+            }),
+            (Err(err), true) => (Err(anyhow::anyhow!("cannot stop the target: {err}")), None),
+            (_, false) => {
+                let mut result = readers.read(RunState::Read);
+                // A running target can change its frames while they are read; such a torn
+                // read fails more often for deep, busy stacks, so dropping it would bias the
+                // profile toward idle. It is read again at once, a bounded number of times.
+                while result.is_err() && retried < TORN_READ_RETRIES {
+                    retried += 1;
+                    result = readers.read(RunState::Read);
+                }
+                (result, None)
             }
-            (result, None)
         };
         let read = read_start.elapsed().as_secs_f64();
         let wall = unix_now();
         // A read without error proves nothing about whom it read: a new process on the same
         // PID (another start time) reads fine, even at the same addresses without ASLR. So
         // every read is checked, and a read of another process is never kept.
-        if start_time(options.pid) != Some(started) {
+        if !liveness.same_process() && start_time(options.pid) != Some(started) {
             let mut state = shared.lock().unwrap_or_else(|e| e.into_inner());
             state.end = End::Exited;
             break;
@@ -519,24 +703,19 @@ fn run(
         let mut folded: Vec<(u64, StackKey)> = Vec::new();
         let mut empty = 0u64;
         if let Ok(traces) = &result {
+            readers.lookup_names(traces);
             for trace in traces {
-                if trace.frames.is_empty() {
+                let Some(stack) = &trace.stack else {
                     empty += 1;
                     continue;
-                }
-                let thread_id = trace.os_thread_id.unwrap_or(trace.thread_id);
-                if let Some(name) = &trace.thread_name {
-                    if names.get(&thread_id) != Some(name) {
-                        names.insert(thread_id, name.clone());
-                    }
-                }
+                };
                 let key = StackKey {
-                    thread_id,
+                    thread_id: trace.tid,
                     on_cpu: trace.active,
                     gil: trace.owns_gil,
-                    stack: cache.fold(trace),
+                    stack: stack.clone(),
                 };
-                folded.push((thread_id, key));
+                folded.push((trace.tid, key));
             }
         }
         let fold = fold_start.elapsed().as_secs_f64();
@@ -592,7 +771,7 @@ fn run(
         state.stats.traces += folded.len() as u64;
         state.stats.fold_sum += fold;
         for (thread_id, key) in folded {
-            if let Some(name) = names.get(&thread_id) {
+            if let Some(name) = readers.names.get(&thread_id) {
                 window
                     .thread_names
                     .entry(thread_id)
