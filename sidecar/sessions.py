@@ -220,7 +220,14 @@ class Sessions:
         with self.lock:
             self.problems.pop(key, None)
             self.sessions[key] = Session(key, cmdline, sampler, framework, loop, now, code)
-        log.info("sampling PID %d (%s, %s): %s", pid, framework, loop, cmdline[:120])
+        log.info(
+            "sampling PID %d (%s, %s; stacks read by %s): %s",
+            pid,
+            framework,
+            loop,
+            sampler.stats()["reader"],
+            cmdline[:120],
+        )
         self.writer.submit(
             ProcessRecord(
                 pid, started, cmdline, now, framework, loop, python_version=sampler.python_version

@@ -89,7 +89,8 @@ def summary(rec: Recording) -> list[str]:
         f"samples {stats['samples']:,} in {rec.elapsed:.1f} s at {rec.rate_hz:g} Hz · "
         f"errors {stats['errors']} · late {stats['late']} · missed {stats['missed']} · "
         f"retried {stats['retried']} · "
-        f"lag mean {stats['lag_mean'] * 1000:.2f} ms, max {stats['lag_max'] * 1000:.2f} ms"
+        f"lag mean {stats['lag_mean'] * 1000:.2f} ms, max {stats['lag_max'] * 1000:.2f} ms",
+        f"stacks read by {stats['reader']}",
     ]
     states = rec.counts.state_counts()
     total = sum(states.values())
