@@ -145,6 +145,11 @@ def _stacks(sampler: _native.Sampler) -> Counter[tuple[str, str]]:
     return counts
 
 
+def _frequent(counts: Counter[tuple[str, str]], share: float = 0.02) -> set[tuple[str, str]]:
+    total = sum(counts.values())
+    return {key for key, count in counts.items() if count >= share * total}
+
+
 @pytest.mark.parametrize(
     ("module", "args"),
     [
@@ -169,7 +174,11 @@ def test_walker_reads_the_same_stacks_as_pyspy(
         ours, theirs = _stacks(walker), _stacks(pyspy)
         assert walker.stats()["reader"].startswith("walker (Python 3.11"), walker.stats()
         assert pyspy.stats()["reader"] == "py-spy (asked for)"
-    assert set(ours) == set(theirs)
+    # A thread that wakes now and then (aiohttp's and Tornado's helper threads poll) is seen
+    # in passing states by one sampler and not the other: the stacks that hold time agree.
+    assert _frequent(ours) == _frequent(theirs)
+    shared = set(ours) & set(theirs)
+    assert sum(ours[k] for k in shared) >= 0.95 * sum(ours.values())
     assert walker.stats()["errors"] == 0
     depth = max(stack.count(";") + 1 for _name, stack in ours)
     if "--depth" in args:

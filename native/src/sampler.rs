@@ -4,7 +4,7 @@
 //! Nothing here touches Python objects: the thread runs without the GIL and the Python side
 //! only ever sees the aggregated windows through `drain()`.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
@@ -371,7 +371,7 @@ impl Session {
                     walker,
                     cache,
                     names: HashMap::new(),
-                    named: Vec::new(),
+                    named: HashSet::new(),
                     last_lookup: None,
                 };
                 run(readers, thread_options, started, thread_shared, thread_stop);
@@ -520,7 +520,7 @@ struct Readers {
     cache: FrameCache,
     names: HashMap<u64, String>,
     /// Threads whose names were looked up (the walker does not read names).
-    named: Vec<u64>,
+    named: HashSet<u64>,
     last_lookup: Option<Instant>,
 }
 

@@ -10,7 +10,7 @@
 //! py-spy still attaches (it finds the interpreter and its version) and stays the reader for
 //! other Python versions; the sampler compares this walker with it before trusting it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -74,6 +74,8 @@ const IOV_MAX: usize = 1024;
 /// How much of the top of a thread's data stack (where the frames of plain calls live) is
 /// read in one piece with the current frame's address.
 const DATASTACK_READ: usize = 16 << 10;
+/// At most this many frames and code objects are read ahead per sample.
+const READ_AHEAD_MAX: usize = 8192;
 
 /// A thread as read: OS thread id, holds the GIL, (code object, instruction offset) of each
 /// frame innermost first.
@@ -123,6 +125,11 @@ pub struct Walker {
     checked: Vec<usize>,
     /// The current frame's address and the top of a thread's data stack, as last read.
     stack: Vec<u8>,
+    /// Thread states, frames outside the data stacks and code objects of the previous
+    /// sample: read ahead in one batch at the start of the next.
+    ahead_threads: Vec<usize>,
+    ahead_frames: Vec<usize>,
+    ahead_codes: Vec<usize>,
 }
 
 /// The run state a sample uses for each thread.
@@ -158,46 +165,77 @@ impl Walker {
             stat_files: HashMap::new(),
             checked: Vec::new(),
             stack: Vec::new(),
+            ahead_threads: Vec::new(),
+            ahead_frames: Vec::new(),
+            ahead_codes: Vec::new(),
         })
     }
 
     /// Every Python thread's stack, innermost frame last in the folded text.
     pub fn read(&mut self, run_state: RunState<'_>) -> Result<Vec<Trace>> {
-        let mut heads = [0u8; 16];
-        read_pieces(
-            self.pid,
-            &[
-                (self.interpreter + layout::INTERP_THREADS_HEAD, 8),
-                (self.gil_holder, 8),
-            ],
-            &mut heads,
-        )?;
-        let mut thread = usize_at(&heads, 0);
+        // What the previous sample read, read again in one batch: thread states, frames
+        // outside the data stacks, code object headers. Most are still what this sample needs.
+        let head = (self.interpreter + layout::INTERP_THREADS_HEAD, 8);
+        let mut pieces = vec![head];
+        if self.gil_holder != 0 {
+            pieces.push((self.gil_holder, 8));
+        }
+        pieces.extend(self.ahead_threads.iter().map(|&t| (t, layout::TSTATE_SIZE)));
+        pieces.extend(
+            self.ahead_frames
+                .iter()
+                .map(|&f| (f + layout::FRAME_FIRST, layout::FRAME_SIZE)),
+        );
+        pieces.extend(
+            self.ahead_codes
+                .iter()
+                .map(|&c| (c + layout::CODE_FIRST, layout::CODE_SIZE)),
+        );
+        let batch = Batch::read(self.pid, &pieces);
+        let Some(first) = batch.get(head.0, 8) else {
+            bail!("failed to read the interpreter's list of threads");
+        };
+        let mut thread = usize_at(first, 0);
         let gil = if self.gil_holder != 0 {
-            usize_at(&heads, 8)
+            match batch.get(self.gil_holder, 8) {
+                Some(holder) => usize_at(holder, 0),
+                None => bail!("failed to read which thread holds the GIL"),
+            }
         } else {
             0
         };
 
         let mut threads: Vec<RawThread> = Vec::new();
+        let mut thread_addresses = Vec::new();
+        let mut outside = Vec::new();
         let mut tstate = [0u8; layout::TSTATE_SIZE];
         while thread != 0 {
             if threads.len() >= MAX_THREADS {
                 bail!("more than {MAX_THREADS} Python threads: a torn read");
             }
-            read(self.pid, thread, &mut tstate)?;
+            match batch.get(thread, layout::TSTATE_SIZE) {
+                Some(bytes) => tstate.copy_from_slice(bytes),
+                None => read(self.pid, thread, &mut tstate)?,
+            }
+            thread_addresses.push(thread);
             let native = usize_at(&tstate, layout::TSTATE_NATIVE_THREAD_ID) as u64;
             let tid = if native != 0 {
                 native
             } else {
                 usize_at(&tstate, layout::TSTATE_THREAD_ID) as u64
             };
-            let frames = self.frames(&tstate)?;
+            let frames = self.frames(&tstate, &batch, &mut outside)?;
             threads.push((tid, thread == gil, frames));
             thread = usize_at(&tstate, layout::TSTATE_NEXT);
         }
 
-        self.check_codes(&threads)?;
+        self.check_codes(&threads, &batch)?;
+        self.ahead_threads = thread_addresses;
+        outside.truncate(READ_AHEAD_MAX);
+        self.ahead_frames = outside;
+        self.ahead_codes.clear();
+        self.ahead_codes
+            .extend(self.checked.iter().take(READ_AHEAD_MAX).copied());
         let mut traces = Vec::with_capacity(threads.len());
         for (tid, owns_gil, frames) in threads {
             let waits = frames
@@ -216,8 +254,10 @@ impl Walker {
                 stack: self.fold(&frames),
             });
         }
-        let alive: Vec<i32> = traces.iter().map(|t| t.tid as i32).collect();
-        self.stat_files.retain(|tid, _| alive.contains(tid));
+        if self.stat_files.len() > traces.len() {
+            let alive: HashSet<i32> = traces.iter().map(|t| t.tid as i32).collect();
+            self.stat_files.retain(|tid, _| alive.contains(tid));
+        }
         Ok(traces)
     }
 
@@ -225,8 +265,14 @@ impl Walker {
     ///
     /// Frames of plain calls lie at the top of the thread's data stack: that part is read in
     /// the same call as the current frame's address, and only frames elsewhere (coroutines
-    /// and generators keep theirs inside the object) cost a read each.
-    fn frames(&mut self, tstate: &[u8]) -> Result<Vec<(usize, i64)>> {
+    /// and generators keep theirs inside the object) come from the batch read ahead, or
+    /// cost a read each; their addresses go to `outside` for the next sample's batch.
+    fn frames(
+        &mut self,
+        tstate: &[u8],
+        batch: &Batch,
+        outside: &mut Vec<usize>,
+    ) -> Result<Vec<(usize, i64)>> {
         let mut out = Vec::new();
         let cframe = usize_at(tstate, layout::TSTATE_CFRAME);
         if cframe == 0 {
@@ -262,7 +308,11 @@ impl Walker {
                 let at = 8 + first - stack_start;
                 raw.copy_from_slice(&self.stack[at..at + layout::FRAME_SIZE]);
             } else {
-                read(self.pid, first, &mut raw)?;
+                match batch.get(first, layout::FRAME_SIZE) {
+                    Some(bytes) => raw.copy_from_slice(bytes),
+                    None => read(self.pid, first, &mut raw)?,
+                }
+                outside.push(frame);
             }
             let code = usize_at(&raw, layout::FRAME_CODE);
             let prev_instr = usize_at(&raw, layout::FRAME_PREV_INSTR);
@@ -278,7 +328,12 @@ impl Walker {
 
     /// Makes sure every code object in `threads` is cached and still the one cached: one
     /// batched read of all their headers, then a full read of the new or changed ones.
-    fn check_codes(&mut self, threads: &[RawThread]) -> Result<()> {
+    fn check_codes(&mut self, threads: &[RawThread], batch: &Batch) -> Result<()> {
+        // Bounded by bytes; cleared before a sample, never halfway through one.
+        if self.code_bytes > CODE_CACHE_BYTES {
+            self.codes.clear();
+            self.code_bytes = 0;
+        }
         self.checked.clear();
         for (_, _, frames) in threads {
             for &(code, _) in frames {
@@ -289,15 +344,26 @@ impl Walker {
         self.checked.dedup();
         let codes = std::mem::take(&mut self.checked);
         let mut headers = vec![0u8; codes.len() * layout::CODE_SIZE];
-        for (chunk, out) in codes
-            .chunks(IOV_MAX)
-            .zip(headers.chunks_mut(IOV_MAX * layout::CODE_SIZE))
-        {
-            let pieces: Vec<(usize, usize)> = chunk
+        let mut missing: Vec<usize> = Vec::new();
+        for (i, &code) in codes.iter().enumerate() {
+            match batch.get(code + layout::CODE_FIRST, layout::CODE_SIZE) {
+                Some(bytes) => headers[i * layout::CODE_SIZE..(i + 1) * layout::CODE_SIZE]
+                    .copy_from_slice(bytes),
+                None => missing.push(i),
+            }
+        }
+        if !missing.is_empty() {
+            let pieces: Vec<(usize, usize)> = missing
                 .iter()
-                .map(|&code| (code + layout::CODE_FIRST, layout::CODE_SIZE))
+                .map(|&i| (codes[i] + layout::CODE_FIRST, layout::CODE_SIZE))
                 .collect();
-            read_pieces(self.pid, &pieces, out)?;
+            let read = Batch::read(self.pid, &pieces);
+            for (&i, &(address, len)) in missing.iter().zip(&pieces) {
+                let Some(bytes) = read.get(address, len) else {
+                    bail!("failed to read a code object: a torn read");
+                };
+                headers[i * layout::CODE_SIZE..(i + 1) * layout::CODE_SIZE].copy_from_slice(bytes);
+            }
         }
         for (i, &address) in codes.iter().enumerate() {
             let header = &headers[i * layout::CODE_SIZE..(i + 1) * layout::CODE_SIZE];
@@ -311,10 +377,6 @@ impl Walker {
                     self.code_bytes = self.code_bytes.saturating_sub(code_cost(&old));
                 }
                 self.code_bytes += code_cost(&code);
-                if self.code_bytes > CODE_CACHE_BYTES {
-                    self.codes.clear();
-                    self.code_bytes = code_cost(&code);
-                }
                 self.codes.insert(address, code);
             }
         }
@@ -579,6 +641,53 @@ fn signed_varint(table: &[u8], i: &mut usize) -> i64 {
     }
 }
 
+/// Remote pieces read in as few calls as the kernel allows; a piece that cannot be read
+/// (freed, unmapped) is left out and the rest still read.
+#[derive(Default)]
+struct Batch {
+    at: HashMap<(usize, usize), usize, FxBuild>,
+    buf: Vec<u8>,
+}
+
+impl Batch {
+    fn read(pid: i32, pieces: &[(usize, usize)]) -> Batch {
+        let mut offsets = Vec::with_capacity(pieces.len() + 1);
+        let mut total = 0usize;
+        for &(_, len) in pieces {
+            offsets.push(total);
+            total += len;
+        }
+        offsets.push(total);
+        let mut batch = Batch {
+            at: HashMap::default(),
+            buf: vec![0u8; total],
+        };
+        let mut i = 0;
+        while i < pieces.len() {
+            let end = (i + IOV_MAX).min(pieces.len());
+            let n = read_vectored(
+                pid,
+                &pieces[i..end],
+                &mut batch.buf[offsets[i]..offsets[end]],
+            );
+            // Pieces are filled in order until the first that fails: keep the whole ones and
+            // go on after the failed one.
+            let mut j = i;
+            while j < end && offsets[j + 1] - offsets[i] <= n {
+                batch.at.insert(pieces[j], offsets[j]);
+                j += 1;
+            }
+            i = if j == end { end } else { j + 1 };
+        }
+        batch
+    }
+
+    fn get(&self, address: usize, len: usize) -> Option<&[u8]> {
+        let &at = self.at.get(&(address, len))?;
+        self.buf.get(at..at + len)
+    }
+}
+
 fn usize_at(buf: &[u8], at: usize) -> usize {
     buf.get(at..at + 8)
         .and_then(|b| b.try_into().ok())
@@ -596,9 +705,22 @@ fn read_pieces(pid: i32, pieces: &[(usize, usize)], out: &mut [u8]) -> Result<()
     if total > out.len() {
         bail!("read buffer too small");
     }
+    let n = read_vectored(pid, pieces, &mut out[..total]);
+    if n != total {
+        let err = std::io::Error::last_os_error();
+        return Err(anyhow!(
+            "failed to read the target's memory ({n} of {total} bytes): {err}"
+        ));
+    }
+    Ok(())
+}
+
+/// One process_vm_readv of `pieces` into `out` (which holds their total length): the bytes
+/// read, 0 on failure.
+fn read_vectored(pid: i32, pieces: &[(usize, usize)], out: &mut [u8]) -> usize {
     let local = libc::iovec {
         iov_base: out.as_mut_ptr().cast(),
-        iov_len: total,
+        iov_len: out.len(),
     };
     let remote: Vec<libc::iovec> = pieces
         .iter()
@@ -607,18 +729,11 @@ fn read_pieces(pid: i32, pieces: &[(usize, usize)], out: &mut [u8]) -> Result<()
             iov_len: len,
         })
         .collect();
-    // SAFETY: `local` points into `out`, which holds at least `total` bytes; the remote
-    // pieces are only read by the kernel, which checks them against the target's mappings.
+    // SAFETY: `local` covers `out` exactly; the remote pieces are only read by the kernel,
+    // which checks them against the target's mappings.
     let n =
         unsafe { libc::process_vm_readv(pid, &local, 1, remote.as_ptr(), remote.len() as _, 0) };
-    if n < 0 {
-        let err = std::io::Error::last_os_error();
-        return Err(anyhow!("failed to read the target's memory: {err}"));
-    }
-    if n as usize != total {
-        bail!("a partial read of the target's memory ({n} of {total} bytes)");
-    }
-    Ok(())
+    n.max(0) as usize
 }
 
 #[cfg(test)]
