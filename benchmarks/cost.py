@@ -19,6 +19,8 @@ every 2 s.
 
 from __future__ import annotations
 
+import ctypes
+import os
 import re
 import sqlite3
 import statistics
@@ -108,6 +110,7 @@ CATEGORIES = (
     ("ptrace", "ptrace stop and resume (blocking mode)"),
     ("line_numbers", "py-spy: line numbers from line tables"),
     ("pyspy", "py-spy: frame walk, strings, other"),
+    ("walker", "sidecar's frame walker (CPython 3.11): frames, code checks, cached folding"),
     ("alloc", "malloc / free (any caller)"),
     ("fold", "sidecar's sampling loop: folding (frame cache, SipHash), windows, /proc checks"),
     ("sleep", "sleeping and waking (timers, futexes, scheduler)"),
@@ -172,6 +175,8 @@ def categorize(comm: str, frames: list[tuple[str, str]]) -> str:
         return "line_numbers"
     if any(name in leaf_sym for name in ("py_spy", "remoteprocess", "read_process_memory")):
         return "pyspy"
+    if "walker::" in leaf_sym:
+        return "walker"
     if "_native" in leaf_dso:
         return "fold"
     return "native_other"
@@ -286,6 +291,46 @@ def time_windows(windows: list[tuple[int, dict[str, Any]]], workdir: Path) -> di
     }
 
 
+class _IoVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+def wake_penalty(pid: int, ticks: int = 300, calls: int = 8) -> dict[str, float]:
+    """What one ``process_vm_readv`` of 64 bytes of the target's heap costs (median ns): the
+    first after a 10 ms sleep (a sampler's tick at 100 Hz), the later ones of the same tick,
+    and back to back without sleeping; and a trivial system call right after waking."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    heap = next(
+        int(line.split("-")[0], 16)
+        for line in Path(f"/proc/{pid}/maps").read_text().splitlines()
+        if line.endswith("[heap]")
+    )
+    buf = ctypes.create_string_buffer(64)
+    local, remote = _IoVec(ctypes.addressof(buf), 64), _IoVec(heap, 64)
+
+    def read() -> int:
+        began = time.perf_counter_ns()
+        libc.process_vm_readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+        return time.perf_counter_ns() - began
+
+    first, later, other, trivial = [], [], [], []
+    for _ in range(ticks):
+        time.sleep(0.01)
+        began = time.perf_counter_ns()
+        os.getppid()
+        trivial.append(time.perf_counter_ns() - began)
+        first.append(read())
+        later += [read() for _ in range(calls - 1)]
+    for _ in range(ticks):
+        other += [read() for _ in range(calls)]
+    return {
+        "first_after_sleep": statistics.median(first),
+        "later_after_sleep": statistics.median(later),
+        "back_to_back": statistics.median(other),
+        "syscall_after_sleep": statistics.median(trivial),
+    }
+
+
 def time_discovery(pids: list[int], repeat: int = 10) -> list[float]:
     selection = Selection(pids=frozenset(pids))
     out = []
@@ -337,7 +382,21 @@ def run(
     log(f"timed classification and writes over {timing['windows']} stored windows")
     sampler = pauses.sample(procs, pids[0], blocking=False, rate_hz=RATE, seconds=6, rt=None)
     blocking = pauses.sample(procs, pids[0], blocking=True, rate_hz=RATE, seconds=6, rt=None)
+    # the two readers side by side on the same target, alternating, three rounds each
+    readers: dict[str, list[dict[str, Any]]] = {"auto": [], "py-spy": []}
+    for _ in range(3):
+        for reader in readers:
+            readers[reader].append(
+                pauses.sample(
+                    procs, pids[0], blocking=False, rate_hz=RATE, seconds=5, rt=None, reader=reader
+                )
+            )
     discovery = time_discovery(pids)
+    wake = wake_penalty(pids[0])
+    log(
+        "process_vm_readv: first after a 10 ms sleep {first_after_sleep:,.0f} ns, later "
+        "{later_after_sleep:,.0f} ns, back to back {back_to_back:,.0f} ns".format(**wake)
+    )
     for child in deep:
         procs.stop(child)
     return {
@@ -356,5 +415,7 @@ def run(
         "timing": timing,
         "sampler": sampler,
         "sampler_blocking": blocking,
+        "readers": readers,
+        "wake": wake,
         "discovery": discovery,
     }

@@ -35,12 +35,19 @@ Log = Callable[[str], None]
 
 
 def sample(
-    procs: Procs, pid: int, *, blocking: bool, rate_hz: float, seconds: float, rt: int | None
+    procs: Procs,
+    pid: int,
+    *,
+    blocking: bool,
+    rate_hz: float,
+    seconds: float,
+    rt: int | None,
+    reader: str = "auto",
 ) -> dict[str, Any]:
     """The sampler's stats after ``seconds`` of sampling ``pid`` (in a child process)."""
     load = load_average()
     argv = [PYTHON, "-m", "benchmarks.pauses", str(pid), "--rate", f"{rate_hz:g}"]
-    argv += ["--seconds", f"{seconds:g}"] + (["--blocking"] if blocking else [])
+    argv += ["--seconds", f"{seconds:g}", "--reader", reader] + (["--blocking"] if blocking else [])
     child = procs.start(argv, rt=rt)
     code = child.popen.wait(seconds + 60)
     procs.children.remove(child)
@@ -101,8 +108,20 @@ def run(procs: Procs, *, rounds: int, seconds: float, rate_hz: float, log: Log) 
     }
 
 
+def sampler_thread_seconds() -> float:
+    """CPU seconds of this process's sampling thread so far (scheduler statistics)."""
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            if (task / "comm").read_text().startswith("sidecar-sampl"):
+                return int((task / "schedstat").read_text().split()[0]) / 1e9
+        except OSError:
+            continue
+    return 0.0
+
+
 def main() -> int:
-    """Child: samples PID for a while and prints the sampler's stats as JSON."""
+    """Child: samples PID for a while and prints the sampler's stats as JSON, with the CPU
+    time of its sampling thread per sample."""
     from sidecar._native import Sampler
 
     parser = argparse.ArgumentParser(description="sample PID; print the sampler's stats")
@@ -110,11 +129,17 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=100.0)
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--blocking", action="store_true")
+    parser.add_argument("--reader", choices=("auto", "py-spy"), default="auto")
     args = parser.parse_args()
-    with Sampler(args.pid, rate_hz=args.rate, blocking=args.blocking, window=1.0) as sampler:
+    with Sampler(
+        args.pid, rate_hz=args.rate, blocking=args.blocking, window=1.0, reader=args.reader
+    ) as sampler:
+        time.sleep(0.5)
+        cpu0, samples0 = sampler_thread_seconds(), sampler.stats()["samples"]
         time.sleep(args.seconds)
-        stats = dict(sampler.stats())
+        cpu1, stats = sampler_thread_seconds(), dict(sampler.stats())
         sampler.drain(flush=True)
+    stats["thread_cpu_per_sample"] = (cpu1 - cpu0) / max(1, stats["samples"] - samples0)
     print(json.dumps(stats))
     return 0
 

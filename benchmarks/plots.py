@@ -30,6 +30,7 @@ PARTS = {
     "ptrace": "ptrace",
     "line_numbers": "line tables",
     "pyspy": "py-spy walk",
+    "walker": "own walker",
     "alloc": "malloc/free",
     "fold": "sidecar loop",
     "sleep": "sleep/wake",

@@ -22,6 +22,7 @@ from benchmarks.sections import (
     pauses_section,
     per_cpu,
     rates_section,
+    readers_figures,
     span,
     spread,
     store_section,
@@ -43,9 +44,11 @@ def machine_section(results: dict[str, Any]) -> list[str]:
         + (" (**--quick**: short runs, figures only indicative)" if run.get("quick") else "")
         + ".",
         "",
-        "The machine was shared with other engineers' test runs (compilers, test suites) "
-        "throughout, so every part interleaves its legs in rounds, medians are reported with "
-        "their spread (min–max over rounds), and the load average is given per part:",
+        "Other work may share the machine, so every part interleaves its legs in rounds, "
+        "medians are reported with their spread (min–max over rounds), and the load average "
+        "is given per part (2 cores: a load near 2 or above means the parts competed for "
+        "CPU; near 0, an idle machine, where a thread that sleeps between samples also pays "
+        "for waking an idle CPU, part 4):",
         "",
         "| part | minutes | load average at start | at end |",
         "|---|---:|---:|---:|",
@@ -220,41 +223,63 @@ def bounds(results: dict[str, Any]) -> list[str]:
     if c:
         f = cost_figures(c)
         calls = f["calls"].get("process_vm_readv", 0)
-        lines.append(
-            f"- **CPU (goal 4) and sampling rate (goal 5)** are bound by the read: "
-            f"{c['sampler']['read_mean'] * 1e6:.0f} µs of wall time and {calls:.0f} "
-            f"`process_vm_readv` calls per sample of a ~30-frame stack, the sampler threads "
-            f"being {c['cpu']['sampler'] / max(1e-12, sum(c['cpu'].values())) * 100:.0f}% of "
-            f"serve's CPU. Classification ({f['classify'] * 1e6:.2f} µs) and SQLite writes "
-            f"({f['write'] * 1e6:.2f} µs) per sample are not where the time goes. sidecar reads "
-            "through the same py-spy code as the py-spy CLI, so it cannot sample at twice "
-            "py-spy's rate while it does: both pay the same per-sample read. The change that "
-            "the numbers call for, in `native/src/sampler.rs`: "
-            "our own frame walker for the supported versions (3.11+: `_PyInterpreterFrame` "
-            "chains) that (1) caches per code object address the function name, file name "
-            "and decoded line table (validated by re-reading a few words of the code object, "
-            "so a freed and reused address is noticed), so a known frame costs one read of "
-            "the frame and none of strings or line tables; (2) reads the thread's data-stack "
-            "chunk, where the frames of plain calls lie contiguously, in one `process_vm_readv` "
-            "of a few KB (coroutine and generator frames live in their objects: one read "
-            "each); (3) reads the on-CPU state of the Python threads only (their "
-            "native ids are in the thread states) with one reused open file per thread "
-            "(`pread` on a kept `/proc/PID/task/TID/stat` descriptor) and a byte search for "
-            "the last ')' instead of a regex. Expected: from hundreds of calls to a handful "
-            "per sample."
+        perf, native_total = f["perf"], max(1, f["native_total"])
+
+        def share(*keys: str) -> float:
+            return sum(perf.get(k, 0) for k in keys) / native_total
+
+        text = (
+            f"- **CPU (goal 4)**: the sampler threads are "
+            f"{c['cpu']['sampler'] / max(1e-12, sum(c['cpu'].values())) * 100:.0f}% of serve's "
+            f"CPU; classification ({f['classify'] * 1e6:.2f} µs) and SQLite writes "
+            f"({f['write'] * 1e6:.2f} µs) per sample are not where the time goes. "
         )
+        readers = readers_figures(c)
+        if readers:
+            auto, pyspy = readers["auto"], readers["py-spy"]
+            text += (
+                f"With its own frame walker a sample costs the sampling thread "
+                f"{auto['cpu'] * 1e6:.0f} µs of CPU against {pyspy['cpu'] * 1e6:.0f} µs through "
+                f"py-spy's reader ({auto['cpu'] / max(1e-12, pyspy['cpu']):.2f}x, part 4); it "
+            )
+        else:
+            text += "The read "
+        text += (
+            f"makes {calls:.1f} `process_vm_readv` calls per sample. What is left is kernel "
+            f"work per call and per wakeup: `process_vm_readv` (page lookup and pinning per "
+            f"call) {share('vm_copy', 'vm_pages', 'vm_call') * 100:.0f}%, /proc reads "
+            f"{share('proc_io', 'proc_regex') * 100:.0f}%, sleeping and waking "
+            f"{share('sleep') * 100:.0f}% and other kernel work "
+            f"{share('kernel_other') * 100:.0f}% of the sampler's CPU, against "
+            f"{share('walker', 'fold') * 100:.0f}% in sidecar's own code. "
+        )
+        wake = c.get("wake")
+        if wake:
+            text += (
+                f"On this machine the first `process_vm_readv` after the thread's 10 ms sleep "
+                f"alone costs {wake['first_after_sleep'] / 1e3:.0f} µs, against "
+                f"{wake['back_to_back'] / 1e3:.1f} µs back to back (part 4): that one call per "
+                f"tick is {wake['first_after_sleep'] / 25e3:.0%} of the goal's budget. "
+            )
+        text += (
+            "The goal's 0.25% is 25 µs per sample, everything "
+            "included; the next steps are fewer calls per sample (reading the chain of "
+            "coroutine frames, which live in their objects, with one vectored read once their "
+            "addresses are known from the previous sample, and checking code objects less "
+            "often than every sample) and one wakeup for all targets of a sidecar instead of "
+            "one per target."
+        )
+        lines.append(text)
     p = results.get("pauses")
     if p:
         lines.append(
-            "- **Pause (goal 3)**: the pause contains py-spy's scan of every thread's "
-            "`/proc/.../stat` (part 3) and the full multi-call stack read. Moving the on-CPU "
-            "check of the Python threads *before* the stop (sidecar already does it for the "
-            "threads it stops) and making the walker above skip the scan, so that only "
-            "memory reads of the Python threads happen while they stand, makes the pause "
-            "independent of the native thread count; the read itself, cut from hundreds of "
-            "calls to a few, is what brings the p99 toward 50 µs. On a loaded machine, "
-            "ptrace-stop and resume also wait for the target thread to get a CPU "
-            "(compare *normal* with *rt*)."
+            "- **Pause (goal 3)**: only the Python threads stand, their on-CPU state is read "
+            "before the stop, and the read while they stand is the walker's few calls, so "
+            "native threads add no work to the pause; see part 3 for the figures. The rest "
+            "of the pause is ptrace: seizing, interrupting and waiting for each Python thread "
+            "to stop, then detaching, each a round trip through the scheduler. On a loaded "
+            "machine (*normal*) the stopped thread also waits for a CPU to be stopped and "
+            "resumed; compare *rt*."
         )
     o = results.get("overhead")
     if o:
@@ -300,10 +325,7 @@ def bounds(results: dict[str, Any]) -> list[str]:
                 f"{_hz(best['sidecar'], r['rates'])}, and counting only the samples it skips "
                 f"(py-spy's kind of figure) up to {_hz(rt['achieved'], r['rates'])}, against "
                 f"py-spy's {_hz(best['py-spy'], r['rates'])} (default) and "
-                f"{_hz(best['py-spy-nonblocking'], r['rates'])} (--nonblocking). Both read "
-                "through the same py-spy code; sidecar's tick adds the fold, a "
-                "`/proc/PID/stat` identity check and a sleep, so without its own reader it "
-                "cannot reach twice py-spy's rate"
+                f"{_hz(best['py-spy-nonblocking'], r['rates'])} (--nonblocking)"
             )
         lines.append(text + ".")
     return [*lines, ""]

@@ -281,15 +281,13 @@ def pauses_section(
         )
     lines += [
         "",
-        "What bounds it: blocking mode stops only the Python thread (sidecar reads its on-CPU "
-        "state first, then seizes and interrupts it), but the read it then makes while the "
-        "thread stands is py-spy's `get_stack_traces`, which lists `/proc/PID/task` and opens, "
-        "reads and regex-parses `/proc/PID/task/TID/stat` for *every* thread of the process to "
-        "learn which are on CPU, before it reads any stack. With 150 extra threads that scan is "
-        "the growth above, and all of it happens inside the pause. The rest of the pause is the "
-        "stack read itself (hundreds of `process_vm_readv` calls, part 4) plus the ptrace "
-        "round trips; on a loaded machine (*normal*) the stopped thread also waits for CPU "
-        "to be stopped and resumed.",
+        "What the pause holds: blocking mode reads the on-CPU state of the Python threads "
+        "first, then seizes and interrupts only them, reads their stacks (for CPython 3.11 with "
+        "its own walker: a handful of `process_vm_readv` calls, no /proc scan), and resumes "
+        "them; native threads are never touched, so the pause does not grow with them except "
+        "through what the kernel does per process. On a loaded machine (*normal*) the stopped "
+        "thread also waits for a CPU to be stopped and resumed; *rt* runs the sampler at "
+        "real-time priority.",
         "",
     ]
     return lines, verdicts
@@ -373,7 +371,7 @@ def cost_section(c: dict[str, Any]) -> list[str]:
         )
     sampler = c["sampler"]
     lines += [
-        f"| read, wall time (py-spy's `get_stack_traces`: memory reads + /proc scan) "
+        f"| read, wall time (memory reads and the run state of the Python threads) "
         f"| {sampler['read_mean'] * 1e6:.1f} µs | | `Sampler` counter `read_mean` |",
         f"| fold, wall time | {sampler['fold_mean'] * 1e6:.1f} µs | | `Sampler` counter "
         "`fold_mean` |",
@@ -394,6 +392,7 @@ def cost_section(c: dict[str, Any]) -> list[str]:
         f"| {f['discovery'] * 1e6:.2f} µs | {f['discovery'] * 1e4:.4f}% "
         f"| `sessions.scan` {med(c['discovery']) * 1e3:.2f} ms per scan of /proc |",
         "",
+        *readers_table(c),
         "System calls per sample (`perf stat` on the syscall tracepoints, "
         f"{c['syscall_seconds']:g} s): "
         + ", ".join(f"`{name}` {count:.1f}" for name, count in f["calls"].items() if count)
@@ -403,33 +402,27 @@ def cost_section(c: dict[str, Any]) -> list[str]:
     vm = share("vm_copy", "vm_pages", "vm_call")
     calls = f["calls"].get("process_vm_readv", 0)
     lines += [
-        "### Where the sampler's CPU goes, and the lead's hypotheses",
+        "### Where the sampler's CPU goes",
         "",
         f"perf (`perf record -e cpu-clock -g -p SERVE`, {c['perf_seconds']:g} s, "
-        f"{f['all_total']:,} samples, {f['native_total']:,} of them on sampler threads):",
+        f"{f['all_total']:,} samples, {f['native_total']:,} of them on sampler threads), with "
+        f"stacks read by {c['sampler'].get('reader', 'the sampler')}:",
         "",
-        f"- *~40% of the sampler's CPU is the kernel copying memory for process_vm_readv*: "
-        f"`process_vm_readv` is {vm * 100:.0f}% of the sampler's CPU, but copying the bytes is "
-        f"only {share('vm_copy') * 100:.0f}%. Finding and pinning the target's pages for each "
-        f"call (VMA lookup, get_user_pages, mm and ptrace access checks) is "
+        f"- `process_vm_readv` is {vm * 100:.0f}% of the sampler's CPU: copying the bytes "
+        f"{share('vm_copy') * 100:.0f}%, finding and pinning the target's pages for each call "
+        f"(VMA lookup, get_user_pages, mm and ptrace access checks) "
         f"{share('vm_pages') * 100:.0f}%, syscall entry, iovec copy-in and the machine's "
         f"syscall tracing hooks {share('vm_call') * 100:.0f}%. The cost is per call, not per "
-        f"byte: {calls:.0f} calls per sample of a ~30-frame stack, about "
-        f"{calls / 31:.0f} per frame (frame, code object, name and file strings, line table, "
-        f"each read anew every sample).",
-        f"- *much of the rest inside py-spy*: line numbers from line tables "
-        f"{share('line_numbers') * 100:.1f}%, the rest of py-spy's walk "
-        f"{share('pyspy') * 100:.1f}%, malloc/free {share('alloc') * 100:.1f}% (py-spy "
-        "allocates strings and vectors per frame and per sample; the leaf alone cannot say "
-        "whose).",
-        f"- *a regex per thread per sample on /proc stat*: the /proc scan is "
-        f"{share('proc_io', 'proc_regex') * 100:.1f}% ({share('proc_regex') * 100:.1f}% the "
-        f"regex) with one thread per target, "
-        f"{f['calls'].get('openat', 0):.1f} `openat` per sample; it grows with the thread "
-        "count (part 3: every extra thread costs a stat read per sample).",
-        f"- sidecar's own loop (folding with its frame cache, SipHash lookups, windows, the "
-        f"identity check) {share('fold') * 100:.1f}%; sleeping and waking "
-        f"{share('sleep') * 100:.1f}%.",
+        f"byte: {calls:.1f} calls per sample of a ~30-frame stack.",
+        f"- /proc reads (run state of the Python threads, the target's identity) "
+        f"{share('proc_io', 'proc_regex') * 100:.1f}%, "
+        f"{f['calls'].get('openat', 0):.1f} `openat` and {f['calls'].get('pread64', 0):.1f} "
+        "`pread64` per sample.",
+        f"- the frame walker itself {share('walker') * 100:.1f}%, py-spy "
+        f"{share('pyspy', 'line_numbers') * 100:.1f}%, malloc/free {share('alloc') * 100:.1f}%, "
+        f"sidecar's loop (windows, identity check) {share('fold') * 100:.1f}%; sleeping and "
+        f"waking {share('sleep') * 100:.1f}%, other kernel work "
+        f"{share('kernel_other') * 100:.1f}%.",
         "",
     ]
     return lines
@@ -529,4 +522,60 @@ def store_section(s: dict[str, Any]) -> list[str]:
         f"| serve CPU per target under the demo load (2 targets) "
         f"| {live['cpu_per_target'] * 100:.2f}% | (goal 4) | |",
         "",
+    ]
+
+
+def readers_figures(c: dict[str, Any]) -> dict[str, dict[str, float]] | None:
+    """Median CPU and read time per sample of each reader, and their ratio, from part 4."""
+    readers = c.get("readers")
+    if not readers or not all(readers.values()):
+        return None
+    out = {}
+    for name, runs in readers.items():
+        out[name] = {
+            "cpu": med([r["thread_cpu_per_sample"] for r in runs]),
+            "read": med([r["read_mean"] for r in runs]),
+            "label": runs[0].get("reader", name),
+        }
+    return out
+
+
+def wake_lines(c: dict[str, Any]) -> list[str]:
+    w = c.get("wake")
+    if not w:
+        return []
+    return [
+        "What one `process_vm_readv` of 64 bytes costs on this machine (median over 300 ticks, "
+        "`benchmarks/cost.py:wake_penalty`): the first of a tick that follows a 10 ms sleep "
+        f"{w['first_after_sleep'] / 1e3:.1f} µs, the later ones of the same tick "
+        f"{w['later_after_sleep'] / 1e3:.1f} µs, back to back without sleeping "
+        f"{w['back_to_back'] / 1e3:.1f} µs (a trivial system call right after waking: "
+        f"{w['syscall_after_sleep'] / 1e3:.1f} µs). A sampler at 100 Hz pays the first price "
+        "once per target and tick, whatever it reads.",
+        "",
+    ]
+
+
+def readers_table(c: dict[str, Any]) -> list[str]:
+    f = readers_figures(c)
+    if f is None:
+        return wake_lines(c)
+    auto, pyspy = f["auto"], f["py-spy"]
+    rounds = len(c["readers"]["auto"])
+    return [
+        "",
+        f"The two readers side by side: one `targets/deep.py` process sampled at 100 Hz "
+        f"without stopping it, {rounds} alternating rounds of 5 s each, CPU of the sampling "
+        "thread from its scheduler statistics (median of rounds):",
+        "",
+        "| reader | sampling thread CPU per sample | read, wall time | % of a core at 100 Hz |",
+        "|---|---:|---:|---:|",
+        f"| {auto['label']} | {auto['cpu'] * 1e6:.1f} µs | {auto['read'] * 1e6:.1f} µs "
+        f"| {auto['cpu'] * 1e4:.2f}% |",
+        f"| {pyspy['label']} | {pyspy['cpu'] * 1e6:.1f} µs | {pyspy['read'] * 1e6:.1f} µs "
+        f"| {pyspy['cpu'] * 1e4:.2f}% |",
+        f"| ratio | {auto['cpu'] / max(1e-12, pyspy['cpu']):.2f}x "
+        f"| {auto['read'] / max(1e-12, pyspy['read']):.2f}x | |",
+        "",
+        *wake_lines(c),
     ]
