@@ -234,7 +234,8 @@ def write_report(figures: dict[str, Any]) -> None:
         "Growth counts the database's live pages as a reader sees them, over the second half of "
         "the run: new stacks keep turning up for a while (rarely hit lines of framework code), "
         "so short runs overstate it. Load average (5 min) at the end of the recording: "
-        f"{live['load']:.1f} on {os.cpu_count()} cores (other work shared the machine).",
+        f"{live['load']:.1f} on {os.cpu_count()} cores"
+        + (" (other work shared the machine)." if live["load"] > 1.5 else "."),
         "",
         "The WAL file beside it "
         "grows to SQLite's checkpoint threshold (1000 pages) and is then reused: "

@@ -247,8 +247,13 @@ def test_targets_that_exit_crash_restart_and_fork(
         entry = seen[proc.pid]
         assert not entry["alive"], mode
         stacks = stacks_of_process(db, int(entry["id"]))  # type: ignore[call-overload]
-        assert sum(stacks.values()) > 50, mode  # what it had is recorded
-        assert all("lifecycle_work (targets/lifecycle.py" in s for s in stacks), mode
+        total = sum(stacks.values())
+        assert total > 50, mode  # what it had is recorded
+        # its own stacks only (no worker's); a sample may catch it on its way out
+        assert all(s.startswith("_run_module_as_main (<frozen runpy>") for s in stacks), stacks
+        assert not any("lifecycle_worker" in s for s in stacks), (mode, stacks)
+        working = sum(n for s, n in stacks.items() if "lifecycle_work (targets/lifecycle.py" in s)
+        assert working >= 0.95 * total, (mode, stacks)
         assert f"PID {proc.pid} exited" in log
     # forked workers: separate targets of one group, each with its own samples only
     group = [seen[pid] for pid in (parent.pid, *workers)]

@@ -149,7 +149,6 @@ def test_targets_profiles_and_timeline(spawn: Spawner, load: LoadDriver, serve: 
     busy = server.request(f"/api/profile?target={tid}&state=busy")[1].decode()
     assert busy and "[idle]" not in busy and "[blocked]" not in busy
 
-    now = time.time()
     stats = server.json("/api/stats")
     assert {t["framework"] for t in stats["targets"]} == {"aiohttp", "tornado"}
     assert set(stats["frameworks"]) == {"aiohttp", "tornado"}
@@ -171,10 +170,18 @@ def test_targets_profiles_and_timeline(spawn: Spawner, load: LoadDriver, serve: 
     assert all(line.split()[-1] == line.split()[-2] for line in lines.splitlines())
     assert server.status(f"/api/diff?target={tid}") == 400  # nothing to compare with
 
-    timeline = server.json(f"/api/timeline?target={tid}&step=1&from={now - 60}&to={now}")
-    assert timeline["loop_threads_only"] is True
-    buckets = timeline["buckets"]
-    assert len(buckets) >= 3
+    def timeline() -> dict[str, Any]:
+        end = time.time()
+        result: dict[str, Any] = server.json(
+            f"/api/timeline?target={tid}&step=1&from={end - 60}&to={end}"
+        )
+        return result
+
+    # the handlers may have shown up within the first seconds: wait for three of them stored
+    assert wait_until(lambda: len(timeline()["buckets"]) >= 3, timeout=15)
+    result = timeline()
+    assert result["loop_threads_only"] is True
+    buckets = result["buckets"]
     assert all(b["t"] % 1 == 0 for b in buckets)
     assert sum(b["idle"] for b in buckets) > sum(b["blocked"] for b in buckets)
 
