@@ -21,15 +21,18 @@ a row is not run at higher ones.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.procs import Procs, load_average, start_profiler, stop_profiler
+from benchmarks.procs import PYTHON, Procs, load_average, start_profiler, stop_profiler
 
-TOOLS = ("sidecar", "py-spy", "py-spy-nonblocking")
+#: "floor" is not a profiler: a loop that only sleeps to the same schedule under sidecar's rules
+#: (benchmarks/floor.py), what the machine's timers and scheduler allow any sampler.
+TOOLS = ("sidecar", "py-spy", "py-spy-nonblocking", "floor")
 #: normal: as the machine is; rt: the profilers at real-time priority (chrt -f 1), out of reach
 #: of other work's preemption, which shows what each can do rather than what the machine lets it.
 MODES = {"normal": None, "rt": 1}
@@ -43,7 +46,7 @@ Log = Callable[[str], None]
 def judge(run: dict[str, Any]) -> dict[str, Any]:
     """Adds the shares of late/missed (sidecar) or short (py-spy) samples, and pass/fail."""
     rate, tool = run["rate"], run["tool"]
-    if tool.startswith("sidecar"):
+    if tool.startswith("sidecar") or tool == "floor":
         ticks = max(1, run["samples"] + run["errors"] + run["missed"])
         run["late_share"] = (run["late"] + run["missed"]) / ticks
         run["short_share"] = run["missed"] / ticks
@@ -118,6 +121,22 @@ def measure(
     procs: Procs, workdir: Path, tool: str, pid: int, rate: float, seconds: float, rt: int | None
 ) -> dict[str, Any]:
     load = load_average()
+    if tool == "floor":
+        argv = [
+            PYTHON,
+            "-m",
+            "benchmarks.floor",
+            "--rate",
+            f"{rate:g}",
+            "--seconds",
+            f"{seconds:g}",
+        ]
+        child = procs.start(argv, rt=rt)
+        child.popen.wait(seconds + 30)
+        procs.children.remove(child)
+        floor: dict[str, Any] = json.loads(child.stdout())
+        floor.update(tool=tool, rate=rate, load=load)
+        return judge(floor)
     out = workdir / f"rate-{tool}-{rate:g}-{time.monotonic_ns()}.out"
     child = start_profiler(procs, tool, pid, rate, out, idle=True, rt=rt)
     began = time.monotonic()

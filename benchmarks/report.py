@@ -175,6 +175,11 @@ def write(results: dict[str, Any]) -> None:
                     f"| {_hz(best['sidecar'], r['rates'])} vs {_hz(best[other], r['rates'])} "
                     f"| {cell} | ≥ 2x | {verdict} |"
                 )
+            if "floor" in best:
+                rows.append(
+                    f"| 5 | the same for a loop that only sleeps ({mode}): the machine's floor "
+                    f"| {_hz(best['floor'], r['rates'])} | | (reference) | |"
+                )
     s = results.get("store")
     if s:
         parts["store"] = store_section(s)
@@ -326,6 +331,15 @@ def bounds(results: dict[str, Any]) -> list[str]:
                 f"(py-spy's kind of figure) up to {_hz(rt['achieved'], r['rates'])}, against "
                 f"py-spy's {_hz(best['py-spy'], r['rates'])} (default) and "
                 f"{_hz(best['py-spy-nonblocking'], r['rates'])} (--nonblocking)"
+            )
+        floor = [x for x in r["runs"] if x["tool"] == "floor" and x["rate"] == min(r["rates"])]
+        if floor:
+            text += (
+                f". A loop that only sleeps to the same schedule under the same rules (no "
+                f"reading at all) was late or missed on "
+                f"{med([x['late_share'] for x in floor]) * 100:.1f}% of its ticks at "
+                f"{min(r['rates']):g} Hz (median of normal and rt): on this machine the strict "
+                "figure is bound by waking up on time, not by the read"
             )
         lines.append(text + ".")
     return [*lines, ""]

@@ -99,13 +99,17 @@ def tiny_disk(tmp_path: Path) -> Iterator[Path]:
 def fill(disk: Path) -> Path:
     """Fills the disk to the last byte with one file."""
     filler = disk / "filler"
-    with open(filler, "wb") as handle:
-        try:
-            while True:
-                handle.write(b"\0" * 65536)
-                handle.flush()
-        except OSError:
-            pass
+    # unbuffered: a buffered file would try the failed bytes again on close and raise there
+    with open(filler, "wb", buffering=0) as handle:
+        chunk = b"\0" * 65536
+        while True:
+            try:
+                if handle.write(chunk) == 0:
+                    break
+            except OSError:
+                if len(chunk) == 1:
+                    break
+                chunk = chunk[: len(chunk) // 2]  # the last bytes, down to the last one
     return filler
 
 
