@@ -48,6 +48,7 @@ COLORS = {
     "sidecar-blocking": "#17becf",
     "py-spy": "#d62728",
     "py-spy-nonblocking": "#ff9896",
+    "floor": "#2ca02c",
 }
 
 
@@ -165,6 +166,6 @@ def _rates(ax: Any, r: dict[str, Any]) -> None:
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("asked rate (Hz)", fontsize=8)
-    ax.set_ylabel("% late+missed (sidecar) / short (py-spy); 0 at 0.01", fontsize=7)
+    ax.set_ylabel("% late+missed (sidecar, floor) / short (py-spy); 0 at 0.01", fontsize=7)
     ax.set_title("5. sampling rate: share of samples lost", fontsize=9)
     ax.legend(fontsize=6, loc="upper left", framealpha=0.6)

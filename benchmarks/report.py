@@ -332,14 +332,23 @@ def bounds(results: dict[str, Any]) -> list[str]:
                 f"py-spy's {_hz(best['py-spy'], r['rates'])} (default) and "
                 f"{_hz(best['py-spy-nonblocking'], r['rates'])} (--nonblocking)"
             )
-        floor = [x for x in r["runs"] if x["tool"] == "floor" and x["rate"] == min(r["rates"])]
-        if floor:
+        floors = {
+            mode: (s["best"].get("floor"), s["best"]["sidecar"]) for mode, s in summary.items()
+        }
+        if all(floor is not None or sidecar is None for floor, sidecar in floors.values()):
             text += (
-                f". A loop that only sleeps to the same schedule under the same rules (no "
-                f"reading at all) was late or missed on "
-                f"{med([x['late_share'] for x in floor]) * 100:.1f}% of its ticks at "
-                f"{min(r['rates']):g} Hz (median of normal and rt): on this machine the strict "
-                "figure is bound by waking up on time, not by the read"
+                ". A loop that only sleeps to the same schedule under the same rules, reading "
+                "nothing (`benchmarks/floor.py`), stayed under 1% up to "
+                + " and ".join(
+                    f"{_hz(floor, r['rates'])} ({mode})" for mode, (floor, _) in floors.items()
+                )
+                + ", against sidecar's "
+                + " and ".join(
+                    f"{_hz(sidecar, r['rates'])} ({mode})" for mode, (_, sidecar) in floors.items()
+                )
+                + ", and lost about as many ticks as sidecar at every rate of the ladder (part "
+                "5): on this machine the strict figure is bound by waking up on time, not by "
+                "the read"
             )
         lines.append(text + ".")
     return [*lines, ""]
