@@ -267,12 +267,11 @@ def bounds(results: dict[str, Any]) -> list[str]:
                 f"tick is {wake['first_after_sleep'] / 25e3:.0%} of the goal's budget. "
             )
         text += (
-            "The goal's 0.25% is 25 µs per sample, everything "
-            "included; the next steps are fewer calls per sample (reading the chain of "
-            "coroutine frames, which live in their objects, with one vectored read once their "
-            "addresses are known from the previous sample, and checking code objects less "
-            "often than every sample) and one wakeup for all targets of a sidecar instead of "
-            "one per target."
+            "The goal's 0.25% is 25 µs per sample, everything included. What the walker "
+            "already does: one vectored read of what the previous sample read (thread "
+            "states, coroutine frames, code headers) and one of the top of the data stack. "
+            "The next steps: checking code objects less often than every sample, and one "
+            "wakeup for all targets of a sidecar instead of one per target."
         )
         lines.append(text)
     p = results.get("pauses")
@@ -316,11 +315,11 @@ def bounds(results: dict[str, Any]) -> list[str]:
     if r:
         _, summary = rates_section(r)
         text = (
-            "- **Sampling rate (goal 5)** on a loaded machine also depends on policy: sidecar "
+            "- **Sampling rate (goal 5)** also depends on policy: sidecar "
             "skips a tick it is a full period late for and counts it missed, and counts a tick "
             "late past a quarter period, so every scheduling delay of its thread shows, while "
             "py-spy catches up in a burst of back-to-back samples and reports nothing below "
-            "1 s behind. The *rt* ladder takes the machine's delays out of both"
+            "1 s behind. In the *rt* ladder both run at real-time priority"
         )
         rt = summary.get("rt")
         if rt:
