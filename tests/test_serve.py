@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import PYTHON, ROOT, LoadDriver, Spawner, free_port, wait_until
+from helpers import PYTHON, ROOT, LoadDriver, Spawner, free_port, sidecar, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
 
@@ -354,13 +354,7 @@ def test_metrics_parse_and_errors_have_one_shape(spawn: Spawner, serve: Any) -> 
 def test_second_sidecar_on_the_same_database_refuses(serve: Any, tmp_path: Path) -> None:
     db = tmp_path / "shared.db"
     serve(db=db)
-    result = subprocess.run(
-        [PYTHON, "-m", "sidecar", "serve", "--db", str(db), "--port", str(free_port())],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    result = sidecar("serve", "--db", str(db), "--port", str(free_port()), timeout=30)
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert (
@@ -370,13 +364,7 @@ def test_second_sidecar_on_the_same_database_refuses(serve: Any, tmp_path: Path)
 
 
 def test_listening_beyond_loopback_needs_a_token() -> None:
-    result = subprocess.run(
-        [PYTHON, "-m", "sidecar", "serve", "--host", "0.0.0.0", "--port", str(free_port())],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    result = sidecar("serve", "--host", "0.0.0.0", "--port", str(free_port()), timeout=30)
     assert result.returncode == 2
     assert "--token-file" in result.stderr
 

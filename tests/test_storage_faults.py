@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from faultkit import Entry, Sidecars, integrity, query, record, window_ticks
-from helpers import PYTHON, ROOT, LoadDriver, Spawner, free_port, wait_until
+from helpers import LoadDriver, Spawner, free_port, sidecar, wait_until
 
 from sidecar.query import Range, Reader
 from sidecar.store import ProcessRecord, Store, StoreLocked, WindowBatch, Writer
@@ -232,13 +232,7 @@ def test_database_corrupted_under_the_running_service(
     assert log.count("started a new database") == 1 and "Traceback" not in log
     # started again on a corrupt file, it refuses in one line and says what to do
     (aside_db,) = [p for p in aside if p.name.count("-") == 2 and not p.name.endswith("-wal")]
-    refused = subprocess.run(
-        [PYTHON, "-m", "sidecar", "serve", "--db", str(aside_db), "--port", str(free_port())],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    refused = sidecar("serve", "--db", str(aside_db), "--port", str(free_port()), timeout=30)
     assert refused.returncode == 1
     last = refused.stderr.strip().splitlines()[-1]
     assert last.startswith("sidecar: error: cannot open database") and "move the file" in last
@@ -264,13 +258,7 @@ def test_a_second_sidecar_on_the_same_database_refuses_even_through_a_symlink(
     link.symlink_to(db)
     (tmp_path / "dir").symlink_to(tmp_path, target_is_directory=True)
     # the real CLI through a symlink (test_serve covers the same path) ...
-    result = subprocess.run(
-        [PYTHON, "-m", "sidecar", "serve", "--db", str(link), "--port", str(free_port())],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    result = sidecar("serve", "--db", str(link), "--port", str(free_port()), timeout=30)
     assert result.returncode == 1, result.stderr
     assert "in use by another sidecar" in result.stderr.strip().splitlines()[-1]
     # ... and the store under every other name of the same file

@@ -246,10 +246,10 @@ pub(crate) fn format_frame(name: &str, file: &str, line: i32) -> String {
         .collect()
 }
 
-/// What the frame and stack caches may hold, in bytes (about): a bound on size, not count,
-/// because 50,000 stacks 2,000 frames deep are gigabytes.
 /// How many times a torn read of a running target is read again within the same tick.
 const TORN_READ_RETRIES: u64 = 2;
+/// What the frame and stack caches may hold, in bytes (about): a bound on size, not count,
+/// because 50,000 stacks 2,000 frames deep are gigabytes.
 const FRAME_CACHE_BYTES: usize = 16 << 20;
 const STACK_CACHE_BYTES: usize = 32 << 20;
 
@@ -440,12 +440,46 @@ impl Drop for Session {
     }
 }
 
-/// Is the target's thread on CPU? (state R in its stat; the name may contain ')' and spaces)
-/// None when `tid` is not a thread of `pid` as this sidecar's /proc sees it.
-fn thread_running(pid: i32, tid: i32) -> Option<bool> {
-    let stat = std::fs::read(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
-    let close = stat.iter().rposition(|&b| b == b')')?;
-    stat.get(close + 2).map(|&state| state == b'R')
+/// The run state (on CPU or not) of a target's threads, through /proc stat files kept open:
+/// one read per thread and sample instead of an open, a read and a close.
+pub(crate) struct ThreadStates {
+    pid: i32,
+    files: HashMap<i32, std::fs::File>,
+}
+
+impl ThreadStates {
+    pub(crate) fn new(pid: i32) -> Self {
+        ThreadStates {
+            pid,
+            files: HashMap::new(),
+        }
+    }
+
+    /// Is the thread on CPU? (state R in its stat; the name may contain ')' and spaces)
+    /// None when `tid` is not a thread of the target as this sidecar's /proc sees it.
+    pub(crate) fn running(&mut self, tid: i32) -> Option<bool> {
+        use std::os::unix::fs::FileExt;
+        if !self.files.contains_key(&tid) {
+            let path = format!("/proc/{}/task/{tid}/stat", self.pid);
+            self.files.insert(tid, std::fs::File::open(path).ok()?);
+        }
+        let mut buf = [0u8; 512];
+        let Ok(n) = self.files.get(&tid)?.read_at(&mut buf, 0) else {
+            self.files.remove(&tid);
+            return None;
+        };
+        let stat = &buf[..n];
+        let close = stat.iter().rposition(|&b| b == b')')?;
+        stat.get(close + 2).map(|&state| state == b'R')
+    }
+
+    /// Closes the files of threads not in `alive`.
+    pub(crate) fn keep(&mut self, alive: &[i32]) {
+        if self.files.len() > alive.len() {
+            let alive: HashSet<i32> = alive.iter().copied().collect();
+            self.files.retain(|tid, _| alive.contains(tid));
+        }
+    }
 }
 
 /// Blocking mode: stops only the threads that ran Python in the previous sample (all threads
@@ -462,12 +496,12 @@ fn thread_running(pid: i32, tid: i32) -> Option<bool> {
 fn read_stopped(
     process: &remoteprocess::Process,
     python_threads: &mut Vec<i32>,
+    states: &mut ThreadStates,
     read: impl FnOnce(&HashMap<i32, bool>) -> anyhow::Result<Vec<Trace>>,
 ) -> (anyhow::Result<Vec<Trace>>, Option<f64>) {
-    let pid = process.pid;
     let running: HashMap<i32, bool> = python_threads
         .iter()
-        .filter_map(|&tid| thread_running(pid, tid).map(|r| (tid, r)))
+        .filter_map(|&tid| states.running(tid).map(|r| (tid, r)))
         .collect();
     if running.len() != python_threads.len() {
         python_threads.clear();
@@ -508,6 +542,7 @@ fn read_stopped(
     if let Ok(traces) = &result {
         python_threads.clear();
         python_threads.extend(traces.iter().map(|t| t.tid as i32));
+        states.keep(python_threads);
     }
     (result, Some(pause))
 }
@@ -654,6 +689,7 @@ fn run(
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1, 0, 0, 0) };
     let mut next = Instant::now();
     let mut python_threads: Vec<i32> = Vec::new();
+    let mut states = ThreadStates::new(options.pid);
     let process = remoteprocess::Process::new(options.pid);
     let liveness = Liveness::open(options.pid, started);
 
@@ -675,9 +711,11 @@ fn run(
         let read_start = Instant::now();
         let mut retried = 0u64;
         let (result, pause) = match (&process, options.blocking) {
-            (Ok(process), true) => read_stopped(process, &mut python_threads, |running| {
-                readers.read(RunState::Known(running))
-            }),
+            (Ok(process), true) => {
+                read_stopped(process, &mut python_threads, &mut states, |running| {
+                    readers.read(RunState::Known(running))
+                })
+            }
             (Err(err), true) => (Err(anyhow::anyhow!("cannot stop the target: {err}")), None),
             (_, false) => {
                 let mut result = readers.read(RunState::Read);

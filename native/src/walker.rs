@@ -10,9 +10,7 @@
 //! py-spy still attaches (it finds the interpreter and its version) and stays the reader for
 //! other Python versions; the sampler compares this walker with it before trusting it.
 
-use std::collections::{HashMap, HashSet};
-use std::fs::File;
-use std::os::unix::fs::FileExt;
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -20,6 +18,7 @@ use anyhow::{anyhow, bail, Result};
 use py_spy::PythonSpy;
 
 use crate::fxhash::FxBuild;
+use crate::sampler::ThreadStates;
 
 /// Offsets in CPython 3.11 on 64-bit Linux, from its `Include/internal` headers.
 mod layout {
@@ -98,7 +97,6 @@ struct Code {
     serial: u64,
     header: [u8; layout::CODE_SIZE],
     name: String,
-    file: String,
     /// The filename as shown: shortened to its package path like py-spy does.
     shown: String,
     first_line: i32,
@@ -120,16 +118,15 @@ pub struct Walker {
     stacks: HashMap<Vec<(u64, i64)>, Arc<str>, FxBuild>,
     stack_bytes: usize,
     short_files: HashMap<String, String>,
-    stat_files: HashMap<i32, File>,
-    /// Code objects already checked in the sample being read.
+    states: ThreadStates,
+    /// Code objects the last sample checked; the next one reads their headers ahead.
     checked: Vec<usize>,
     /// The current frame's address and the top of a thread's data stack, as last read.
     stack: Vec<u8>,
-    /// Thread states, frames outside the data stacks and code objects of the previous
-    /// sample: read ahead in one batch at the start of the next.
+    /// Thread states and frames outside the data stacks of the previous sample: read ahead,
+    /// with the code headers in `checked`, in one batch at the start of the next.
     ahead_threads: Vec<usize>,
     ahead_frames: Vec<usize>,
-    ahead_codes: Vec<usize>,
 }
 
 /// The run state a sample uses for each thread.
@@ -162,12 +159,11 @@ impl Walker {
             stacks: HashMap::default(),
             stack_bytes: 0,
             short_files: HashMap::new(),
-            stat_files: HashMap::new(),
+            states: ThreadStates::new(spy.pid),
             checked: Vec::new(),
             stack: Vec::new(),
             ahead_threads: Vec::new(),
             ahead_frames: Vec::new(),
-            ahead_codes: Vec::new(),
         })
     }
 
@@ -186,9 +182,11 @@ impl Walker {
                 .iter()
                 .map(|&f| (f + layout::FRAME_FIRST, layout::FRAME_SIZE)),
         );
+        // the code objects the previous sample checked
         pieces.extend(
-            self.ahead_codes
+            self.checked
                 .iter()
+                .take(READ_AHEAD_MAX)
                 .map(|&c| (c + layout::CODE_FIRST, layout::CODE_SIZE)),
         );
         let batch = Batch::read(self.pid, &pieces);
@@ -233,9 +231,6 @@ impl Walker {
         self.ahead_threads = thread_addresses;
         outside.truncate(READ_AHEAD_MAX);
         self.ahead_frames = outside;
-        self.ahead_codes.clear();
-        self.ahead_codes
-            .extend(self.checked.iter().take(READ_AHEAD_MAX).copied());
         let mut traces = Vec::with_capacity(threads.len());
         for (tid, owns_gil, frames) in threads {
             let waits = frames
@@ -243,7 +238,7 @@ impl Walker {
                 .and_then(|(code, _)| self.codes.get(code))
                 .is_some_and(|code| code.waits);
             let running = match &run_state {
-                RunState::Read => self.running(tid as i32),
+                RunState::Read => self.states.running(tid as i32),
                 RunState::Known(known) => known.get(&(tid as i32)).copied(),
             };
             traces.push(Trace {
@@ -254,9 +249,9 @@ impl Walker {
                 stack: self.fold(&frames),
             });
         }
-        if self.stat_files.len() > traces.len() {
-            let alive: HashSet<i32> = traces.iter().map(|t| t.tid as i32).collect();
-            self.stat_files.retain(|tid, _| alive.contains(tid));
+        if let RunState::Read = run_state {
+            let alive: Vec<i32> = traces.iter().map(|t| t.tid as i32).collect();
+            self.states.keep(&alive);
         }
         Ok(traces)
     }
@@ -405,7 +400,6 @@ impl Walker {
             header: fixed,
             waits: is_wait(&name, &file),
             name,
-            file,
             shown,
             first_line,
             table,
@@ -444,23 +438,6 @@ impl Walker {
         self.stack_bytes += cost;
         self.stacks.insert(key, stack.clone());
         Some(stack)
-    }
-
-    /// Is the thread on CPU (state R)? Through a /proc file kept open; None if not visible.
-    fn running(&mut self, tid: i32) -> Option<bool> {
-        if !self.stat_files.contains_key(&tid) {
-            let file = File::open(format!("/proc/{}/task/{tid}/stat", self.pid)).ok()?;
-            self.stat_files.insert(tid, file);
-        }
-        let mut buf = [0u8; 512];
-        let read = self.stat_files.get(&tid)?.read_at(&mut buf, 0);
-        let Ok(n) = read else {
-            self.stat_files.remove(&tid);
-            return None;
-        };
-        let stat = &buf[..n];
-        let close = stat.iter().rposition(|&b| b == b')')?;
-        stat.get(close + 2).map(|&state| state == b'R')
     }
 
     fn string(&self, address: usize) -> Result<String> {
@@ -565,7 +542,7 @@ impl Code {
 }
 
 fn code_cost(code: &Code) -> usize {
-    code.name.len() + code.file.len() + code.shown.len() + code.table.len() + 256
+    code.name.len() + code.shown.len() + code.table.len() + 256
 }
 
 /// The waits py-spy recognises by name to call a running thread idle.
