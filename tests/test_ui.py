@@ -39,6 +39,10 @@ LOAD_SECONDS = 150
 MIN_WINDOW = 16
 
 
+#: The aiohttp handler the tests look for; it runs briefly between awaits.
+HANDLER = "hard_handler (targets/aiohttp_app.py:"
+
+
 @dataclass
 class UI:
     """The running stack: a sidecar serving the UI, its targets, and a browser."""
@@ -53,10 +57,10 @@ class UI:
         with urllib.request.urlopen(self.base + path, timeout=30) as response:
             return json.loads(response.read())
 
-    def folded(self, target: int) -> str:
+    def folded(self, target: int, span: str = "") -> str:
         try:
             with urllib.request.urlopen(
-                f"{self.base}/api/profile?target={target}&format=folded", timeout=30
+                f"{self.base}/api/profile?target={target}&format=folded{span}", timeout=30
             ) as response:
                 return str(response.read().decode())
         except urllib.error.HTTPError:
@@ -64,18 +68,23 @@ class UI:
 
     def window(self) -> tuple[int, int]:
         """A fixed range from the first samples to a few seconds ago (windows that are final),
-        at least MIN_WINDOW seconds long."""
+        at least MIN_WINDOW seconds long, in which busy samples caught the aiohttp handler."""
         time.sleep(max(0.0, self.started + MIN_WINDOW + 3 - time.time()))
-        start, end = math.floor(self.started), math.floor(time.time()) - 3
-        # a window is written a moment after it ends: wait until the range stops growing
-        previous = -1
-        for _ in range(40):
-            buckets = self.api(f"/api/timeline?from={start}&to={end}")["buckets"]
-            total = sum(b["busy"] + b["idle"] + b["blocked"] for b in buckets)
-            if total == previous:
+        for _ in range(20):
+            start, end = math.floor(self.started), math.floor(time.time()) - 3
+            # a window is written a moment after it ends: wait until the range stops growing
+            previous = -1
+            for _ in range(40):
+                buckets = self.api(f"/api/timeline?from={start}&to={end}")["buckets"]
+                total = sum(b["busy"] + b["idle"] + b["blocked"] for b in buckets)
+                if total == previous:
+                    break
+                previous = total
+                time.sleep(0.5)
+            span = f"&from={start}&to={end}"
+            if HANDLER in self.folded(self.aiohttp["id"], span):
                 break
-            previous = total
-            time.sleep(0.5)
+            time.sleep(1.0)
         return start, end
 
     def page(self) -> Page:
@@ -137,7 +146,7 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UI]:
         stack = UI(base, browser, found["aiohttp"], found["tornado"], started)
         # the handlers run briefly between awaits: wait until busy samples caught them
         assert wait_until(
-            lambda: "hard_handler (targets/aiohttp_app.py:" in stack.folded(found["aiohttp"]["id"]),
+            lambda: HANDLER in stack.folded(found["aiohttp"]["id"]),
             timeout=40,
         )
         assert wait_until(lambda: "[blocked]" in stack.folded(found["tornado"]["id"]), timeout=30)
