@@ -38,7 +38,6 @@ from sidecar.classify import classify
 from sidecar.query import Reader
 from sidecar.sessions import Selection, Session, Sessions, scan
 from sidecar.store import ProcessRecord, Store
-from sidecar.store.schema import STATE_NAMES
 
 WINDOW = 10
 RATE = 100.0
@@ -226,9 +225,6 @@ def stored_windows(db: Path) -> list[tuple[int, dict[str, Any]]]:
     """The windows serve stored, as (target id, sampler window) in time order."""
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
-        rows = conn.execute(
-            "SELECT window, target_id, stack_id, thread_id, state, count FROM samples"
-        ).fetchall()
         ticks = {
             (int(w), int(t)): int(n)
             for w, t, n in conn.execute(
@@ -237,17 +233,18 @@ def stored_windows(db: Path) -> list[tuple[int, dict[str, Any]]]:
         }
     finally:
         conn.close()
-    texts = Reader(db, WINDOW).stack_texts({int(r[2]) for r in rows})
+    reader = Reader(db, WINDOW)
+    rows = reader.entries()
+    texts = reader.stack_texts({r[3] for r in rows})
     windows: dict[tuple[int, int], dict[str, Any]] = {}
-    for window, target, stack, thread, state, count in rows:
-        key = (int(window), int(target))
+    for window, target, _, stack, thread, state, count in rows:
+        key = (window, target)
         entry = windows.setdefault(
             key,
             {"start": float(window), "end": float(window + WINDOW), "stacks": []},
         )
         entry["samples"] = ticks.get(key, 0)
-        on_cpu = STATE_NAMES[state] == "busy"
-        entry["stacks"].append((int(thread), "", on_cpu, False, texts[int(stack)], int(count)))
+        entry["stacks"].append((thread, "", state == "busy", False, texts[stack], count))
     return [(target, windows[(start, target)]) for start, target in sorted(windows)]
 
 

@@ -36,7 +36,6 @@ from benchmarks.common import cpu_seconds  # noqa: E402
 from sidecar.query import Range, Reader  # noqa: E402
 from sidecar.store import ProcessRecord, Store, WindowBatch  # noqa: E402
 from sidecar.store.db import DOWNSAMPLE_TIERS  # noqa: E402
-from sidecar.store.schema import STATE_NAMES  # noqa: E402
 from targets.demo import start_loads, start_service  # noqa: E402
 
 REPORT = ROOT / "benchmarks" / "REPORT-store.md"
@@ -129,17 +128,12 @@ def record_demo(db: Path, minutes: float) -> dict[str, float]:
 
 def build_day(source: Path, day_db: Path) -> int:
     """24 h of windows for two targets, replaying the recorded windows in a cycle."""
-    conn = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
-    rows = conn.execute(
-        "SELECT window, target_id, stack_id, thread_id, state, count FROM samples"
-    ).fetchall()
-    conn.close()
-    texts = Reader(source, WINDOW).stack_texts({r[2] for r in rows})
+    reader = Reader(source, WINDOW)
+    rows = reader.entries()
+    texts = reader.stack_texts({r[3] for r in rows})
     windows: dict[tuple[int, int], list[tuple[str, int, str, int]]] = {}
-    for window, target, stack, thread, state, count in rows:
-        windows.setdefault((target, window), []).append(
-            (texts[stack], thread, STATE_NAMES[state], count)
-        )
+    for window, target, _, stack, thread, state, count in rows:
+        windows.setdefault((target, window), []).append((texts[stack], thread, state, count))
     per_target: dict[int, list[list[tuple[str, int, str, int]]]] = {}
     for (target, _), rows in sorted(windows.items()):
         per_target.setdefault(target, []).append(rows)

@@ -19,8 +19,9 @@ from typing import Any
 from sidecar.classify import leaf_for
 from sidecar.errors import SidecarError
 from sidecar.profile import STATES, Profile, Target
+from sidecar.store import counts
 from sidecar.store.db import HOUR
-from sidecar.store.schema import STATE_CODES, STATE_NAMES
+from sidecar.store.schema import STATE_CODES, STATE_NAMES, SUM_COLUMNS
 
 MAX_BUCKETS = 2000
 
@@ -151,40 +152,48 @@ class Reader:
                 return row
         raise UnknownTarget(f"no target with id {target_id}")
 
-    def _where(
-        self, target: int | None, span: Range, states: set[str] | None, thread: str | None
-    ) -> tuple[str, tuple[Any, ...]]:
-        """Conditions on samples (alias ``s``) in the range that match the filters."""
-        filters, params = self._filters(target, states, thread)
-        return f"s.window >= ? AND s.window < ? AND {filters}", (span.start, span.end, *params)
+    def _threads(self, thread: str | None) -> dict[int, set[int]] | int | None:
+        """The thread filter: a thread id, or the ids per process of threads with a name."""
+        if not thread:
+            return None
+        if thread.isdigit():
+            return int(thread)
+        wanted: dict[int, set[int]] = {}
+        for process_id, thread_id in self._rows(
+            "SELECT process_id, thread_id FROM threads WHERE name = ?", (thread,)
+        ):
+            wanted.setdefault(int(process_id), set()).add(int(thread_id))
+        return wanted
 
-    def _filters(
-        self, target: int | None, states: set[str] | None, thread: str | None
-    ) -> tuple[str, tuple[Any, ...]]:
-        """Conditions on rows of samples or rollups (alias ``s``), without the time."""
-        clauses = ["1"]
-        params: list[Any] = []
-        if target is not None:
-            self.target(target)
-            clauses.append("s.target_id = ?")
-            params.append(target)
-        if states is not None:
-            unknown = states - set(STATES)
-            if unknown:
-                raise QueryError(f"unknown state {sorted(unknown)[0]!r}; use busy, idle, blocked")
-            clauses.append(f"s.state IN ({', '.join('?' * len(states))})")
-            params.extend(STATE_CODES[s] for s in sorted(states))
-        if thread:
-            if thread.isdigit():
-                clauses.append("s.thread_id = ?")
-                params.append(int(thread))
-            else:
-                clauses.append(
-                    "EXISTS (SELECT 1 FROM threads th WHERE th.process_id = s.process_id "
-                    "AND th.thread_id = s.thread_id AND th.name = ?)"
-                )
-                params.append(thread)
-        return " AND ".join(clauses), tuple(params)
+    def _states(self, states: set[str] | None) -> set[int] | None:
+        if states is None:
+            return None
+        unknown = states - set(STATES)
+        if unknown:
+            raise QueryError(f"unknown state {sorted(unknown)[0]!r}; use busy, idle, blocked")
+        return {STATE_CODES[s] for s in states}
+
+    def _blobs(self, target: int | None, span: Range) -> list[tuple[int, bytes]]:
+        """(process id, packed counts) covering the range: whole hours rolled up come from
+        ``hour_counts``, the rest from ``window_counts``."""
+        where, params = ("target_id = ?", (target,)) if target is not None else ("1", ())
+        hours = self.rolled_hours(span)
+        pieces, values = [], []
+        for start, end in _gaps(span, hours):
+            pieces.append(
+                "SELECT process_id, counts FROM window_counts "
+                f"WHERE window >= ? AND window < ? AND {where}"
+            )
+            values += [start, end, *params]
+        if hours:
+            pieces.append(
+                f"SELECT process_id, counts FROM hour_counts WHERE hour >= ? AND hour <= ? "
+                f"AND {where}"
+            )
+            values += [hours[0], hours[-1], *params]
+        if not pieces:
+            return []
+        return [(int(p), blob) for p, blob in self._rows(" UNION ALL ".join(pieces), tuple(values))]
 
     def profile(
         self,
@@ -194,42 +203,52 @@ class Reader:
         thread: str | None = None,
     ) -> Profile:
         """Folded stacks of one target (or all) over a range, off-CPU leaves included."""
-        filters, params = self._filters(target, states, thread)
-        hours = self.rolled_hours(span)
-        pieces, values = [], []
-        for start, end in _gaps(span, hours):
-            pieces.append(
-                "SELECT s.stack_id, s.state, s.count FROM samples s "
-                f"WHERE s.window >= ? AND s.window < ? AND {filters}"
-            )
-            values += [start, end, *params]
-        if hours:  # whole hours come summed from the rollups
-            pieces.append(
-                "SELECT s.stack_id, s.state, s.count FROM rollups s "
-                f"WHERE s.hour >= ? AND s.hour <= ? AND {filters}"
-            )
-            values += [hours[0], hours[-1], *params]
-        rows = (
-            self._rows(
-                f"SELECT stack_id, state, SUM(count) FROM ({' UNION ALL '.join(pieces)}) "
-                "GROUP BY stack_id, state",
-                tuple(values),
-            )
-            if pieces
-            else []
-        )
-        texts = self.stack_texts({int(r[0]) for r in rows})
-        profile = Profile(start=float(span.start), end=float(span.end))
-        for stack_id, state, count in rows:
-            leaf = leaf_for(STATE_NAMES[state])
-            text = texts[int(stack_id)]
-            profile.add(f"{text};{leaf}" if leaf else text, int(count))
         if target is not None:
             info = self.target(target)
+        codes, threads = self._states(states), self._threads(thread)
+        totals: dict[tuple[int, int], int] = {}
+        try:
+            for process_id, blob in self._blobs(target, span):
+                wanted = threads.get(process_id, set()) if isinstance(threads, dict) else threads
+                for stack, thread_id, state, count in counts.unpack(blob):
+                    if codes is not None and state not in codes:
+                        continue
+                    if wanted is not None and (
+                        thread_id != wanted if isinstance(wanted, int) else thread_id not in wanted
+                    ):
+                        continue
+                    totals[(stack, state)] = totals.get((stack, state), 0) + count
+        except counts.CountsError as err:
+            raise StoreUnavailable(f"the database is damaged: {err}") from err
+        texts = self.stack_texts({stack for stack, _ in totals})
+        profile = Profile(start=float(span.start), end=float(span.end))
+        for (stack_id, state), count in totals.items():
+            leaf = leaf_for(STATE_NAMES[state])
+            text = texts[stack_id]
+            profile.add(f"{text};{leaf}" if leaf else text, count)
+        if target is not None:
             profile.target = Target(
                 pid=info["pid"], cmdline=info["cmdline"], python_version=info["python_version"]
             )
         return profile
+
+    def entries(
+        self, process_id: int | None = None
+    ) -> list[tuple[int, int, int, int, int, str, int]]:
+        """Every stored (window, target id, process id, stack id, thread id, state, count), of
+        one process or all, from the windows (not the hourly rollups), in window order."""
+        where, params = ("process_id = ?", (process_id,)) if process_id is not None else ("1", ())
+        out: list[tuple[int, int, int, int, int, str, int]] = []
+        for window, target_id, process, blob in self._rows(
+            "SELECT window, target_id, process_id, counts FROM window_counts "
+            f"WHERE {where} ORDER BY window, target_id, process_id",
+            params,
+        ):
+            out += [
+                (window, target_id, process, stack, thread_id, STATE_NAMES[state], count)
+                for stack, thread_id, state, count in counts.unpack(blob)
+            ]
+        return out
 
     def rolled_hours(self, span: Range) -> list[int]:
         """Hours rolled up that lie wholly inside the range, in order."""
@@ -288,24 +307,35 @@ class Reader:
                 f"too many buckets: use a 'step' of at least "
                 f"{math.ceil((span.end - span.start) / MAX_BUCKETS)} seconds"
             )
-        where, params = self._where(target, span, None, None)
-        sql = f"""
-            SELECT s.window / ? * ? AS bucket, s.state, SUM(s.count) FROM samples s
-            JOIN stacks st ON st.id = s.stack_id
-            WHERE {where} AND st.loop >= ? GROUP BY bucket, s.state ORDER BY bucket
-        """
-        rows = self._rows(sql, (step, step, *params, 1))
-        loop_only = bool(rows)
-        if not rows:
-            rows = self._rows(sql, (step, step, *params, 0))
+        where, params = "window >= ? AND window < ?", [span.start, span.end]
+        if target is not None:
+            self.target(target)
+            where += " AND target_id = ?"
+            params.append(target)
+        columns = [column for column, _, _ in SUM_COLUMNS]
+        rows = self._rows(
+            f"SELECT window / ? * ? AS bucket, {', '.join(f'SUM({c})' for c in columns)} "
+            f"FROM windows WHERE {where} GROUP BY bucket ORDER BY bucket",
+            (step, step, *params),
+        )
+        # the event loop's threads when the range has any, else every thread
+        loop_only = any(
+            row[1 + i] for row in rows for i, (_, _, loop) in enumerate(SUM_COLUMNS) if loop
+        )
+        chosen = [
+            (i, STATE_NAMES[code])
+            for i, (_, code, loop) in enumerate(SUM_COLUMNS)
+            if loop == loop_only
+        ]
         buckets: dict[int, dict[str, int]] = {}
-        for bucket, state, count in rows:
-            entry = buckets.setdefault(int(bucket), {"busy": 0, "idle": 0, "blocked": 0})
-            entry[STATE_NAMES[state]] += int(count)
+        for row in rows:
+            entry = {name: int(row[1 + i]) for i, name in chosen}
+            if any(entry.values()):
+                buckets[int(row[0])] = entry
         return {
             "from": span.start,
             "to": span.end,
             "step": step,
             "loop_threads_only": loop_only,
-            "buckets": [{"t": t, **counts} for t, counts in sorted(buckets.items())],
+            "buckets": [{"t": t, **sums} for t, sums in sorted(buckets.items())],
         }

@@ -183,13 +183,12 @@ def test_sigterm_during_a_write_burst_flushes_everything(
 
 def stacks_of_process(db: Path, process_id: int) -> dict[str, int]:
     """Folded stacks (no state leaf) the store attributes to one process."""
-    rows = query(
-        db,
-        "SELECT stack_id, SUM(count) FROM samples WHERE process_id = ? GROUP BY stack_id",
-        (process_id,),
-    )
-    texts = Reader(db).stack_texts({int(r[0]) for r in rows})
-    return {texts[int(stack)]: int(count) for stack, count in rows}
+    reader = Reader(db)
+    totals: dict[int, int] = {}
+    for *_, stack, _, _, count in reader.entries(process_id):
+        totals[stack] = totals.get(stack, 0) + count
+    texts = reader.stack_texts(set(totals))
+    return {texts[stack]: count for stack, count in totals.items()}
 
 
 def processes(db: Path) -> dict[int, dict[str, object]]:
@@ -372,6 +371,7 @@ def test_store_keeps_one_entry_per_program_and_migrates_old_databases(tmp_path: 
     old = tmp_path / "v2.db"
     conn = sqlite3.connect(old)
     for number, script in enumerate(MIGRATIONS[:2]):
+        assert isinstance(script, str)
         conn.executescript(f"BEGIN;{script};PRAGMA user_version = {number + 1};COMMIT;")
     conn.execute("INSERT INTO targets VALUES (1, 'python a.py', 'python a.py', 'aiohttp', "
                  "'asyncio', 1, 2)")  # fmt: skip

@@ -255,8 +255,9 @@ def test_full_database_keeps_sampling_and_recovers(
     spawn: Spawner, load: LoadDriver, serve: Any
 ) -> None:
     target = spawn.target("aiohttp_app")
-    load.start(target.url + "/cpu?repeat=1", seconds=40, connections=2)
-    server = serve("--max-db-size", "160K", "--rate", "400", pids=(target.pid,))
+    load.start(target.url + "/cpu?repeat=1", seconds=60, connections=2)
+    # a cap a little over the empty database (96 KiB), and many small windows
+    server = serve("--max-db-size", "112K", "--rate", "400", "--window", "2", pids=(target.pid,))
     assert wait_until(lambda: server.json("/healthz")["store"]["write_errors"] > 0, timeout=30)
     health = server.json("/healthz")
     samples_then = metric(server, "sidecar_sampler_samples_total")

@@ -369,3 +369,37 @@ def test_a_full_database_of_unique_stacks_makes_room_and_writes_on(tmp_path: Pat
         "newest 10 are read back exactly"
     )
     record(entry)
+
+
+def test_a_window_too_big_for_the_size_cap_is_dropped_not_waited_for(tmp_path: Path) -> None:
+    """Under --max-db-size, a window that does not fit even in a database with no other window
+    can never be written: it is dropped and counted, and the windows after it are written
+    (waiting would stall the writer for good)."""
+    db = tmp_path / "tiny.db"
+    writer = Writer(db, max_bytes=160_000)
+    writer.start()
+    key = (8, 8)
+    start = int(time.time()) // 10 * 10 - 100
+    huge = WindowBatch(
+        key,
+        start,
+        10,
+        1,
+        [(f"root (a.py:1);big_{j} ({'x' * 200}.py:{j})", 1, "busy", 1) for j in range(2000)],
+    )
+    small = [unique_window(key, start + 10 * n, n) for n in range(1, 4)]
+    try:
+        writer.submit(ProcessRecord(*key, "python big.py", time.time()))
+        for batch in (huge, *small):
+            writer.submit(batch)
+        assert wait_until(lambda: writer.health.backlog == 0, timeout=30), writer.health
+        assert writer.health.dropped_windows == 1 and writer.health.windows_written == 3
+        assert not writer.health.failing
+    finally:
+        writer.stop()
+    reader = Reader(db, 10)
+    assert reader.profile(None, Range(start, start + 10)).total == 0
+    for batch in small:
+        profile = reader.profile(None, Range(batch.start, batch.start + 10))
+        assert profile.stacks == {stack: count for stack, _, _, count in batch.rows}
+    assert integrity(db) == "ok"

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import sqlite3
 import time
+import zlib
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sidecar.query import Range, Reader
-from sidecar.store import ProcessRecord, Store, StoreLocked, WindowBatch
+from sidecar.query import Range, Reader, StoreUnavailable
+from sidecar.store import ProcessRecord, Store, StoreLocked, WindowBatch, counts
+from sidecar.store.schema import MIGRATIONS
 
 FRAME = st.text(
     alphabet=st.characters(blacklist_characters=";\n", blacklist_categories=("Cs",)),
@@ -151,3 +153,150 @@ def test_rollups_give_the_same_profiles_as_the_windows(tmp_path: Path) -> None:
     late = Reader(db).profile(None, spans[0]).stacks
     assert "main;late" not in late
     store.close()
+
+
+ENTRY = st.tuples(st.integers(1, 2**40), st.integers(0, 2**63), st.sampled_from([0, 1, 2]))
+
+
+@given(st.dictionaries(ENTRY, st.integers(1, 2**62), max_size=300))
+def test_packed_counts_round_trip(entries: dict[tuple[int, int, int], int]) -> None:
+    blob = counts.pack(entries)
+    assert counts.unpack_dict(blob) == entries
+    assert counts.merge([blob, None, blob]) == counts.pack({k: 2 * c for k, c in entries.items()})
+
+
+ONE = counts.pack({(1, 2, 0): 3})
+
+
+@pytest.mark.parametrize(
+    "blob",
+    [
+        b"",
+        b"not zlib",
+        zlib.compress(b"\x01\x00"),  # a short header
+        zlib.compress(b"\x09" + bytes(8)),  # another version
+        ONE[:-2],  # cut short
+        zlib.compress(zlib.decompress(ONE) + b"x"),  # a byte too many
+    ],
+)
+def test_damaged_packed_counts_are_refused(blob: bytes) -> None:
+    with pytest.raises(counts.CountsError):
+        list(counts.unpack(blob))
+
+
+def test_a_damaged_window_is_one_clear_error_for_readers(tmp_path: Path) -> None:
+    db = tmp_path / "damaged.db"
+    store, record = open_store(db)
+    now = int(time.time()) // 10 * 10
+    store.write([WindowBatch(record.key, now, 10, 1, [("main;f", 1, "busy", 1)])])
+    store.db.execute("UPDATE window_counts SET counts = x'00'")
+    store.close()
+    with pytest.raises(StoreUnavailable, match="damaged"):
+        Reader(db).profile(None, Range.aligned(now, now + 10, 10))
+
+
+def test_a_window_written_twice_adds_up(tmp_path: Path) -> None:
+    """A window flushed in two parts (a sampler stopped and started again within it)."""
+    db = tmp_path / "twice.db"
+    store, record = open_store(db)
+    now = int(time.time()) // 10 * 10
+    for _ in range(2):
+        rows = [
+            ("loop;select", 1, "idle", 5),
+            ("loop;handler", 1, "busy", 2),
+            ("w;x", 9, "busy", 1),
+        ]
+        store.write([WindowBatch(record.key, now, 10, 8, rows)])
+    store.close()
+    reader = Reader(db)
+    span = Range.aligned(now, now + 10, 10)
+    assert reader.profile(None, span).stacks == {
+        "loop;select;[idle]": 10,
+        "loop;handler": 4,
+        "w;x": 2,
+    }
+    assert reader.targets()[0]["samples"] == 16
+    buckets = reader.timeline(None, span)["buckets"]
+    assert buckets == [{"t": now, "busy": 6, "idle": 10, "blocked": 0}]
+
+
+V3_STACKS = {
+    1: "main (app.py:1)",
+    2: "main (app.py:1);run (asyncio/base_events.py:600)",
+    3: "w (t.py:2)",
+}
+
+
+def test_a_version_3_database_keeps_its_profiles_and_timeline(tmp_path: Path) -> None:
+    """Schema 4 packs the rows of schema 3: the same profiles, filters and timeline after."""
+    db = tmp_path / "v3.db"
+    conn = sqlite3.connect(db)
+    for number, script in enumerate(MIGRATIONS[:3]):
+        assert isinstance(script, str)
+        conn.executescript(f"BEGIN;{script};PRAGMA user_version = {number + 1};COMMIT;")
+    conn.execute("INSERT INTO targets VALUES (1, 'app', 'app', 'aiohttp', 'asyncio', 1, 2)")
+    conn.execute("INSERT INTO processes VALUES (1, 1, 42, 7, '3.11', 1, 2, 0, NULL)")
+    conn.executemany(
+        "INSERT INTO frames VALUES (?, ?)",
+        [(1, "main (app.py:1)"), (2, "run (asyncio/base_events.py:600)"), (3, "w (t.py:2)")],
+    )
+    conn.executemany("INSERT INTO nodes VALUES (?, ?, ?)", [(1, 0, 1), (2, 1, 2), (3, 0, 3)])
+    conn.executemany("INSERT INTO stacks VALUES (?, ?, ?)", [(1, 0, 1), (2, 1, 2), (3, 0, 1)])
+    conn.execute("INSERT INTO threads VALUES (1, 11, 'MainThread')")
+    hour = 3600 * 100
+    rows = []
+    for window in range(hour - 20, hour + 3600 + 20, 10):
+        rows += [(window, 1, 1, 2, 11, 1, 10, 7), (window, 1, 1, 1, 11, 0, 10, 2)]
+        rows += [(window, 1, 1, 3, 12, 2, 10, 1)]
+    conn.executemany("INSERT INTO samples VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    conn.executemany(
+        "INSERT INTO windows VALUES (?, 1, 1, 10, 10)", [(w,) for w in {r[0] for r in rows}]
+    )
+    conn.execute(
+        "INSERT INTO rollups SELECT ?, target_id, process_id, stack_id, thread_id, state, "
+        "SUM(count) FROM samples WHERE window >= ? AND window < ? "
+        "GROUP BY target_id, process_id, stack_id, thread_id, state",
+        (hour, hour, hour + 3600),
+    )
+    conn.execute("INSERT INTO rollup_hours VALUES (?)", (hour,))
+    conn.commit()
+    conn.close()
+
+    Store(db).close()
+    assert query_one(db, "PRAGMA user_version") == len(MIGRATIONS)
+    assert query_one(db, "PRAGMA integrity_check") == "ok"
+    reader = Reader(db)
+    span = Range(hour - 20, hour + 3600 + 20)
+    assert reader.rolled_hours(span) == [hour]
+    windows = 364
+    assert reader.profile(1, span).stacks == {
+        f"{V3_STACKS[2]};[idle]": 7 * windows,
+        V3_STACKS[1]: 2 * windows,
+        f"{V3_STACKS[3]};[blocked]": windows,
+    }
+    assert reader.profile(1, span, {"busy"}).stacks == {V3_STACKS[1]: 2 * windows}
+    assert reader.profile(1, span, thread="MainThread").total == 9 * windows
+    assert reader.profile(1, span, thread="12").total == windows
+    timeline = reader.timeline(1, span, step=3600)
+    assert timeline["loop_threads_only"] is True  # only stack 2 runs the event loop
+    assert [b["idle"] for b in timeline["buckets"]] == [14, 7 * 360, 14]
+    assert {b["busy"] + b["blocked"] for b in timeline["buckets"]} == {0}
+    assert {text for (text,) in query_all(db, "SELECT text FROM frames")} == {
+        "main (app.py:1)", "run (asyncio/base_events.py:600)", "w (t.py:2)"
+    }  # fmt: skip
+    store, record = open_store(db)  # new stacks reuse the migrated frames
+    store.write([WindowBatch(record.key, hour, 10, 1, [(V3_STACKS[1], 11, "busy", 1)])])
+    store.close()
+    assert query_one(db, "SELECT COUNT(*) FROM frames") == 3
+
+
+def query_all(db: Path, sql: str) -> list[tuple[object, ...]]:
+    conn = sqlite3.connect(db)
+    try:
+        return list(conn.execute(sql).fetchall())
+    finally:
+        conn.close()
+
+
+def query_one(db: Path, sql: str) -> object:
+    return query_all(db, sql)[0][0]

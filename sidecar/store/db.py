@@ -21,7 +21,9 @@ from sqlite_utils import Database
 
 from sidecar.classify import code_frames, is_loop_stack
 from sidecar.errors import SidecarError
-from sidecar.store.schema import STATE_CODES, migrate
+from sidecar.store import counts
+from sidecar.store.counts import Counts
+from sidecar.store.schema import STATE_CODES, SUM_COLUMNS, frame_hash, migrate
 
 HOUR = 3600
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -100,8 +102,6 @@ class Store:
     def __init__(self, path: str | Path, *, max_bytes: int | None = None) -> None:
         self.path = Path(path)
         self.max_bytes = max_bytes
-        #: Windows of processes never attached, kept out (message order makes it impossible).
-        self.orphaned_windows = 0
         self._lock = self._acquire_lock()
         try:
             self._open()
@@ -138,7 +138,7 @@ class Store:
             with suppress(sqlite3.Error):
                 conn.close()
             raise
-        self._stacks: dict[str, int] = {}
+        self._stacks: dict[str, tuple[int, bool]] = {}
         self._stack_chars = 0
         self._nodes: dict[tuple[int, int], int] = {}
         self._frames: dict[str, int] = {}
@@ -330,9 +330,14 @@ class Store:
     def _frame(self, text: str) -> int:
         frame_id = self._frames.get(text)
         if frame_id is None:
-            row = self.db.execute("SELECT id FROM frames WHERE text = ?", (text,)).fetchone()
+            key = frame_hash(text)
+            row = self.db.execute(
+                "SELECT id FROM frames WHERE hash = ? AND text = ?", (key, text)
+            ).fetchone()
             if row is None:
-                cursor = self.db.execute("INSERT INTO frames (text) VALUES (?)", (text,))
+                cursor = self.db.execute(
+                    "INSERT INTO frames (hash, text) VALUES (?, ?)", (key, text)
+                )
                 frame_id = int(cursor.lastrowid or 0)
             else:
                 frame_id = int(row[0])
@@ -355,23 +360,25 @@ class Store:
             self._nodes[(parent, frame)] = node_id
         return node_id
 
-    def _intern(self, text: str) -> int:
-        """The leaf node of a folded stack, adding the nodes and frames it lacks."""
+    def _intern(self, text: str) -> tuple[int, bool]:
+        """The leaf node of a folded stack, adding the nodes and frames it lacks, and whether
+        it runs an event loop."""
         cached = self._stacks.get(text)
         if cached is not None:
             return cached
         node = 0
         for frame in text.split(";"):
             node = self._node(node, self._frame(frame))
+        loop = is_loop_stack(text)
         self.db.execute(
             "INSERT OR IGNORE INTO stacks (id, loop, depth) VALUES (?, ?, ?)",
-            (node, int(is_loop_stack(text)), len(code_frames(text))),
+            (node, int(loop), len(code_frames(text))),
         )
         if self._stack_chars > CACHE_CHARS or len(self._nodes) + len(self._frames) > CACHE_ROWS:
             self._forget()
-        self._stacks[text] = node
+        self._stacks[text] = (node, loop)
         self._stack_chars += len(text) + 64
-        return node
+        return node, loop
 
     def _forget(self) -> None:
         """Empties the interning caches (bounded memory; the database still has it all)."""
@@ -380,45 +387,55 @@ class Store:
         self._frames = {}
         self._stack_chars = 0
 
-    def write(self, batches: list[WindowBatch]) -> int:
-        """Writes windows in one transaction; returns the sample rows written."""
-        written = 0
+    def _add_counts(self, table: str, key: str, row: tuple[int, int, int], add: Counts) -> None:
+        """Adds counts to the packed counts of one (window or hour, target, process)."""
+        found = self.db.execute(
+            f"SELECT counts FROM {table} WHERE {key} = ? AND target_id = ? AND process_id = ?",
+            row,
+        ).fetchone()
+        if found is not None:
+            for entry, count in counts.unpack_dict(found[0]).items():
+                add[entry] = add.get(entry, 0) + count
+        self.db.execute(
+            f"INSERT OR REPLACE INTO {table} VALUES (?, ?, ?, ?)", (*row, counts.pack(add))
+        )
+
+    def write(self, batches: list[WindowBatch]) -> tuple[int, int]:
+        """Writes windows in one transaction; returns the entries written and the windows
+        kept out because their process was never attached."""
+        written = orphaned = 0
         with self.transaction():
             for batch in batches:
                 ids = self._processes.get(batch.process)
                 if ids is None:  # never attached (cannot happen in order); kept out, counted
-                    self.orphaned_windows += 1
+                    orphaned += 1
                     continue
                 target_id, process_id = ids
-                rows = [
-                    (
-                        batch.start,
-                        target_id,
-                        process_id,
-                        self._intern(stack),
-                        thread_id,
-                        STATE_CODES[state],
-                        batch.width,
-                        count,
+                entries: Counts = {}
+                sums = [0] * len(SUM_COLUMNS)
+                for stack, thread_id, state, count in batch.rows:
+                    node, loop = self._intern(stack)
+                    code = STATE_CODES[state]
+                    entries[(node, thread_id, code)] = (
+                        entries.get((node, thread_id, code), 0) + count
                     )
-                    for stack, thread_id, state, count in batch.rows
-                ]
-                self.db.conn.executemany(
-                    "INSERT INTO samples VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE "
-                    "SET count = count + excluded.count",
-                    rows,
+                    for index, (_, state_code, loop_only) in enumerate(SUM_COLUMNS):
+                        if state_code == code and (loop or not loop_only):
+                            sums[index] += count
+                written += len(entries)
+                self._add_counts(
+                    "window_counts", "window", (batch.start, target_id, process_id), dict(entries)
                 )
                 hour = batch.start // HOUR * HOUR
                 if hour in self._rolled:  # a late window of an hour already rolled up
-                    self.db.conn.executemany(
-                        "INSERT INTO rollups VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE "
-                        "SET count = count + excluded.count",
-                        [(hour, *row[1:6], row[7]) for row in rows],
-                    )
+                    self._add_counts("hour_counts", "hour", (hour, target_id, process_id), entries)
+                names = ", ".join(column for column, _, _ in SUM_COLUMNS)
                 self.db.execute(
-                    "INSERT INTO windows VALUES (?, ?, ?, ?, ?) ON CONFLICT DO UPDATE "
-                    "SET ticks = ticks + excluded.ticks",
-                    (batch.start, target_id, process_id, batch.width, batch.ticks),
+                    f"INSERT INTO windows (window, target_id, process_id, width, ticks, {names}) "
+                    f"VALUES (?, ?, ?, ?, ?, {', '.join('?' * len(SUM_COLUMNS))}) "
+                    "ON CONFLICT DO UPDATE SET ticks = ticks + excluded.ticks, "
+                    + ", ".join(f"{c} = {c} + excluded.{c}" for c, _, _ in SUM_COLUMNS),
+                    (batch.start, target_id, process_id, batch.width, batch.ticks, *sums),
                 )
                 if batch.thread_names:
                     self.db.conn.executemany(
@@ -435,8 +452,7 @@ class Store:
                     "UPDATE targets SET last_seen = MAX(last_seen, ?) WHERE id = ?",
                     (end, target_id),
                 )
-                written += len(rows)
-        return written
+        return written, orphaned
 
     # -- retention -------------------------------------------------------------------------
 
@@ -453,10 +469,10 @@ class Store:
             if not starts:
                 return 0
             last = starts[-1]
-            self.db.execute("DELETE FROM samples WHERE window <= ?", (last,))
+            self.db.execute("DELETE FROM window_counts WHERE window <= ?", (last,))
             self.db.execute("DELETE FROM windows WHERE window <= ?", (last,))
             # an hour that lost any window is no longer whole: its rollup goes too
-            self.db.execute("DELETE FROM rollups WHERE hour <= ?", (last,))
+            self.db.execute("DELETE FROM hour_counts WHERE hour <= ?", (last,))
             self.db.execute("DELETE FROM rollup_hours WHERE hour <= ?", (last,))
         self._rolled = {hour for hour in self._rolled if hour > last}
         return len(starts)
@@ -489,34 +505,43 @@ class Store:
                 merged += 1
         return merged
 
+    def _packed(self, table: str, key: str, start: int, end: int) -> dict[tuple[int, int], bytes]:
+        """The counts of every (target, process) over [start, end), merged into one blob each."""
+        blobs: dict[tuple[int, int], list[bytes]] = {}
+        for target_id, process_id, blob in self.db.execute(
+            f"SELECT target_id, process_id, counts FROM {table} WHERE {key} >= ? AND {key} < ?",
+            (start, end),
+        ).fetchall():
+            blobs.setdefault((int(target_id), int(process_id)), []).append(blob)
+        return {ids: counts.merge(parts) for ids, parts in blobs.items()}
+
     def _merge_span(self, span: int, width: int) -> None:
         end = span + width
+        names = ", ".join(column for column, _, _ in SUM_COLUMNS)
         with self.transaction():
+            merged = self._packed("window_counts", "window", span, end)
             self.db.execute(
-                "CREATE TEMP TABLE IF NOT EXISTS merged_samples AS SELECT * FROM samples LIMIT 0"
+                "DELETE FROM window_counts WHERE window >= ? AND window < ?", (span, end)
             )
-            self.db.execute("DELETE FROM temp.merged_samples")
-            self.db.execute(
-                "INSERT INTO temp.merged_samples SELECT ?, target_id, process_id, stack_id, "
-                "thread_id, state, ?, SUM(count) FROM samples WHERE window >= ? AND window < ? "
-                "GROUP BY target_id, process_id, stack_id, thread_id, state",
-                (span, width, span, end),
+            self.db.conn.executemany(
+                "INSERT INTO window_counts VALUES (?, ?, ?, ?)",
+                [(span, *ids, blob) for ids, blob in merged.items()],
             )
-            self.db.execute("DELETE FROM samples WHERE window >= ? AND window < ?", (span, end))
-            self.db.execute("INSERT INTO samples SELECT * FROM temp.merged_samples")
-            ticks = self.db.execute(
-                "SELECT target_id, process_id, SUM(ticks) FROM windows "
-                "WHERE window >= ? AND window < ? GROUP BY target_id, process_id",
+            sums = self.db.execute(
+                "SELECT target_id, process_id, SUM(ticks), "
+                + ", ".join(f"SUM({column})" for column, _, _ in SUM_COLUMNS)
+                + " FROM windows WHERE window >= ? AND window < ? GROUP BY target_id, process_id",
                 (span, end),
             ).fetchall()
             self.db.execute("DELETE FROM windows WHERE window >= ? AND window < ?", (span, end))
             self.db.conn.executemany(
-                "INSERT INTO windows VALUES (?, ?, ?, ?, ?)",
-                [(span, t, p, width, n) for t, p, n in ticks],
+                f"INSERT INTO windows (window, target_id, process_id, width, ticks, {names}) "
+                f"VALUES (?, ?, ?, ?, ?, {', '.join('?' * len(SUM_COLUMNS))})",
+                [(span, t, p, width, *rest) for t, p, *rest in sums],
             )
 
     def roll_up(self, now: float, settle: float = 30.0, max_hours: int = 6) -> int:
-        """Sums each complete hour (``settle`` seconds past its end) into ``rollups``."""
+        """Sums each complete hour (``settle`` seconds past its end) into ``hour_counts``."""
         cutoff = int(now - settle) // HOUR * HOUR
         hours = [
             int(r[0])
@@ -528,11 +553,10 @@ class Store:
         ]
         for hour in hours:
             with self.transaction():
-                self.db.execute(
-                    "INSERT INTO rollups SELECT ?, target_id, process_id, stack_id, thread_id, "
-                    "state, SUM(count) FROM samples WHERE window >= ? AND window < ? "
-                    "GROUP BY target_id, process_id, stack_id, thread_id, state",
-                    (hour, hour, hour + HOUR),
+                merged = self._packed("window_counts", "window", hour, hour + HOUR)
+                self.db.conn.executemany(
+                    "INSERT INTO hour_counts VALUES (?, ?, ?, ?)",
+                    [(hour, *ids, blob) for ids, blob in merged.items()],
                 )
                 self.db.execute("INSERT INTO rollup_hours VALUES (?)", (hour,))
             self._rolled.add(hour)
@@ -541,10 +565,15 @@ class Store:
     def collect_stacks(self) -> int:
         """Deletes stacks, nodes and frames no sample needs any more (after retention)."""
         with self.transaction():
-            self.db.execute(
-                "DELETE FROM stacks WHERE id NOT IN "
-                "(SELECT stack_id FROM samples UNION SELECT stack_id FROM rollups)"
-            )
+            self.db.execute("CREATE TEMP TABLE IF NOT EXISTS live_stacks (id INTEGER PRIMARY KEY)")
+            self.db.execute("DELETE FROM temp.live_stacks")
+            for table in ("window_counts", "hour_counts"):
+                for (blob,) in self.db.conn.execute(f"SELECT counts FROM {table}"):
+                    self.db.conn.executemany(
+                        "INSERT OR IGNORE INTO temp.live_stacks VALUES (?)",
+                        [(stack,) for stack in counts.stack_ids(blob)],
+                    )
+            self.db.execute("DELETE FROM stacks WHERE id NOT IN (SELECT id FROM temp.live_stacks)")
             cursor = self.db.execute(
                 """
                 WITH RECURSIVE live(id) AS (
@@ -556,6 +585,7 @@ class Store:
                 """
             )
             self.db.execute("DELETE FROM frames WHERE id NOT IN (SELECT DISTINCT frame FROM nodes)")
+            self.db.execute("DELETE FROM temp.live_stacks")
         self._forget()
         return cursor.rowcount
 

@@ -6,21 +6,32 @@ Tables:
 - ``processes``: each process a target has had, identified by PID and start time; a process
   that execs another program (same PID and start time, another command line) gets a new entry
   in the new program's target.
-- ``frames``: every frame text once.
+- ``frames``: every frame text once, found by a 64-bit hash of it.
 - ``nodes``: stacks as a prefix tree of (parent node, frame); a stack is its leaf node, so
   stacks that share a prefix share its nodes (parent 0 is the root).
 - ``stacks``: per stack (leaf node) that samples refer to: its loop flag and depth.
-- ``samples``: (window, target, process, stack, thread, state) → count, the bulk of the data.
-- ``windows``: one row per process and window: sampling ticks, so gaps are visible.
+- ``windows``: one row per process and window: sampling ticks, so gaps are visible, and the
+  samples of each state, of all threads and of event-loop threads (the timeline reads these).
+- ``window_counts``: the bulk of the data, one row per process and window: its
+  (stack, thread, state) → count entries packed into one blob (``sidecar.store.counts``).
 - ``threads``: thread names per process.
-- ``rollups``: the samples of each complete hour summed per (target, process, stack, thread,
-  state), beside the windows, so a long range reads one row per stack and hour;
-  ``rollup_hours`` lists the hours rolled up.
+- ``hour_counts``: the counts of each complete hour, per process, packed the same way, beside
+  the windows, so a long range reads one blob per process and hour; ``rollup_hours`` lists
+  the hours rolled up.
+
+Schema versions 1 to 3 kept one row per (window, process, stack, thread, state) in
+``samples`` and per hour in ``rollups``; version 4 packs them.
 """
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Callable
+from hashlib import blake2b
+
 from sqlite_utils import Database
+
+from sidecar.store import counts
 
 STATE_CODES = {"busy": 0, "idle": 1, "blocked": 2}
 STATE_NAMES = {code: name for name, code in STATE_CODES.items()}
@@ -127,8 +138,101 @@ V3 = """
         CREATE INDEX processes_by_target ON processes (target_id);
 """
 
-#: Migrations in order (SQL scripts); the database's ``user_version`` counts those applied.
-MIGRATIONS: tuple[str, ...] = (V1, V2, V3)
+V4 = """
+        ALTER TABLE windows ADD COLUMN busy INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE windows ADD COLUMN idle INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE windows ADD COLUMN blocked INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE windows ADD COLUMN loop_busy INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE windows ADD COLUMN loop_idle INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE windows ADD COLUMN loop_blocked INTEGER NOT NULL DEFAULT 0;
+        CREATE TABLE window_counts (
+            window INTEGER NOT NULL,
+            target_id INTEGER NOT NULL,
+            process_id INTEGER NOT NULL,
+            counts BLOB NOT NULL,
+            PRIMARY KEY (window, target_id, process_id)
+        );
+        CREATE TABLE hour_counts (
+            hour INTEGER NOT NULL,
+            target_id INTEGER NOT NULL,
+            process_id INTEGER NOT NULL,
+            counts BLOB NOT NULL,
+            PRIMARY KEY (hour, target_id, process_id)
+        );
+        CREATE TABLE frames_v4 (
+            id INTEGER PRIMARY KEY,
+            hash INTEGER NOT NULL,
+            text TEXT NOT NULL
+        );
+        CREATE INDEX frames_by_hash ON frames_v4 (hash);
+"""
+
+
+def frame_hash(text: str) -> int:
+    """The 64-bit key frames are found by (their text is stored once, not again in an index)."""
+    return int.from_bytes(blake2b(text.encode(), digest_size=8).digest(), "little", signed=True)
+
+
+#: The per-state sums of ``windows``: (column, state code, event-loop threads only).
+SUM_COLUMNS: tuple[tuple[str, int, bool], ...] = tuple(
+    (f"{'loop_' if loop else ''}{name}", code, loop)
+    for loop in (False, True)
+    for name, code in STATE_CODES.items()
+)
+
+
+def _pack_rows(conn: sqlite3.Connection, source: str, key: str, target: str) -> None:
+    """Packs the rows of ``source`` into one blob per (``key``, target, process)."""
+    cursor = conn.execute(
+        f"SELECT {key}, target_id, process_id, stack_id, thread_id, state, count FROM {source} "
+        f"ORDER BY {key}, target_id, process_id"
+    )
+    current: tuple[int, int, int] | None = None
+    entries: counts.Counts = {}
+    out: list[tuple[int, int, int, bytes]] = []
+    for when, target_id, process_id, stack, thread, state, count in cursor:
+        if (when, target_id, process_id) != current:
+            if current is not None:
+                out.append((*current, counts.pack(entries)))
+            current, entries = (when, target_id, process_id), {}
+        entries[(stack, thread, state)] = entries.get((stack, thread, state), 0) + count
+        if len(out) >= 500:
+            conn.executemany(f"INSERT INTO {target} VALUES (?, ?, ?, ?)", out)
+            out = []
+    if current is not None:
+        out.append((*current, counts.pack(entries)))
+    conn.executemany(f"INSERT INTO {target} VALUES (?, ?, ?, ?)", out)
+
+
+def v4(conn: sqlite3.Connection) -> None:
+    """Packs the rows of ``samples`` and ``rollups`` into blobs, fills the windows' sums, and
+    finds frames by a hash of their text instead of a second copy of it."""
+    for statement in V4.split(";"):
+        if statement.strip():  # one by one: a script would commit the transaction
+            conn.execute(statement)
+    _pack_rows(conn, "samples", "window", "window_counts")
+    _pack_rows(conn, "rollups", "hour", "hour_counts")
+    for column, code, loop in SUM_COLUMNS:
+        conn.execute(
+            f"UPDATE windows SET {column} = (SELECT COALESCE(SUM(s.count), 0) FROM samples s "
+            "JOIN stacks st ON st.id = s.stack_id WHERE s.window = windows.window AND "
+            "s.target_id = windows.target_id AND s.process_id = windows.process_id AND "
+            f"s.state = ? AND st.loop >= ?)",
+            (code, int(loop)),
+        )
+    conn.execute("DROP TABLE samples")
+    conn.execute("DROP TABLE rollups")
+    conn.executemany(
+        "INSERT INTO frames_v4 VALUES (?, ?, ?)",
+        ((i, frame_hash(text), text) for i, text in conn.execute("SELECT id, text FROM frames")),
+    )
+    conn.execute("DROP TABLE frames")
+    conn.execute("ALTER TABLE frames_v4 RENAME TO frames")
+
+
+#: Migrations in order (SQL scripts, or functions of a connection in a transaction); the
+#: database's ``user_version`` counts those applied.
+MIGRATIONS: tuple[str | Callable[[sqlite3.Connection], None], ...] = (V1, V2, V3, v4)
 
 
 def migrate(db: Database) -> int:
@@ -140,9 +244,17 @@ def migrate(db: Database) -> int:
             f"({len(MIGRATIONS)}); upgrade sidecar or use another --db"
         )
     for number in range(version, len(MIGRATIONS)):
-        script = f"BEGIN;\n{MIGRATIONS[number]}\nPRAGMA user_version = {number + 1};\nCOMMIT;"
+        step = MIGRATIONS[number]
         try:
-            db.conn.executescript(script)
+            if isinstance(step, str):
+                db.conn.executescript(
+                    f"BEGIN;\n{step}\nPRAGMA user_version = {number + 1};\nCOMMIT;"
+                )
+            else:
+                db.conn.execute("BEGIN")
+                step(db.conn)
+                db.conn.execute(f"PRAGMA user_version = {number + 1}")
+                db.conn.execute("COMMIT")
         except Exception:
             if db.conn.in_transaction:
                 db.conn.rollback()

@@ -22,6 +22,8 @@ from pathlib import Path
 from sidecar.store.db import CORRUPT, ProcessKey, ProcessRecord, Store, WindowBatch, is_corrupt
 
 log = logging.getLogger("sidecar.store")
+#: Windows written per transaction.
+CHUNK = 50
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,9 @@ class Writer:
         self._next_maintenance = 0.0
         self._next_check = 0.0
         self._checks = 0
+        #: Windows per transaction: one at a time while a size-capped database has no window
+        #: left to evict, so that every window that fits on its own is written.
+        self._chunk = CHUNK
         #: The processes the database knows, attached again when it is started anew.
         self._attached: dict[ProcessKey, ProcessRecord] = {}
         self._thread = threading.Thread(target=self._run, name="sidecar-writer", daemon=True)
@@ -190,14 +195,15 @@ class Writer:
                     chunk: list[WindowBatch] = []
                     while (
                         index + len(chunk) < len(batch)
-                        and len(chunk) < 50
+                        and len(chunk) < self._chunk
                         and isinstance(batch[index + len(chunk)], WindowBatch)
                     ):
                         chunk.append(batch[index + len(chunk)])  # type: ignore[arg-type]
-                    self.health.rows_written += self.store.write(chunk)
-                    self.health.windows_written += len(chunk) - self.store.orphaned_windows
-                    self.health.dropped_windows += self.store.orphaned_windows
-                    self.store.orphaned_windows = 0
+                    rows, orphaned = self.store.write(chunk)
+                    self.health.rows_written += rows
+                    self.health.windows_written += len(chunk) - orphaned
+                    self.health.dropped_windows += orphaned
+                    self._chunk = CHUNK
                     self._done(len(chunk))
                     index += len(chunk)
                     continue
@@ -247,9 +253,32 @@ class Writer:
                     # stacks only they used go too: with stacks that never repeat, those are
                     # most of the file, and evicting windows alone never makes room
                     self.store.collect_stacks()
+                elif self.store.max_bytes is not None:
+                    self._room_made = self._too_big()
             except sqlite3.Error as again:
                 log.error("cannot free room in the database: %s", again)
             self.store.checkpoint()  # a WAL folded into the database frees its disk space
+
+    def _too_big(self) -> bool:
+        """Nothing left to evict under --max-db-size: the windows are written one at a time,
+        and a window that does not fit even so is dropped (waiting would never make room for
+        it). True when there is something to try again."""
+        if self._chunk > 1:
+            self._chunk = 1
+            return True
+        with self._cond:
+            if not self._queue or not isinstance(self._queue[0], WindowBatch):
+                return False
+            window = self._queue.popleft()
+            self.health.backlog = len(self._queue)
+        assert isinstance(window, WindowBatch)
+        self.health.dropped_windows += 1
+        log.error(
+            "a window of %d stacks does not fit in the database under its size cap even "
+            "with no other window stored: dropped it (raise --max-db-size)",
+            len(window.rows),
+        )
+        return True
 
     def _maintain(self) -> None:
         try:
