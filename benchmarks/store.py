@@ -58,6 +58,30 @@ def db_bytes(path: Path) -> int:
         conn.close()
 
 
+#: What the database's pages hold, by the tables (and their indexes) of each part.
+PARTS = {
+    "packed counts": ("window_counts", "hour_counts"),
+    "stacks: frames, prefix tree, stack flags": ("frames", "nodes", "stacks"),
+    "windows: ticks and per-state sums": ("windows",),
+}
+
+
+def db_parts(path: Path) -> dict[str, int]:
+    """Bytes of pages per part of the database (SQLite's dbstat), the rest as "other"."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        pages = conn.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name").fetchall()
+        owners = dict(conn.execute("SELECT name, tbl_name FROM sqlite_schema").fetchall())
+    finally:
+        conn.close()
+    out = dict.fromkeys([*PARTS, "other"], 0)
+    for name, size in pages:
+        table = owners.get(name, name)
+        part = next((p for p, tables in PARTS.items() if table in tables), "other")
+        out[part] += int(size)
+    return out
+
+
 def file_bytes(path: Path) -> int:
     return sum(os.path.getsize(p) for p in (path, Path(f"{path}-wal")) if p.exists())
 
@@ -116,6 +140,7 @@ def record_demo(db: Path, minutes: float) -> dict[str, float]:
             "bytes_per_target_hour": (size1 - size0) / hours / 2,
             "cpu_per_target": (cpu1 - cpu0) / (t1 - t0) / 2,
             "final_bytes": db_bytes(db),
+            "parts": db_parts(db),
             "seconds": seconds,
         }
     finally:
