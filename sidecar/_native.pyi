@@ -49,6 +49,9 @@ class SamplerStats(TypedDict):
 class Sampler:
     """Samples one Python process on a native thread, without holding the GIL.
 
+    ``clock="shared"`` ticks it on one native thread shared by every sampler that asks for it,
+    on a common schedule: one wakeup per tick for all their targets instead of one each.
+
     Raises ProcessLookupError (no such process), PermissionError (the message names the fix)
     or SamplerError (anything else) when it cannot attach.
     """
@@ -61,6 +64,7 @@ class Sampler:
         window: float = 1.0,
         max_pending: int = 360,
         reader: Literal["auto", "py-spy"] = "auto",
+        clock: Literal["own", "shared"] = "own",
     ) -> None: ...
     @property
     def pid(self) -> int: ...

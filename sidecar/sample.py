@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from sidecar import _native
 from sidecar.classify import classify, leaf_for, state_counts
@@ -75,11 +75,17 @@ class Counts:
 
 
 def open_sampler(
-    pid: int, *, rate_hz: float = 100.0, blocking: bool = False, window: float = 1.0
+    pid: int,
+    *,
+    rate_hz: float = 100.0,
+    blocking: bool = False,
+    window: float = 1.0,
+    clock: Literal["own", "shared"] = "own",
 ) -> _native.Sampler:
-    """Attaches to ``pid``; native errors become sidecar's domain errors."""
+    """Attaches to ``pid``; native errors become sidecar's domain errors. ``clock="shared"``
+    ticks it on the one sampling thread of every sampler that asks for it (``serve``)."""
     try:
-        return _native.Sampler(pid, rate_hz=rate_hz, blocking=blocking, window=window)
+        return _native.Sampler(pid, rate_hz=rate_hz, blocking=blocking, window=window, clock=clock)
     except ProcessLookupError as err:
         raise TargetGone(str(err)) from err
     except PermissionError as err:

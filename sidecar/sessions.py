@@ -203,8 +203,13 @@ class Sessions:
         cmdline, code = program(pid)
         framework, loop = self.describe(pid)
         try:
+            # one sampling thread for every target: one wakeup per tick for all of them
             sampler = open_sampler(
-                pid, rate_hz=self.rate_hz, blocking=self.blocking, window=float(self.window)
+                pid,
+                rate_hz=self.rate_hz,
+                blocking=self.blocking,
+                window=float(self.window),
+                clock="shared",
             )
         except TargetError as err:
             attempts = problem.attempts + 1 if problem else 1

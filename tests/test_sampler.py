@@ -7,16 +7,23 @@ import subprocess
 import threading
 import time
 from collections import Counter
+from typing import Any, Literal
 
 import pytest
 from helpers import Spawner, proc_status
 
 from sidecar import _native
 
+Clock = Literal["own", "shared"]
 
-def test_windows_count_every_tick_of_a_busy_process(spawn: Spawner) -> None:
+
+CLOCKS = pytest.mark.parametrize("clock", ["own", "shared"])
+
+
+@CLOCKS
+def test_windows_count_every_tick_of_a_busy_process(spawn: Spawner, clock: Clock) -> None:
     target = spawn.target("spin")
-    with _native.Sampler(target.pid, rate_hz=200, window=0.5) as sampler:
+    with _native.Sampler(target.pid, rate_hz=200, window=0.5, clock=clock) as sampler:
         time.sleep(2.0)
         windows = sampler.drain()
         assert sampler.running
@@ -59,9 +66,10 @@ def test_sampling_does_not_hold_the_gil(spawn: Spawner) -> None:
     assert ticks > 100_000
 
 
-def test_counters_report_exit_instead_of_errors(spawn: Spawner) -> None:
+@CLOCKS
+def test_counters_report_exit_instead_of_errors(spawn: Spawner, clock: Clock) -> None:
     target = spawn.target("spin", "--seconds", "1")
-    sampler = _native.Sampler(target.pid, rate_hz=100)
+    sampler = _native.Sampler(target.pid, rate_hz=100, clock=clock)
     target.popen.wait(timeout=10)
     deadline = time.monotonic() + 5
     while sampler.running and time.monotonic() < deadline:
@@ -85,15 +93,19 @@ def test_non_python_process_is_a_sampler_error(spawn: Spawner) -> None:
         _native.Sampler(popen.pid)
 
 
-@pytest.mark.parametrize("kwargs", [{"rate_hz": 0}, {"rate_hz": -5}, {"window": 0}])
-def test_bad_options_are_value_errors(kwargs: dict[str, float]) -> None:
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"rate_hz": 0}, {"rate_hz": -5}, {"window": 0}, {"reader": "gdb"}, {"clock": "wall"}],
+)
+def test_bad_options_are_value_errors(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         _native.Sampler(os.getpid(), **kwargs)
 
 
-def test_blocking_mode_leaves_the_target_running(spawn: Spawner) -> None:
+@CLOCKS
+def test_blocking_mode_leaves_the_target_running(spawn: Spawner, clock: Clock) -> None:
     target = spawn.target("aiohttp_app")
-    with _native.Sampler(target.pid, rate_hz=200, blocking=True):
+    with _native.Sampler(target.pid, rate_hz=200, blocking=True, clock=clock):
         for _ in range(20):
             assert target.get("/health") == b"ok\n"
     status = proc_status(target.pid)
@@ -202,3 +214,50 @@ def test_walker_follows_a_busy_target(spawn: Spawner) -> None:
     assert stats["traces"] >= 5 * stats["samples"] * 0.99
     top = [key for key, _count in ours.most_common(5)]
     assert top and all(key in theirs for key in top), (top, list(theirs)[:10])
+
+
+def sampler_threads() -> list[str]:
+    """Names of this process's sampling threads."""
+    names = []
+    for task in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{task}/comm") as handle:
+            name = handle.read().strip()
+        if name.startswith("sidecar-sampl"):
+            names.append(name)
+    return names
+
+
+def test_samplers_on_the_shared_clock_tick_on_one_thread(spawn: Spawner) -> None:
+    """Three targets on one thread, each at its own rate; stopping one leaves the others
+    running, and flushes its window in progress."""
+    targets = [spawn.target("spin") for _ in range(3)]
+    began = time.monotonic()
+    samplers = [
+        _native.Sampler(t.pid, rate_hz=rate, window=60, clock="shared")
+        for t, rate in zip(targets, (200, 200, 100), strict=True)
+    ]
+    try:
+        time.sleep(1.0)
+        assert sampler_threads().count("sidecar-sampler") == 1
+        assert not any(name.startswith("sidecar-sampler-") for name in sampler_threads())
+        samplers[0].stop()
+        stopped = samplers[0].stats()["samples"]
+        assert stopped > 100 and not samplers[0].running
+        assert sum(w["samples"] for w in samplers[0].drain(flush=True)) == stopped
+        time.sleep(1.0)
+        assert samplers[0].stats()["samples"] == stopped
+        for sampler in samplers[1:]:
+            assert sampler.running
+    finally:
+        for sampler in samplers:
+            sampler.stop()
+    elapsed = time.monotonic() - began
+    fast, slow = samplers[1].stats(), samplers[2].stats()
+    # over 2 s at 200 Hz and at 100 Hz: on a loaded machine a tick may be missed, never doubled
+    assert 250 < fast["samples"] <= 200 * elapsed + 1, (fast, elapsed)
+    assert 125 < slow["samples"] <= 100 * elapsed + 1, (slow, elapsed)
+    for sampler in samplers[1:]:
+        windows = sampler.drain(flush=True)
+        assert sum(w["samples"] for w in windows) == sampler.stats()["samples"]
+        stacks = Counter({row[4]: row[5] for w in windows for row in w["stacks"]})
+        assert "spin (targets/spin.py" in stacks.most_common(1)[0][0]

@@ -1,5 +1,6 @@
 //! `sidecar._native`: the sampler and the renderers, with plain Python types at the boundary.
 
+mod clock;
 mod errors;
 mod fxhash;
 mod render;
@@ -16,7 +17,8 @@ use errors::SamplerError;
 use render::RenderOptions;
 use sampler::{End, Options, Session, Window};
 
-/// Samples one Python process on a native thread, without holding the GIL.
+/// Samples one Python process on a native thread (its own, or the clock shared by every
+/// sampler with `clock="shared"`), without holding the GIL.
 #[pyclass(module = "sidecar._native", frozen)]
 struct Sampler {
     session: Session,
@@ -56,7 +58,8 @@ fn window_to_py<'py>(py: Python<'py>, window: &Window) -> PyResult<Bound<'py, Py
 #[pymethods]
 impl Sampler {
     #[new]
-    #[pyo3(signature = (pid, rate_hz=100.0, blocking=false, window=1.0, max_pending=360, reader="auto"))]
+    #[allow(clippy::too_many_arguments)] // the Python signature: keywords with defaults
+    #[pyo3(signature = (pid, rate_hz=100.0, blocking=false, window=1.0, max_pending=360, reader="auto", clock="own"))]
     fn new(
         py: Python<'_>,
         pid: i32,
@@ -65,6 +68,7 @@ impl Sampler {
         window: f64,
         max_pending: usize,
         reader: &str,
+        clock: &str,
     ) -> PyResult<Self> {
         if pid <= 0 {
             return Err(PyValueError::new_err(format!(
@@ -93,6 +97,15 @@ impl Sampler {
                 other => {
                     return Err(PyValueError::new_err(format!(
                         "reader must be 'auto' or 'py-spy', not {other:?}"
+                    )))
+                }
+            },
+            shared_clock: match clock {
+                "own" => false,
+                "shared" => true,
+                other => {
+                    return Err(PyValueError::new_err(format!(
+                        "clock must be 'own' or 'shared', not {other:?}"
                     )))
                 }
             },

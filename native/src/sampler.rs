@@ -1,5 +1,6 @@
-//! The sampling session: one native thread per target that reads the target's Python stacks
-//! at a fixed rate and aggregates them into windows of unique stacks with counts.
+//! The sampling session: reads one target's Python stacks at a fixed rate, on a native thread
+//! of its own or on the shared clock (`crate::clock`), and aggregates them into windows of
+//! unique stacks with counts.
 //!
 //! Nothing here touches Python objects: the thread runs without the GIL and the Python side
 //! only ever sees the aggregated windows through `drain()`.
@@ -28,6 +29,9 @@ pub struct Options {
     pub max_pending: usize,
     /// Read with sidecar's own frame walker where it applies (CPython 3.11), else py-spy's.
     pub walker: bool,
+    /// Tick on the clock thread shared by every sampler that asks for it (one wakeup per
+    /// tick for all their targets) instead of on a thread of its own.
+    pub shared_clock: bool,
 }
 
 /// One thread's stack as seen in one sample, the aggregation key of a window.
@@ -152,6 +156,8 @@ pub struct Session {
     shared: Arc<Mutex<Shared>>,
     stop: Arc<AtomicBool>,
     handle: Mutex<Option<JoinHandle<()>>>,
+    /// Disconnected once the session's runner is dropped (wherever it ticked).
+    done: Mutex<Option<mpsc::Receiver<()>>>,
 }
 
 fn unix_now() -> f64 {
@@ -248,6 +254,10 @@ pub(crate) fn format_frame(name: &str, file: &str, line: i32) -> String {
 
 /// How many times a torn read of a running target is read again within the same tick.
 const TORN_READ_RETRIES: u64 = 2;
+/// The longest a sampling thread sleeps at once, so that it sees stop() promptly.
+pub(crate) const MAX_SLEEP: Duration = Duration::from_millis(50);
+/// How long stop() waits for the shared clock to let go of a session's runner.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// What the frame and stack caches may hold, in bytes (about): a bound on size, not count,
 /// because 50,000 stacks 2,000 frames deep are gigabytes.
 const FRAME_CACHE_BYTES: usize = 16 << 20;
@@ -333,6 +343,7 @@ impl Session {
         }));
         let stop = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready_rx) = mpsc::channel::<Result<String, InitError>>();
+        let (done_tx, done_rx) = mpsc::channel::<()>();
 
         let thread_shared = shared.clone();
         let thread_stop = stop.clone();
@@ -374,7 +385,28 @@ impl Session {
                     named: HashSet::new(),
                     last_lookup: None,
                 };
-                run(readers, thread_options, started, thread_shared, thread_stop);
+                let runner = Runner {
+                    readers,
+                    period: Duration::from_secs_f64(1.0 / thread_options.rate_hz),
+                    next: Instant::now(),
+                    python_threads: Vec::new(),
+                    states: ThreadStates::new(pid),
+                    process: remoteprocess::Process::new(pid),
+                    liveness: Liveness::open(pid, started),
+                    started,
+                    shared: thread_shared,
+                    stop: thread_stop,
+                    _done: done_tx,
+                    options: thread_options,
+                };
+                if runner.options.shared_clock {
+                    // the clock thread takes it; should it be gone, the runner stays here
+                    if let Err(runner) = crate::clock::enqueue(Box::new(runner)) {
+                        run_alone(*runner);
+                    }
+                } else {
+                    run_alone(runner);
+                }
             })
             .map_err(|e| InitError::Other(format!("cannot start the sampling thread: {e}")))?;
 
@@ -397,6 +429,7 @@ impl Session {
             shared,
             stop,
             handle: Mutex::new(Some(handle)),
+            done: Mutex::new(Some(done_rx)),
         })
     }
 
@@ -426,6 +459,11 @@ impl Session {
         let handle = self.handle.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(handle) = handle {
             let _ = handle.join();
+        }
+        // on the shared clock, the runner outlives the thread that attached it
+        let done = self.done.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(done) = done {
+            let _ = done.recv_timeout(STOP_TIMEOUT);
         }
         let mut shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
         if shared.end == End::Running {
@@ -674,48 +712,65 @@ fn process_alive(pid: i32, started: u64) -> bool {
     !matches!(state, "Z" | "X" | "x")
 }
 
-fn run(
-    mut readers: Readers,
+/// Sleeps of ordinary threads may end up to 50 µs late (the kernel's default timer slack,
+/// which batches wakeups); a sampler's ticks should not.
+pub(crate) fn precise_sleeps() {
+    // SAFETY: PR_SET_TIMERSLACK takes a number of nanoseconds and affects only this thread.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1, 0, 0, 0) };
+}
+
+/// One target's sampling between ticks: its readers, schedule and the windows it fills. A
+/// runner ticks on its own thread (`run_alone`) or beside others on the shared clock
+/// (`crate::clock`). Dropping it ends the session: the window in progress is flushed, and
+/// `Session::stop` learns of it through `_done`.
+pub(crate) struct Runner {
+    readers: Readers,
     options: Options,
     started: u64,
     shared: Arc<Mutex<Shared>>,
     stop: Arc<AtomicBool>,
-) {
-    let period = Duration::from_secs_f64(1.0 / options.rate_hz);
-    let period_s = period.as_secs_f64();
-    // Sleeps of ordinary threads may end up to 50 µs late (the kernel's default timer slack,
-    // which batches wakeups); a sampler's ticks should not.
-    // SAFETY: PR_SET_TIMERSLACK takes a number of nanoseconds and affects only this thread.
-    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1, 0, 0, 0) };
-    let mut next = Instant::now();
-    let mut python_threads: Vec<i32> = Vec::new();
-    let mut states = ThreadStates::new(options.pid);
-    let process = remoteprocess::Process::new(options.pid);
-    let liveness = Liveness::open(options.pid, started);
+    period: Duration,
+    /// When the next tick is due.
+    pub(crate) next: Instant,
+    python_threads: Vec<i32>,
+    states: ThreadStates,
+    process: Result<remoteprocess::Process, remoteprocess::Error>,
+    liveness: Liveness,
+    _done: mpsc::Sender<()>,
+}
 
-    while !stop.load(Ordering::Relaxed) {
+impl Runner {
+    pub(crate) fn period(&self) -> Duration {
+        self.period
+    }
+
+    pub(crate) fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    /// One tick, due now: reads, folds and counts a sample. False once the target is gone.
+    pub(crate) fn tick(&mut self) -> bool {
+        let options = &self.options;
+        let period_s = self.period.as_secs_f64();
         let now = Instant::now();
-        if now < next {
-            // Sleep in short slices so stop() is answered promptly even at low rates.
-            std::thread::sleep((next - now).min(Duration::from_millis(50)));
-            continue;
-        }
-        let lag = (now - next).as_secs_f64();
+        let lag = now.saturating_duration_since(self.next).as_secs_f64();
         let mut missed = 0u64;
         if lag >= period_s {
             missed = (lag / period_s) as u64;
-            next += period * missed as u32;
+            self.next += self.period * missed as u32;
         }
-        next += period;
+        self.next += self.period;
 
+        let readers = &mut self.readers;
         let read_start = Instant::now();
         let mut retried = 0u64;
-        let (result, pause) = match (&process, options.blocking) {
-            (Ok(process), true) => {
-                read_stopped(process, &mut python_threads, &mut states, |running| {
-                    readers.read(RunState::Known(running))
-                })
-            }
+        let (result, pause) = match (&self.process, options.blocking) {
+            (Ok(process), true) => read_stopped(
+                process,
+                &mut self.python_threads,
+                &mut self.states,
+                |running| readers.read(RunState::Known(running)),
+            ),
             (Err(err), true) => (Err(anyhow::anyhow!("cannot stop the target: {err}")), None),
             (_, false) => {
                 let mut result = readers.read(RunState::Read);
@@ -734,10 +789,10 @@ fn run(
         // A read without error proves nothing about whom it read: a new process on the same
         // PID (another start time) reads fine, even at the same addresses without ASLR. So
         // every read is checked, and a read of another process is never kept.
-        if !liveness.same_process() && start_time(options.pid) != Some(started) {
-            let mut state = shared.lock().unwrap_or_else(|e| e.into_inner());
+        if !self.liveness.same_process() && start_time(options.pid) != Some(self.started) {
+            let mut state = self.shared.lock().unwrap_or_else(|e| e.into_inner());
             state.end = End::Exited;
-            break;
+            return false;
         }
 
         // Fold outside the lock, so drain() never waits on it.
@@ -762,7 +817,7 @@ fn run(
         }
         let fold = fold_start.elapsed().as_secs_f64();
 
-        let mut guard = shared.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = self.shared.lock().unwrap_or_else(|e| e.into_inner());
         let state = &mut *guard;
         state.stats.missed += missed;
         state.stats.retried += retried;
@@ -778,13 +833,13 @@ fn run(
         }
 
         if let Err(err) = result {
-            if !process_alive(options.pid, started) {
+            if !process_alive(options.pid, self.started) {
                 state.end = End::Exited;
-                break;
+                return false;
             }
             state.stats.errors += 1;
             state.stats.last_error = Some(format!("{err:#}"));
-            continue;
+            return true;
         }
 
         let window_start = (wall / options.window).floor() * options.window;
@@ -821,14 +876,36 @@ fn run(
             }
             *window.stacks.entry(key).or_insert(0) += 1;
         }
+        true
     }
-    let mut state = shared.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(done) = state.current.take() {
-        if done.samples > 0 {
-            state.pending.push_back(done);
+}
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        let mut state = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(done) = state.current.take() {
+            if done.samples > 0 {
+                state.pending.push_back(done);
+            }
+        }
+        if state.end == End::Running {
+            state.end = End::Stopped;
         }
     }
-    if state.end == End::Running {
-        state.end = End::Stopped;
+}
+
+/// A runner on a thread of its own, until it is stopped or its target is gone.
+fn run_alone(mut runner: Runner) {
+    precise_sleeps();
+    while !runner.stopped() {
+        let now = Instant::now();
+        if now < runner.next {
+            // Sleep in short slices so stop() is answered promptly even at low rates.
+            std::thread::sleep((runner.next - now).min(MAX_SLEEP));
+            continue;
+        }
+        if !runner.tick() {
+            break;
+        }
     }
 }
