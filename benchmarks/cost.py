@@ -388,6 +388,22 @@ def run(
                     procs, pids[0], blocking=False, rate_hz=RATE, seconds=5, rt=None, reader=reader
                 )
             )
+    # every target on its own sampling thread, and all on the shared clock, alternating
+    clocks: dict[str, list[dict[str, Any]]] = {"own": [], "shared": []}
+    for _ in range(3):
+        for clock in clocks:
+            clocks[clock].append(
+                pauses.sample(
+                    procs, pids, blocking=False, rate_hz=RATE, seconds=5, rt=None, clock=clock
+                )
+            )
+        log(
+            "clocks: "
+            + ", ".join(
+                f"{clock} {runs[-1]['thread_cpu_per_sample'] * 1e6:.1f} µs per sample"
+                for clock, runs in clocks.items()
+            )
+        )
     discovery = time_discovery(pids)
     wake = wake_penalty(pids[0])
     log(
@@ -413,6 +429,7 @@ def run(
         "sampler": sampler,
         "sampler_blocking": blocking,
         "readers": readers,
+        "clocks": clocks,
         "wake": wake,
         "discovery": discovery,
     }

@@ -36,18 +36,22 @@ Log = Callable[[str], None]
 
 def sample(
     procs: Procs,
-    pid: int,
+    pid: int | list[int],
     *,
     blocking: bool,
     rate_hz: float,
     seconds: float,
     rt: int | None,
     reader: str = "auto",
+    clock: str = "own",
 ) -> dict[str, Any]:
-    """The sampler's stats after ``seconds`` of sampling ``pid`` (in a child process)."""
+    """The sampler's stats after ``seconds`` of sampling ``pid`` (or several PIDs, one sampler
+    each, on their own threads or the shared clock) in a child process."""
     load = load_average()
-    argv = [PYTHON, "-m", "benchmarks.pauses", str(pid), "--rate", f"{rate_hz:g}"]
-    argv += ["--seconds", f"{seconds:g}", "--reader", reader] + (["--blocking"] if blocking else [])
+    pids = [str(p) for p in (pid if isinstance(pid, list) else [pid])]
+    argv = [PYTHON, "-m", "benchmarks.pauses", *pids, "--rate", f"{rate_hz:g}"]
+    argv += ["--seconds", f"{seconds:g}", "--reader", reader, "--clock", clock]
+    argv += ["--blocking"] if blocking else []
     child = procs.start(argv, rt=rt)
     code = child.popen.wait(seconds + 60)
     procs.children.remove(child)
@@ -109,37 +113,57 @@ def run(procs: Procs, *, rounds: int, seconds: float, rate_hz: float, log: Log) 
 
 
 def sampler_thread_seconds() -> float:
-    """CPU seconds of this process's sampling thread so far (scheduler statistics)."""
+    """CPU seconds of this process's sampling threads so far (scheduler statistics)."""
+    total = 0.0
     for task in Path("/proc/self/task").iterdir():
         try:
             if (task / "comm").read_text().startswith("sidecar-sampl"):
-                return int((task / "schedstat").read_text().split()[0]) / 1e9
+                total += int((task / "schedstat").read_text().split()[0]) / 1e9
         except OSError:
             continue
-    return 0.0
+    return total
 
 
 def main() -> int:
-    """Child: samples PID for a while and prints the sampler's stats as JSON, with the CPU
-    time of its sampling thread per sample."""
+    """Child: samples each PID for a while and prints the first sampler's stats as JSON, with
+    the CPU time of the sampling threads per sample and the late or missed share of all."""
     from sidecar._native import Sampler
 
-    parser = argparse.ArgumentParser(description="sample PID; print the sampler's stats")
-    parser.add_argument("pid", type=int)
+    parser = argparse.ArgumentParser(description="sample PIDs; print the sampler's stats")
+    parser.add_argument("pid", type=int, nargs="+")
     parser.add_argument("--rate", type=float, default=100.0)
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--blocking", action="store_true")
     parser.add_argument("--reader", choices=("auto", "py-spy"), default="auto")
+    parser.add_argument("--clock", choices=("own", "shared"), default="own")
     args = parser.parse_args()
-    with Sampler(
-        args.pid, rate_hz=args.rate, blocking=args.blocking, window=1.0, reader=args.reader
-    ) as sampler:
+    samplers = [
+        Sampler(
+            pid,
+            rate_hz=args.rate,
+            blocking=args.blocking,
+            window=1.0,
+            reader=args.reader,
+            clock=args.clock,
+        )
+        for pid in args.pid
+    ]
+    try:
         time.sleep(0.5)
-        cpu0, samples0 = sampler_thread_seconds(), sampler.stats()["samples"]
+        cpu0 = sampler_thread_seconds()
+        samples0 = sum(s.stats()["samples"] for s in samplers)
         time.sleep(args.seconds)
-        cpu1, stats = sampler_thread_seconds(), dict(sampler.stats())
-        sampler.drain(flush=True)
-    stats["thread_cpu_per_sample"] = (cpu1 - cpu0) / max(1, stats["samples"] - samples0)
+        cpu1, all_stats = sampler_thread_seconds(), [dict(s.stats()) for s in samplers]
+    finally:
+        for sampler in samplers:
+            sampler.stop()
+    samples = sum(s["samples"] for s in all_stats)
+    stats = all_stats[0]
+    stats["thread_cpu_per_sample"] = (cpu1 - cpu0) / max(1, samples - samples0)
+    ticks = sum(s["samples"] + s["errors"] + s["missed"] for s in all_stats)
+    stats["late_share_all"] = sum(s["late"] + s["missed"] for s in all_stats) / max(1, ticks)
+    stats["targets"] = len(samplers)
+    stats["clock"] = args.clock
     print(json.dumps(stats))
     return 0
 

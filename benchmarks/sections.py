@@ -394,6 +394,7 @@ def cost_section(c: dict[str, Any]) -> list[str]:
         f"| `sessions.scan` {med(c['discovery']) * 1e3:.2f} ms per scan of /proc |",
         "",
         *readers_table(c),
+        *clocks_table(c),
         "System calls per sample (`perf stat` on the syscall tracepoints, "
         f"{c['syscall_seconds']:g} s): "
         + ", ".join(f"`{name}` {count:.1f}" for name, count in f["calls"].items() if count)
@@ -579,6 +580,44 @@ def wake_lines(c: dict[str, Any]) -> list[str]:
         f"{w['syscall_after_sleep'] / 1e3:.1f} µs). A sampler at 100 Hz pays the first price "
         "once per target and tick, whatever it reads.",
         "",
+    ]
+
+
+def clocks_figures(c: dict[str, Any]) -> dict[str, dict[str, float]] | None:
+    """Median CPU per sample and late share with every target on its own sampling thread
+    and with all on the shared clock, and their ratio, from part 4."""
+    clocks = c.get("clocks")
+    if not clocks or not all(clocks.values()):
+        return None
+    return {
+        name: {
+            "cpu": med([r["thread_cpu_per_sample"] for r in runs]),
+            "late": med([r["late_share_all"] for r in runs]),
+            "targets": runs[0]["targets"],
+        }
+        for name, runs in clocks.items()
+    }
+
+
+def clocks_table(c: dict[str, Any]) -> list[str]:
+    f = clocks_figures(c)
+    if f is None:
+        return []
+    own, shared = f["own"], f["shared"]
+    return [
+        "",
+        f"One sampling thread per target against the shared clock (how `serve` samples): "
+        f"the same {own['targets']:g} `targets/deep.py` processes "
+        f"sampled at 100 Hz, {len(c['clocks']['own'])} alternating rounds of 5 s each, CPU "
+        "of the sampling threads per sample (median of rounds):",
+        "",
+        "| sampling threads | CPU per sample | % of a core per target at 100 Hz | late or missed |",
+        "|---|---:|---:|---:|",
+        f"| one per target | {own['cpu'] * 1e6:.1f} µs | {own['cpu'] * 1e4:.2f}% "
+        f"| {own['late']:.2%} |",
+        f"| one for all (shared clock) | {shared['cpu'] * 1e6:.1f} µs "
+        f"| {shared['cpu'] * 1e4:.2f}% | {shared['late']:.2%} |",
+        f"| ratio | {shared['cpu'] / max(1e-12, own['cpu']):.2f}x | | |",
     ]
 
 
