@@ -36,7 +36,7 @@ lint: install
 	$(BIN)/ruff format --check sidecar targets tests benchmarks
 	$(BIN)/mypy
 	cargo fmt --manifest-path native/Cargo.toml --check
-	cargo clippy --manifest-path native/Cargo.toml --release -- -D warnings
+	cargo clippy --manifest-path native/Cargo.toml --release --all-targets -- -D warnings
 
 fmt: install
 	$(BIN)/ruff format sidecar targets tests benchmarks

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks import pauses
+from benchmarks import floor, pauses
 from benchmarks.common import TICK
 from benchmarks.procs import PYTHON, Procs, load_average
 from sidecar.classify import classify
@@ -404,6 +404,12 @@ def run(
                 for clock, runs in clocks.items()
             )
         )
+    # the machine's floor: a native thread that only wakes, and one that reads 64 bytes
+    machine_floor = floor.native_floor(procs, pids[0], rate=RATE, seconds=5, rt=None)
+    log(
+        f"floor: waking {machine_floor['sleep']['cpu_per_tick_us']:.1f} µs CPU per tick, "
+        f"with one read {machine_floor['read']['cpu_per_tick_us']:.1f} µs"
+    )
     discovery = time_discovery(pids)
     wake = wake_penalty(pids[0])
     log(
@@ -430,6 +436,7 @@ def run(
         "sampler_blocking": blocking,
         "readers": readers,
         "clocks": clocks,
+        "floor": machine_floor,
         "wake": wake,
         "discovery": discovery,
     }

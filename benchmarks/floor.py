@@ -1,4 +1,11 @@
-"""The machine's floor for goal 5: a loop that only sleeps to a fixed schedule.
+"""The machine's floors: what any sampler pays here, with nothing of sidecar's in it.
+
+Goals 3 and 4: ``native_floor`` runs ``native/examples/floor.rs`` (built with cargo on first
+use) on a target: the CPU per tick of a native thread that only wakes up at 100 Hz, the same
+with one 64-byte ``process_vm_readv`` of the target per tick, and the pause of a ptrace stop
+and resume of its main thread with nothing read (see that file).
+
+Goal 5: a loop that only sleeps to a fixed schedule.
 
 ``python -m benchmarks.floor --rate HZ --seconds S`` ticks like sidecar's sampler (the same
 timer slack, the same rules: a tick is *late* when it starts more than a quarter period after
@@ -12,8 +19,16 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
+import subprocess
 import sys
 import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from benchmarks.procs import Procs
+
+NATIVE = Path(__file__).resolve().parents[1] / "native"
 
 PR_SET_TIMERSLACK = 29
 
@@ -41,6 +56,25 @@ def tick(rate: float, seconds: float) -> dict[str, float]:
         if lag > period / 4:
             late += 1
     return {"samples": samples, "late": late, "missed": missed, "errors": 0, "seconds": seconds}
+
+
+def native_floor(
+    procs: Procs, pid: int, *, rate: float, seconds: float, rt: int | None
+) -> dict[str, Any]:
+    """The native floor program's figures for ``pid`` (each of its three parts ``seconds``)."""
+    subprocess.run(
+        ["cargo", "build", "--release", "--quiet", "--example", "floor"],
+        cwd=NATIVE,
+        check=True,
+    )
+    binary = NATIVE / "target" / "release" / "examples" / "floor"
+    child = procs.start([str(binary), str(pid), f"{rate:g}", f"{seconds:g}"], rt=rt)
+    code = child.popen.wait(3 * seconds + 30)
+    procs.children.remove(child)
+    if code != 0:
+        raise RuntimeError(f"the floor program failed: {child.stderr()[-300:]}")
+    figures: dict[str, Any] = json.loads(child.stdout())
+    return figures
 
 
 def main() -> int:

@@ -26,6 +26,7 @@ from typing import Any
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks import floor
 from benchmarks.procs import PYTHON, Procs, load_average
 
 VARIANTS = (("1 Python thread", 0), ("1 Python thread + 150 native threads", 150))
@@ -65,6 +66,7 @@ def sample(
 def run(procs: Procs, *, rounds: int, seconds: float, rate_hz: float, log: Log) -> dict[str, Any]:
     lifetime = str(len(MODES) * rounds * len(VARIANTS) * (seconds * 1.5 + 3) + 60)
     runs: list[dict[str, Any]] = []
+    floors: dict[str, dict[str, Any]] = {}
     for mode, rt in MODES.items():
         targets = {}
         for name, threads in VARIANTS:
@@ -101,6 +103,14 @@ def run(procs: Procs, *, rounds: int, seconds: float, rate_hz: float, log: Log) 
                     f"{stopped['pause_mean'] * 1e6:6.1f} µs · read (non-blocking) "
                     f"{free['read_mean'] * 1e6:6.1f} µs · load {stopped['load']:.1f}"
                 )
+        # the machine's floor: a bare ptrace stop and resume of the same thread, nothing read
+        floors[mode] = floor.native_floor(
+            procs, targets[VARIANTS[0][0]].pid, rate=rate_hz, seconds=seconds, rt=rt
+        )
+        log(
+            f"{mode:6} floor: bare stop and resume p99 {floors[mode]['pause']['p99_us']:.1f} µs, "
+            f"mean {floors[mode]['pause']['mean_us']:.1f} µs"
+        )
         for child in targets.values():
             procs.stop(child)
     return {
@@ -109,6 +119,7 @@ def run(procs: Procs, *, rounds: int, seconds: float, rate_hz: float, log: Log) 
         "rounds": rounds,
         "modes": list(MODES),
         "runs": runs,
+        "floors": floors,
     }
 
 

@@ -147,6 +147,12 @@ def write(results: dict[str, Any]) -> None:
                 f"| 3 | pause p99 with 150 native threads / without ({mode}) | | {ratio:.2f}x "
                 f"| ≤ 1.1x | {verdict} |"
             )
+            bare = p.get("floors", {}).get(mode)
+            if bare:
+                rows.append(
+                    f"| 3 | pause p99 of a bare ptrace stop and resume, nothing read ({mode}): "
+                    f"the machine's floor | {bare['pause']['p99_us']:,.0f} µs | | (reference) | |"
+                )
     c = results.get("cost")
     if c:
         parts["cost"] = cost_section(c)
@@ -155,6 +161,13 @@ def write(results: dict[str, Any]) -> None:
             f"| {c['cpu_per_target'] * 100:.2f}% of a core | | ≤ 0.25% "
             f"| {met(c['cpu_per_target'] <= 0.0025)} |"
         )
+        if c.get("floor"):
+            read = c["floor"]["read"]["cpu_per_tick_us"]
+            rows.append(
+                f"| 4 | a native thread that only wakes at 100 Hz and reads 64 bytes of the "
+                f"target: the machine's floor | {read / 100:.2f}% of a core ({read:.1f} µs per "
+                f"tick) | | (reference) | |"
+            )
     r = results.get("rates")
     if r:
         parts["rates"], summary = rates_section(r)

@@ -280,6 +280,20 @@ def pauses_section(
             f"({us(med(one['mean']))}) is the read ({us(med(one['read']))}) plus "
             f"{us(med(one['mean']) - med(one['read']))} of stopping and resuming."
         )
+    for mode, fl in p.get("floors", {}).items():
+        bare = fl["pause"]
+        lines.append(
+            f"- the machine's floor ({mode}): a bare ptrace stop and resume of the same "
+            f"thread with nothing read (`native/examples/floor.rs`, remoteprocess as blocking "
+            f"mode uses it, {bare['ticks']} ticks at {fl['rate_hz']:g} Hz) takes "
+            f"{bare['mean_us']:.0f} µs on average and {bare['p99_us']:,.0f} µs at p99 "
+            f"(max {bare['max_us']:,.0f} µs)"
+            + (
+                ": the stop and resume alone exceed the goal's 50 µs, before anything is read."
+                if bare["p99_us"] > 50
+                else "."
+            )
+        )
     lines += [
         "",
         "What the pause holds: blocking mode reads the on-CPU state of the Python threads "
@@ -395,6 +409,7 @@ def cost_section(c: dict[str, Any]) -> list[str]:
         "",
         *readers_table(c),
         *clocks_table(c),
+        *floor_lines(c),
         "System calls per sample (`perf stat` on the syscall tracepoints, "
         f"{c['syscall_seconds']:g} s): "
         + ", ".join(f"`{name}` {count:.1f}" for name, count in f["calls"].items() if count)
@@ -532,10 +547,18 @@ def store_section(s: dict[str, Any]) -> list[str]:
         "per-state sums the timeline reads. Schema 3 stored one row per stack, thread and "
         "state, about 28 bytes each, and 1.97 MB per target-hour in this benchmark.",
         *store_parts(live),
+        f"Over the second half ({live['seconds'] / 120:g} min) the database grew by "
+        f"{grown_pages(live):.0f} pages of 4 KiB, so the per-hour figure moves in steps of "
+        f"{4096 / (live['seconds'] / 2 / 3600) / 2 / 1e6:.3f} MB. "
         f"The 24 h database holds {s['day_bytes'] / 1e6:.2f} MB for two targets: "
         f"{s['day_bytes'] / 48 / 1e6:.3f} MB per target-hour kept, after downsampling.",
         "",
     ]
+
+
+def grown_pages(live: dict[str, Any]) -> float:
+    """Pages the recorded database grew by over the measured half (two targets)."""
+    return float(live["bytes_per_target_hour"] * 2 * live["seconds"] / 2 / 3600 / 4096)
 
 
 def store_parts(live: dict[str, Any]) -> list[str]:
@@ -565,6 +588,23 @@ def readers_figures(c: dict[str, Any]) -> dict[str, dict[str, float]] | None:
             "label": runs[0].get("reader", name),
         }
     return out
+
+
+def floor_lines(c: dict[str, Any]) -> list[str]:
+    """The machine's floor for goal 4, when the run measured it."""
+    fl = c.get("floor")
+    if not fl:
+        return []
+    sleep, read = fl["sleep"], fl["read"]
+    return [
+        "",
+        f"The machine's floor (`native/examples/floor.rs`, {read['ticks']} ticks at "
+        f"{fl['rate_hz']:g} Hz): a native thread that only wakes up to the schedule uses "
+        f"{sleep['cpu_per_tick_us']:.1f} µs of CPU per tick; one that also reads 64 bytes of "
+        f"the target per tick (one `process_vm_readv`, the least a sampler reads) "
+        f"{read['cpu_per_tick_us']:.1f} µs, {read['cpu_per_tick_us'] / 100:.2f}% of a core at "
+        f"{fl['rate_hz']:g} Hz, against the goal's 25 µs (0.25%) for everything.",
+    ]
 
 
 def wake_lines(c: dict[str, Any]) -> list[str]:

@@ -718,6 +718,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[allow(clippy::identity_op)] // entries spelled field by field, as the format defines them
     fn line_numbers_follow_the_location_table() {
         // 3 entries: short form (line +0), one-line form with +1, long form with -2.
         let table = [
