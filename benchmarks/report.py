@@ -41,7 +41,8 @@ def machine_section(results: dict[str, Any]) -> list[str]:
     lines = [
         f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gb']} GB, Linux {m['kernel']}, "
         f"Python {m['python']}, {m['py_spy']}, {m['wrk']}. "
-        f"Run on {run.get('date', '?')}, {run.get('seconds', 0) / 60:.1f} min in all"
+        f"Last run on {run.get('date', '?')} ({', '.join(run.get('parts', [])) or '?'}), "
+        f"{run.get('seconds', 0) / 60:.1f} min in all"
         + (" (**--quick**: short runs, figures only indicative)" if run.get("quick") else "")
         + ".",
         "",
@@ -51,15 +52,15 @@ def machine_section(results: dict[str, Any]) -> list[str]:
         "CPU; near 0, an idle machine, where a thread that sleeps between samples also pays "
         "for waking an idle CPU, part 4):",
         "",
-        "| part | minutes | load average at start | at end |",
-        "|---|---:|---:|---:|",
+        "| part | finished | minutes | load average at start | at end |",
+        "|---|---|---:|---:|---:|",
     ]
     for name in ("overhead", "pauses", "cost", "rates", "store"):
         phase = results.get(name, {}).get("phase")
         if phase:
             lines.append(
-                f"| {name} | {phase['seconds'] / 60:.1f} | {phase['load_start']:.1f} "
-                f"| {phase['load_end']:.1f} |"
+                f"| {name} | {phase.get('finished', '?')} | {phase['seconds'] / 60:.1f} "
+                f"| {phase['load_start']:.1f} | {phase['load_end']:.1f} |"
             )
     return [*lines, ""]
 
@@ -294,11 +295,30 @@ def bounds(results: dict[str, Any]) -> list[str]:
                 f"{shared['cpu'] * 1e6:.0f} µs per sample against {own['cpu'] * 1e6:.0f} µs "
                 f"with a thread per target ({shared['cpu'] / max(1e-12, own['cpu']):.2f}x). "
             )
-        text += "The next step: checking code objects less often than every sample."
+        fl = c.get("floor")
+        if fl and clocks:
+            wake, read = fl["sleep"]["cpu_per_tick_us"], fl["read"]["cpu_per_tick_us"]
+            targets = clocks["shared"]["targets"]
+            floor = wake / targets + (read - wake)
+            sampler = clocks["shared"]["cpu"] * 1e6
+            text += (
+                f"The machine's floor (part 4): a native thread that only wakes at 100 Hz uses "
+                f"{wake:.1f} µs of CPU per tick, {read:.1f} µs with one 64-byte read of the "
+                f"target, so for a single target the goal is out of this machine's reach "
+                f"before anything is sampled. Shared by {targets:g} targets, waking costs "
+                f"{wake / targets:.1f} µs per target and the floor is about {floor:.1f} µs per "
+                f"target and tick (an estimate from those two figures): with several targets "
+                f"the gap, {sampler - floor:.0f} µs per sample, is sidecar's own read. "
+            )
+        text += (
+            "The next step is fewer pages per sample: each cached code object's header is read "
+            "every sample, so that a freed and reused address is noticed at once; checking "
+            "them less often would trade that for a bounded window of misnamed frames."
+        )
         lines.append(text)
     p = results.get("pauses")
     if p:
-        lines.append(
+        text = (
             "- **Pause (goal 3)**: only the Python threads stand, their on-CPU state is read "
             "before the stop, and the read while they stand is the walker's few calls, so "
             "native threads add no work to the pause; see part 3 for the figures. The rest "
@@ -307,6 +327,20 @@ def bounds(results: dict[str, Any]) -> list[str]:
             "machine (*normal*) the stopped thread also waits for a CPU to be stopped and "
             "resumed; compare *rt*."
         )
+        floors = p.get("floors", {})
+        if floors:
+            text += " The machine's floor, that round trip with nothing read: " + "; ".join(
+                f"{fl['pause']['mean_us']:.0f} µs on average and "
+                f"{fl['pause']['p99_us']:,.0f} µs at p99 ({mode})"
+                for mode, fl in floors.items()
+            )
+            text += (
+                ". Both exceed the goal's 50 µs before anything is read: on this machine the "
+                "goal is bound by ptrace and the scheduler, not by the read."
+                if all(fl["pause"]["mean_us"] > 50 for fl in floors.values())
+                else "."
+            )
+        lines.append(text)
     o = results.get("overhead")
     if o:
         f = overhead_figures(o)

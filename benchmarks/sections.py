@@ -604,6 +604,7 @@ def floor_lines(c: dict[str, Any]) -> list[str]:
         f"the target per tick (one `process_vm_readv`, the least a sampler reads) "
         f"{read['cpu_per_tick_us']:.1f} µs, {read['cpu_per_tick_us'] / 100:.2f}% of a core at "
         f"{fl['rate_hz']:g} Hz, against the goal's 25 µs (0.25%) for everything.",
+        "",
     ]
 
 
