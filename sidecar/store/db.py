@@ -393,11 +393,12 @@ class Store:
             f"SELECT counts FROM {table} WHERE {key} = ? AND target_id = ? AND process_id = ?",
             row,
         ).fetchone()
+        total = dict(add)
         if found is not None:
             for entry, count in counts.unpack_dict(found[0]).items():
-                add[entry] = add.get(entry, 0) + count
+                total[entry] = total.get(entry, 0) + count
         self.db.execute(
-            f"INSERT OR REPLACE INTO {table} VALUES (?, ?, ?, ?)", (*row, counts.pack(add))
+            f"INSERT OR REPLACE INTO {table} VALUES (?, ?, ?, ?)", (*row, counts.pack(total))
         )
 
     def write(self, batches: list[WindowBatch]) -> tuple[int, int]:
@@ -424,7 +425,7 @@ class Store:
                             sums[index] += count
                 written += len(entries)
                 self._add_counts(
-                    "window_counts", "window", (batch.start, target_id, process_id), dict(entries)
+                    "window_counts", "window", (batch.start, target_id, process_id), entries
                 )
                 hour = batch.start // HOUR * HOUR
                 if hour in self._rolled:  # a late window of an hour already rolled up
