@@ -44,6 +44,8 @@ class SamplerStats(TypedDict):
     last_error: str | None
     #: what reads the stacks: "walker (Python 3.11.7)", or "py-spy (...)" with the reason
     reader: str
+    #: where it ticks: "own", "shared", or "own (moved off the shared clock: ...)" and the like
+    clock: str
     state: Literal["running", "stopped", "exited"]
 
 class Sampler:

@@ -118,6 +118,8 @@ class Session:
     started: float
     #: Where the program's code was mapped when sampling began (see ``program``).
     code: int = 0
+    #: Where its sampler ticks (the sampler's ``clock`` stat), as last logged.
+    clock: str = "shared"
     #: (window start, busy, idle, blocked) of recent windows, for the live shares in /metrics.
     recent: deque[tuple[int, int, int, int]] = field(default_factory=lambda: deque(maxlen=6))
 
@@ -131,6 +133,12 @@ class Problem:
     error: str
     attempts: int
     retry_at: float
+
+
+def _clock_text(clock: str) -> str:
+    """ "own (moved off ...: why)" → "own thread (moved off ...: why)"."""
+    where, _, why = clock.partition(" ")
+    return f"{where} thread {why}".strip() if where == "own" else f"{where} clock {why}".strip()
 
 
 class Sessions:
@@ -250,6 +258,10 @@ class Sessions:
                 continue
             for window in session.sampler.drain():
                 self.writer.submit(self._batch(session, window))
+            clock = session.sampler.stats()["clock"]
+            if clock != session.clock:
+                session.clock = clock
+                log.warning("PID %d is now sampled on its %s", key[0], _clock_text(clock))
 
     def _close(self, key: Key, session: Session) -> None:
         """Stops one session, hands over every window it has and records the process gone."""

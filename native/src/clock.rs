@@ -4,15 +4,26 @@
 //! another process's memory after a sleep) costs more than the read itself. Sessions on the
 //! clock tick on a common schedule, aligned to the clock's start, so one wakeup serves every
 //! target due at that instant; they are ticked one after another, each against its own
-//! deadline (lateness counts as for a session on its own thread).
+//! deadline (lateness counts as for a session on its own thread). A target whose ticks keep
+//! taking longer than a quarter period (hundreds of threads, say) would make every other
+//! target late: it is moved to a thread of its own.
 
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
-use crate::sampler::{precise_sleeps, Runner, MAX_SLEEP};
+use crate::sampler::{precise_sleeps, run_alone, Runner, MAX_SLEEP};
 
 static CLOCK: OnceLock<Mutex<Sender<Box<Runner>>>> = OnceLock::new();
+
+/// Consecutive ticks over a quarter period after which a runner leaves the clock.
+const OVERRUNS: u32 = 3;
+
+/// A runner on the clock, with its count of consecutive slow ticks.
+struct Slot {
+    runner: Box<Runner>,
+    overruns: u32,
+}
 
 /// Hands a runner to the clock thread (started on first use); gives it back if the thread
 /// cannot be started or has died.
@@ -41,21 +52,40 @@ fn aligned(epoch: Instant, now: Instant, period: std::time::Duration) -> Instant
     epoch + std::time::Duration::from_nanos((ticks * period_ns) as u64)
 }
 
+/// Moves a runner to a new thread of its own; gives it back if no thread can be started.
+fn own_thread(runner: Box<Runner>) -> Result<(), Box<Runner>> {
+    let (tx, rx) = mpsc::channel::<Box<Runner>>();
+    let spawned = std::thread::Builder::new()
+        .name(format!("sidecar-sampler-{}", runner.pid()))
+        .spawn(move || {
+            if let Ok(runner) = rx.recv() {
+                run_alone(*runner);
+            }
+        });
+    match spawned {
+        Ok(_) => tx.send(runner).map_err(|err| err.0),
+        Err(_) => Err(runner),
+    }
+}
+
 fn tick_all(arrivals: Receiver<Box<Runner>>) {
     precise_sleeps();
     let epoch = Instant::now();
-    let mut runners: Vec<Box<Runner>> = Vec::new();
-    let join = |runners: &mut Vec<Box<Runner>>, mut runner: Box<Runner>| {
+    let mut runners: Vec<Slot> = Vec::new();
+    let join = |runners: &mut Vec<Slot>, mut runner: Box<Runner>| {
         runner.next = aligned(epoch, Instant::now(), runner.period());
-        runners.push(runner);
+        runners.push(Slot {
+            runner,
+            overruns: 0,
+        });
     };
     loop {
         // dropping a runner ends its session (flushes its window, wakes its stop())
-        runners.retain(|runner| !runner.stopped());
+        runners.retain(|slot| !slot.runner.stopped());
         let now = Instant::now();
         let wait = runners
             .iter()
-            .map(|runner| runner.next.saturating_duration_since(now))
+            .map(|slot| slot.runner.next.saturating_duration_since(now))
             .min()
             .unwrap_or(MAX_SLEEP)
             .min(MAX_SLEEP);
@@ -71,7 +101,35 @@ fn tick_all(arrivals: Receiver<Box<Runner>>) {
         while let Ok(runner) = arrivals.try_recv() {
             join(&mut runners, runner);
         }
-        runners.retain_mut(|runner| runner.next > Instant::now() || runner.tick());
+        runners.retain_mut(|slot| {
+            let began = Instant::now();
+            if slot.runner.next > began {
+                return true;
+            }
+            if !slot.runner.tick() {
+                return false;
+            }
+            if began.elapsed() > slot.runner.period() / 4 {
+                slot.overruns += 1;
+            } else {
+                slot.overruns = 0;
+            }
+            true
+        });
+        while let Some(index) = runners.iter().position(|slot| slot.overruns >= OVERRUNS) {
+            let slot = runners.swap_remove(index);
+            slot.runner.note_clock(
+                "own (moved off the shared clock: its ticks took over a quarter period)",
+            );
+            if let Err(runner) = own_thread(slot.runner) {
+                runner.note_clock("shared (slow ticks, but no thread of its own could start)");
+                runners.push(Slot {
+                    runner,
+                    overruns: 0,
+                });
+                break;
+            }
+        }
     }
 }
 

@@ -191,6 +191,7 @@ impl Sampler {
         dict.set_item("pause_p99", stats.pauses.percentile(99.0))?;
         dict.set_item("last_error", stats.last_error)?;
         dict.set_item("reader", stats.reader)?;
+        dict.set_item("clock", stats.clock)?;
         let state = match end {
             End::Running => "running",
             End::Stopped => "stopped",

@@ -99,6 +99,9 @@ pub struct Stats {
     pub last_error: Option<String>,
     /// Which reader reads the stacks, and why when it is not the walker.
     pub reader: String,
+    /// Where the session ticks: "own" (a thread of its own), "shared" (the shared clock), or
+    /// why it is on a thread of its own after asking for the shared clock.
+    pub clock: String,
 }
 
 /// Pause lengths of blocking mode: sum, worst case and the most recent ones for percentiles.
@@ -376,6 +379,16 @@ impl Session {
                     .unwrap_or_else(|e| e.into_inner())
                     .stats
                     .reader = reader;
+                thread_shared
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .stats
+                    .clock = if thread_options.shared_clock {
+                    "shared"
+                } else {
+                    "own"
+                }
+                .into();
                 let _ = ready_tx.send(Ok(spy.version.to_string()));
                 let readers = Readers {
                     spy,
@@ -402,6 +415,7 @@ impl Session {
                 if runner.options.shared_clock {
                     // the clock thread takes it; should it be gone, the runner stays here
                     if let Err(runner) = crate::clock::enqueue(Box::new(runner)) {
+                        runner.note_clock("own (the shared clock is not running)");
                         run_alone(*runner);
                     }
                 } else {
@@ -748,6 +762,16 @@ impl Runner {
         self.stop.load(Ordering::Relaxed)
     }
 
+    pub(crate) fn pid(&self) -> i32 {
+        self.options.pid
+    }
+
+    /// Says in the stats where the runner ticks now.
+    pub(crate) fn note_clock(&self, clock: &str) {
+        let mut state = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        state.stats.clock = clock.to_string();
+    }
+
     /// One tick, due now: reads, folds and counts a sample. False once the target is gone.
     pub(crate) fn tick(&mut self) -> bool {
         let options = &self.options;
@@ -895,7 +919,7 @@ impl Drop for Runner {
 }
 
 /// A runner on a thread of its own, until it is stopped or its target is gone.
-fn run_alone(mut runner: Runner) {
+pub(crate) fn run_alone(mut runner: Runner) {
     precise_sleeps();
     while !runner.stopped() {
         let now = Instant::now();
