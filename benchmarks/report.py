@@ -236,6 +236,11 @@ def write(results: dict[str, Any]) -> None:
     plot(results, CHART)
 
 
+def versus(a: float, a_what: str, b: float, b_what: str) -> str:
+    """ "A µs a_what against B µs b_what (A/Bx" — two seconds-per-sample figures compared."""
+    return f"{a * 1e6:.0f} µs {a_what} against {b * 1e6:.0f} µs {b_what} ({_ratio(a, b):.2f}x"
+
+
 def bounds(results: dict[str, Any]) -> list[str]:
     """What bounds the goals that are not met, from the figures above."""
     lines = ["## What bounds the unmet goals, and the next optimization", ""]
@@ -258,9 +263,9 @@ def bounds(results: dict[str, Any]) -> list[str]:
         if readers:
             auto, pyspy = readers["auto"], readers["py-spy"]
             text += (
-                f"With its own frame walker a sample costs the sampling thread "
-                f"{auto['cpu'] * 1e6:.0f} µs of CPU against {pyspy['cpu'] * 1e6:.0f} µs through "
-                f"py-spy's reader ({auto['cpu'] / max(1e-12, pyspy['cpu']):.2f}x, part 4); it "
+                "With its own frame walker a sample costs the sampling thread "
+                + versus(auto["cpu"], "of CPU", pyspy["cpu"], "through py-spy's reader")
+                + ", part 4); it "
             )
         else:
             text += "The read "
@@ -292,8 +297,8 @@ def bounds(results: dict[str, Any]) -> list[str]:
             text += (
                 f"`serve` ticks all its targets on one thread (the shared clock), so that one "
                 f"wakeup serves them all: with {own['targets']:g} targets that costs "
-                f"{shared['cpu'] * 1e6:.0f} µs per sample against {own['cpu'] * 1e6:.0f} µs "
-                f"with a thread per target ({shared['cpu'] / max(1e-12, own['cpu']):.2f}x). "
+                + versus(shared["cpu"], "per sample", own["cpu"], "with a thread per target")
+                + "). "
             )
         fl = c.get("floor")
         if fl and clocks:

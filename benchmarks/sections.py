@@ -575,19 +575,27 @@ def store_parts(live: dict[str, Any]) -> list[str]:
     ]
 
 
-def readers_figures(c: dict[str, Any]) -> dict[str, dict[str, float]] | None:
-    """Median CPU and read time per sample of each reader, and their ratio, from part 4."""
-    readers = c.get("readers")
-    if not readers or not all(readers.values()):
+def leg_medians(
+    legs: dict[str, list[dict[str, Any]]] | None, fields: dict[str, str], first: str
+) -> dict[str, dict[str, Any]] | None:
+    """Per leg of a side-by-side comparison in part 4: the median over its rounds of each
+    field (name → key of a round's figures), and ``first``: that key of its first round."""
+    if not legs or not all(legs.values()):
         return None
-    out = {}
-    for name, runs in readers.items():
-        out[name] = {
-            "cpu": med([r["thread_cpu_per_sample"] for r in runs]),
-            "read": med([r["read_mean"] for r in runs]),
-            "label": runs[0].get("reader", name),
+    return {
+        name: {
+            **{field: med([r[key] for r in runs]) for field, key in fields.items()},
+            first: runs[0].get(first, name),
         }
-    return out
+        for name, runs in legs.items()
+    }
+
+
+def readers_figures(c: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
+    """Median CPU and read time per sample of each reader, and which reader it was."""
+    return leg_medians(
+        c.get("readers"), {"cpu": "thread_cpu_per_sample", "read": "read_mean"}, "reader"
+    )
 
 
 def floor_lines(c: dict[str, Any]) -> list[str]:
@@ -624,20 +632,12 @@ def wake_lines(c: dict[str, Any]) -> list[str]:
     ]
 
 
-def clocks_figures(c: dict[str, Any]) -> dict[str, dict[str, float]] | None:
+def clocks_figures(c: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
     """Median CPU per sample and late share with every target on its own sampling thread
-    and with all on the shared clock, and their ratio, from part 4."""
-    clocks = c.get("clocks")
-    if not clocks or not all(clocks.values()):
-        return None
-    return {
-        name: {
-            "cpu": med([r["thread_cpu_per_sample"] for r in runs]),
-            "late": med([r["late_share_all"] for r in runs]),
-            "targets": runs[0]["targets"],
-        }
-        for name, runs in clocks.items()
-    }
+    and with all on the shared clock, and how many targets."""
+    return leg_medians(
+        c.get("clocks"), {"cpu": "thread_cpu_per_sample", "late": "late_share_all"}, "targets"
+    )
 
 
 def clocks_table(c: dict[str, Any]) -> list[str]:
@@ -676,9 +676,9 @@ def readers_table(c: dict[str, Any]) -> list[str]:
         "",
         "| reader | sampling thread CPU per sample | read, wall time | % of a core at 100 Hz |",
         "|---|---:|---:|---:|",
-        f"| {auto['label']} | {auto['cpu'] * 1e6:.1f} µs | {auto['read'] * 1e6:.1f} µs "
+        f"| {auto['reader']} | {auto['cpu'] * 1e6:.1f} µs | {auto['read'] * 1e6:.1f} µs "
         f"| {auto['cpu'] * 1e4:.2f}% |",
-        f"| {pyspy['label']} | {pyspy['cpu'] * 1e6:.1f} µs | {pyspy['read'] * 1e6:.1f} µs "
+        f"| {pyspy['reader']} | {pyspy['cpu'] * 1e6:.1f} µs | {pyspy['read'] * 1e6:.1f} µs "
         f"| {pyspy['cpu'] * 1e4:.2f}% |",
         f"| ratio | {auto['cpu'] / max(1e-12, pyspy['cpu']):.2f}x "
         f"| {auto['read'] / max(1e-12, pyspy['read']):.2f}x | |",

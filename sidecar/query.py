@@ -12,6 +12,7 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -152,18 +153,19 @@ class Reader:
                 return row
         raise UnknownTarget(f"no target with id {target_id}")
 
-    def _threads(self, thread: str | None) -> dict[int, set[int]] | int | None:
-        """The thread filter: a thread id, or the ids per process of threads with a name."""
+    def _threads(self, thread: str | None) -> Callable[[int], set[int]] | None:
+        """The thread filter: the wanted thread ids of a process, given by id or by name."""
         if not thread:
             return None
         if thread.isdigit():
-            return int(thread)
-        wanted: dict[int, set[int]] = {}
+            ids = {int(thread)}
+            return lambda process_id: ids
+        named: dict[int, set[int]] = {}
         for process_id, thread_id in self._rows(
             "SELECT process_id, thread_id FROM threads WHERE name = ?", (thread,)
         ):
-            wanted.setdefault(int(process_id), set()).add(int(thread_id))
-        return wanted
+            named.setdefault(int(process_id), set()).add(int(thread_id))
+        return lambda process_id: named.get(process_id, set())
 
     def _states(self, states: set[str] | None) -> set[int] | None:
         if states is None:
@@ -209,13 +211,11 @@ class Reader:
         totals: dict[tuple[int, int], int] = {}
         try:
             for process_id, blob in self._blobs(target, span):
-                wanted = threads.get(process_id, set()) if isinstance(threads, dict) else threads
+                wanted = threads(process_id) if threads is not None else None
                 for stack, thread_id, state, count in counts.unpack(blob):
                     if codes is not None and state not in codes:
                         continue
-                    if wanted is not None and (
-                        thread_id != wanted if isinstance(wanted, int) else thread_id not in wanted
-                    ):
+                    if wanted is not None and thread_id not in wanted:
                         continue
                     totals[(stack, state)] = totals.get((stack, state), 0) + count
         except counts.CountsError as err:

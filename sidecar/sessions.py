@@ -135,12 +135,6 @@ class Problem:
     retry_at: float
 
 
-def _clock_text(clock: str) -> str:
-    """ "own (moved off ...: why)" → "own thread (moved off ...: why)"."""
-    where, _, why = clock.partition(" ")
-    return f"{where} thread {why}".strip() if where == "own" else f"{where} clock {why}".strip()
-
-
 class Sessions:
     """Keeps one sampling session per wanted process, and the problems of the others."""
 
@@ -258,10 +252,10 @@ class Sessions:
                 continue
             for window in session.sampler.drain():
                 self.writer.submit(self._batch(session, window))
-            clock = session.sampler.stats()["clock"]
+            clock = session.sampler.clock
             if clock != session.clock:
                 session.clock = clock
-                log.warning("PID %d is now sampled on its %s", key[0], _clock_text(clock))
+                log.warning("PID %d: its sampler now ticks on %s", key[0], clock)
 
     def _close(self, key: Key, session: Session) -> None:
         """Stops one session, hands over every window it has and records the process gone."""

@@ -143,13 +143,19 @@ impl Sampler {
     /// True while the sampling thread runs.
     #[getter]
     fn running(&self) -> bool {
-        self.session.stats().1 == End::Running
+        self.session.end() == End::Running
     }
 
     /// True once the target exited (or its PID now names another process).
     #[getter]
     fn exited(&self) -> bool {
-        self.session.stats().1 == End::Exited
+        self.session.end() == End::Exited
+    }
+
+    /// Where it ticks: "own", "shared", or "own (moved off the shared clock: ...)" and the like.
+    #[getter]
+    fn clock(&self) -> String {
+        self.session.clock()
     }
 
     /// Completed windows since the last call, oldest first; `flush` adds the one in progress.

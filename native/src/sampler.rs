@@ -461,6 +461,18 @@ impl Session {
         out
     }
 
+    /// How the session stands, without copying its counters.
+    pub fn end(&self) -> End {
+        let shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        shared.end.clone()
+    }
+
+    /// Where the session ticks (`Stats::clock`), without copying the other counters.
+    pub fn clock(&self) -> String {
+        let shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        shared.stats.clock.clone()
+    }
+
     pub fn stats(&self) -> (Stats, End) {
         let shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
         (shared.stats.clone(), shared.end.clone())

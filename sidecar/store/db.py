@@ -23,7 +23,7 @@ from sidecar.classify import code_frames, is_loop_stack
 from sidecar.errors import SidecarError
 from sidecar.store import counts
 from sidecar.store.counts import Counts
-from sidecar.store.schema import STATE_CODES, SUM_COLUMNS, frame_hash, migrate
+from sidecar.store.schema import STATE_CODES, SUM_COLUMNS, SUMS_OF, frame_hash, migrate
 
 HOUR = 3600
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -388,18 +388,20 @@ class Store:
         self._stack_chars = 0
 
     def _add_counts(self, table: str, key: str, row: tuple[int, int, int], add: Counts) -> None:
-        """Adds counts to the packed counts of one (window or hour, target, process)."""
-        found = self.db.execute(
-            f"SELECT counts FROM {table} WHERE {key} = ? AND target_id = ? AND process_id = ?",
-            row,
-        ).fetchone()
-        total = dict(add)
-        if found is not None:
-            for entry, count in counts.unpack_dict(found[0]).items():
-                total[entry] = total.get(entry, 0) + count
-        self.db.execute(
-            f"INSERT OR REPLACE INTO {table} VALUES (?, ?, ?, ?)", (*row, counts.pack(total))
+        """Adds counts to the packed counts of one (window or hour, target, process): a new
+        row, or (rarely: a window flushed in two parts) the sum with the one stored."""
+        inserted = self.db.execute(
+            f"INSERT INTO {table} VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            (*row, counts.pack(add)),
         )
+        if inserted.rowcount:
+            return
+        match = f"{key} = ? AND target_id = ? AND process_id = ?"
+        (stored,) = self.db.execute(f"SELECT counts FROM {table} WHERE {match}", row).fetchone()
+        total = counts.unpack_dict(stored)
+        for entry, count in add.items():
+            total[entry] = total.get(entry, 0) + count
+        self.db.execute(f"UPDATE {table} SET counts = ? WHERE {match}", (counts.pack(total), *row))
 
     def write(self, batches: list[WindowBatch]) -> tuple[int, int]:
         """Writes windows in one transaction; returns the entries written and the windows
@@ -420,9 +422,8 @@ class Store:
                     entries[(node, thread_id, code)] = (
                         entries.get((node, thread_id, code), 0) + count
                     )
-                    for index, (_, state_code, loop_only) in enumerate(SUM_COLUMNS):
-                        if state_code == code and (loop or not loop_only):
-                            sums[index] += count
+                    for index in SUMS_OF[code, loop]:
+                        sums[index] += count
                 written += len(entries)
                 self._add_counts(
                     "window_counts", "window", (batch.start, target_id, process_id), entries

@@ -179,6 +179,16 @@ SUM_COLUMNS: tuple[tuple[str, int, bool], ...] = tuple(
     for loop in (False, True)
     for name, code in STATE_CODES.items()
 )
+#: (state code, on an event-loop stack) → the indexes in SUM_COLUMNS its samples add to.
+SUMS_OF: dict[tuple[int, bool], tuple[int, ...]] = {
+    (code, on_loop): tuple(
+        i
+        for i, (_, state, loop) in enumerate(SUM_COLUMNS)
+        if state == code and (on_loop or not loop)
+    )
+    for code in STATE_CODES.values()
+    for on_loop in (False, True)
+}
 
 
 def _pack_rows(conn: sqlite3.Connection, source: str, key: str, target: str) -> None:
