@@ -128,12 +128,16 @@ def test_targets_profiles_and_timeline(spawn: Spawner, load: LoadDriver, serve: 
 
     tid = targets["aiohttp"]["id"]
 
-    def folded(target_id: int) -> str:
-        status, body, _ = server.request(f"/api/profile?target={target_id}&format=folded")
+    def folded(target_id: int, query: str = "") -> str:
+        path = f"/api/profile?target={target_id}&format=folded{query}"
+        status, body, _ = server.request(path)
         return body.decode() if status == 200 else ""
 
-    # the handlers run briefly between awaits: wait until enough busy samples caught them
-    assert wait_until(lambda: "hard_handler (targets/aiohttp_app.py:" in folded(tid), timeout=30)
+    # the handlers run briefly between awaits: wait until busy samples caught them (the
+    # depth asserted below is that of busy samples)
+    assert wait_until(
+        lambda: "hard_handler (targets/aiohttp_app.py:" in folded(tid, "&state=busy"), timeout=30
+    )
     tor_id = targets["tornado"]["id"]
     assert wait_until(
         lambda: "HardWorkHandler.get (targets/tornado_app.py:" in folded(tor_id), timeout=30
