@@ -75,10 +75,9 @@ def scan(selection: Selection) -> list[int]:
     """PIDs of Python processes this sidecar should sample."""
     mine = os.getpid()  # never the sidecar itself
     found: list[int] = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        pid = int(entry)
+    # with --pid, only those are looked at, not every process in sight
+    candidates = selection.pids or (int(e) for e in os.listdir("/proc") if e.isdigit())
+    for pid in candidates:
         if pid == mine:
             continue
         cmdline = read_cmdline(pid)
