@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import floor, pauses
-from benchmarks.common import TICK
 from benchmarks.procs import PYTHON, Procs, load_average
 from sidecar.classify import classify
 from sidecar.query import Reader
@@ -47,16 +46,15 @@ Log = Callable[[str], None]
 
 
 def thread_cpu(pid: int) -> dict[str, float]:
-    """CPU seconds so far of the process's native sampler threads and of all the others."""
+    """CPU seconds so far of the process's native sampler threads and of all the others, from
+    the scheduler's nanosecond run time (utime and stime in /proc count 10 ms ticks)."""
     out = {"sampler": 0.0, "python": 0.0}
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            stat = (task / "stat").read_text()
+            comm = (task / "comm").read_text()
+            seconds = int((task / "schedstat").read_text().split()[0]) / 1e9
         except OSError:
             continue  # the thread ended meanwhile
-        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2 :].split()
-        seconds = (int(fields[11]) + int(fields[12])) / TICK
         out["sampler" if comm.startswith("sidecar-sampl") else "python"] += seconds
     return out
 

@@ -15,6 +15,7 @@ use py_spy::config::LockingStrategy;
 use py_spy::{Config, PythonSpy, StackTrace};
 
 use crate::errors::InitError;
+use crate::fxhash::FxBuild;
 use crate::walker::{RunState, Trace, Walker};
 
 /// What the sampler was asked to do.
@@ -50,7 +51,7 @@ pub struct Window {
     pub end: f64,
     /// Sampling ticks that produced stacks during the window.
     pub samples: u64,
-    pub stacks: HashMap<StackKey, u64>,
+    pub stacks: HashMap<StackKey, u64, FxBuild>,
     pub thread_names: HashMap<u64, String>,
 }
 
@@ -60,7 +61,7 @@ impl Window {
             start,
             end: start + length,
             samples: 0,
-            stacks: HashMap::new(),
+            stacks: HashMap::default(),
             thread_names: HashMap::new(),
         }
     }

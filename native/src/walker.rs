@@ -3,9 +3,11 @@
 //! A general reader reads every frame's code object, both names and the line table on every
 //! sample (about eight reads per frame), and every thread's /proc state inside the read. This
 //! walker keeps what does not change between samples: code objects with their names, files and
-//! line tables, formatted frames and folded stacks. Per sample it reads each frame once, checks
-//! the cached code objects with one batched read, and reads the run state of Python threads
-//! only, through /proc files it keeps open.
+//! line tables, formatted frames and folded stacks. Per sample, one batched read of what recent
+//! samples found (thread states, the top of each data stack, frames outside them, the headers
+//! of the cached code objects, checked every sample) usually holds the whole stack; anything
+//! new costs one more read. The run state is read for Python threads outside a known wait only,
+//! through /proc files it keeps open.
 //!
 //! py-spy still attaches (it finds the interpreter and its version) and stays the reader for
 //! other Python versions; the sampler compares this walker with it before trusting it.
@@ -75,6 +77,13 @@ const IOV_MAX: usize = 1024;
 const DATASTACK_READ: usize = 16 << 10;
 /// At most this many frames and code objects are read ahead per sample.
 const READ_AHEAD_MAX: usize = 8192;
+/// Code objects and frames outside the data stacks are read ahead while some sample of the
+/// last this many met them: a stack that alternates between a few leaves finds all of their
+/// code headers in the batch instead of costing a second read every other sample.
+const RECENT_SAMPLES: u64 = 64;
+/// The top of a data stack read ahead reaches this far past the highest top recent samples
+/// saw, so that a stack a few frames deeper than before is still inside it.
+const STACK_SLACK: usize = 256;
 
 /// A thread as read: OS thread id, holds the GIL, (code object, instruction offset) of each
 /// frame innermost first.
@@ -119,14 +128,20 @@ pub struct Walker {
     stack_bytes: usize,
     short_files: HashMap<String, String>,
     states: ThreadStates,
-    /// Code objects the last sample checked; the next one reads their headers ahead.
-    checked: Vec<usize>,
+    /// Code objects recent samples checked; the next one reads their headers ahead.
+    checked: Recent,
     /// The current frame's address and the top of a thread's data stack, as last read.
     stack: Vec<u8>,
-    /// Thread states and frames outside the data stacks of the previous sample: read ahead,
-    /// with the code headers in `checked`, in one batch at the start of the next.
+    /// Thread states of the previous sample and frames outside the data stacks of recent
+    /// ones: read ahead, with the code headers in `checked`, in one batch at the start of
+    /// the next.
     ahead_threads: Vec<usize>,
-    ahead_frames: Vec<usize>,
+    ahead_frames: Recent,
+    /// By thread state: where the thread's current frame and the top of its data stack were,
+    /// read ahead in the next batch.
+    ahead_stacks: HashMap<usize, AheadStack, FxBuild>,
+    /// Samples read so far.
+    samples: u64,
 }
 
 /// The run state a sample uses for each thread.
@@ -160,10 +175,12 @@ impl Walker {
             stack_bytes: 0,
             short_files: HashMap::new(),
             states: ThreadStates::new(spy.pid),
-            checked: Vec::new(),
+            checked: Recent::default(),
             stack: Vec::new(),
             ahead_threads: Vec::new(),
-            ahead_frames: Vec::new(),
+            ahead_frames: Recent::default(),
+            ahead_stacks: HashMap::default(),
+            samples: 0,
         })
     }
 
@@ -171,6 +188,7 @@ impl Walker {
     pub fn read(&mut self, run_state: RunState<'_>) -> Result<Vec<Trace>> {
         // What the previous sample read, read again in one batch: thread states, frames
         // outside the data stacks, code object headers. Most are still what this sample needs.
+        self.samples += 1;
         let head = (self.interpreter + layout::INTERP_THREADS_HEAD, 8);
         let mut pieces = vec![head];
         if self.gil_holder != 0 {
@@ -179,16 +197,20 @@ impl Walker {
         pieces.extend(self.ahead_threads.iter().map(|&t| (t, layout::TSTATE_SIZE)));
         pieces.extend(
             self.ahead_frames
-                .iter()
-                .map(|&f| (f + layout::FRAME_FIRST, layout::FRAME_SIZE)),
+                .addresses()
+                .map(|f| (f + layout::FRAME_FIRST, layout::FRAME_SIZE)),
         );
-        // the code objects the previous sample checked
+        // the code objects recent samples checked
         pieces.extend(
             self.checked
-                .iter()
-                .take(READ_AHEAD_MAX)
-                .map(|&c| (c + layout::CODE_FIRST, layout::CODE_SIZE)),
+                .addresses()
+                .map(|c| (c + layout::CODE_FIRST, layout::CODE_SIZE)),
         );
+        // last, as a piece past the end of a stack's mapping ends the call
+        for stack in self.ahead_stacks.values() {
+            pieces.push((stack.cframe + layout::CFRAME_CURRENT_FRAME, 8));
+            pieces.push((stack.start, stack.end - stack.start));
+        }
         let batch = Batch::read(self.pid, &pieces);
         let Some(first) = batch.get(head.0, 8) else {
             bail!("failed to read the interpreter's list of threads");
@@ -207,6 +229,7 @@ impl Walker {
         let mut thread_addresses = Vec::new();
         let mut outside = Vec::new();
         let mut tstate = [0u8; layout::TSTATE_SIZE];
+        let mut previous_stacks = std::mem::take(&mut self.ahead_stacks);
         while thread != 0 {
             if threads.len() >= MAX_THREADS {
                 bail!("more than {MAX_THREADS} Python threads: a torn read");
@@ -222,22 +245,24 @@ impl Walker {
             } else {
                 usize_at(&tstate, layout::TSTATE_THREAD_ID) as u64
             };
-            let frames = self.frames(&tstate, &batch, &mut outside)?;
+            let ahead = previous_stacks.remove(&thread);
+            let frames = self.frames(thread, ahead, &tstate, &batch, &mut outside)?;
             threads.push((tid, thread == gil, frames));
             thread = usize_at(&tstate, layout::TSTATE_NEXT);
         }
 
         self.check_codes(&threads, &batch)?;
         self.ahead_threads = thread_addresses;
-        outside.truncate(READ_AHEAD_MAX);
-        self.ahead_frames = outside;
+        self.ahead_frames.seen(&outside, self.samples);
         let mut traces = Vec::with_capacity(threads.len());
         for (tid, owns_gil, frames) in threads {
             let waits = frames
                 .first()
                 .and_then(|(code, _)| self.codes.get(code))
                 .is_some_and(|code| code.waits);
+            // A thread in a known wait is idle whatever the OS says: its /proc file is not read.
             let running = match &run_state {
+                _ if waits => Some(false),
                 RunState::Read => self.states.running(tid as i32),
                 RunState::Known(known) => known.get(&(tid as i32)).copied(),
             };
@@ -245,7 +270,7 @@ impl Walker {
                 tid,
                 owns_gil,
                 // A thread this sidecar cannot see counts as running, as in py-spy.
-                active: running.unwrap_or(true) && !waits,
+                active: running.unwrap_or(true),
                 stack: self.fold(&frames),
             });
         }
@@ -258,12 +283,15 @@ impl Walker {
 
     /// (code object, instruction offset) of each frame, innermost first.
     ///
-    /// Frames of plain calls lie at the top of the thread's data stack: that part is read in
-    /// the same call as the current frame's address, and only frames elsewhere (coroutines
-    /// and generators keep theirs inside the object) come from the batch read ahead, or
-    /// cost a read each; their addresses go to `outside` for the next sample's batch.
+    /// Frames of plain calls lie at the top of the thread's data stack: that part and the
+    /// current frame's address come from the batch when they lie where recent samples found
+    /// them, else from one read. Only frames elsewhere (coroutines and generators keep theirs
+    /// inside the object) come from the batch's frames read ahead, or cost a read each; their
+    /// addresses go to `outside` for the next sample's batch.
     fn frames(
         &mut self,
+        thread: usize,
+        ahead: Option<AheadStack>,
         tstate: &[u8],
         batch: &Batch,
         outside: &mut Vec<usize>,
@@ -283,15 +311,48 @@ impl Walker {
         };
         let stack_len = top.saturating_sub(stack_start);
         self.stack.resize(8 + stack_len, 0);
-        let pieces = [
-            (cframe + layout::CFRAME_CURRENT_FRAME, 8),
-            (stack_start, stack_len),
-        ];
-        read_pieces(
-            self.pid,
-            &pieces[..if stack_len > 0 { 2 } else { 1 }],
-            &mut self.stack,
-        )?;
+        let read_ahead = ahead
+            .filter(|a| a.cframe == cframe && a.start <= stack_start && top <= a.end)
+            .and_then(|a| {
+                let current = batch.get(cframe + layout::CFRAME_CURRENT_FRAME, 8)?;
+                let stack = batch.get(a.start, a.end - a.start)?;
+                Some((current, &stack[stack_start - a.start..top - a.start]))
+            });
+        match read_ahead {
+            Some((current, stack)) => {
+                self.stack[..8].copy_from_slice(current);
+                self.stack[8..].copy_from_slice(stack);
+            }
+            None => {
+                let pieces = [
+                    (cframe + layout::CFRAME_CURRENT_FRAME, 8),
+                    (stack_start, stack_len),
+                ];
+                read_pieces(
+                    self.pid,
+                    &pieces[..if stack_len > 0 { 2 } else { 1 }],
+                    &mut self.stack,
+                )?;
+            }
+        }
+        if stack_len > 0 {
+            let next = AheadStack::next(ahead, cframe, stack_start, top, self.samples);
+            self.ahead_stacks.insert(thread, next);
+        }
+        self.walk(&mut out, stack_start, top, batch, outside)?;
+        Ok(out)
+    }
+
+    /// Follows the frames from the current one (the first 8 bytes of `self.stack`, the data
+    /// stack from `stack_start` to `top` after them), innermost first, into `out`.
+    fn walk(
+        &self,
+        out: &mut Vec<(usize, i64)>,
+        stack_start: usize,
+        top: usize,
+        batch: &Batch,
+        outside: &mut Vec<usize>,
+    ) -> Result<()> {
         let mut frame = usize_at(&self.stack, 0);
         let mut raw = [0u8; layout::FRAME_SIZE];
         while frame != 0 {
@@ -318,7 +379,7 @@ impl Walker {
             out.push((code, offset));
             frame = usize_at(&raw, layout::FRAME_PREVIOUS);
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Makes sure every code object in `threads` is cached and still the one cached: one
@@ -329,15 +390,14 @@ impl Walker {
             self.codes.clear();
             self.code_bytes = 0;
         }
-        self.checked.clear();
+        let mut codes = Vec::new();
         for (_, _, frames) in threads {
             for &(code, _) in frames {
-                self.checked.push(code);
+                codes.push(code);
             }
         }
-        self.checked.sort_unstable();
-        self.checked.dedup();
-        let codes = std::mem::take(&mut self.checked);
+        codes.sort_unstable();
+        codes.dedup();
         let mut headers = vec![0u8; codes.len() * layout::CODE_SIZE];
         let mut missing: Vec<usize> = Vec::new();
         for (i, &code) in codes.iter().enumerate() {
@@ -375,7 +435,7 @@ impl Walker {
                 self.codes.insert(address, code);
             }
         }
-        self.checked = codes;
+        self.checked.seen(&codes, self.samples);
         Ok(())
     }
 
@@ -618,6 +678,76 @@ fn signed_varint(table: &[u8], i: &mut usize) -> i64 {
     }
 }
 
+/// Where a thread's stack was found: read ahead in the next sample's batch.
+#[derive(Clone, Copy)]
+struct AheadStack {
+    /// The thread's `_PyCFrame`, whose current frame is read.
+    cframe: usize,
+    /// The part of the data stack read: from `start` to `end`, past the highest top.
+    start: usize,
+    end: usize,
+    /// The highest top of the stack recent samples saw, and the sample that saw it.
+    high: usize,
+    high_seen: u64,
+}
+
+impl AheadStack {
+    /// What the next sample reads ahead after this one found the data stack read from
+    /// `start` up to `top`: up to the highest top recent samples saw, plus some slack.
+    fn next(
+        previous: Option<AheadStack>,
+        cframe: usize,
+        start: usize,
+        top: usize,
+        sample: u64,
+    ) -> Self {
+        let (high, high_seen) = match previous {
+            Some(p)
+                if p.cframe == cframe
+                    && p.start == start
+                    && p.high > top
+                    && p.high_seen + RECENT_SAMPLES > sample =>
+            {
+                (p.high, p.high_seen)
+            }
+            _ => (top, sample),
+        };
+        AheadStack {
+            cframe,
+            start,
+            end: high + STACK_SLACK,
+            high,
+            high_seen,
+        }
+    }
+}
+
+/// Addresses met by recent samples, with the last sample that met each.
+#[derive(Default)]
+struct Recent {
+    last: HashMap<usize, u64, FxBuild>,
+}
+
+impl Recent {
+    /// Notes the addresses `sample` met and forgets those no sample met for a while.
+    fn seen(&mut self, addresses: &[usize], sample: u64) {
+        for &address in addresses {
+            self.last.insert(address, sample);
+        }
+        if self.last.len() > addresses.len() {
+            self.last
+                .retain(|_, &mut last| last + RECENT_SAMPLES > sample);
+        }
+        if self.last.len() > READ_AHEAD_MAX {
+            self.last.retain(|_, &mut last| last == sample);
+        }
+    }
+
+    fn addresses(&self) -> impl Iterator<Item = usize> + '_ {
+        self.last.keys().copied().take(READ_AHEAD_MAX)
+    }
+}
+
 /// Remote pieces read in as few calls as the kernel allows; a piece that cannot be read
 /// (freed, unmapped) is left out and the rest still read.
 #[derive(Default)]
@@ -739,6 +869,22 @@ mod tests {
         assert_eq!(line_number(&table, 10, 6), 9);
         // before the first instruction: the first entry's line
         assert_eq!(line_number(&table, 10, -2), 10);
+    }
+
+    #[test]
+    fn a_stack_is_read_ahead_up_to_the_highest_recent_top() {
+        let first = AheadStack::next(None, 0x100, 0x1000, 0x1800, 1);
+        assert_eq!((first.start, first.end), (0x1000, 0x1800 + STACK_SLACK));
+        // a shallower stack keeps the higher top in reach while it is recent
+        let lower = AheadStack::next(Some(first), 0x100, 0x1000, 0x1400, 2);
+        assert_eq!(lower.end, 0x1800 + STACK_SLACK);
+        let old = AheadStack::next(Some(lower), 0x100, 0x1000, 0x1400, 1 + RECENT_SAMPLES);
+        assert_eq!(old.end, 0x1400 + STACK_SLACK);
+        // a deeper one raises it; another C frame or chunk starts over
+        let deeper = AheadStack::next(Some(old), 0x100, 0x1000, 0x2000, 70);
+        assert_eq!((deeper.high, deeper.high_seen), (0x2000, 70));
+        let moved = AheadStack::next(Some(deeper), 0x200, 0x1000, 0x1100, 71);
+        assert_eq!(moved.end, 0x1100 + STACK_SLACK);
     }
 
     #[test]
