@@ -341,6 +341,17 @@ def cost_figures(c: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def cpu_rounds(c: dict[str, Any]) -> str:
+    """How the CPU figure was taken, when in rounds: their count and spread."""
+    rounds = c.get("cpu_per_target_rounds")
+    if not rounds:
+        return ""
+    return (
+        f" in {len(rounds)} rounds: the median round counts, the rounds ranged "
+        f"{min(rounds) * 100:.3f}–{max(rounds) * 100:.3f}% per target"
+    )
+
+
 def cost_section(c: dict[str, Any]) -> list[str]:
     f = cost_figures(c)
     per_target = c["cpu_per_target"]
@@ -356,8 +367,8 @@ def cost_section(c: dict[str, Any]) -> list[str]:
         f"`sidecar serve` (100 Hz, 10 s windows, SQLite) on {c['targets']} `targets/deep.py` "
         "processes: an event loop whose stacks are ~30 frames deep (29–31 Python frames), "
         "10% on CPU, the rest in `time.sleep` at the same depth, stacks varying by call chain, "
-        f"leaf and line. After a {c['warmup']:g} s warm-up, the serve process's user + system "
-        f"time over {c['seconds']:g} s (`/proc/PID/task/*/stat`), load average "
+        f"leaf and line. After a {c['warmup']:g} s warm-up, the serve process's CPU time "
+        f"(`/proc/PID/task/*/schedstat`) over {c['seconds']:g} s{cpu_rounds(c)}, load average "
         f"{c['load'][0]:.1f}–{c['load'][1]:.1f}.",
         "",
         "| measure | figure | goal | met |",
