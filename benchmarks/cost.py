@@ -411,11 +411,18 @@ def run(
                 for clock, runs in clocks.items()
             )
         )
-    # the machine's floor: a native thread that only wakes, and one that reads 64 bytes
-    machine_floor = floor.native_floor(procs, pids[0], rate=RATE, seconds=5, rt=None)
+    # the machine's floor: a native thread that only wakes, one that reads 64 bytes, and one
+    # whose read has the shape of the walker's on the shared clock
+    last = clocks["shared"][-1]
+    shape = (round(last["read_pieces"]), round(last["read_bytes"]))
+    machine_floor = floor.native_floor(
+        procs, pids[0], rate=RATE, seconds=5, rt=None, shape=shape if shape[0] else None
+    )
     log(
         f"floor: waking {machine_floor['sleep']['cpu_per_tick_us']:.1f} µs CPU per tick, "
-        f"with one read {machine_floor['read']['cpu_per_tick_us']:.1f} µs"
+        f"with one read {machine_floor['read']['cpu_per_tick_us']:.1f} µs, with one read "
+        f"of {shape[0]} pieces and {shape[1]:,} bytes "
+        f"{machine_floor['shape']['cpu_per_tick_us']:.1f} µs"
     )
     discovery = time_discovery(pids)
     wake = wake_penalty(pids[0])

@@ -2,8 +2,9 @@
 
 Goals 3 and 4: ``native_floor`` runs ``native/examples/floor.rs`` (built with cargo on first
 use) on a target: the CPU per tick of a native thread that only wakes up at 100 Hz, the same
-with one 64-byte ``process_vm_readv`` of the target per tick, and the pause of a ptrace stop
-and resume of its main thread with nothing read (see that file).
+with one 64-byte ``process_vm_readv`` of the target per tick, the same with one read of the
+shape sidecar's own reads have (its pieces and bytes per sample, one page per piece), and the
+pause of a ptrace stop and resume of its main thread with nothing read (see that file).
 
 Goal 5: a loop that only sleeps to a fixed schedule.
 
@@ -59,17 +60,26 @@ def tick(rate: float, seconds: float) -> dict[str, float]:
 
 
 def native_floor(
-    procs: Procs, pid: int, *, rate: float, seconds: float, rt: int | None
+    procs: Procs,
+    pid: int,
+    *,
+    rate: float,
+    seconds: float,
+    rt: int | None,
+    shape: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
-    """The native floor program's figures for ``pid`` (each of its three parts ``seconds``)."""
+    """The native floor program's figures for ``pid`` (each of its parts ``seconds``); with
+    ``shape`` (pieces, bytes), also those of a read of that shape per tick."""
     subprocess.run(
         ["cargo", "build", "--release", "--quiet", "--example", "floor"],
         cwd=NATIVE,
         check=True,
     )
     binary = NATIVE / "target" / "release" / "examples" / "floor"
-    child = procs.start([str(binary), str(pid), f"{rate:g}", f"{seconds:g}"], rt=rt)
-    code = child.popen.wait(3 * seconds + 30)
+    argv = [str(binary), str(pid), f"{rate:g}", f"{seconds:g}"]
+    argv += [str(n) for n in shape] if shape else []
+    child = procs.start(argv, rt=rt)
+    code = child.popen.wait(4 * seconds + 30)
     procs.children.remove(child)
     if code != 0:
         raise RuntimeError(f"the floor program failed: {child.stderr()[-300:]}")

@@ -318,16 +318,47 @@ def bounds(results: dict[str, Any]) -> list[str]:
             text += (
                 f"The machine's floor (part 4): a native thread that only wakes at 100 Hz uses "
                 f"{wake:.1f} µs of CPU per tick, {read:.1f} µs with one 64-byte read of the "
-                f"target, so for a single target the goal is out of this machine's reach "
-                f"before anything is sampled. Shared by {targets:g} targets, waking costs "
-                f"{wake / targets:.1f} µs per target and the floor is about {floor:.1f} µs per "
-                f"target and tick (an estimate from those two figures): with several targets "
-                f"the gap, {sampler - floor:.0f} µs per sample, is sidecar's own read. "
+                "target"
+                + (
+                    ", so for a single target the goal is out of this machine's reach before "
+                    "anything is sampled. "
+                    if read > 25
+                    else ". "
+                )
+                + f"Shared by {targets:g} targets, waking costs {wake / targets:.1f} µs per "
+                f"target, and with a 64-byte read per target the floor is about {floor:.1f} µs "
+                f"per target and tick (an estimate from those two figures). "
             )
+            shape = fl.get("shape") or {}
+            if shape.get("ticks"):
+                shaped = wake / targets + (shape["cpu_per_tick_us"] - wake)
+                python = f["python"] * 1e6
+                total = shaped + python
+                text += (
+                    f"With a read of the walker's shape instead ({shape['pieces']} pieces, "
+                    f"{shape['bytes']:,} bytes) it is {shaped:.1f} µs, and with serve's Python "
+                    f"threads ({python:.1f} µs per sample) {total:.1f} µs against the goal's "
+                    "25 µs: "
+                    + (
+                        "out of this machine's reach with reads of that shape. "
+                        if total > 25
+                        else "within reach. "
+                    )
+                    + f"The sampler's own CPU on the shared clock, {sampler:.1f} µs per sample, "
+                    f"is {sampler - shaped:.1f} µs above that floor: sidecar's own work "
+                    "(walking, folding, counting) and what the floor program does not do "
+                    "(the /proc run state, the liveness check). "
+                )
+            else:
+                text += (
+                    f"With several targets the gap, {sampler - floor:.0f} µs per sample, is "
+                    "sidecar's own read. "
+                )
         text += (
             "The next step is fewer pages per sample: each cached code object's header is read "
-            "every sample, so that a freed and reused address is noticed at once; checking "
-            "them less often would trade that for a bounded window of misnamed frames."
+            "every sample (a page pinned per code object), so that a freed and reused address "
+            "is noticed at once; checking them less often would trade that for a bounded window "
+            "of misnamed frames."
         )
         lines.append(text)
     p = results.get("pauses")

@@ -623,7 +623,27 @@ def floor_lines(c: dict[str, Any]) -> list[str]:
         f"the target per tick (one `process_vm_readv`, the least a sampler reads) "
         f"{read['cpu_per_tick_us']:.1f} µs, {read['cpu_per_tick_us'] / 100:.2f}% of a core at "
         f"{fl['rate_hz']:g} Hz, against the goal's 25 µs (0.25%) for everything.",
+        *shape_lines(c),
         "",
+    ]
+
+
+def shape_lines(c: dict[str, Any]) -> list[str]:
+    """The floor of a read shaped like the walker's, when the run measured it."""
+    shape, clocks = c.get("floor", {}).get("shape"), clocks_figures(c)
+    if not shape or not shape.get("ticks") or not clocks:
+        return []
+    last = c["clocks"]["shared"][-1]
+    return [
+        "",
+        f"Sidecar's reads on the shared clock took {last['read_calls']:.2f} `process_vm_readv` "
+        f"calls per sample, naming {last['read_pieces']:.1f} remote pieces (the current frame "
+        f"and the top of the data stack, thread states, frames outside it, and the header of "
+        f"every code object on the stack, checked each sample so that a freed and reused "
+        f"address is noticed at once) and copying {last['read_bytes']:,.0f} bytes. A bare "
+        f"read of that shape ({shape['pieces']} pieces, each on a page of its own, "
+        f"{shape['bytes']:,} bytes) costs the floor program {shape['cpu_per_tick_us']:.1f} µs "
+        f"of CPU per tick, waking included.",
     ]
 
 

@@ -34,6 +34,11 @@ class SamplerStats(TypedDict):
     lag_max: float
     read_mean: float
     read_max: float
+    #: per tick, the frame walker's reads of the target's memory: process_vm_readv calls, the
+    #: remote pieces they name (about one page each to pin) and the bytes copied; 0 with py-spy
+    read_calls: float
+    read_pieces: float
+    read_bytes: float
     #: folding stacks into text, per sample
     fold_mean: float
     #: blocking mode: samples that stopped the target, and how long its Python threads stood

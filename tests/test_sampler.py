@@ -216,6 +216,39 @@ def test_walker_follows_a_busy_target(spawn: Spawner) -> None:
     assert top and all(key in theirs for key in top), (top, list(theirs)[:10])
 
 
+def _reads(stats: Any) -> tuple[float, float, float, float]:
+    """(ticks, process_vm_readv calls, pieces, bytes) so far, from the per-tick means."""
+    ticks = stats["samples"] + stats["errors"]
+    return (
+        ticks,
+        stats["read_calls"] * ticks,
+        stats["read_pieces"] * ticks,
+        stats["read_bytes"] * ticks,
+    )
+
+
+def test_a_steady_target_costs_one_read_per_sample(spawn: Spawner) -> None:
+    """Once the walker has met a steady target's stacks, a sample is one read of its memory
+    (what recent samples found, read ahead); py-spy's reads are not counted."""
+    target = spawn.target("aiohttp_app", "--uvloop")
+    with (
+        _native.Sampler(target.pid, rate_hz=100) as walker,
+        _native.Sampler(target.pid, rate_hz=100, reader="py-spy") as pyspy,
+    ):
+        time.sleep(1.5)
+        before = _reads(walker.stats())
+        time.sleep(2.0)
+        after = _reads(walker.stats())
+        theirs = pyspy.stats()
+    ticks, calls, pieces, size = (b - a for a, b in zip(before, after, strict=True))
+    assert ticks >= 100
+    assert calls / ticks < 1.1, (calls, ticks)
+    # thread states, current frames, data stacks and code headers: several pieces, one call
+    assert pieces / calls > 3
+    assert size / ticks > 256
+    assert (theirs["read_calls"], theirs["read_pieces"], theirs["read_bytes"]) == (0, 0, 0)
+
+
 def sampler_threads() -> list[str]:
     """Names of this process's sampling threads (the shared clock's, and each own thread's,
     whose "-PID" the kernel's 15-character thread names cut off)."""

@@ -1,13 +1,17 @@
 //! The machine's floor for goals 3 and 4 of the benchmark: what any sampler pays on this
 //! machine, with none of sidecar's work in it.
 //!
-//!     floor PID [RATE_HZ] [SECONDS]
+//!     floor PID [RATE_HZ] [SECONDS] [PIECES BYTES]
 //!
 //! Ticks on a sampler's schedule (timer slack 1 ns, a tick skipped when a whole period late)
-//! three ways, one after the other, and prints one JSON object:
+//! in several ways (the CPU ones in turns of a second, then the pauses), and prints one JSON
+//! object:
 //! - `sleep`: CPU per tick of a thread that only wakes up to the schedule;
 //! - `read`: the same plus one 64-byte `process_vm_readv` of the target's heap per tick, the
 //!   least a sampler of that target reads;
+//! - `shape` (with PIECES and BYTES): the same plus one `process_vm_readv` per tick of the
+//!   shape a sampler's read has: PIECES remote pieces, BYTES in all, one contiguous piece (a
+//!   data stack) and 72-byte ones (code headers) each on a page of its own of the target's heap;
 //! - `pause`: per tick, the ptrace stop and resume of the target's main thread as blocking mode
 //!   does it (remoteprocess: seize, interrupt, wait, detach), with nothing read; the pause's
 //!   percentiles in microseconds.
@@ -24,10 +28,54 @@ fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-fn heap_address(pid: i32) -> Option<usize> {
+/// The target's heap: (start, end).
+fn heap(pid: i32) -> Option<(usize, usize)> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
     let line = maps.lines().find(|line| line.ends_with("[heap]"))?;
-    usize::from_str_radix(line.split('-').next()?, 16).ok()
+    let range = line.split_whitespace().next()?;
+    let (start, end) = range.split_once('-')?;
+    Some((
+        usize::from_str_radix(start, 16).ok()?,
+        usize::from_str_radix(end, 16).ok()?,
+    ))
+}
+
+const PAGE: usize = 4096;
+const SMALL: usize = 72;
+
+/// Remote pieces of a sampler's read shape inside the heap: the contiguous one first, then
+/// small ones on the pages after it, one page each; fewer when the heap is too small.
+fn shape(heap: (usize, usize), pieces: usize, bytes: usize) -> Vec<(usize, usize)> {
+    let big = bytes
+        .saturating_sub(SMALL * pieces.saturating_sub(1))
+        .max(SMALL);
+    let mut out = vec![(heap.0, big)];
+    let mut page = (heap.0 + big).div_ceil(PAGE) * PAGE;
+    while out.len() < pieces && page + PAGE <= heap.1 {
+        out.push((page, SMALL));
+        page += PAGE;
+    }
+    out
+}
+
+/// One process_vm_readv of `pieces` into `buffer`: whether it read them all.
+fn read(pid: i32, pieces: &[(usize, usize)], buffer: &mut [u8]) -> bool {
+    let total: usize = pieces.iter().map(|p| p.1).sum();
+    let local = libc::iovec {
+        iov_base: buffer.as_mut_ptr().cast(),
+        iov_len: total.min(buffer.len()),
+    };
+    let remote: Vec<libc::iovec> = pieces
+        .iter()
+        .map(|&(address, len)| libc::iovec {
+            iov_base: address as *mut libc::c_void,
+            iov_len: len,
+        })
+        .collect();
+    // SAFETY: one local iovec inside `buffer`; the kernel checks the remote ones.
+    let n =
+        unsafe { libc::process_vm_readv(pid, &local, 1, remote.as_ptr(), remote.len() as _, 0) };
+    n == total as isize
 }
 
 /// Ticks `work` on the schedule for `seconds`; returns (ticks, CPU ns of this thread).
@@ -67,37 +115,50 @@ fn percentile(sorted: &[f64], pct: f64) -> f64 {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let Some(pid) = args.get(1).and_then(|a| a.parse::<i32>().ok()) else {
-        eprintln!("usage: floor PID [RATE_HZ] [SECONDS]");
+        eprintln!("usage: floor PID [RATE_HZ] [SECONDS] [PIECES BYTES]");
         std::process::exit(2);
     };
     let rate: f64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(100.0);
     let seconds: f64 = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(5.0);
-    let Some(heap) = heap_address(pid) else {
+    let pieces: usize = args.get(4).and_then(|a| a.parse().ok()).unwrap_or(0);
+    let bytes: usize = args.get(5).and_then(|a| a.parse().ok()).unwrap_or(0);
+    let Some(heap) = heap(pid) else {
         eprintln!("floor: no heap mapping for PID {pid}");
         std::process::exit(1);
     };
     // SAFETY: PR_SET_TIMERSLACK takes a number of nanoseconds and affects only this thread.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1, 0, 0, 0) };
 
-    let (sleep_ticks, sleep_cpu) = tick(rate, seconds, || {});
-
-    let mut buffer = [0u8; 64];
-    let mut failed = 0u64;
-    let (read_ticks, read_cpu) = tick(rate, seconds, || {
-        let local = libc::iovec {
-            iov_base: buffer.as_mut_ptr().cast(),
-            iov_len: buffer.len(),
-        };
-        let remote = libc::iovec {
-            iov_base: heap as *mut libc::c_void,
-            iov_len: 64,
-        };
-        // SAFETY: one local iovec over `buffer`, one remote iovec; the kernel checks the rest.
-        let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
-        if n != 64 {
-            failed += 1;
+    // The three CPU legs take turns in slices of a second, so that the machine's own load,
+    // which moves from one second to the next, weighs on each alike.
+    let mut buffer = vec![0u8; bytes.max(64)];
+    let shaped = shape(heap, pieces, bytes);
+    let shaped_bytes: usize = shaped.iter().map(|p| p.1).sum();
+    buffer.resize(shaped_bytes.max(64), 0);
+    let (mut failed, mut shape_failed) = (0u64, 0u64);
+    let (mut sleep_ticks, mut sleep_cpu) = (0u64, 0u64);
+    let (mut read_ticks, mut read_cpu) = (0u64, 0u64);
+    let (mut shape_ticks, mut shape_cpu) = (0u64, 0u64);
+    let slices = seconds.ceil().max(1.0) as u64;
+    let slice = seconds / slices as f64;
+    for _ in 0..slices {
+        let (ticks, cpu) = tick(rate, slice, || {});
+        (sleep_ticks, sleep_cpu) = (sleep_ticks + ticks, sleep_cpu + cpu);
+        let (ticks, cpu) = tick(rate, slice, || {
+            if !read(pid, &[(heap.0, 64)], &mut buffer) {
+                failed += 1;
+            }
+        });
+        (read_ticks, read_cpu) = (read_ticks + ticks, read_cpu + cpu);
+        if pieces > 0 {
+            let (ticks, cpu) = tick(rate, slice, || {
+                if !read(pid, &shaped, &mut buffer) {
+                    shape_failed += 1;
+                }
+            });
+            (shape_ticks, shape_cpu) = (shape_ticks + ticks, shape_cpu + cpu);
         }
-    });
+    }
 
     let mut pauses: Vec<f64> = Vec::new();
     let mut lock_errors = 0u64;
@@ -117,10 +178,14 @@ fn main() {
         "{{\"rate_hz\": {rate}, \"seconds\": {seconds}, \
          \"sleep\": {{\"ticks\": {sleep_ticks}, \"cpu_per_tick_us\": {:.3}}}, \
          \"read\": {{\"ticks\": {read_ticks}, \"cpu_per_tick_us\": {:.3}, \"failed\": {failed}}}, \
+         \"shape\": {{\"ticks\": {shape_ticks}, \"cpu_per_tick_us\": {:.3}, \"failed\": {shape_failed}, \
+         \"pieces\": {}, \"bytes\": {shaped_bytes}}}, \
          \"pause\": {{\"ticks\": {pause_ticks}, \"cpu_per_tick_us\": {:.3}, \"errors\": {lock_errors}, \
          \"p50_us\": {:.2}, \"p99_us\": {:.2}, \"max_us\": {:.2}, \"mean_us\": {:.2}}}}}",
         per(sleep_cpu, sleep_ticks),
         per(read_cpu, read_ticks),
+        per(shape_cpu, shape_ticks),
+        shaped.len(),
         per(pause_cpu, pause_ticks),
         percentile(&pauses, 50.0),
         percentile(&pauses, 99.0),

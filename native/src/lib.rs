@@ -187,6 +187,10 @@ impl Sampler {
         dict.set_item("lag_max", stats.lag_max)?;
         dict.set_item("read_mean", stats.read_sum / ticks)?;
         dict.set_item("read_max", stats.read_max)?;
+        let reads = stats.memory_reads;
+        dict.set_item("read_calls", reads.calls as f64 / ticks)?;
+        dict.set_item("read_pieces", reads.pieces as f64 / ticks)?;
+        dict.set_item("read_bytes", reads.bytes as f64 / ticks)?;
         dict.set_item("fold_mean", stats.fold_sum / (stats.samples.max(1) as f64))?;
         dict.set_item("pauses", stats.pauses.count)?;
         dict.set_item(

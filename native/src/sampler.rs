@@ -16,7 +16,7 @@ use py_spy::{Config, PythonSpy, StackTrace};
 
 use crate::errors::InitError;
 use crate::fxhash::FxBuild;
-use crate::walker::{RunState, Trace, Walker};
+use crate::walker::{MemoryReads, RunState, Trace, Walker};
 
 /// What the sampler was asked to do.
 #[derive(Debug, Clone)]
@@ -103,6 +103,8 @@ pub struct Stats {
     /// Where the session ticks: "own" (a thread of its own), "shared" (the shared clock), or
     /// why it is on a thread of its own after asking for the shared clock.
     pub clock: String,
+    /// The walker's reads of the target's memory so far (none through py-spy).
+    pub memory_reads: MemoryReads,
 }
 
 /// Pause lengths of blocking mode: sum, worst case and the most recent ones for percentiles.
@@ -864,6 +866,9 @@ impl Runner {
             state.stats.late += 1;
         }
         state.stats.read_sum += read;
+        if let Some(walker) = &readers.walker {
+            state.stats.memory_reads = walker.reads();
+        }
         state.stats.read_max = state.stats.read_max.max(read);
         if let Some(pause) = pause {
             state.stats.pauses.add(pause);

@@ -12,6 +12,7 @@
 //! py-spy still attaches (it finds the interpreter and its version) and stays the reader for
 //! other Python versions; the sampler compares this walker with it before trusting it.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -81,6 +82,8 @@ const READ_AHEAD_MAX: usize = 8192;
 /// last this many met them: a stack that alternates between a few leaves finds all of their
 /// code headers in the batch instead of costing a second read every other sample.
 const RECENT_SAMPLES: u64 = 64;
+/// Beyond what the last sample met, at most this many of those addresses are read ahead.
+const RECENT_EXTRA: usize = 16;
 /// The top of a data stack read ahead reaches this far past the highest top recent samples
 /// saw, so that a stack a few frames deeper than before is still inside it.
 const STACK_SLACK: usize = 256;
@@ -142,6 +145,23 @@ pub struct Walker {
     ahead_stacks: HashMap<usize, AheadStack, FxBuild>,
     /// Samples read so far.
     samples: u64,
+    /// What reading them took: system calls, remote pieces and bytes.
+    reads: MemoryReads,
+}
+
+/// Reads of the target's memory: `process_vm_readv` calls, the remote pieces they named, and
+/// the bytes they copied.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemoryReads {
+    pub calls: u64,
+    pub pieces: u64,
+    pub bytes: u64,
+}
+
+thread_local! {
+    /// Every read of this thread so far; a walker counts its own as the difference across
+    /// one of its samples (the shared clock reads several targets on one thread).
+    static READS: Cell<MemoryReads> = const { Cell::new(MemoryReads { calls: 0, pieces: 0, bytes: 0 }) };
 }
 
 /// The run state a sample uses for each thread.
@@ -181,11 +201,27 @@ impl Walker {
             ahead_frames: Recent::default(),
             ahead_stacks: HashMap::default(),
             samples: 0,
+            reads: MemoryReads::default(),
         })
     }
 
     /// Every Python thread's stack, innermost frame last in the folded text.
     pub fn read(&mut self, run_state: RunState<'_>) -> Result<Vec<Trace>> {
+        let before = READS.get();
+        let result = self.read_all(run_state);
+        let after = READS.get();
+        self.reads.calls += after.calls - before.calls;
+        self.reads.pieces += after.pieces - before.pieces;
+        self.reads.bytes += after.bytes - before.bytes;
+        result
+    }
+
+    /// The target's memory reads of every sample so far.
+    pub fn reads(&self) -> MemoryReads {
+        self.reads
+    }
+
+    fn read_all(&mut self, run_state: RunState<'_>) -> Result<Vec<Trace>> {
         // What the previous sample read, read again in one batch: thread states, frames
         // outside the data stacks, code object headers. Most are still what this sample needs.
         self.samples += 1;
@@ -729,17 +765,24 @@ struct Recent {
 }
 
 impl Recent {
-    /// Notes the addresses `sample` met and forgets those no sample met for a while.
+    /// Notes the addresses `sample` met, and keeps of the others only the few met most
+    /// recently, within the last RECENT_SAMPLES samples: a service whose stacks vary a lot
+    /// should not read ahead every code object it ran lately.
     fn seen(&mut self, addresses: &[usize], sample: u64) {
         for &address in addresses {
             self.last.insert(address, sample);
         }
+        let keep = (addresses.len() + RECENT_EXTRA).min(READ_AHEAD_MAX);
         if self.last.len() > addresses.len() {
             self.last
                 .retain(|_, &mut last| last + RECENT_SAMPLES > sample);
         }
-        if self.last.len() > READ_AHEAD_MAX {
-            self.last.retain(|_, &mut last| last == sample);
+        if self.last.len() > keep {
+            // the keep-th most recent sample; ties with it may stay, up to this sample's own
+            let mut lasts: Vec<u64> = self.last.values().copied().collect();
+            let (_, &mut cut, _) = lasts.select_nth_unstable_by(keep - 1, |a, b| b.cmp(a));
+            self.last
+                .retain(|_, &mut last| last > cut || (last == cut && cut == sample));
         }
     }
 
@@ -840,7 +883,15 @@ fn read_vectored(pid: i32, pieces: &[(usize, usize)], out: &mut [u8]) -> usize {
     // which checks them against the target's mappings.
     let n =
         unsafe { libc::process_vm_readv(pid, &local, 1, remote.as_ptr(), remote.len() as _, 0) };
-    n.max(0) as usize
+    let n = n.max(0) as usize;
+    READS.set({
+        let mut reads = READS.get();
+        reads.calls += 1;
+        reads.pieces += pieces.len() as u64;
+        reads.bytes += n as u64;
+        reads
+    });
+    n
 }
 
 #[cfg(test)]
@@ -869,6 +920,25 @@ mod tests {
         assert_eq!(line_number(&table, 10, 6), 9);
         // before the first instruction: the first entry's line
         assert_eq!(line_number(&table, 10, -2), 10);
+    }
+
+    #[test]
+    fn recent_addresses_are_few_beyond_the_last_sample() {
+        let mut recent = Recent::default();
+        // 40 samples of 10 new addresses each, then one of 5 known ones
+        for sample in 1..=40u64 {
+            let addresses: Vec<usize> = (0..10).map(|i| (sample as usize) * 100 + i).collect();
+            recent.seen(&addresses, sample);
+        }
+        // the most recent ones stay, whole samples of them: 40 and 39 (38 would pass 10 + 16)
+        assert_eq!(recent.last.len(), 20);
+        assert!((0..10).all(|i| recent.last.contains_key(&(4000 + i))));
+        assert!((0..10).all(|i| recent.last.contains_key(&(3900 + i))));
+        recent.seen(&[4000, 4001, 4002, 4003, 4004], 41);
+        assert!(recent.last.len() <= 5 + RECENT_EXTRA);
+        // and none met longer ago than RECENT_SAMPLES samples
+        recent.seen(&[1], 41 + RECENT_SAMPLES);
+        assert_eq!(recent.addresses().collect::<Vec<_>>(), vec![1]);
     }
 
     #[test]
