@@ -111,7 +111,7 @@ CATEGORIES = (
     ("pyspy", "py-spy: frame walk, strings, other"),
     ("walker", "sidecar's frame walker (CPython 3.11): frames, code checks, cached folding"),
     ("alloc", "malloc / free (any caller)"),
-    ("fold", "sidecar's sampling loop: folding (frame cache, SipHash), windows, /proc checks"),
+    ("fold", "sidecar's sampling loop: folding (frame cache, hashing), windows, /proc checks"),
     ("sleep", "sleeping and waking (timers, futexes, scheduler)"),
     ("kernel_other", "kernel, other"),
     ("native_other", "native thread, other user space (memcpy, memcmp, threading)"),

@@ -437,11 +437,11 @@ def cost_section(c: dict[str, Any]) -> list[str]:
         f"stacks read by {c['sampler'].get('reader', 'the sampler')}:",
         "",
         f"- `process_vm_readv` is {vm * 100:.0f}% of the sampler's CPU: copying the bytes "
-        f"{share('vm_copy') * 100:.0f}%, finding and pinning the target's pages for each call "
-        f"(VMA lookup, get_user_pages, mm and ptrace access checks) "
+        f"{share('vm_copy') * 100:.0f}%, finding and pinning the target's pages for each "
+        f"remote piece (VMA lookup, get_user_pages, mm and ptrace access checks) "
         f"{share('vm_pages') * 100:.0f}%, syscall entry, iovec copy-in and the machine's "
-        f"syscall tracing hooks {share('vm_call') * 100:.0f}%. The cost is per call, not per "
-        f"byte: {calls:.1f} calls per sample of a ~30-frame stack.",
+        f"syscall tracing hooks {share('vm_call') * 100:.0f}%: {calls:.1f} calls per sample "
+        f"of a ~30-frame stack{pieces_per_sample(c)}.",
         f"- /proc reads (run state of the Python threads, the target's identity) "
         f"{share('proc_io', 'proc_regex') * 100:.1f}%, "
         f"{f['calls'].get('openat', 0):.1f} `openat` and {f['calls'].get('pread64', 0):.1f} "
@@ -626,6 +626,14 @@ def floor_lines(c: dict[str, Any]) -> list[str]:
         *shape_lines(c),
         "",
     ]
+
+
+def pieces_per_sample(c: dict[str, Any]) -> str:
+    """ ", naming N pieces" from the shared-clock leg, when the run counted them."""
+    clocks = c.get("clocks", {}).get("shared")
+    if not clocks or "read_pieces" not in clocks[-1]:
+        return ""
+    return f", naming {clocks[-1]['read_pieces']:.1f} remote pieces (a page each to pin)"
 
 
 def shape_lines(c: dict[str, Any]) -> list[str]:
