@@ -222,8 +222,9 @@ impl Walker {
     }
 
     fn read_all(&mut self, run_state: RunState<'_>) -> Result<Vec<Trace>> {
-        // What the previous sample read, read again in one batch: thread states, frames
-        // outside the data stacks, code object headers. Most are still what this sample needs.
+        // What recent samples read, read again in one batch: thread states, the current frame
+        // and the top of each data stack, frames outside them, code object headers. Most are
+        // still what this sample needs.
         self.samples += 1;
         let head = (self.interpreter + layout::INTERP_THREADS_HEAD, 8);
         let mut pieces = vec![head];
