@@ -92,8 +92,15 @@ class Service:
             {"pid": p.key[0], "cmdline": p.cmdline, "error": p.error, "attempts": p.attempts}
             for p in list(self.sessions.problems.values())
         ]
+        # While the disk is full, writes succeed now and then as the oldest windows are
+        # evicted: the outage shows until a minute after the last such failure.
+        disk_full = health.disk_full_at is not None and time.time() - health.disk_full_at < 60
         degraded = (
-            health.failing or bool(problems) or health.dropped_windows > 0 or health.recreated > 0
+            health.failing
+            or disk_full
+            or bool(problems)
+            or health.dropped_windows > 0
+            or health.recreated > 0
         )
         return {
             "status": "degraded" if degraded else "ok",
@@ -106,6 +113,7 @@ class Service:
                 "size_bytes": health.size_bytes,
                 "backlog": health.backlog,
                 "writing": not health.failing,
+                "disk_full": disk_full,
                 "write_errors": health.write_errors,
                 "last_error": health.last_error,
                 "dropped_windows": health.dropped_windows,

@@ -49,6 +49,8 @@ class WriterHealth:
     last_error: str | None = None
     last_error_at: float | None = None
     failing: bool = False
+    #: When a write last failed because the disk (not --max-db-size) was full.
+    disk_full_at: float | None = None
     size_bytes: int = 0
     #: Times the database file was found deleted, replaced or corrupt and started anew.
     recreated: int = 0
@@ -244,6 +246,8 @@ class Writer:
             log.error("cannot write to the database: %s (keeping a backlog)", err)
         self.health.failing = True
         if "full" in str(err).lower():
+            if not self._at_cap():
+                self.health.disk_full_at = time.time()
             try:
                 evicted = self.store.evict_oldest()
                 self.health.evicted_windows += evicted
@@ -258,6 +262,15 @@ class Writer:
             except sqlite3.Error as again:
                 log.error("cannot free room in the database: %s", again)
             self.store.checkpoint()  # a WAL folded into the database frees its disk space
+
+    def _at_cap(self) -> bool:
+        """The database has grown to --max-db-size (a full database by design, not a full
+        disk); within a tenth of it, as a window needs room to fit."""
+        cap = self.store.max_bytes
+        try:
+            return cap is not None and self.store.size_bytes() >= 0.9 * cap
+        except sqlite3.Error:
+            return False
 
     def _too_big(self) -> bool:
         """Nothing left to evict under --max-db-size: the windows are written one at a time,
