@@ -376,12 +376,18 @@ def test_real_target_handler_three_times_slower_tops_the_diff(
     )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    # The classifier the handler runs is where the time grew: on top of both tables.
+    # The classifier the handler runs is where the time grew: on top of both tables. In the
+    # total table only the loop's callback runner may come first, as it runs every callback:
+    # when the connections' I/O callbacks take over a tenth of its growth (a slow moment of
+    # the machine), its change is not the handler's alone and keeps a row of its own.
     for title in ("self share", "total share"):
         header = next(
             i for i, line in enumerate(lines) if line.startswith(f"largest changes in {title}")
         )
-        top = lines[header + 2]
+        rows = lines[header + 2 : header + 4]
+        if title == "total share" and rows[0].split()[3] == "Handle._run":
+            rows = rows[1:]
+        top = rows[0]
         assert "targets/handlers.py" in top or "cpu_handler" in top, result.stdout
         assert re.search(r"\+\d+\.\d\d\s", top), top
     # Shares: the handler's total share grew clearly. How far past 3x depends on how busy the
