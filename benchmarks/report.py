@@ -15,6 +15,7 @@ from benchmarks.sections import (
     clocks_figures,
     cost_figures,
     cost_section,
+    cpu_range,
     judged,
     latency_section,
     med,
@@ -243,10 +244,11 @@ def versus(a: float, a_what: str, b: float, b_what: str) -> str:
 
 def cpu_spread(c: dict[str, Any]) -> str:
     """The range of serve's CPU over the cost part's rounds, when it was taken in rounds."""
-    rounds = c.get("cpu_per_target_rounds")
-    if not rounds:
+    spread = cpu_range(c)
+    if spread is None:
         return ""
-    return f" (median of {len(rounds)} rounds, {min(rounds) * 100:.2f}–{max(rounds) * 100:.2f}%)"
+    count, low, high = spread
+    return f" (median of {count} rounds, {low * 100:.2f}–{high * 100:.2f}%)"
 
 
 def bounds(results: dict[str, Any]) -> list[str]:

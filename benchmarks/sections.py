@@ -341,14 +341,22 @@ def cost_figures(c: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def cpu_range(c: dict[str, Any]) -> tuple[int, float, float] | None:
+    """Serve's CPU per target over the cost part's rounds: (rounds, lowest, highest), when it
+    was taken in rounds."""
+    rounds = c.get("cpu_per_target_rounds")
+    return (len(rounds), min(rounds), max(rounds)) if rounds else None
+
+
 def cpu_rounds(c: dict[str, Any]) -> str:
     """How the CPU figure was taken, when in rounds: their count and spread."""
-    rounds = c.get("cpu_per_target_rounds")
-    if not rounds:
+    spread = cpu_range(c)
+    if spread is None:
         return ""
+    count, low, high = spread
     return (
-        f" in {len(rounds)} rounds: the median round counts, the rounds ranged "
-        f"{min(rounds) * 100:.3f}–{max(rounds) * 100:.3f}% per target"
+        f" in {count} rounds: the median round counts, the rounds ranged "
+        f"{low * 100:.3f}–{high * 100:.3f}% per target"
     )
 
 
@@ -630,18 +638,23 @@ def floor_lines(c: dict[str, Any]) -> list[str]:
 
 def pieces_per_sample(c: dict[str, Any]) -> str:
     """ ", naming N pieces" from the shared-clock leg, when the run counted them."""
-    clocks = c.get("clocks", {}).get("shared")
-    if not clocks or "read_pieces" not in clocks[-1]:
+    reads = shared_reads(c)
+    if reads is None:
         return ""
-    return f", naming {clocks[-1]['read_pieces']:.1f} remote pieces (a page each to pin)"
+    return f", naming {reads['read_pieces']:.1f} remote pieces (a page each to pin)"
+
+
+def shared_reads(c: dict[str, Any]) -> dict[str, Any] | None:
+    """The last shared-clock leg's sampler stats, when they count the walker's reads."""
+    legs = c.get("clocks", {}).get("shared")
+    return legs[-1] if legs and "read_pieces" in legs[-1] else None
 
 
 def shape_lines(c: dict[str, Any]) -> list[str]:
     """The floor of a read shaped like the walker's, when the run measured it."""
-    shape, clocks = c.get("floor", {}).get("shape"), clocks_figures(c)
-    if not shape or not shape.get("ticks") or not clocks:
+    shape, last = c.get("floor", {}).get("shape"), shared_reads(c)
+    if not shape or not shape.get("ticks") or last is None:
         return []
-    last = c["clocks"]["shared"][-1]
     return [
         "",
         f"Sidecar's reads on the shared clock took {last['read_calls']:.2f} `process_vm_readv` "

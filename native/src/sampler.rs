@@ -377,21 +377,16 @@ impl Session {
                 } else {
                     (None, "py-spy (asked for)".to_string())
                 };
-                thread_shared
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .stats
-                    .reader = reader;
-                thread_shared
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .stats
-                    .clock = if thread_options.shared_clock {
-                    "shared"
-                } else {
-                    "own"
+                {
+                    let mut state = thread_shared.lock().unwrap_or_else(|e| e.into_inner());
+                    state.stats.reader = reader;
+                    let clock = if thread_options.shared_clock {
+                        "shared"
+                    } else {
+                        "own"
+                    };
+                    state.stats.clock = clock.into();
                 }
-                .into();
                 let _ = ready_tx.send(Ok(spy.version.to_string()));
                 let readers = Readers {
                     spy,

@@ -267,10 +267,7 @@ class Writer:
         """The database has grown to --max-db-size (a full database by design, not a full
         disk); within a tenth of it, as a window needs room to fit."""
         cap = self.store.max_bytes
-        try:
-            return cap is not None and self.store.size_bytes() >= 0.9 * cap
-        except sqlite3.Error:
-            return False
+        return cap is not None and self.store.size_bytes() >= 0.9 * cap
 
     def _too_big(self) -> bool:
         """Nothing left to evict under --max-db-size: the windows are written one at a time,
