@@ -6,7 +6,7 @@ export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(BIN)):$(PATH)
 NATIVE_SRC := $(wildcard native/src/*.rs) native/Cargo.toml native/Cargo.lock
 
-.PHONY: install demo test soak lint fmt bench clean
+.PHONY: install pythons demo test soak lint fmt bench clean
 
 install: $(VENV)/.installed
 
@@ -19,6 +19,11 @@ $(VENV)/.deps: requirements.lock
 $(VENV)/.installed: $(VENV)/.deps pyproject.toml $(NATIVE_SRC)
 	$(BIN)/maturin develop --release --quiet
 	touch $@
+
+# CPython 3.14 and 3.15 from Debian unstable's packages into .cache/pythons, for the version
+# tests (3.8-3.13 come from pyenv); prints where each interpreter is.
+pythons:
+	tests/pythons.sh
 
 demo: install
 	$(BIN)/sidecar demo
