@@ -54,10 +54,17 @@ class Spawner:
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen[str]] = []
 
-    def target(self, module: str, *args: str, timeout: float = 20.0) -> Proc:
-        """Starts ``python -m targets.MODULE ARGS`` and waits for its ready line."""
+    def target(
+        self,
+        module: str,
+        *args: str,
+        timeout: float = 20.0,
+        python: str | Path = PYTHON,
+    ) -> Proc:
+        """Starts ``python -m targets.MODULE ARGS`` and waits for its ready line; ``python`` is
+        the interpreter, the venv's unless told."""
         popen = subprocess.Popen(
-            [PYTHON, "-m", f"targets.{module}", *args],
+            [str(python), "-m", f"targets.{module}", *args],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
