@@ -1,0 +1,184 @@
+"""Every CPython version sidecar reads (3.8 to 3.15), each a real interpreter running real
+targets, sampled by the native Sampler: which reader it picks, the stacks it reads (against
+py-spy's, side by side), thread names, and the event loop's busy / idle / blocked states.
+
+The interpreters come from tests/pythons.py; the targets use the standard library only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+
+from helpers import Proc, Spawner
+from pythons import each_version, interpreter
+
+from sidecar import _native
+from sidecar.classify import code_frames
+from sidecar.profile import BLOCKED_LEAF
+from sidecar.sample import Counts
+from targets.stdlib_server import WORKER_NAMES
+
+#: Seconds each case samples (at RATE_HZ) or drives load: enough for shares, short in all.
+SECONDS = 2.0
+RATE_HZ = 100
+
+
+def _version_tuple(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")
+    return int(major), int(minor)
+
+
+@each_version
+def test_the_reader_suits_the_version(spawn: Spawner, version: str) -> None:
+    """From 3.11 on the own walker reads the stacks; before, py-spy does."""
+    python = interpreter(version)
+    target = spawn.target("spin", "--sleep", python=python)
+    with _native.Sampler(target.pid, rate_hz=RATE_HZ) as sampler:
+        time.sleep(0.5)
+        stats = sampler.stats()
+        assert sampler.python_version.startswith(f"{version}."), sampler.python_version
+    expected = "walker" if _version_tuple(version) >= (3, 11) else "py-spy"
+    assert stats["reader"].startswith(f"{expected} (Python {version}."), stats["reader"]
+    assert stats["errors"] == 0, stats["last_error"]
+
+
+def _stacks(windows: list[_native.Window]) -> Counter[tuple[str, str]]:
+    counts: Counter[tuple[str, str]] = Counter()
+    for window in windows:
+        for _tid, name, _on_cpu, _gil, stack, count in window["stacks"]:
+            counts[(name, stack)] += count
+    return counts
+
+
+def _frequent(counts: Counter[tuple[str, str]], share: float = 0.02) -> set[tuple[str, str]]:
+    total = sum(counts.values())
+    return {key for key, count in counts.items() if count >= share * total}
+
+
+def _side_by_side(pid: int) -> tuple[list[_native.Window], list[_native.Window] | None]:
+    """Windows of the default reader and of py-spy sampling at the same time; None for py-spy's
+    when py-spy does not read this version (the default reader is then checked alone)."""
+    theirs: list[_native.Window] | None = None
+    with _native.Sampler(pid, rate_hz=50) as sampler:
+        try:
+            pyspy: _native.Sampler | None = _native.Sampler(pid, rate_hz=50, reader="py-spy")
+        except _native.SamplerError:
+            pyspy = None
+        try:
+            time.sleep(SECONDS)
+            ours = sampler.drain(flush=True)
+            if pyspy is not None:
+                theirs = pyspy.drain(flush=True)
+        finally:
+            if pyspy is not None:
+                pyspy.stop()
+        stats = sampler.stats()
+    assert stats["errors"] == 0, stats["last_error"]
+    return ours, theirs
+
+
+def _same_stacks(ours: Counter[tuple[str, str]], theirs: Counter[tuple[str, str]]) -> None:
+    """The stacks that hold time agree frame for frame (names, files, lines, threads)."""
+    assert _frequent(ours) == _frequent(theirs), _frequent(ours) ^ _frequent(theirs)
+    shared = set(ours) & set(theirs)
+    assert sum(ours[k] for k in shared) >= 0.95 * sum(ours.values())
+
+
+@each_version
+def test_deep_stacks_with_non_ascii_names(spawn: Spawner, version: str) -> None:
+    """300 frames of recursion through functions named in Latin-1 and CJK, read whole."""
+    python = interpreter(version)
+    target = spawn.target("spin", "--depth", "300", "--unicode", "--sleep", python=python)
+    windows, pyspy = _side_by_side(target.pid)
+    ours = _stacks(windows)
+    assert ours, "no stacks"
+    if pyspy is not None:
+        _same_stacks(ours, _stacks(pyspy))
+    depth = max(stack.count(";") + 1 for _name, stack in ours)
+    assert depth > 300
+    assert any("rückwärts_tiefer (targets/spin.py:" in stack for _name, stack in ours)
+    assert any("更に深く (targets/spin.py:" in stack for _name, stack in ours)
+
+
+@each_version
+def test_named_threads(spawn: Spawner, version: str) -> None:
+    """An idle asyncio server and its worker threads (named ``worker-Ω``, ``worker-東京``): the
+    same stacks as py-spy's, each under its thread's name."""
+    python = interpreter(version)
+    target = spawn.target("stdlib_server", python=python)
+    windows, pyspy = _side_by_side(target.pid)
+    ours = _stacks(windows)
+    if pyspy is not None:
+        _same_stacks(ours, _stacks(pyspy))
+    names = {name for name, _stack in ours}
+    assert {"MainThread", *WORKER_NAMES} <= names, names
+    parked = [stack for name, stack in ours if name in WORKER_NAMES]
+    assert parked and all("park (targets/stdlib_server.py:" in stack for stack in parked)
+
+
+def _drive(target: Proc, paths: tuple[str, ...], seconds: float) -> int:
+    """Requests ``paths`` in turn, one after the other, for ``seconds``; how many were
+    answered."""
+    answered = 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        target.get(paths[answered % len(paths)])
+        answered += 1
+    return answered
+
+
+def _loop_samples(python: Path, spawn: Spawner, *paths: str) -> Counts:
+    """The stdlib server under requests for ``paths``, sampled meanwhile by the default reader."""
+    target = spawn.target("stdlib_server", python=python)
+    counts = Counts()
+    with _native.Sampler(target.pid, rate_hz=RATE_HZ) as sampler:
+        answered = _drive(target, paths, SECONDS)
+        for window in sampler.drain(flush=True):
+            counts.add_window(window)
+        stats = sampler.stats()
+    assert stats["errors"] == 0, stats["last_error"]
+    assert answered >= 10, f"the server answered {answered} requests to {paths}"
+    return counts
+
+
+def _shares(counts: Counts) -> dict[str, float]:
+    states = counts.state_counts()
+    total = sum(states.values())
+    assert total >= 0.5 * SECONDS * RATE_HZ, states
+    return {state: count / total for state, count in states.items()}
+
+
+@each_version
+def test_an_idle_loop_is_idle(spawn: Spawner, version: str) -> None:
+    """Requests that ask for nothing or wait on the loop (``await asyncio.sleep``): the loop
+    thread waits in its selector, off CPU, nearly all the time."""
+    counts = _loop_samples(interpreter(version), spawn, "/idle", "/wait?ms=50")
+    shares = _shares(counts)
+    assert shares["idle"] >= 0.8, shares
+
+
+@each_version
+def test_a_busy_loop_is_busy(spawn: Spawner, version: str) -> None:
+    """Pure-Python work in the handler, on the loop thread: on CPU, in ``忙しく計算``."""
+    counts = _loop_samples(interpreter(version), spawn, "/busy?ms=50")
+    shares = _shares(counts)
+    assert shares["busy"] >= 0.7, shares
+    busy = counts.to_profile(cpu_only=True).stacks
+    work = sum(n for stack, n in busy.items() if "忙しく計算 (targets/stdlib_server.py:" in stack)
+    assert work >= 0.5 * sum(busy.values()), sorted(busy.items(), key=lambda kv: -kv[1])[:3]
+
+
+@each_version
+def test_a_blocked_loop_is_blocked(spawn: Spawner, version: str) -> None:
+    """``time.sleep`` in the handler, on the loop thread: off CPU outside the selector, so the
+    loop serves nobody; the blocked samples wait under ``blocking_sleep``."""
+    counts = _loop_samples(interpreter(version), spawn, "/blocked?ms=50")
+    shares = _shares(counts)
+    assert shares["blocked"] >= 0.7, shares
+    blocked: Counter[str] = Counter()
+    for stack, n in counts.to_profile().stacks.items():
+        if stack.endswith(BLOCKED_LEAF):
+            blocked[code_frames(stack)[-1].name] += n
+    assert blocked["blocking_sleep"] >= 0.9 * sum(blocked.values()), blocked
