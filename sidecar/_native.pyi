@@ -39,6 +39,9 @@ class SamplerStats(TypedDict):
     read_calls: float
     read_pieces: float
     read_bytes: float
+    #: per tick, thread run states the walker read from /proc (a thread whose innermost frame
+    #: is a known wait, such as a selector's select or a condition's wait, is idle unread)
+    state_reads: float
     #: folding stacks into text, per sample
     fold_mean: float
     #: blocking mode: samples that stopped the target, and how long its Python threads stood

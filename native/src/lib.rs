@@ -191,6 +191,7 @@ impl Sampler {
         dict.set_item("read_calls", reads.calls as f64 / ticks)?;
         dict.set_item("read_pieces", reads.pieces as f64 / ticks)?;
         dict.set_item("read_bytes", reads.bytes as f64 / ticks)?;
+        dict.set_item("state_reads", stats.state_reads as f64 / ticks)?;
         dict.set_item("fold_mean", stats.fold_sum / (stats.samples.max(1) as f64))?;
         dict.set_item("pauses", stats.pauses.count)?;
         dict.set_item(

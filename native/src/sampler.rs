@@ -105,6 +105,9 @@ pub struct Stats {
     pub clock: String,
     /// The walker's reads of the target's memory so far (none through py-spy).
     pub memory_reads: MemoryReads,
+    /// Thread run states the walker read from /proc so far (a thread in a known wait is idle
+    /// without one).
+    pub state_reads: u64,
 }
 
 /// Pause lengths of blocking mode: sum, worst case and the most recent ones for percentiles.
@@ -373,7 +376,13 @@ impl Session {
                 };
                 let mut cache = FrameCache::default();
                 let (walker, reader) = if thread_options.walker {
-                    checked_walker(&mut spy, &mut cache)
+                    match checked_walker(&mut spy, &mut cache) {
+                        Ok(found) => found,
+                        Err(reason) => {
+                            let _ = ready_tx.send(Err(InitError::Sampler(pid, reason)));
+                            return;
+                        }
+                    }
                 } else {
                     (None, "py-spy (asked for)".to_string())
                 };
@@ -692,9 +701,15 @@ fn spy_read(
 /// The walker, if it applies to this target and reads the same stacks as py-spy: both read
 /// the running target back to back until one pair agrees on every thread (an idle thread
 /// agrees at once; a busy one within a few tries).
-fn checked_walker(spy: &mut PythonSpy, cache: &mut FrameCache) -> (Option<Walker>, String) {
-    let Some(mut walker) = Walker::new(spy) else {
-        return (None, format!("py-spy (Python {})", spy.version));
+/// Err says why the target is refused: no reader reads it right.
+fn checked_walker(
+    spy: &mut PythonSpy,
+    cache: &mut FrameCache,
+) -> Result<(Option<Walker>, String), String> {
+    let mut walker = match Walker::new(spy) {
+        Ok(walker) => walker,
+        Err(why) if why.refuse => return Err(why.reason),
+        Err(why) => return Ok((None, format!("py-spy ({})", why.reason))),
     };
     let mut names = HashMap::new();
     let key = |traces: Vec<Trace>| {
@@ -710,7 +725,12 @@ fn checked_walker(spy: &mut PythonSpy, cache: &mut FrameCache) -> (Option<Walker
         match (theirs, ours) {
             (Ok(theirs), Ok(ours)) => {
                 if key(theirs) == key(ours) {
-                    return (Some(walker), format!("walker (Python {})", spy.version));
+                    let reader = format!(
+                        "walker (Python {}, offsets from {})",
+                        spy.version,
+                        walker.layout_source()
+                    );
+                    return Ok((Some(walker), reader));
                 }
                 last = "the stacks differed".into();
             }
@@ -718,7 +738,7 @@ fn checked_walker(spy: &mut PythonSpy, cache: &mut FrameCache) -> (Option<Walker
             (Err(_), _) => {}
         }
     }
-    (None, format!("py-spy (walker check failed: {last})"))
+    Ok((None, format!("py-spy (walker check failed: {last})")))
 }
 
 /// The same process still runs: same start time, and not a zombie waiting to be reaped.
@@ -863,6 +883,7 @@ impl Runner {
         state.stats.read_sum += read;
         if let Some(walker) = &readers.walker {
             state.stats.memory_reads = walker.reads();
+            state.stats.state_reads = walker.state_reads();
         }
         state.stats.read_max = state.stats.read_max.max(read);
         if let Some(pause) = pause {

@@ -1,0 +1,474 @@
+//! Where a CPython version keeps what the walker reads: one `Layout` per target, of offsets
+//! and per-version rules.
+//!
+//! 3.11 and 3.12 come from a table (their `Include/internal` headers on 64-bit Linux). From
+//! 3.13 on, CPython publishes most offsets itself in `_Py_DebugOffsets` at the start of
+//! `_PyRuntime` (cookie `xdebugpy`): the walker reads them from the target, checks them, and
+//! keeps a short row per version for what they do not give. The struct is stable within a
+//! minor version only, so each minor version names where its fields are.
+
+use anyhow::{bail, Result};
+
+use super::memory::{read, usize_at};
+
+/// Python 3.x minor versions the walker reads.
+pub const MINORS: std::ops::RangeInclusive<u64> = 11..=15;
+
+/// Offsets into the target's structures, and the rules that differ by version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    pub minor: u64,
+    /// Where the offsets came from: "table" or "_Py_DebugOffsets".
+    pub source: &'static str,
+    pub interp_threads_head: usize,
+    /// The interpreter state's pointer to its GIL state (3.12+), and the holder's and the
+    /// locked flag's offsets in that state.
+    pub interp_gil: Option<usize>,
+    pub gil_holder: usize,
+    pub gil_locked: usize,
+    pub tstate_next: usize,
+    /// The thread state's field that leads to the current frame: the frame's address itself
+    /// (3.13+), or that of a `_PyCFrame` whose field at `cframe_current` holds it.
+    pub tstate_frame: usize,
+    pub cframe_current: Option<usize>,
+    pub tstate_thread_id: usize,
+    pub tstate_native_thread_id: usize,
+    pub tstate_datastack_chunk: usize,
+    pub tstate_datastack_top: usize,
+    /// How much of a thread state is read: through the last field above.
+    pub tstate_size: usize,
+    /// Where a `_PyStackChunk`'s frames start (after previous, size and top).
+    pub chunk_data: usize,
+    pub frame_code: usize,
+    pub frame_previous: usize,
+    /// The last instruction started (`prev_instr`, up to 3.12) or the one running
+    /// (`instr_ptr`, 3.13+): either way, its offset from `co_code_adaptive` finds the line.
+    pub frame_instr: usize,
+    pub frame_owner: Option<usize>,
+    /// The part of a frame read: from `frame_first`, `frame_size` bytes.
+    pub frame_first: usize,
+    pub frame_size: usize,
+    /// Frames whose owner is this or more are not Python frames (3.12+: the C stack's entry
+    /// frames, the interpreter's own); none are hidden in 3.11.
+    pub owner_hidden: Option<u8>,
+    /// Bits of the frame's code pointer that are tags, not address (3.14+).
+    pub code_tags: usize,
+    pub code_firstlineno: usize,
+    pub code_filename: usize,
+    pub code_name: usize,
+    pub code_qualname: usize,
+    pub code_linetable: usize,
+    pub code_adaptive: usize,
+    /// The part of a code object checked every sample: from `code_first`, `code_size` bytes,
+    /// fields that never change during a code object's life, so equal bytes mean the same code.
+    pub code_first: usize,
+    pub code_size: usize,
+    pub str_length: usize,
+    pub str_state: usize,
+    /// Where the characters of an ASCII string, and of any other compact string, start.
+    pub str_ascii_data: usize,
+    pub str_compact_data: usize,
+    pub bytes_size: usize,
+    pub bytes_data: usize,
+}
+
+/// Sizes past which an offset is garbage rather than a field.
+const MAX_STRUCT: usize = 1 << 16;
+const MAX_FRAME: usize = 256;
+const MAX_CODE: usize = 1024;
+
+impl Layout {
+    /// The table for 3.11 and 3.12; None for other versions.
+    pub fn table(minor: u64) -> Option<Layout> {
+        let layout = match minor {
+            11 => Layout {
+                minor,
+                source: "table",
+                interp_threads_head: 16,
+                interp_gil: None,
+                gil_holder: 0,
+                gil_locked: 0,
+                tstate_next: 8,
+                tstate_frame: 56,
+                cframe_current: Some(8),
+                tstate_thread_id: 152,
+                tstate_native_thread_id: 160,
+                tstate_datastack_chunk: 296,
+                tstate_datastack_top: 304,
+                tstate_size: 0,
+                chunk_data: 24,
+                frame_code: 32,
+                frame_previous: 48,
+                frame_instr: 56,
+                frame_owner: None,
+                frame_first: 0,
+                frame_size: 0,
+                owner_hidden: None,
+                code_tags: 0,
+                code_firstlineno: 72,
+                code_filename: 112,
+                code_name: 120,
+                code_qualname: 128,
+                code_linetable: 136,
+                code_adaptive: 184,
+                code_first: 0,
+                code_size: 0,
+                str_length: 16,
+                str_state: 32,
+                str_ascii_data: 48,
+                str_compact_data: 72,
+                bytes_size: 16,
+                bytes_data: 32,
+            },
+            12 => Layout {
+                minor,
+                source: "table",
+                interp_threads_head: 72,
+                interp_gil: Some(384),
+                gil_holder: 8,
+                gil_locked: 16,
+                tstate_next: 8,
+                tstate_frame: 56,
+                cframe_current: Some(0),
+                tstate_thread_id: 136,
+                tstate_native_thread_id: 144,
+                tstate_datastack_chunk: 232,
+                tstate_datastack_top: 240,
+                tstate_size: 0,
+                chunk_data: 24,
+                frame_code: 0,
+                frame_previous: 8,
+                frame_instr: 56,
+                frame_owner: Some(70),
+                frame_first: 0,
+                frame_size: 0,
+                owner_hidden: Some(3),
+                code_tags: 0,
+                code_firstlineno: 68,
+                code_filename: 112,
+                code_name: 120,
+                code_qualname: 128,
+                code_linetable: 136,
+                code_adaptive: 192,
+                code_first: 0,
+                code_size: 0,
+                str_length: 16,
+                str_state: 32,
+                str_ascii_data: 40,
+                str_compact_data: 56,
+                bytes_size: 16,
+                bytes_data: 32,
+            },
+            _ => return None,
+        };
+        Some(layout.finish())
+    }
+
+    /// The layout of a 3.13+ target from the `_Py_DebugOffsets` at `runtime` (the address of
+    /// its `_PyRuntime`), checked against the version py-spy found and against itself.
+    pub fn from_debug_offsets(pid: i32, runtime: usize, minor: u64) -> Result<Layout> {
+        let Some(row) = DebugRow::of(minor) else {
+            bail!("no _Py_DebugOffsets layout for Python 3.{minor}");
+        };
+        let mut raw = vec![0u8; row.words * 8];
+        read(pid, runtime, &mut raw)?;
+        let word = |i: usize| usize_at(&raw, i * 8);
+        if &raw[..8] != b"xdebugpy" {
+            bail!("_PyRuntime does not start with the debug offsets' cookie");
+        }
+        let version = word(1);
+        if (version >> 24) & 0xff != 3 || ((version >> 16) & 0xff) as u64 != minor {
+            bail!("the debug offsets are of version {version:#x}, not 3.{minor}");
+        }
+        if word(2) != 0 {
+            bail!(FREE_THREADED);
+        }
+        let tstate_size = word(row.tstate_size);
+        let frame_size = word(row.frame_size);
+        let code_size = word(row.code_size);
+        if tstate_size > MAX_STRUCT || frame_size > MAX_FRAME || code_size > MAX_CODE {
+            bail!("the debug offsets give implausible sizes ({tstate_size}, {frame_size}, {code_size})");
+        }
+        let ascii = word(row.ascii_size);
+        let layout = Layout {
+            minor,
+            source: "_Py_DebugOffsets",
+            interp_threads_head: word(row.threads_head),
+            interp_gil: Some(word(row.ceval_gil)),
+            // given from the interpreter state, whose own GIL state they lie in
+            gil_holder: word(row.gil_holder).wrapping_sub(word(row.gil_state)),
+            gil_locked: word(row.gil_locked).wrapping_sub(word(row.gil_state)),
+            tstate_next: word(row.tstate_next),
+            tstate_frame: word(row.tstate_current_frame),
+            cframe_current: None,
+            tstate_thread_id: word(row.tstate_thread_id),
+            tstate_native_thread_id: word(row.tstate_native_thread_id),
+            tstate_datastack_chunk: word(row.tstate_datastack_chunk),
+            // not given: the top follows the chunk in every version
+            tstate_datastack_top: word(row.tstate_datastack_chunk) + 8,
+            tstate_size: 0,
+            chunk_data: 24,
+            frame_code: word(row.frame_executable),
+            frame_previous: word(row.frame_previous),
+            frame_instr: word(row.frame_instr_ptr),
+            frame_owner: Some(word(row.frame_owner)),
+            frame_first: 0,
+            frame_size: 0,
+            owner_hidden: Some(3),
+            code_tags: if minor >= 14 { 7 } else { 0 },
+            code_firstlineno: word(row.code_firstlineno),
+            code_filename: word(row.code_filename),
+            code_name: word(row.code_name),
+            code_qualname: word(row.code_qualname),
+            code_linetable: word(row.code_linetable),
+            code_adaptive: word(row.code_adaptive),
+            code_first: 0,
+            code_size: 0,
+            str_length: word(row.str_length),
+            str_state: word(row.str_state),
+            str_ascii_data: ascii,
+            str_compact_data: match row.compact_size {
+                Some(i) => word(i),
+                None => ascii + 16,
+            },
+            bytes_size: word(row.bytes_size),
+            bytes_data: word(row.bytes_data),
+        }
+        .finish();
+        let fields_inside = layout.tstate_size <= tstate_size
+            && layout.frame_first + layout.frame_size <= frame_size
+            && layout.code_first + layout.code_size <= code_size
+            && layout.code_adaptive <= code_size
+            && layout.gil_holder < 256
+            && layout.gil_locked < 256
+            && layout.interp_threads_head < MAX_STRUCT
+            && (32..=64).contains(&ascii)
+            && layout.str_state < ascii
+            && layout.str_length < ascii
+            && layout.str_compact_data <= 128
+            && layout.bytes_data <= 64;
+        if !fields_inside {
+            bail!("the debug offsets name fields outside their structures");
+        }
+        Ok(layout)
+    }
+
+    /// The offset of the interpreters' list in `_PyRuntime` (3.13+), where the walker checks
+    /// that it found the runtime py-spy found.
+    pub fn interpreters_head(pid: i32, runtime: usize, minor: u64) -> Result<usize> {
+        let mut word = [0u8; 8];
+        read(pid, runtime + 5 * 8, &mut word)?;
+        let offset = usize_at(&word, 0);
+        if offset == 0 || offset > MAX_STRUCT || DebugRow::of(minor).is_none() {
+            bail!("the debug offsets give no interpreters list");
+        }
+        Ok(offset)
+    }
+
+    /// Derives the parts read from the fields.
+    fn finish(mut self) -> Layout {
+        self.tstate_size = [
+            self.tstate_next,
+            self.tstate_frame,
+            self.tstate_thread_id,
+            self.tstate_native_thread_id,
+            self.tstate_datastack_chunk,
+            self.tstate_datastack_top,
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0)
+            + 8;
+        let mut frame = vec![
+            (self.frame_code, 8),
+            (self.frame_previous, 8),
+            (self.frame_instr, 8),
+        ];
+        if let Some(owner) = self.frame_owner {
+            frame.push((owner, 1));
+        }
+        (self.frame_first, self.frame_size) = span(&frame);
+        (self.code_first, self.code_size) = span(&[
+            (self.code_firstlineno, 4),
+            (self.code_filename, 8),
+            (self.code_name, 8),
+            (self.code_qualname, 8),
+            (self.code_linetable, 8),
+        ]);
+        self
+    }
+}
+
+/// The line a free-threaded target gets.
+pub const FREE_THREADED: &str =
+    "free-threaded CPython builds (3.13t, 3.14t) are not supported: their objects and frames are laid out otherwise";
+
+/// From the first field's start to the last one's end: (start, length).
+fn span(fields: &[(usize, usize)]) -> (usize, usize) {
+    let first = fields.iter().map(|f| f.0).min().unwrap_or(0);
+    let end = fields.iter().map(|f| f.0 + f.1).max().unwrap_or(0);
+    (first, end - first)
+}
+
+/// Where a minor version's `_Py_DebugOffsets` keeps each field the walker uses, counted in
+/// 8-byte words from the start of the struct (the cookie is word 0, the version word 1, the
+/// free-threaded flag word 2, the interpreters' list word 5 in every version).
+struct DebugRow {
+    words: usize,
+    threads_head: usize,
+    ceval_gil: usize,
+    gil_state: usize,
+    gil_locked: usize,
+    gil_holder: usize,
+    tstate_size: usize,
+    tstate_next: usize,
+    tstate_current_frame: usize,
+    tstate_thread_id: usize,
+    tstate_native_thread_id: usize,
+    tstate_datastack_chunk: usize,
+    frame_size: usize,
+    frame_previous: usize,
+    frame_executable: usize,
+    frame_instr_ptr: usize,
+    frame_owner: usize,
+    code_size: usize,
+    code_filename: usize,
+    code_name: usize,
+    code_qualname: usize,
+    code_linetable: usize,
+    code_firstlineno: usize,
+    code_adaptive: usize,
+    bytes_size: usize,
+    bytes_data: usize,
+    str_state: usize,
+    str_length: usize,
+    ascii_size: usize,
+    compact_size: Option<usize>,
+}
+
+impl DebugRow {
+    fn of(minor: u64) -> Option<DebugRow> {
+        Some(match minor {
+            13 => DebugRow {
+                words: 73,
+                threads_head: 9,
+                ceval_gil: 14,
+                gil_state: 15,
+                gil_locked: 17,
+                gil_holder: 18,
+                tstate_size: 19,
+                tstate_next: 21,
+                tstate_current_frame: 23,
+                tstate_thread_id: 24,
+                tstate_native_thread_id: 25,
+                tstate_datastack_chunk: 26,
+                frame_size: 28,
+                frame_previous: 29,
+                frame_executable: 30,
+                frame_instr_ptr: 31,
+                frame_owner: 33,
+                code_size: 34,
+                code_filename: 35,
+                code_name: 36,
+                code_qualname: 37,
+                code_linetable: 38,
+                code_firstlineno: 39,
+                code_adaptive: 43,
+                bytes_size: 65,
+                bytes_data: 66,
+                str_state: 68,
+                str_length: 69,
+                ascii_size: 70,
+                compact_size: None,
+            },
+            14 => DebugRow {
+                words: 95,
+                threads_head: 9,
+                ceval_gil: 15,
+                gil_state: 16,
+                gil_locked: 18,
+                gil_holder: 19,
+                tstate_size: 22,
+                tstate_next: 24,
+                tstate_current_frame: 26,
+                tstate_thread_id: 27,
+                tstate_native_thread_id: 28,
+                tstate_datastack_chunk: 29,
+                frame_size: 31,
+                frame_previous: 32,
+                frame_executable: 33,
+                frame_instr_ptr: 34,
+                frame_owner: 36,
+                code_size: 39,
+                code_filename: 40,
+                code_name: 41,
+                code_qualname: 42,
+                code_linetable: 43,
+                code_firstlineno: 44,
+                code_adaptive: 48,
+                bytes_size: 75,
+                bytes_data: 76,
+                str_state: 78,
+                str_length: 79,
+                ascii_size: 80,
+                compact_size: None,
+            },
+            15 => DebugRow {
+                words: 111,
+                threads_head: 9,
+                ceval_gil: 15,
+                gil_state: 16,
+                gil_locked: 18,
+                gil_holder: 19,
+                tstate_size: 22,
+                tstate_next: 24,
+                tstate_current_frame: 26,
+                tstate_thread_id: 30,
+                tstate_native_thread_id: 31,
+                tstate_datastack_chunk: 32,
+                frame_size: 39,
+                frame_previous: 40,
+                frame_executable: 41,
+                frame_instr_ptr: 42,
+                frame_owner: 44,
+                code_size: 47,
+                code_filename: 48,
+                code_name: 49,
+                code_qualname: 50,
+                code_linetable: 51,
+                code_firstlineno: 52,
+                code_adaptive: 56,
+                bytes_size: 87,
+                bytes_data: 88,
+                str_state: 90,
+                str_length: 91,
+                ascii_size: 92,
+                compact_size: Some(93),
+            },
+            _ => return None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_reads_what_311_always_read() {
+        let layout = Layout::table(11).expect("3.11 is in the table");
+        // the code header checked every sample: co_firstlineno through co_linetable
+        assert_eq!((layout.code_first, layout.code_size), (72, 72));
+        // a frame: f_code at 32 through prev_instr at 56
+        assert_eq!((layout.frame_first, layout.frame_size), (32, 32));
+        assert_eq!(layout.tstate_size, 312);
+        assert!(Layout::table(13).is_none());
+    }
+
+    #[test]
+    fn a_312_frame_is_read_through_its_owner() {
+        let layout = Layout::table(12).expect("3.12 is in the table");
+        assert_eq!((layout.frame_first, layout.frame_size), (0, 71));
+        assert_eq!(layout.owner_hidden, Some(3));
+    }
+}

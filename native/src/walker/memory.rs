@@ -1,0 +1,153 @@
+//! Reads of the target's memory: single reads, and batches of many remote pieces in as few
+//! `process_vm_readv` calls as the kernel allows, counted per thread.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+
+use anyhow::{anyhow, bail, Result};
+
+use crate::fxhash::FxBuild;
+
+/// process_vm_readv takes at most this many remote pieces per call.
+const IOV_MAX: usize = 1024;
+
+/// Reads of the target's memory: `process_vm_readv` calls, the remote pieces they named, and
+/// the bytes they copied.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemoryReads {
+    pub calls: u64,
+    pub pieces: u64,
+    pub bytes: u64,
+}
+
+impl MemoryReads {
+    /// Every read this thread made so far.
+    pub fn of_this_thread() -> MemoryReads {
+        READS.get()
+    }
+
+    /// Adds what this thread read between `before` and `after`.
+    pub fn add_between(&mut self, before: MemoryReads, after: MemoryReads) {
+        self.calls += after.calls - before.calls;
+        self.pieces += after.pieces - before.pieces;
+        self.bytes += after.bytes - before.bytes;
+    }
+}
+
+thread_local! {
+    /// Every read of this thread so far; a walker counts its own as the difference across
+    /// one of its samples (the shared clock reads several targets on one thread).
+    static READS: Cell<MemoryReads> = const { Cell::new(MemoryReads { calls: 0, pieces: 0, bytes: 0 }) };
+}
+
+/// Remote pieces read in as few calls as the kernel allows; a piece that cannot be read
+/// (freed, unmapped) is left out and the rest still read.
+#[derive(Default)]
+pub struct Batch {
+    at: HashMap<(usize, usize), usize, FxBuild>,
+    buf: Vec<u8>,
+}
+
+impl Batch {
+    pub fn read(pid: i32, pieces: &[(usize, usize)]) -> Batch {
+        let mut offsets = Vec::with_capacity(pieces.len() + 1);
+        let mut total = 0usize;
+        for &(_, len) in pieces {
+            offsets.push(total);
+            total += len;
+        }
+        offsets.push(total);
+        let mut batch = Batch {
+            at: HashMap::default(),
+            buf: vec![0u8; total],
+        };
+        let mut i = 0;
+        while i < pieces.len() {
+            let end = (i + IOV_MAX).min(pieces.len());
+            let n = read_vectored(
+                pid,
+                &pieces[i..end],
+                &mut batch.buf[offsets[i]..offsets[end]],
+            );
+            // Pieces are filled in order until the first that fails: keep the whole ones and
+            // go on after the failed one.
+            let mut j = i;
+            while j < end && offsets[j + 1] - offsets[i] <= n {
+                batch.at.insert(pieces[j], offsets[j]);
+                j += 1;
+            }
+            i = if j == end { end } else { j + 1 };
+        }
+        batch
+    }
+
+    /// The bytes of a piece that was asked for exactly so and read whole.
+    pub fn get(&self, address: usize, len: usize) -> Option<&[u8]> {
+        let &at = self.at.get(&(address, len))?;
+        self.buf.get(at..at + len)
+    }
+}
+
+/// The little-endian word at `at`, 0 when `buf` is too short.
+pub fn usize_at(buf: &[u8], at: usize) -> usize {
+    buf.get(at..at + 8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, |b: [u8; 8]| u64::from_le_bytes(b) as usize)
+}
+
+/// The little-endian 32-bit value at `at`, 0 when `buf` is too short.
+pub fn u32_at(buf: &[u8], at: usize) -> u32 {
+    buf.get(at..at + 4)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u32::from_le_bytes)
+}
+
+pub fn read(pid: i32, address: usize, buf: &mut [u8]) -> Result<()> {
+    let len = buf.len();
+    read_pieces(pid, &[(address, len)], buf)
+}
+
+/// Reads remote `(address, length)` pieces into `out`, back to back, in one system call.
+pub fn read_pieces(pid: i32, pieces: &[(usize, usize)], out: &mut [u8]) -> Result<()> {
+    let total: usize = pieces.iter().map(|p| p.1).sum();
+    if total > out.len() {
+        bail!("read buffer too small");
+    }
+    let n = read_vectored(pid, pieces, &mut out[..total]);
+    if n != total {
+        let err = std::io::Error::last_os_error();
+        return Err(anyhow!(
+            "failed to read the target's memory ({n} of {total} bytes): {err}"
+        ));
+    }
+    Ok(())
+}
+
+/// One process_vm_readv of `pieces` into `out` (which holds their total length): the bytes
+/// read, 0 on failure.
+fn read_vectored(pid: i32, pieces: &[(usize, usize)], out: &mut [u8]) -> usize {
+    let local = libc::iovec {
+        iov_base: out.as_mut_ptr().cast(),
+        iov_len: out.len(),
+    };
+    let remote: Vec<libc::iovec> = pieces
+        .iter()
+        .map(|&(address, len)| libc::iovec {
+            iov_base: address as *mut libc::c_void,
+            iov_len: len,
+        })
+        .collect();
+    // SAFETY: `local` covers `out` exactly; the remote pieces are only read by the kernel,
+    // which checks them against the target's mappings.
+    let n =
+        unsafe { libc::process_vm_readv(pid, &local, 1, remote.as_ptr(), remote.len() as _, 0) };
+    let n = n.max(0) as usize;
+    READS.set({
+        let mut reads = READS.get();
+        reads.calls += 1;
+        reads.pieces += pieces.len() as u64;
+        reads.bytes += n as u64;
+        reads
+    });
+    n
+}

@@ -1,0 +1,452 @@
+//! Stacks of a CPython 3.11–3.15 process read straight from its memory, with few system calls.
+//!
+//! A general reader reads every frame's code object, both names and the line table on every
+//! sample (about eight reads per frame), and every thread's /proc state inside the read. This
+//! walker keeps what does not change between samples: code objects with their names, files and
+//! line tables, formatted frames and folded stacks. Per sample, one batched read of what recent
+//! samples found (thread states, the top of each data stack, frames outside them, the headers
+//! of the cached code objects, checked every sample) usually holds the whole stack; anything
+//! new costs one more read. The run state is read for Python threads outside a known wait only,
+//! through /proc files it keeps open.
+//!
+//! The pieces, by concern: `memory` (reads and batches), `layout` (where each version keeps
+//! what is read: a table for 3.11 and 3.12, the target's own `_Py_DebugOffsets` from 3.13),
+//! `objects` (strings, code objects, line tables), `frames` (the walk of one thread), `ahead`
+//! (what the next sample reads ahead). py-spy still attaches (it finds the interpreter and its
+//! version) and stays the reader for other versions; the sampler compares this walker with it
+//! before trusting it.
+
+mod ahead;
+mod frames;
+mod layout;
+mod memory;
+mod objects;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use anyhow::{bail, Result};
+use py_spy::PythonSpy;
+
+use crate::fxhash::FxBuild;
+use crate::sampler::ThreadStates;
+use ahead::{AheadStack, Recent};
+use frames::RawFrame;
+pub use layout::Layout;
+pub use memory::MemoryReads;
+use memory::{read, usize_at, Batch};
+use objects::{Code, ShortFiles};
+
+/// Sanity bound against torn or garbage reads.
+const MAX_THREADS: usize = 4096;
+/// What the code cache may hold before it is cleared (bytes, about).
+const CODE_CACHE_BYTES: usize = 16 << 20;
+const STACK_CACHE_BYTES: usize = 32 << 20;
+
+/// A thread as read: OS thread id, holds the GIL, (code object, instruction offset) of each
+/// frame innermost first.
+type RawThread = (u64, bool, Vec<RawFrame>);
+
+/// One Python thread's stack in one sample.
+#[derive(Debug, Clone)]
+pub struct Trace {
+    /// OS thread id as the interpreter knows it.
+    pub tid: u64,
+    pub owns_gil: bool,
+    /// On CPU: the OS says running and the innermost frame is not a known wait.
+    pub active: bool,
+    /// Folded, outermost frame first; None when the thread runs no Python code.
+    pub stack: Option<Arc<str>>,
+}
+
+/// Where the walker learns which thread holds the GIL: the word that holds its thread state,
+/// and from 3.12 the GIL state's locked flag (a released GIL keeps its last holder).
+#[derive(Clone, Copy)]
+struct GilAt {
+    holder: usize,
+    locked: Option<usize>,
+}
+
+/// Why the walker does not read a target.
+#[derive(Debug)]
+pub struct Unsupported {
+    pub reason: String,
+    /// No reader can read it right: refuse the target instead of reading it through py-spy.
+    pub refuse: bool,
+}
+
+/// Reads the stacks of one CPython 3.11–3.15 process.
+pub struct Walker {
+    pid: i32,
+    layout: Layout,
+    interpreter: usize,
+    gil: Option<GilAt>,
+    codes: HashMap<usize, Code, FxBuild>,
+    code_bytes: usize,
+    serial: u64,
+    stacks: HashMap<Vec<(u64, i64)>, Arc<str>, FxBuild>,
+    stack_bytes: usize,
+    files: ShortFiles,
+    states: ThreadStates,
+    /// Code objects recent samples checked; the next one reads their headers ahead.
+    checked: Recent,
+    /// The current frame's address and the top of a thread's data stack, as last read.
+    stack: Vec<u8>,
+    /// Thread states of the previous sample and frames outside the data stacks of recent
+    /// ones: read ahead, with the code headers in `checked`, in one batch at the start of
+    /// the next.
+    ahead_threads: Vec<usize>,
+    ahead_frames: Recent,
+    /// By thread state: where the thread's current frame and the top of its data stack were,
+    /// read ahead in the next batch.
+    ahead_stacks: HashMap<usize, AheadStack, FxBuild>,
+    /// Samples read so far.
+    samples: u64,
+    /// What reading them took: system calls, remote pieces and bytes.
+    reads: MemoryReads,
+    /// Run states read from /proc so far (threads in a known wait are not read).
+    state_reads: u64,
+}
+
+/// The run state a sample uses for each thread.
+pub enum RunState<'a> {
+    /// Read now from /proc (the threads run).
+    Read,
+    /// Read before the threads were stopped.
+    Known(&'a HashMap<i32, bool>),
+}
+
+impl Walker {
+    /// A walker for the process `spy` attached to, when it runs a CPython version the walker
+    /// knows on a 64-bit little-endian Linux machine; else why not.
+    pub fn new(spy: &PythonSpy) -> Result<Walker, Unsupported> {
+        let unsupported = |reason: String| Unsupported {
+            reason,
+            refuse: false,
+        };
+        let version = &spy.version;
+        let platform = cfg!(all(target_os = "linux", target_pointer_width = "64"))
+            && cfg!(target_endian = "little");
+        if !platform || version.major != 3 || !layout::MINORS.contains(&version.minor) {
+            return Err(unsupported(format!("Python {version}")));
+        }
+        let interpreter = spy.addresses.interpreter_address;
+        if interpreter == 0 {
+            return Err(unsupported("no interpreter found".into()));
+        }
+        let layout = match Layout::table(version.minor) {
+            Some(layout) => layout,
+            None => debug_layout(spy).map_err(|err| {
+                let reason = format!("{err:#}");
+                Unsupported {
+                    refuse: reason == layout::FREE_THREADED,
+                    reason,
+                }
+            })?,
+        };
+        let gil = match layout.interp_gil {
+            // 3.11: py-spy found the runtime's word for the thread holding the GIL
+            None => (spy.addresses.threadstate_address != 0).then_some(GilAt {
+                holder: spy.addresses.threadstate_address,
+                locked: None,
+            }),
+            Some(field) => {
+                let mut word = [0u8; 8];
+                read(spy.pid, interpreter + field, &mut word)
+                    .map_err(|err| unsupported(format!("cannot read the GIL's state: {err}")))?;
+                let state = usize_at(&word, 0);
+                (state != 0).then_some(GilAt {
+                    holder: state + layout.gil_holder,
+                    locked: Some(state + layout.gil_locked),
+                })
+            }
+        };
+        Ok(Walker {
+            pid: spy.pid,
+            layout,
+            interpreter,
+            gil,
+            codes: HashMap::default(),
+            code_bytes: 0,
+            serial: 0,
+            stacks: HashMap::default(),
+            stack_bytes: 0,
+            files: ShortFiles::new(spy.pid, spy.dockerized),
+            states: ThreadStates::new(spy.pid),
+            checked: Recent::default(),
+            stack: Vec::new(),
+            ahead_threads: Vec::new(),
+            ahead_frames: Recent::default(),
+            ahead_stacks: HashMap::default(),
+            samples: 0,
+            reads: MemoryReads::default(),
+            state_reads: 0,
+        })
+    }
+
+    /// Where the offsets the walker reads with came from ("table", "_Py_DebugOffsets").
+    pub fn layout_source(&self) -> &'static str {
+        self.layout.source
+    }
+
+    /// Every Python thread's stack, innermost frame last in the folded text.
+    pub fn read(&mut self, run_state: RunState<'_>) -> Result<Vec<Trace>> {
+        let before = MemoryReads::of_this_thread();
+        let result = self.read_all(run_state);
+        self.reads
+            .add_between(before, MemoryReads::of_this_thread());
+        result
+    }
+
+    /// The target's memory reads of every sample so far.
+    pub fn reads(&self) -> MemoryReads {
+        self.reads
+    }
+
+    /// Run states read from /proc so far: threads in a known wait are not read.
+    pub fn state_reads(&self) -> u64 {
+        self.state_reads
+    }
+
+    /// The GIL's piece in the batch: from the holder's word through the locked flag.
+    fn gil_piece(&self) -> Option<(usize, usize)> {
+        let gil = self.gil?;
+        Some(match gil.locked {
+            None => (gil.holder, 8),
+            Some(locked) => {
+                let start = gil.holder.min(locked);
+                (start, gil.holder.max(locked) + 8 - start)
+            }
+        })
+    }
+
+    fn read_all(&mut self, run_state: RunState<'_>) -> Result<Vec<Trace>> {
+        // What recent samples read, read again in one batch: thread states, the current frame
+        // and the top of each data stack, frames outside them, code object headers. Most are
+        // still what this sample needs.
+        self.samples += 1;
+        let layout = &self.layout;
+        let head = (self.interpreter + layout.interp_threads_head, 8);
+        let mut pieces = vec![head];
+        let gil_piece = self.gil_piece();
+        pieces.extend(gil_piece);
+        pieces.extend(self.ahead_threads.iter().map(|&t| (t, layout.tstate_size)));
+        pieces.extend(
+            self.ahead_frames
+                .addresses()
+                .map(|f| (f + layout.frame_first, layout.frame_size)),
+        );
+        // the code objects recent samples checked
+        pieces.extend(
+            self.checked
+                .addresses()
+                .map(|c| (c + layout.code_first, layout.code_size)),
+        );
+        // last, as a piece past the end of a stack's mapping ends the call
+        for stack in self.ahead_stacks.values() {
+            if stack.current != 0 {
+                pieces.push((stack.current, 8));
+            }
+            pieces.push((stack.start, stack.end - stack.start));
+        }
+        let batch = Batch::read(self.pid, &pieces);
+        let Some(first) = batch.get(head.0, 8) else {
+            bail!("failed to read the interpreter's list of threads");
+        };
+        let mut thread = usize_at(first, 0);
+        let gil_holder = match (gil_piece, self.gil) {
+            (Some(piece), Some(gil)) => {
+                let Some(bytes) = batch.get(piece.0, piece.1) else {
+                    bail!("failed to read which thread holds the GIL");
+                };
+                let locked = gil
+                    .locked
+                    .is_none_or(|at| memory::u32_at(bytes, at - piece.0) != 0);
+                if locked {
+                    usize_at(bytes, gil.holder - piece.0)
+                } else {
+                    0
+                }
+            }
+            _ => 0,
+        };
+
+        let mut threads: Vec<RawThread> = Vec::new();
+        let mut thread_addresses = Vec::new();
+        let mut outside = Vec::new();
+        let mut tstate = vec![0u8; self.layout.tstate_size];
+        let mut previous_stacks = std::mem::take(&mut self.ahead_stacks);
+        while thread != 0 {
+            if threads.len() >= MAX_THREADS {
+                bail!("more than {MAX_THREADS} Python threads: a torn read");
+            }
+            match batch.get(thread, tstate.len()) {
+                Some(bytes) => tstate.copy_from_slice(bytes),
+                None => read(self.pid, thread, &mut tstate)?,
+            }
+            thread_addresses.push(thread);
+            let native = usize_at(&tstate, self.layout.tstate_native_thread_id) as u64;
+            let tid = if native != 0 {
+                native
+            } else {
+                usize_at(&tstate, self.layout.tstate_thread_id) as u64
+            };
+            let ahead = previous_stacks.remove(&thread);
+            let frames = self.frames(thread, ahead, &tstate, &batch, &mut outside)?;
+            threads.push((tid, thread == gil_holder, frames));
+            thread = usize_at(&tstate, self.layout.tstate_next);
+        }
+
+        self.check_codes(&threads, &batch)?;
+        self.ahead_threads = thread_addresses;
+        self.ahead_frames.seen(&outside, self.samples);
+        let mut traces = Vec::with_capacity(threads.len());
+        for (tid, owns_gil, frames) in threads {
+            // the innermost frame of the program (3.13+ entry trampolines are not)
+            let innermost = frames
+                .iter()
+                .filter_map(|(code, _)| self.codes.get(code))
+                .find(|code| !code.hidden);
+            let waits = innermost.is_some_and(|code| code.waits);
+            // A thread in a known wait is idle whatever the OS says: its /proc file is not read.
+            let running = match &run_state {
+                _ if waits => Some(false),
+                RunState::Read => {
+                    self.state_reads += 1;
+                    self.states.running(tid as i32)
+                }
+                RunState::Known(known) => known.get(&(tid as i32)).copied(),
+            };
+            traces.push(Trace {
+                tid,
+                owns_gil,
+                // A thread this sidecar cannot see counts as running, as in py-spy.
+                active: running.unwrap_or(true),
+                stack: self.fold(&frames),
+            });
+        }
+        if let RunState::Read = run_state {
+            let alive: Vec<i32> = traces.iter().map(|t| t.tid as i32).collect();
+            self.states.keep(&alive);
+        }
+        Ok(traces)
+    }
+
+    /// Makes sure every code object in `threads` is cached and still the one cached: one
+    /// batched read of all their headers, then a full read of the new or changed ones.
+    fn check_codes(&mut self, threads: &[RawThread], batch: &Batch) -> Result<()> {
+        // Bounded by bytes; cleared before a sample, never halfway through one.
+        if self.code_bytes > CODE_CACHE_BYTES {
+            self.codes.clear();
+            self.code_bytes = 0;
+        }
+        let (first, size) = (self.layout.code_first, self.layout.code_size);
+        let mut codes = Vec::new();
+        for (_, _, frames) in threads {
+            for &(code, _) in frames {
+                codes.push(code);
+            }
+        }
+        codes.sort_unstable();
+        codes.dedup();
+        let mut headers = vec![0u8; codes.len() * size];
+        let mut missing: Vec<usize> = Vec::new();
+        for (i, &code) in codes.iter().enumerate() {
+            match batch.get(code + first, size) {
+                Some(bytes) => headers[i * size..(i + 1) * size].copy_from_slice(bytes),
+                None => missing.push(i),
+            }
+        }
+        if !missing.is_empty() {
+            let pieces: Vec<(usize, usize)> =
+                missing.iter().map(|&i| (codes[i] + first, size)).collect();
+            let read = Batch::read(self.pid, &pieces);
+            for (&i, &(address, len)) in missing.iter().zip(&pieces) {
+                let Some(bytes) = read.get(address, len) else {
+                    bail!("failed to read a code object: a torn read");
+                };
+                headers[i * size..(i + 1) * size].copy_from_slice(bytes);
+            }
+        }
+        for (i, &address) in codes.iter().enumerate() {
+            let header = &headers[i * size..(i + 1) * size];
+            let same = self
+                .codes
+                .get(&address)
+                .is_some_and(|code| code.header[..] == *header);
+            if !same {
+                self.serial += 1;
+                let code =
+                    Code::load(self.pid, &self.layout, header, self.serial, &mut self.files)?;
+                if let Some(old) = self.codes.remove(&address) {
+                    self.code_bytes = self.code_bytes.saturating_sub(old.cost());
+                }
+                self.code_bytes += code.cost();
+                self.codes.insert(address, code);
+            }
+        }
+        self.checked.seen(&codes, self.samples);
+        Ok(())
+    }
+
+    /// The folded text of a stack given innermost first, without the frames of code that is
+    /// not the program's (3.13+ entry trampolines); None when no frame is left.
+    fn fold(&mut self, frames: &[RawFrame]) -> Option<Arc<str>> {
+        let shown = |code: &usize| self.codes.get(code).is_none_or(|c| !c.hidden);
+        let mut key: Vec<(u64, i64)> = Vec::with_capacity(frames.len());
+        for (code, offset) in frames.iter().rev().filter(|(code, _)| shown(code)) {
+            key.push((self.codes.get(code).map_or(0, |c| c.serial), *offset));
+        }
+        if key.is_empty() {
+            return None;
+        }
+        if let Some(stack) = self.stacks.get(&key) {
+            return Some(stack.clone());
+        }
+        let mut text = String::new();
+        for &(code, offset) in frames.iter().rev() {
+            let code = self.codes.get_mut(&code);
+            if code.as_ref().is_some_and(|c| c.hidden) {
+                continue;
+            }
+            if !text.is_empty() {
+                text.push(';');
+            }
+            match code {
+                Some(code) => text.push_str(&code.frame(offset)),
+                None => text.push_str("? (?:0)"),
+            }
+        }
+        let stack: Arc<str> = Arc::from(text);
+        let cost = stack.len() + key.len() * 16 + 64;
+        if self.stack_bytes + cost > STACK_CACHE_BYTES {
+            self.stacks.clear();
+            self.stack_bytes = 0;
+        }
+        self.stack_bytes += cost;
+        self.stacks.insert(key, stack.clone());
+        Some(stack)
+    }
+}
+
+/// The layout of a 3.13+ target from its own `_Py_DebugOffsets`, at the start of the
+/// `_PyRuntime` its binary names; the runtime found must lead to the interpreter py-spy found.
+fn debug_layout(spy: &PythonSpy) -> Result<Layout> {
+    let info = py_spy::python_process_info::PythonProcessInfo::new(&spy.process)?;
+    let Some(&runtime) = info.get_symbol("_PyRuntime") else {
+        bail!("no _PyRuntime symbol in the interpreter's binary");
+    };
+    let runtime = runtime as usize;
+    let minor = spy.version.minor;
+    let layout = Layout::from_debug_offsets(spy.pid, runtime, minor)?;
+    let mut head = [0u8; 8];
+    read(
+        spy.pid,
+        runtime + Layout::interpreters_head(spy.pid, runtime, minor)?,
+        &mut head,
+    )?;
+    if usize_at(&head, 0) != spy.addresses.interpreter_address {
+        bail!("the debug offsets lead to another interpreter than the one found");
+    }
+    Ok(layout)
+}
