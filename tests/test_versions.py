@@ -11,8 +11,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from helpers import Proc, Spawner
-from pythons import each_version, interpreter
+from pythons import VERSIONS, each_version, interpreter
 
 from sidecar import _native
 from sidecar.classify import code_frames
@@ -182,3 +183,24 @@ def test_a_blocked_loop_is_blocked(spawn: Spawner, version: str) -> None:
         if stack.endswith(BLOCKED_LEAF):
             blocked[code_frames(stack)[-1].name] += n
     assert blocked["blocking_sleep"] >= 0.9 * sum(blocked.values()), blocked
+
+
+@pytest.mark.parametrize("version", [v for v in VERSIONS if _version_tuple(v) >= (3, 11)])
+def test_a_thread_in_a_known_wait_costs_no_run_state_read(spawn: Spawner, version: str) -> None:
+    """Threads parked in ``Condition.wait`` (qualified names, as the walker reads them) are idle
+    by the known-wait rule: the walker reads no /proc run state for them, only for the two that
+    spin, and reports all the parked ones off CPU."""
+    python = interpreter(version)
+    target = spawn.target("threads", "--threads", "20", "--busy", "2", python=python)
+    with _native.Sampler(target.pid, rate_hz=RATE_HZ) as sampler:
+        time.sleep(SECONDS)
+        stats = sampler.stats()
+        windows = sampler.drain(flush=True)
+    assert stats["reader"].startswith("walker"), stats["reader"]
+    # 21 Python threads a tick (the main one waits too); only the two spinning ones are read
+    assert 1.5 <= stats["state_reads"] <= 2.5, stats["state_reads"]
+    parked = [
+        row for w in windows for row in w["stacks"] if "parked (targets/threads.py:" in row[4]
+    ]
+    assert sum(row[5] for row in parked) > 0
+    assert not any(row[2] for row in parked), "a parked thread was reported on CPU"
