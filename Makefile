@@ -55,6 +55,8 @@ bench: install
 	$(BIN)/python benchmarks/sampler.py --rounds 2 --seconds 5
 	$(BIN)/python benchmarks/diff.py
 	$(BIN)/python benchmarks/frameworks.py --rounds 1
+	$(MAKE) pythons
+	$(BIN)/python benchmarks/versions.py
 
 clean:
 	rm -rf $(VENV) native/target out

@@ -124,9 +124,11 @@ class Procs:
         cpus: str | None = None,
         rt: int | None = None,
         nice: int | None = None,
+        python: str = PYTHON,
     ) -> tuple[Child, str | None]:
-        """``python -m targets.MODULE``, once it says it is ready; with its URL if it serves."""
-        child = self.start([PYTHON, "-m", f"targets.{module}", *args], cpus=cpus, rt=rt, nice=nice)
+        """``python -m targets.MODULE`` (under ``python``), once it says it is ready; with its URL
+        if it serves."""
+        child = self.start([python, "-m", f"targets.{module}", *args], cpus=cpus, rt=rt, nice=nice)
         match = child.wait_for(r"(listening on (http://127\.0\.0\.1:\d+)|ready)\n")
         return child, match[2]
 

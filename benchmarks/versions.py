@@ -1,0 +1,216 @@
+"""What a sample costs under each CPython version the walker reads, side by side in one run.
+
+The same ~30-frame event loop (``targets/deep.py``, 10 % on CPU) runs under 3.11, 3.12, 3.13,
+3.14 and 3.15 (interpreters from tests/pythons.py). For each, in interleaved rounds, one
+``Sampler`` at 100 Hz reads it for ``--seconds`` after a warm-up, first with the default reader
+and then with ``reader="py-spy"``; measured: the sampling thread's CPU (the scheduler's
+nanosecond run time) per sample, the walker's memory reads per sample, and the run states it
+read from /proc. Per version the median round counts, set against 3.11's walker.
+
+Then the machine's floor on the 3.11 target (``native/examples/floor.rs``): a native thread that
+only wakes at 100 Hz, and the same with one read of the walker's own shape (its pieces and bytes
+per sample); sidecar's own work is the walker's CPU per sample above that.
+
+    python benchmarks/versions.py [--rounds 3] [--seconds 6]
+
+Writes benchmarks/REPORT-versions.md and REPORT-versions.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from pythons import find_pythons  # noqa: E402
+
+from benchmarks import floor  # noqa: E402
+from benchmarks.procs import Procs, load_average, machine  # noqa: E402
+from sidecar import _native  # noqa: E402
+
+REPORT = ROOT / "benchmarks" / "REPORT-versions.md"
+RESULTS = ROOT / "benchmarks" / "REPORT-versions.json"
+VERSIONS = ("3.11", "3.12", "3.13", "3.14", "3.15")
+READERS = ("auto", "py-spy")
+RATE = 100.0
+WARMUP = 2.0
+#: Each version's walker within this much of 3.11's CPU per sample.
+WITHIN = 1.25
+#: sidecar's own work per sample above the machine's floor, at most (µs).
+OWN_WORK_US = 8.0
+
+
+def sampler_cpu() -> float:
+    """CPU seconds so far of this process's sampling threads (schedstat, nanoseconds)."""
+    total = 0.0
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            if (task / "comm").read_text().startswith("sidecar-sampl"):
+                total += int((task / "schedstat").read_text().split()[0]) / 1e9
+        except OSError:
+            continue
+    return total
+
+
+def leg(pid: int, reader: str, seconds: float) -> dict[str, Any]:
+    """One sampler on ``pid`` for ``seconds`` after the warm-up: its CPU and reads per sample."""
+    with _native.Sampler(pid, rate_hz=RATE, reader=reader) as sampler:  # type: ignore[arg-type]
+        time.sleep(WARMUP)
+        cpu0, stats0 = sampler_cpu(), sampler.stats()
+        time.sleep(seconds)
+        cpu1, stats1 = sampler_cpu(), sampler.stats()
+    ticks0 = stats0["samples"] + stats0["errors"]
+    ticks1 = stats1["samples"] + stats1["errors"]
+    ticks = max(ticks1 - ticks0, 1)
+
+    def per_tick(key: str) -> float:
+        # the sampler reports per-tick means since its start: back to totals, then the delta
+        return (stats1[key] * ticks1 - stats0[key] * ticks0) / ticks  # type: ignore[literal-required]
+
+    return {
+        "reader": stats1["reader"],
+        "samples": ticks,
+        "errors": stats1["errors"] - stats0["errors"],
+        "cpu_per_sample_us": (cpu1 - cpu0) / ticks * 1e6,
+        "read_calls": per_tick("read_calls"),
+        "read_pieces": per_tick("read_pieces"),
+        "read_bytes": per_tick("read_bytes"),
+        "state_reads": per_tick("state_reads"),
+    }
+
+
+def run(rounds: int, seconds: float, workdir: Path) -> dict[str, Any]:
+    pythons = find_pythons()
+    missing = [v for v in VERSIONS if v not in pythons]
+    if missing:
+        raise SystemExit(f"no interpreter for {', '.join(missing)}: run `make pythons` first")
+    legs: dict[str, dict[str, list[dict[str, Any]]]] = {
+        v: {r: [] for r in READERS} for v in VERSIONS
+    }
+    with Procs(workdir) as procs:
+        targets = {
+            v: procs.target("deep", "--busy", "0.1", python=str(pythons[v]))[0] for v in VERSIONS
+        }
+        for round_ in range(rounds):
+            for version in VERSIONS:
+                for reader in READERS:
+                    result = leg(targets[version].pid, reader, seconds)
+                    legs[version][reader].append(result)
+                    print(
+                        f"round {round_ + 1} {version} {reader}: "
+                        f"{result['cpu_per_sample_us']:.1f} µs per sample ({result['reader']})",
+                        flush=True,
+                    )
+        base = legs["3.11"]["auto"]
+        pieces = statistics.median(r["read_pieces"] for r in base)
+        size = statistics.median(r["read_bytes"] for r in base)
+        shape = (max(1, round(pieces)), max(1, round(size)))
+        machine_floor = floor.native_floor(
+            procs, targets["3.11"].pid, rate=RATE, seconds=3.0, rt=None, shape=shape
+        )
+    return {
+        "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "machine": machine(),
+        "load_average": load_average(),
+        "rounds": rounds,
+        "seconds": seconds,
+        "legs": legs,
+        "floor": machine_floor,
+        "shape": shape,
+    }
+
+
+def median_cpu(results: list[dict[str, Any]]) -> float:
+    return statistics.median(r["cpu_per_sample_us"] for r in results)
+
+
+def write_report(data: dict[str, Any]) -> None:
+    legs = data["legs"]
+    base = median_cpu(legs["3.11"]["auto"])
+    lines = [
+        "# What a sample costs under each CPython version",
+        "",
+        f"Measured {data['when']} ({data['machine'].get('cpu', 'this machine')}), load average "
+        f"{data['load_average']:.2f}; {data['rounds']} interleaved rounds of "
+        f"{data['seconds']:g} s per leg at {RATE:g} Hz on `targets/deep.py` (about 30 frames, "
+        "10 % on CPU). CPU is the sampling thread's, per sample; the median round counts.",
+        "",
+        "| version | reader | CPU per sample (µs) | against 3.11's walker | reads per sample "
+        "| pieces | bytes | /proc run states | errors |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    verdicts = []
+    for version in VERSIONS:
+        for reader in READERS:
+            results = legs[version][reader]
+            cpu = median_cpu(results)
+            last = results[-1]
+            lines.append(
+                f"| {version} | {last['reader']} | {cpu:.1f} | {cpu / base:.2f}x "
+                f"| {statistics.median(r['read_calls'] for r in results):.2f} "
+                f"| {statistics.median(r['read_pieces'] for r in results):.1f} "
+                f"| {statistics.median(r['read_bytes'] for r in results):.0f} "
+                f"| {statistics.median(r['state_reads'] for r in results):.2f} "
+                f"| {sum(r['errors'] for r in results)} |"
+            )
+        if version != "3.11":
+            ratio = median_cpu(legs[version]["auto"]) / base
+            verdicts.append((version, ratio))
+    met = [v for v, ratio in verdicts if ratio <= WITHIN]
+    unmet = [f"{v} ({ratio:.2f}x)" for v, ratio in verdicts if ratio > WITHIN]
+    lines += [
+        "",
+        f"Each version's default reader within {WITHIN}x of 3.11's walker: "
+        + (
+            "met by every version."
+            if not unmet
+            else f"met by {', '.join(met) or 'none'}; not by {', '.join(unmet)}."
+        ),
+    ]
+    fl = data["floor"]
+    wake = fl["sleep"]["cpu_per_tick_us"]
+    shaped = fl["shape"]["cpu_per_tick_us"]
+    own = base - shaped
+    pieces, size = data["shape"]
+    lines += [
+        "",
+        "## Above the machine's floor",
+        "",
+        f"In the same run, a native thread that only wakes at {RATE:g} Hz costs {wake:.1f} µs "
+        f"of CPU per tick; with one read of the walker's shape ({pieces} pieces, {size} bytes) "
+        f"per tick, {shaped:.1f} µs. 3.11's walker costs {base:.1f} µs per sample, so sidecar's "
+        f"own work (walking, folding, counting, /proc run states, the liveness check) is "
+        f"{own:.1f} µs per sample: "
+        + (
+            f"within the {OWN_WORK_US:g} µs it should stay under."
+            if own <= OWN_WORK_US
+            else f"above the {OWN_WORK_US:g} µs it should stay under."
+        ),
+    ]
+    REPORT.write_text("\n".join(lines) + "\n")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=6.0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        data = run(args.rounds, args.seconds, Path(tmp))
+    RESULTS.write_text(json.dumps(data, indent=1) + "\n")
+    write_report(data)
+    print(REPORT.read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
