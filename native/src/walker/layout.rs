@@ -172,7 +172,18 @@ impl Layout {
         };
         let mut raw = vec![0u8; row.words * 8];
         read(pid, runtime, &mut raw)?;
-        let word = |i: usize| usize_at(&raw, i * 8);
+        Layout::parse_debug_offsets(&raw, minor)
+    }
+
+    /// The layout a 3.13+ `_Py_DebugOffsets` gives (`raw`, read from the target), checked.
+    pub fn parse_debug_offsets(raw: &[u8], minor: u64) -> Result<Layout> {
+        let Some(row) = DebugRow::of(minor) else {
+            bail!("no _Py_DebugOffsets layout for Python 3.{minor}");
+        };
+        if raw.len() < row.words * 8 {
+            bail!("the debug offsets were read short");
+        }
+        let word = |i: usize| usize_at(raw, i * 8);
         if &raw[..8] != b"xdebugpy" {
             bail!("_PyRuntime does not start with the debug offsets' cookie");
         }
@@ -470,5 +481,351 @@ mod tests {
         let layout = Layout::table(12).expect("3.12 is in the table");
         assert_eq!((layout.frame_first, layout.frame_size), (0, 71));
         assert_eq!(layout.owner_hidden, Some(3));
+    }
+
+    /// The first words of `_PyRuntime` in real interpreters (3.13.0 from pyenv, 3.14.10 and
+    /// 3.15.2 from Debian), as a walker reads them.
+    const DEBUG_313: [u64; 73] = [
+        8750607829840520312,
+        51183856,
+        0,
+        283320,
+        608,
+        632,
+        194968,
+        7272,
+        7264,
+        7344,
+        7400,
+        7656,
+        7640,
+        7648,
+        16,
+        7752,
+        0,
+        7768,
+        7760,
+        304,
+        0,
+        8,
+        16,
+        72,
+        152,
+        160,
+        232,
+        32,
+        80,
+        8,
+        0,
+        56,
+        72,
+        70,
+        208,
+        112,
+        120,
+        128,
+        136,
+        68,
+        52,
+        96,
+        104,
+        200,
+        16,
+        8,
+        416,
+        24,
+        88,
+        168,
+        32,
+        24,
+        16,
+        40,
+        24,
+        16,
+        48,
+        32,
+        40,
+        24,
+        16,
+        32,
+        16,
+        24,
+        40,
+        16,
+        32,
+        64,
+        32,
+        16,
+        40,
+        240,
+        200,
+    ];
+    const DEBUG_314: [u64; 95] = [
+        8750607829840520312,
+        51251952,
+        0,
+        316616,
+        784,
+        808,
+        225864,
+        7280,
+        7272,
+        7344,
+        7360,
+        7408,
+        7688,
+        7672,
+        7680,
+        16,
+        7784,
+        0,
+        7800,
+        7792,
+        7992,
+        0,
+        832,
+        0,
+        8,
+        16,
+        72,
+        152,
+        160,
+        232,
+        32,
+        88,
+        8,
+        0,
+        56,
+        80,
+        74,
+        64,
+        0,
+        216,
+        112,
+        120,
+        128,
+        136,
+        68,
+        52,
+        96,
+        104,
+        208,
+        0,
+        16,
+        8,
+        416,
+        24,
+        88,
+        168,
+        40,
+        32,
+        16,
+        40,
+        24,
+        16,
+        200,
+        24,
+        40,
+        32,
+        48,
+        32,
+        40,
+        24,
+        16,
+        32,
+        16,
+        24,
+        40,
+        16,
+        32,
+        64,
+        32,
+        16,
+        40,
+        264,
+        192,
+        160,
+        24,
+        72,
+        67,
+        0,
+        8,
+        24,
+        304,
+        8076,
+        0,
+        4,
+        512,
+    ];
+    const DEBUG_315: [u64; 111] = [
+        8750607829840520312,
+        51315440,
+        0,
+        346568,
+        912,
+        936,
+        226240,
+        7272,
+        7264,
+        7336,
+        7352,
+        7400,
+        7592,
+        7576,
+        7584,
+        16,
+        7736,
+        0,
+        7752,
+        7744,
+        7944,
+        0,
+        888,
+        0,
+        8,
+        16,
+        72,
+        80,
+        88,
+        96,
+        176,
+        184,
+        256,
+        32,
+        36,
+        40,
+        136,
+        288,
+        0,
+        88,
+        8,
+        0,
+        56,
+        80,
+        74,
+        64,
+        0,
+        216,
+        112,
+        120,
+        128,
+        136,
+        68,
+        52,
+        96,
+        104,
+        208,
+        0,
+        16,
+        8,
+        424,
+        24,
+        88,
+        168,
+        32,
+        288,
+        944,
+        888,
+        40,
+        32,
+        16,
+        40,
+        24,
+        16,
+        200,
+        24,
+        40,
+        32,
+        48,
+        32,
+        40,
+        24,
+        16,
+        32,
+        16,
+        24,
+        40,
+        16,
+        32,
+        64,
+        32,
+        16,
+        40,
+        56,
+        176,
+        112,
+        120,
+        1120,
+        104,
+        160,
+        24,
+        72,
+        67,
+        0,
+        8,
+        24,
+        344,
+        8028,
+        0,
+        4,
+        512,
+    ];
+
+    fn bytes(words: &[u64]) -> Vec<u8> {
+        words.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn debug_offsets_give_what_the_headers_say() {
+        // each against offsetof() in the version's own Include/internal headers
+        let l13 = Layout::parse_debug_offsets(&bytes(&DEBUG_313), 13).expect("3.13 parses");
+        assert_eq!(l13.interp_threads_head, 7344);
+        assert_eq!((l13.gil_holder, l13.gil_locked), (8, 16));
+        assert_eq!((l13.tstate_frame, l13.tstate_thread_id), (72, 152));
+        assert_eq!(
+            (l13.tstate_datastack_chunk, l13.tstate_datastack_top),
+            (232, 240)
+        );
+        assert_eq!((l13.frame_instr, l13.frame_owner), (56, Some(70)));
+        assert_eq!((l13.code_firstlineno, l13.code_adaptive), (68, 200));
+        assert_eq!((l13.str_ascii_data, l13.str_compact_data), (40, 56));
+        assert_eq!(l13.code_tags, 0);
+        let l14 = Layout::parse_debug_offsets(&bytes(&DEBUG_314), 14).expect("3.14 parses");
+        assert_eq!((l14.frame_owner, l14.code_adaptive), (Some(74), 208));
+        assert_eq!(l14.code_tags, 7);
+        let l15 = Layout::parse_debug_offsets(&bytes(&DEBUG_315), 15).expect("3.15 parses");
+        assert_eq!(
+            (l15.tstate_thread_id, l15.tstate_native_thread_id),
+            (176, 184)
+        );
+        assert_eq!(
+            (l15.tstate_datastack_chunk, l15.tstate_datastack_top),
+            (256, 264)
+        );
+        assert_eq!(l15.interp_threads_head, 7336);
+        assert_eq!((l15.str_ascii_data, l15.str_compact_data), (40, 56));
+        // 3.12's table and 3.13's offsets agree where the structures did not change
+        let l12 = Layout::table(12).expect("3.12 is in the table");
+        assert_eq!(
+            (l12.code_filename, l12.code_linetable),
+            (l13.code_filename, l13.code_linetable)
+        );
+    }
+
+    #[test]
+    fn bad_debug_offsets_are_refused() {
+        let mut free = DEBUG_314;
+        free[2] = 1;
+        let err = Layout::parse_debug_offsets(&bytes(&free), 14).unwrap_err();
+        assert_eq!(err.to_string(), FREE_THREADED);
+        // another minor version's struct, a missing cookie, a field past its structure
+        assert!(Layout::parse_debug_offsets(&bytes(&DEBUG_314), 15).is_err());
+        let mut cookie = DEBUG_313;
+        cookie[0] = 0;
+        assert!(Layout::parse_debug_offsets(&bytes(&cookie), 13).is_err());
+        let mut wild = DEBUG_313;
+        wild[43] = 1 << 20; // co_code_adaptive
+        assert!(Layout::parse_debug_offsets(&bytes(&wild), 13).is_err());
+        assert!(Layout::parse_debug_offsets(&bytes(&DEBUG_313[..40]), 13).is_err());
     }
 }
