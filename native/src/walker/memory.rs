@@ -41,44 +41,59 @@ thread_local! {
 }
 
 /// Remote pieces read in as few calls as the kernel allows; a piece that cannot be read
-/// (freed, unmapped) is left out and the rest still read.
+/// (freed, unmapped) is left out and the rest still read. A walker keeps one and refills it
+/// every sample, so its tables and buffer are allocated once.
 #[derive(Default)]
 pub struct Batch {
+    /// The pieces the next `fill` reads: (address, length).
+    pub pieces: Vec<(usize, usize)>,
     at: HashMap<(usize, usize), usize, FxBuild>,
+    offsets: Vec<usize>,
     buf: Vec<u8>,
 }
 
 impl Batch {
+    /// A batch of `pieces`, read at once.
     pub fn read(pid: i32, pieces: &[(usize, usize)]) -> Batch {
-        let mut offsets = Vec::with_capacity(pieces.len() + 1);
+        let mut batch = Batch {
+            pieces: pieces.to_vec(),
+            ..Batch::default()
+        };
+        batch.fill(pid);
+        batch
+    }
+
+    /// Reads `self.pieces`, replacing what the batch held.
+    pub fn fill(&mut self, pid: i32) {
+        let pieces = &self.pieces;
+        self.offsets.clear();
         let mut total = 0usize;
         for &(_, len) in pieces {
-            offsets.push(total);
+            self.offsets.push(total);
             total += len;
         }
-        offsets.push(total);
-        let mut batch = Batch {
-            at: HashMap::default(),
-            buf: vec![0u8; total],
-        };
+        self.offsets.push(total);
+        self.at.clear();
+        self.buf.clear();
+        self.buf.resize(total, 0);
+        let offsets = &self.offsets;
         let mut i = 0;
         while i < pieces.len() {
             let end = (i + IOV_MAX).min(pieces.len());
             let n = read_vectored(
                 pid,
                 &pieces[i..end],
-                &mut batch.buf[offsets[i]..offsets[end]],
+                &mut self.buf[offsets[i]..offsets[end]],
             );
             // Pieces are filled in order until the first that fails: keep the whole ones and
             // go on after the failed one.
             let mut j = i;
             while j < end && offsets[j + 1] - offsets[i] <= n {
-                batch.at.insert(pieces[j], offsets[j]);
+                self.at.insert(pieces[j], offsets[j]);
                 j += 1;
             }
             i = if j == end { end } else { j + 1 };
         }
-        batch
     }
 
     /// The bytes of a piece that was asked for exactly so and read whole.

@@ -106,6 +106,8 @@ pub struct Walker {
     reads: MemoryReads,
     /// Run states read from /proc so far (threads in a known wait are not read).
     state_reads: u64,
+    /// The batch each sample refills.
+    batch: Batch,
 }
 
 /// The run state a sample uses for each thread.
@@ -181,6 +183,7 @@ impl Walker {
             samples: 0,
             reads: MemoryReads::default(),
             state_reads: 0,
+            batch: Batch::default(),
         })
     }
 
@@ -192,7 +195,9 @@ impl Walker {
     /// Every Python thread's stack, innermost frame last in the folded text.
     pub fn read(&mut self, run_state: RunState<'_>) -> Result<Vec<Trace>> {
         let before = MemoryReads::of_this_thread();
-        let result = self.read_all(run_state);
+        let mut batch = std::mem::take(&mut self.batch);
+        let result = self.read_all(run_state, &mut batch);
+        self.batch = batch;
         self.reads
             .add_between(before, MemoryReads::of_this_thread());
         result
@@ -220,14 +225,16 @@ impl Walker {
         })
     }
 
-    fn read_all(&mut self, run_state: RunState<'_>) -> Result<Vec<Trace>> {
+    fn read_all(&mut self, run_state: RunState<'_>, batch: &mut Batch) -> Result<Vec<Trace>> {
         // What recent samples read, read again in one batch: thread states, the current frame
         // and the top of each data stack, frames outside them, code object headers. Most are
         // still what this sample needs.
         self.samples += 1;
         let layout = &self.layout;
         let head = (self.interpreter + layout.interp_threads_head, 8);
-        let mut pieces = vec![head];
+        let pieces = &mut batch.pieces;
+        pieces.clear();
+        pieces.push(head);
         let gil_piece = self.gil_piece();
         pieces.extend(gil_piece);
         pieces.extend(self.ahead_threads.iter().map(|&t| (t, layout.tstate_size)));
@@ -249,7 +256,8 @@ impl Walker {
             }
             pieces.push((stack.start, stack.end - stack.start));
         }
-        let batch = Batch::read(self.pid, &pieces);
+        batch.fill(self.pid);
+        let batch = &*batch;
         let Some(first) = batch.get(head.0, 8) else {
             bail!("failed to read the interpreter's list of threads");
         };
@@ -292,12 +300,12 @@ impl Walker {
                 usize_at(&tstate, self.layout.tstate_thread_id) as u64
             };
             let ahead = previous_stacks.remove(&thread);
-            let frames = self.frames(thread, ahead, &tstate, &batch, &mut outside)?;
+            let frames = self.frames(thread, ahead, &tstate, batch, &mut outside)?;
             threads.push((tid, thread == gil_holder, frames));
             thread = usize_at(&tstate, self.layout.tstate_next);
         }
 
-        self.check_codes(&threads, &batch)?;
+        self.check_codes(&threads, batch)?;
         self.ahead_threads = thread_addresses;
         self.ahead_frames.seen(&outside, self.samples);
         let mut traces = Vec::with_capacity(threads.len());
