@@ -7,6 +7,7 @@ mod render;
 mod sampler;
 mod shares;
 mod svgread;
+mod threadmap;
 mod walker;
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -158,6 +159,13 @@ impl Sampler {
         self.session.clock()
     }
 
+    /// Where on-CPU states come from: "os", or "estimated (...)" with the reason; empty before
+    /// the first sample.
+    #[getter]
+    fn on_cpu(&self) -> String {
+        self.session.on_cpu()
+    }
+
     /// Completed windows since the last call, oldest first; `flush` adds the one in progress.
     #[pyo3(signature = (flush=false))]
     fn drain<'py>(&self, py: Python<'py>, flush: bool) -> PyResult<Bound<'py, PyList>> {
@@ -202,6 +210,7 @@ impl Sampler {
         dict.set_item("pause_p99", stats.pauses.percentile(99.0))?;
         dict.set_item("last_error", stats.last_error)?;
         dict.set_item("reader", stats.reader)?;
+        dict.set_item("on_cpu", stats.on_cpu)?;
         dict.set_item("clock", stats.clock)?;
         let state = match end {
             End::Running => "running",

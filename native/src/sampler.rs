@@ -16,6 +16,7 @@ use py_spy::{Config, PythonSpy, StackTrace};
 
 use crate::errors::InitError;
 use crate::fxhash::FxBuild;
+use crate::threadmap::{OnCpu, ELSEWHERE};
 use crate::walker::{MemoryReads, RunState, Trace, Walker};
 
 /// What the sampler was asked to do.
@@ -100,6 +101,9 @@ pub struct Stats {
     pub last_error: Option<String>,
     /// Which reader reads the stacks, and why when it is not the walker.
     pub reader: String,
+    /// Where the last sample's on-CPU states came from: "os" when all from the OS, else
+    /// "estimated (why)" (py-spy's guess from the innermost frame); empty before a sample.
+    pub on_cpu: String,
     /// Where the session ticks: "own" (a thread of its own), "shared" (the shared clock), or
     /// why it is on a thread of its own after asking for the shared clock.
     pub clock: String,
@@ -404,6 +408,7 @@ impl Session {
                     names: HashMap::new(),
                     named: HashSet::new(),
                     last_lookup: None,
+                    os: OnCpu::new(pid),
                 };
                 let runner = Runner {
                     readers,
@@ -478,6 +483,12 @@ impl Session {
     pub fn clock(&self) -> String {
         let shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
         shared.stats.clock.clone()
+    }
+
+    /// Where on-CPU states come from (`Stats::on_cpu`), without copying the other counters.
+    pub fn on_cpu(&self) -> String {
+        let shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        shared.stats.on_cpu.clone()
     }
 
     pub fn stats(&self) -> (Stats, End) {
@@ -570,12 +581,25 @@ fn read_stopped(
     states: &mut ThreadStates,
     read: impl FnOnce(&HashMap<i32, bool>) -> anyhow::Result<Vec<Trace>>,
 ) -> (anyhow::Result<Vec<Trace>>, Option<f64>) {
-    let running: HashMap<i32, bool> = python_threads
+    let mut running: HashMap<i32, bool> = python_threads
         .iter()
         .filter_map(|&tid| states.running(tid).map(|r| (tid, r)))
         .collect();
     if running.len() != python_threads.len() {
         python_threads.clear();
+    }
+    if python_threads.is_empty() {
+        // the whole process stops: every thread's state is read before, as it is not after
+        for tid in process
+            .threads()
+            .iter()
+            .flatten()
+            .filter_map(|t| t.id().ok())
+        {
+            if let Some(r) = states.running(tid) {
+                running.insert(tid, r);
+            }
+        }
     }
     let began = Instant::now();
     let mut thread_locks = Vec::with_capacity(python_threads.len());
@@ -628,26 +652,31 @@ struct Readers {
     /// Threads whose names were looked up (the walker does not read names).
     named: HashSet<u64>,
     last_lookup: Option<Instant>,
+    /// Thread ids and on-CPU states from the OS, and where they could not be had.
+    os: OnCpu,
 }
 
 impl Readers {
     fn read(&mut self, run_state: RunState<'_>) -> anyhow::Result<Vec<Trace>> {
-        match self.walker.as_mut() {
-            Some(walker) => walker.read(run_state),
-            None => {
-                let mut traces = spy_read(&mut self.spy, &mut self.cache, &mut self.names)?;
-                if let RunState::Known(running) = run_state {
-                    // py-spy read the threads' state while they were stopped: use the one
-                    // read before.
-                    for trace in traces.iter_mut() {
-                        if let Some(&on_cpu) = running.get(&(trace.tid as i32)) {
-                            trace.active = on_cpu;
-                        }
-                    }
-                }
-                Ok(traces)
+        let traces = match self.walker.as_mut() {
+            Some(walker) => {
+                let traces = walker.read(run_state)?;
+                // the walker's states are the OS's for the threads this sidecar sees
+                let os = &mut self.os;
+                os.estimated = traces
+                    .iter()
+                    .any(|t| !os.map.is_thread(t.tid as i32))
+                    .then(|| ELSEWHERE.to_string());
+                traces
             }
-        }
+            None => {
+                self.os.estimated = None;
+                let os = Some((&mut self.os, &run_state));
+                spy_read(&mut self.spy, &mut self.cache, &mut self.names, os)?
+            }
+        };
+        self.os.settle(&traces);
+        Ok(traces)
     }
 
     /// Looks up the names of threads the walker met for the first time, at most once a second
@@ -663,7 +692,7 @@ impl Readers {
             return;
         }
         self.last_lookup = Some(Instant::now());
-        if spy_read(&mut self.spy, &mut self.cache, &mut self.names).is_ok() {
+        if spy_read(&mut self.spy, &mut self.cache, &mut self.names, None).is_ok() {
             if self.named.len() > 100_000 {
                 self.named.clear();
             }
@@ -672,17 +701,28 @@ impl Readers {
     }
 }
 
-/// One read through py-spy, folded like the walker's.
+/// One read through py-spy, folded like the walker's; with `os`, thread ids and on-CPU states
+/// come from the OS where they can (`OnCpu::thread`).
 fn spy_read(
     spy: &mut PythonSpy,
     cache: &mut FrameCache,
     names: &mut HashMap<u64, String>,
+    mut os: Option<(&mut OnCpu, &RunState<'_>)>,
 ) -> anyhow::Result<Vec<Trace>> {
     let traces = spy.get_stack_traces()?;
+    // the pthread_t of threads whose interpreter keeps no OS thread id (CPython < 3.11)
+    let pthreads: Vec<u64> = traces
+        .iter()
+        .filter(|t| t.os_thread_id.is_none())
+        .map(|t| t.thread_id)
+        .collect();
     Ok(traces
         .iter()
         .map(|trace| {
-            let tid = trace.os_thread_id.unwrap_or(trace.thread_id);
+            let (tid, active) = match os.as_mut() {
+                Some((os, run_state)) => os.thread(trace, &pthreads, run_state),
+                None => (trace.os_thread_id.unwrap_or(trace.thread_id), trace.active),
+            };
             if let Some(name) = &trace.thread_name {
                 if names.get(&tid) != Some(name) {
                     names.insert(tid, name.clone());
@@ -691,7 +731,7 @@ fn spy_read(
             Trace {
                 tid,
                 owns_gil: trace.owns_gil,
-                active: trace.active,
+                active,
                 stack: (!trace.frames.is_empty()).then(|| cache.fold(trace)),
             }
         })
@@ -720,7 +760,7 @@ fn checked_walker(
     };
     let mut last = String::from("no read succeeded");
     for _ in 0..100 {
-        let theirs = spy_read(spy, cache, &mut names);
+        let theirs = spy_read(spy, cache, &mut names, None);
         let ours = walker.read(RunState::Read);
         match (theirs, ours) {
             (Ok(theirs), Ok(ours)) => {
@@ -884,6 +924,9 @@ impl Runner {
         if let Some(walker) = &readers.walker {
             state.stats.memory_reads = walker.reads();
             state.stats.state_reads = walker.state_reads();
+        }
+        if result.is_ok() && state.stats.on_cpu != readers.os.source {
+            state.stats.on_cpu.clone_from(&readers.os.source);
         }
         state.stats.read_max = state.stats.read_max.max(read);
         if let Some(pause) = pause {
