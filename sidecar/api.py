@@ -128,13 +128,17 @@ def create_app(service: Service) -> FastAPI:
     def targets() -> list[dict[str, Any]]:
         rows = reader.targets()
         # by PID and start time: a PID reused by another process is not this target's
-        live = set(service.sessions.sessions)
+        live = dict(service.sessions.sessions)
         problems = dict(service.sessions.problems)
         for row in rows:
             key = (row["pid"], row["start_time"])
             row["alive"] = row["alive"] and key in live  # an exec'd-away program is gone
             problem = problems.get(key)
             row["problem"] = problem.error if problem else None
+            # what reads the stacks of a process sampled now, and where on-CPU states come from
+            session = live.get(key)
+            row["reader"] = session.reader if session else None
+            row["on_cpu"] = (session.sampler.on_cpu or None) if session else None
         return rows
 
     @app.get("/api/timeline", summary="busy / idle / blocked samples per time bucket")

@@ -74,6 +74,14 @@ class Counts:
         return profile
 
 
+def on_cpu_source(on_cpu: str) -> str:
+    """Where on-CPU states come from, from the sampler's ``on_cpu`` stat, to follow "on-CPU
+    state": "from the OS", "estimated (why)", or "not read yet"."""
+    if on_cpu == "os":
+        return "from the OS"
+    return on_cpu or "not read yet"
+
+
 def open_sampler(
     pid: int,
     *,

@@ -24,7 +24,7 @@ from sidecar import _native
 from sidecar.classify import classify
 from sidecar.discover import framework_and_loop, read_cmdline
 from sidecar.errors import TargetError
-from sidecar.sample import open_sampler
+from sidecar.sample import on_cpu_source, open_sampler
 from sidecar.store import Gone, ProcessRecord, WindowBatch, Writer
 
 if TYPE_CHECKING:
@@ -119,6 +119,10 @@ class Session:
     code: int = 0
     #: Where its sampler ticks (the sampler's ``clock`` stat), as last logged.
     clock: str = "shared"
+    #: What reads its stacks (the sampler's ``reader`` stat).
+    reader: str = ""
+    #: Where its on-CPU states come from (the sampler's ``on_cpu`` stat), as last seen.
+    on_cpu: str = ""
     #: (window start, busy, idle, blocked) of recent windows, for the live shares in /metrics.
     recent: deque[tuple[int, int, int, int]] = field(default_factory=lambda: deque(maxlen=6))
 
@@ -223,15 +227,18 @@ class Sessions:
                 ProcessRecord(pid, started, cmdline, now, framework, loop, error=str(err))
             )
             return
+        reader = sampler.stats()["reader"]
         with self.lock:
             self.problems.pop(key, None)
-            self.sessions[key] = Session(key, cmdline, sampler, framework, loop, now, code)
+            self.sessions[key] = Session(
+                key, cmdline, sampler, framework, loop, now, code, reader=reader
+            )
         log.info(
             "sampling PID %d (%s, %s; stacks read by %s): %s",
             pid,
             framework,
             loop,
-            sampler.stats()["reader"],
+            reader,
             cmdline[:120],
         )
         self.writer.submit(
@@ -255,6 +262,13 @@ class Sessions:
             if clock != session.clock:
                 session.clock = clock
                 log.warning("PID %d: its sampler now ticks on %s", key[0], clock)
+            on_cpu = session.sampler.on_cpu
+            if on_cpu and on_cpu != session.on_cpu:
+                # said when estimated, and when back from an estimate
+                if on_cpu != "os" or session.on_cpu:
+                    level = logging.INFO if on_cpu == "os" else logging.WARNING
+                    log.log(level, "PID %d: on-CPU state %s", key[0], on_cpu_source(on_cpu))
+                session.on_cpu = on_cpu
 
     def _close(self, key: Key, session: Session) -> None:
         """Stops one session, hands over every window it has and records the process gone."""

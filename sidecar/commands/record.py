@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from sidecar.errors import NoSamples, UsageError
 from sidecar.output import percent, write_text
 from sidecar.render import FORMATS, RenderOptions, export
-from sidecar.sample import Recording, record
+from sidecar.sample import Recording, on_cpu_source, record
 
 if TYPE_CHECKING:
     from sidecar._native import SamplerStats
@@ -90,7 +90,7 @@ def summary(rec: Recording) -> list[str]:
         f"errors {stats['errors']} · late {stats['late']} · missed {stats['missed']} · "
         f"retried {stats['retried']} · "
         f"lag mean {stats['lag_mean'] * 1000:.2f} ms, max {stats['lag_max'] * 1000:.2f} ms",
-        f"stacks read by {stats['reader']}",
+        f"stacks read by {stats['reader']}, on-CPU state {on_cpu_source(stats['on_cpu'])}",
     ]
     states = rec.counts.state_counts()
     total = sum(states.values())

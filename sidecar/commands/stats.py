@@ -72,6 +72,12 @@ def _live(pid: int, duration: float) -> tuple[Profile, ProcessInfo]:
             f"PID {pid} exited after {rec.elapsed:.1f} s; stats of what was sampled",
             file=sys.stderr,
         )
+    if rec.stats["on_cpu"] not in ("os", ""):
+        print(
+            f"sidecar: note: on-CPU state {rec.stats['on_cpu']}: a thread off CPU outside a "
+            "known wait counts as busy",
+            file=sys.stderr,
+        )
     if rec.target.python_version:
         info = replace(info, python_version=rec.target.python_version)
     return profile, refine(info, profile.stacks)
