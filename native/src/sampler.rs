@@ -16,7 +16,7 @@ use py_spy::{Config, PythonSpy, StackTrace};
 
 use crate::errors::InitError;
 use crate::fxhash::FxBuild;
-use crate::threadmap::{OnCpu, ELSEWHERE};
+use crate::threadmap::OnCpu;
 use crate::walker::{MemoryReads, RunState, Trace, Walker};
 
 /// What the sampler was asked to do.
@@ -658,25 +658,20 @@ struct Readers {
 
 impl Readers {
     fn read(&mut self, run_state: RunState<'_>) -> anyhow::Result<Vec<Trace>> {
-        let traces = match self.walker.as_mut() {
+        match self.walker.as_mut() {
             Some(walker) => {
                 let traces = walker.read(run_state)?;
-                // the walker's states are the OS's for the threads this sidecar sees
-                let os = &mut self.os;
-                os.estimated = traces
-                    .iter()
-                    .any(|t| !os.map.is_thread(t.tid as i32))
-                    .then(|| ELSEWHERE.to_string());
-                traces
+                self.os.walker_read(&traces);
+                Ok(traces)
             }
             None => {
-                self.os.estimated = None;
+                self.os.begin();
                 let os = Some((&mut self.os, &run_state));
-                spy_read(&mut self.spy, &mut self.cache, &mut self.names, os)?
+                let traces = spy_read(&mut self.spy, &mut self.cache, &mut self.names, os)?;
+                self.os.spy_read(&traces);
+                Ok(traces)
             }
-        };
-        self.os.settle(&traces);
-        Ok(traces)
+        }
     }
 
     /// Looks up the names of threads the walker met for the first time, at most once a second
@@ -925,8 +920,8 @@ impl Runner {
             state.stats.memory_reads = walker.reads();
             state.stats.state_reads = walker.state_reads();
         }
-        if result.is_ok() && state.stats.on_cpu != readers.os.source {
-            state.stats.on_cpu.clone_from(&readers.os.source);
+        if result.is_ok() && state.stats.on_cpu != readers.os.source() {
+            state.stats.on_cpu = readers.os.source().to_string();
         }
         state.stats.read_max = state.stats.read_max.max(read);
         if let Some(pause) = pause {

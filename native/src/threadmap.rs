@@ -7,6 +7,9 @@
 //! thread's descriptor holds a distinct thread id of the target, as /proc lists them. Each
 //! thread's id is read once, when it is first met, and read again when it is no longer a
 //! thread of the target (a descriptor is reused by the next thread after one exits).
+//!
+//! `OnCpu` gives each thread py-spy reads its OS thread id and the OS's run state through the
+//! map, and says where the states of a sample came from (`Stats::on_cpu`).
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -194,18 +197,18 @@ impl ThreadMap {
 
 /// Why on-CPU states are estimated when the interpreter's thread ids are no threads of the
 /// target as this sidecar's /proc sees them.
-pub(crate) const ELSEWHERE: &str =
+const ELSEWHERE: &str =
     "the interpreter's thread ids are not the target's threads here: another PID namespace?";
 
 /// Thread ids and on-CPU states from the OS for what py-spy reads, and where they come from.
 pub(crate) struct OnCpu {
     /// `pthread_t` to OS thread id, for interpreters that keep no OS thread id.
-    pub(crate) map: ThreadMap,
-    pub(crate) states: ThreadStates,
+    map: ThreadMap,
+    states: ThreadStates,
     /// Why this sample's states are not all the OS's; None when they are.
-    pub(crate) estimated: Option<String>,
+    estimated: Option<String>,
     /// `Stats::on_cpu` as of the last sample.
-    pub(crate) source: String,
+    source: String,
 }
 
 impl OnCpu {
@@ -275,11 +278,33 @@ impl OnCpu {
         .or_else(|| self.states.running(tid))
     }
 
-    /// After a sample: closes the state files of threads gone, and notes where its states
-    /// came from.
-    pub(crate) fn settle(&mut self, traces: &[Trace]) {
+    /// `Stats::on_cpu` as of the last sample: "os", or "estimated (why)"; empty before one.
+    pub(crate) fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// After a sample of the walker: its states are the OS's for the threads this sidecar
+    /// sees (it reads them itself).
+    pub(crate) fn walker_read(&mut self, traces: &[Trace]) {
+        let elsewhere = traces.iter().any(|t| !self.map.is_thread(t.tid as i32));
+        self.estimated = elsewhere.then(|| ELSEWHERE.to_string());
+        self.settle();
+    }
+
+    /// Before a read through py-spy, whose threads go through `thread`.
+    pub(crate) fn begin(&mut self) {
+        self.estimated = None;
+    }
+
+    /// After a read through py-spy: closes the state files of threads gone.
+    pub(crate) fn spy_read(&mut self, traces: &[Trace]) {
         let alive: Vec<i32> = traces.iter().map(|t| t.tid as i32).collect();
         self.states.keep(&alive);
+        self.settle();
+    }
+
+    /// Notes where the sample's states came from.
+    fn settle(&mut self) {
         let same = match &self.estimated {
             None => self.source == "os",
             Some(why) => self
