@@ -222,8 +222,8 @@ impl OnCpu {
     }
 
     /// A thread's OS thread id and on-CPU state. The id is the interpreter's (3.11+) or the
-    /// map's; the state combines the OS's run state with the wait rule as walker.rs's
-    /// `read_all` does: a thread in a known wait is idle, any other is on CPU when the OS says
+    /// map's; the state combines the OS's run state with the wait rule as the walker's
+    /// `read_all` (walker/mod.rs) does: a thread in a known wait is idle, any other is on CPU when the OS says
     /// it runs. Without either, py-spy's thread id and guess stay, and `estimated` says why;
     /// a thread that exited while it was read keeps the guess too, without that.
     pub(crate) fn thread(
@@ -322,11 +322,12 @@ impl OnCpu {
     }
 }
 
-/// py-spy's rule for a thread in a known wait, by the name of its innermost frame: the rule
-/// walker.rs's `is_wait` copies too (one of them can go once both readers share it).
+/// The known-wait rule of walker/objects.rs's `is_wait` (py-spy's, on the last part of a
+/// qualified name), on py-spy's innermost frame; to fold into one when the readers share it.
 fn spy_waits(trace: &StackTrace) -> bool {
     trace.frames.first().is_some_and(|frame| {
-        let (name, file) = (frame.name.as_str(), frame.filename.as_str());
+        let file = frame.filename.as_str();
+        let name = frame.name.rsplit('.').next().unwrap_or(&frame.name);
         (name == "wait" && file.ends_with("threading.py"))
             || (name == "select" && file.ends_with("selectors.py"))
             || (name == "poll"
