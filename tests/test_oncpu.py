@@ -1,40 +1,27 @@
-"""On-CPU state from the OS on every CPython version the sampler reads, also where the
-interpreter keeps no OS thread id (3.8 to 3.10, read through py-spy): real targets under real
-interpreters (pyenv's), the real native sampler."""
+"""On-CPU state from the OS where the interpreter keeps no OS thread id (CPython 3.8 to 3.10,
+read through py-spy) as where it does (3.11, the walker): real targets under real interpreters,
+the real native sampler."""
 
 from __future__ import annotations
 
 import os
 import select
-import shutil
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 from helpers import ROOT, Spawner
+from pythons import interpreter
 
 from sidecar import _native
 
 VERSIONS = ["3.8", "3.9", "3.10", "3.11"]
-PYENV = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
 
 
-def interpreter(version: str) -> str:
-    """pyenv's (or the PATH's) CPython `version`; missing, the test skips, or fails in CI."""
-    found = sorted(PYENV.glob(f"{version}.*/bin/python{version}"))
-    path = str(found[-1]) if found else shutil.which(f"python{version}")
-    if path is None:
-        message = f"no CPython {version} (pyenv install {version})"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return path
-
-
-def start(spawn: Spawner, *argv: str) -> tuple[subprocess.Popen[str], list[str]]:
+def start(spawn: Spawner, *argv: str | Path) -> tuple[subprocess.Popen[str], list[str]]:
     """Starts a target and waits for its line "ready ...": the process and the line's words."""
-    popen = subprocess.Popen(list(argv), cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    popen = subprocess.Popen([str(a) for a in argv], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     spawn.procs.append(popen)
     assert popen.stdout is not None
     ready, _, _ = select.select([popen.stdout], [], [], 20)
@@ -55,9 +42,8 @@ def on_cpu_shares(windows: list[_native.Window]) -> dict[int, tuple[float, int]]
 @pytest.mark.parametrize("version", VERSIONS)
 def test_the_os_says_which_threads_run(spawn: Spawner, version: str) -> None:
     python = interpreter(version)
-    spin = [python, "-m", "targets.spin", "--depth", "5"]
-    sleeper, _ = start(spawn, *spin, "--sleep")
-    spinner, _ = start(spawn, *spin)
+    sleeper = spawn.target("spin", "--depth", "5", "--sleep", python=python).popen
+    spinner = spawn.target("spin", "--depth", "5", python=python).popen
     samplers = [_native.Sampler(p.pid, rate_hz=100) for p in (sleeper, spinner)]
     try:
         time.sleep(2)
