@@ -12,7 +12,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
-use crate::sampler::{precise_sleeps, run_alone, Runner, MAX_SLEEP};
+use crate::runner::{precise_sleeps, run_alone, Runner, MAX_SLEEP};
 
 static CLOCK: OnceLock<Mutex<Sender<Box<Runner>>>> = OnceLock::new();
 

@@ -3,7 +3,7 @@
 use pyo3::exceptions::{PyPermissionError, PyProcessLookupError};
 use pyo3::prelude::*;
 
-use crate::sampler::start_time;
+use crate::procfs::start_time;
 
 pyo3::create_exception!(
     _native,

@@ -3,12 +3,18 @@
 mod clock;
 mod errors;
 mod fxhash;
+mod memory;
+mod procfs;
+mod readers;
 mod render;
+mod runner;
 mod sampler;
 mod shares;
+mod stack;
 mod svgread;
 mod threadmap;
 mod walker;
+mod windows;
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -16,7 +22,8 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 
 use errors::SamplerError;
 use render::RenderOptions;
-use sampler::{End, Options, Session, Window};
+use sampler::Session;
+use windows::{End, Options, Window};
 
 /// Samples one Python process on a native thread (its own, or the clock shared by every
 /// sampler with `clock="shared"`), without holding the GIL.
@@ -303,7 +310,7 @@ fn diff_folded(
 /// Field 22 of /proc/PID/stat (start time in clock ticks), or None if there is no such process.
 #[pyfunction]
 fn process_start_time(pid: i32) -> Option<u64> {
-    sampler::start_time(pid)
+    procfs::start_time(pid)
 }
 
 #[pymodule]

@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 
 use py_spy::StackTrace;
 
-use crate::sampler::ThreadStates;
-use crate::walker::{RunState, Trace};
+use crate::memory::read_upto;
+use crate::procfs::ThreadStates;
+use crate::stack::{is_wait, RunState, Trace};
 
 /// Bytes of each descriptor that calibration looks at.
 const SPAN: usize = 2048;
@@ -249,7 +250,7 @@ impl OnCpu {
             }
         }
         match (mapped, running) {
-            (Mapped::Tid(tid), Some(running)) => (tid as u64, running && !spy_waits(trace)),
+            (Mapped::Tid(tid), Some(running)) => (tid as u64, running && !innermost_waits(trace)),
             // a thread the map or this /proc knew, gone since it was read
             (Mapped::Tid(tid), None) if trace.os_thread_id.is_none() || self.map.is_thread(tid) => {
                 (tid as u64, trace.active)
@@ -322,20 +323,12 @@ impl OnCpu {
     }
 }
 
-/// The known-wait rule of walker/objects.rs's `is_wait` (py-spy's, on the last part of a
-/// qualified name), on py-spy's innermost frame; to fold into one when the readers share it.
-fn spy_waits(trace: &StackTrace) -> bool {
-    trace.frames.first().is_some_and(|frame| {
-        let file = frame.filename.as_str();
-        let name = frame.name.rsplit('.').next().unwrap_or(&frame.name);
-        (name == "wait" && file.ends_with("threading.py"))
-            || (name == "select" && file.ends_with("selectors.py"))
-            || (name == "poll"
-                && (file.ends_with("asyncore.py")
-                    || file.contains("zmq")
-                    || file.contains("gevent")
-                    || file.contains("tornado")))
-    })
+/// The thread's innermost frame is a known wait (`crate::stack::is_wait`).
+fn innermost_waits(trace: &StackTrace) -> bool {
+    trace
+        .frames
+        .first()
+        .is_some_and(|frame| is_wait(&frame.name, &frame.filename))
 }
 
 /// The offset of the thread id in a thread descriptor: where every one of `descriptors` holds
@@ -384,34 +377,6 @@ fn tasks(pid: i32) -> Option<HashSet<i32>> {
             .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
             .collect(),
     )
-}
-
-/// Up to `len` bytes at `address` in the target: as many as its mappings hold from there on
-/// (a descriptor may lie at the end of its mapping).
-fn read_upto(pid: i32, address: usize, len: usize) -> Vec<u8> {
-    const PAGE: usize = 4096;
-    let mut buf = vec![0u8; len];
-    let mut remote = Vec::new();
-    let mut at = address;
-    let end = address.saturating_add(len);
-    while at < end {
-        let next = ((at / PAGE) + 1).saturating_mul(PAGE).min(end);
-        remote.push(libc::iovec {
-            iov_base: at as *mut libc::c_void,
-            iov_len: next - at,
-        });
-        at = next;
-    }
-    let local = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    // SAFETY: `local` covers `buf` exactly; the remote pieces are only read by the kernel,
-    // which checks them against the target's mappings and stops at the first it cannot read.
-    let n =
-        unsafe { libc::process_vm_readv(pid, &local, 1, remote.as_ptr(), remote.len() as _, 0) };
-    buf.truncate(n.max(0) as usize);
-    buf
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@
 //! new costs one more read. The run state is read for Python threads outside a known wait only,
 //! through /proc files it keeps open.
 //!
-//! The pieces, by concern: `memory` (reads and batches), `layout` (where each version keeps
+//! The pieces, by concern: `crate::memory` (reads and batches), `layout` (where each version keeps
 //! what is read: a table for 3.11 and 3.12, the target's own `_Py_DebugOffsets` from 3.13),
 //! `objects` (strings, code objects, line tables), `frames` (the walk of one thread), `ahead`
 //! (what the next sample reads ahead). py-spy still attaches (it finds the interpreter and its
@@ -17,9 +17,9 @@
 //! before trusting it.
 
 mod ahead;
+mod debug_offsets;
 mod frames;
 mod layout;
-mod memory;
 mod objects;
 
 use std::collections::HashMap;
@@ -29,12 +29,12 @@ use anyhow::{bail, Result};
 use py_spy::PythonSpy;
 
 use crate::fxhash::FxBuild;
-use crate::sampler::ThreadStates;
+use crate::memory::{read, u32_at, usize_at, Batch, MemoryReads};
+use crate::procfs::ThreadStates;
+use crate::stack::{RunState, Trace};
 use ahead::{AheadStack, Recent};
 use frames::RawFrame;
 pub use layout::Layout;
-pub use memory::MemoryReads;
-use memory::{read, usize_at, Batch};
 use objects::{Code, ShortFiles};
 
 /// Sanity bound against torn or garbage reads.
@@ -46,18 +46,6 @@ const STACK_CACHE_BYTES: usize = 32 << 20;
 /// A thread as read: OS thread id, holds the GIL, (code object, instruction offset) of each
 /// frame innermost first.
 type RawThread = (u64, bool, Vec<RawFrame>);
-
-/// One Python thread's stack in one sample.
-#[derive(Debug, Clone)]
-pub struct Trace {
-    /// OS thread id as the interpreter knows it.
-    pub tid: u64,
-    pub owns_gil: bool,
-    /// On CPU: the OS says running and the innermost frame is not a known wait.
-    pub active: bool,
-    /// Folded, outermost frame first; None when the thread runs no Python code.
-    pub stack: Option<Arc<str>>,
-}
 
 /// Where the walker learns which thread holds the GIL: the word that holds its thread state,
 /// and from 3.12 the GIL state's locked flag (a released GIL keeps its last holder).
@@ -110,14 +98,6 @@ pub struct Walker {
     batch: Batch,
 }
 
-/// The run state a sample uses for each thread.
-pub enum RunState<'a> {
-    /// Read now from /proc (the threads run).
-    Read,
-    /// Read before the threads were stopped.
-    Known(&'a HashMap<i32, bool>),
-}
-
 impl Walker {
     /// A walker for the process `spy` attached to, when it runs a CPython version the walker
     /// knows on a 64-bit little-endian Linux machine; else why not.
@@ -141,7 +121,7 @@ impl Walker {
             None => debug_layout(spy).map_err(|err| {
                 let reason = format!("{err:#}");
                 Unsupported {
-                    refuse: reason == layout::FREE_THREADED,
+                    refuse: reason == debug_offsets::FREE_THREADED,
                     reason,
                 }
             })?,
@@ -267,9 +247,7 @@ impl Walker {
                 let Some(bytes) = batch.get(piece.0, piece.1) else {
                     bail!("failed to read which thread holds the GIL");
                 };
-                let locked = gil
-                    .locked
-                    .is_none_or(|at| memory::u32_at(bytes, at - piece.0) != 0);
+                let locked = gil.locked.is_none_or(|at| u32_at(bytes, at - piece.0) != 0);
                 if locked {
                     usize_at(bytes, gil.holder - piece.0)
                 } else {

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use anyhow::{bail, Result};
 
 use super::layout::Layout;
-use super::memory::{read, u32_at, usize_at};
 use crate::fxhash::FxBuild;
+use crate::memory::{read, u32_at, usize_at};
+use crate::stack::{format_frame, is_wait};
 
 /// Sanity bounds against torn or garbage reads.
 const MAX_STRING: usize = 4096;
@@ -68,7 +69,7 @@ impl Code {
             return text.clone();
         }
         let line = line_number(&self.table, self.first_line, offset);
-        let text: Arc<str> = Arc::from(crate::sampler::format_frame(&self.name, &self.shown, line));
+        let text: Arc<str> = Arc::from(format_frame(&self.name, &self.shown, line));
         if self.frames.len() < 4096 {
             self.frames.insert(offset, text.clone());
         }
@@ -134,19 +135,6 @@ fn bytes(pid: i32, layout: &Layout, address: usize) -> Result<Vec<u8>> {
     let mut raw = vec![0u8; size];
     read(pid, address + layout.bytes_data, &mut raw)?;
     Ok(raw)
-}
-
-/// The waits py-spy recognises by name to call a running thread idle. Names are qualified
-/// (`Condition.wait`, `EpollSelector.select`): the rule looks at the last part.
-pub fn is_wait(name: &str, file: &str) -> bool {
-    let bare = name.rsplit('.').next().unwrap_or(name);
-    (bare == "wait" && file.ends_with("threading.py"))
-        || (bare == "select" && file.ends_with("selectors.py"))
-        || (bare == "poll"
-            && (file.ends_with("asyncore.py")
-                || file.contains("zmq")
-                || file.contains("gevent")
-                || file.contains("tornado")))
 }
 
 /// Files as py-spy shows them: relative to the outermost directory that is not a package.
@@ -283,27 +271,5 @@ mod tests {
         assert_eq!(line_number(&table, 10, 6), 9);
         // before the first instruction: the first entry's line
         assert_eq!(line_number(&table, 10, -2), 10);
-    }
-
-    #[test]
-    fn waits_are_recognised_by_their_qualified_names() {
-        assert!(is_wait("wait", "/usr/lib/python3.11/threading.py"));
-        assert!(is_wait(
-            "Condition.wait",
-            "/usr/lib/python3.11/threading.py"
-        ));
-        assert!(is_wait(
-            "EpollSelector.select",
-            "/usr/lib/python3.12/selectors.py"
-        ));
-        assert!(is_wait(
-            "PollIOLoop.poll",
-            "/srv/site-packages/tornado/platform/asyncio.py"
-        ));
-        assert!(!is_wait(
-            "Condition.notify",
-            "/usr/lib/python3.11/threading.py"
-        ));
-        assert!(!is_wait("Server.wait", "/srv/app/server.py"));
     }
 }

@@ -138,6 +138,24 @@ pub fn read_pieces(pid: i32, pieces: &[(usize, usize)], out: &mut [u8]) -> Resul
     Ok(())
 }
 
+/// Up to `len` bytes at `address` in the target: as many as its mappings hold from there on
+/// (what lies at the end of a mapping), read a page at a time in one call.
+pub fn read_upto(pid: i32, address: usize, len: usize) -> Vec<u8> {
+    const PAGE: usize = 4096;
+    let end = address.saturating_add(len);
+    let mut pieces = Vec::new();
+    let mut at = address;
+    while at < end {
+        let next = ((at / PAGE) + 1).saturating_mul(PAGE).min(end);
+        pieces.push((at, next - at));
+        at = next;
+    }
+    let mut buf = vec![0u8; end - address];
+    let n = read_vectored(pid, &pieces, &mut buf);
+    buf.truncate(n);
+    buf
+}
+
 /// One process_vm_readv of `pieces` into `out` (which holds their total length): the bytes
 /// read, 0 on failure.
 fn read_vectored(pid: i32, pieces: &[(usize, usize)], out: &mut [u8]) -> usize {

@@ -1,0 +1,285 @@
+//! The readers of one target: py-spy, which attaches and finds the interpreter, and the own
+//! walker where it applies; py-spy's traces folded like the walker's, and the check that the
+//! two agree before the walker is trusted.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use py_spy::config::LockingStrategy;
+use py_spy::{Config, PythonSpy, StackTrace};
+
+use crate::errors::InitError;
+use crate::memory::MemoryReads;
+use crate::stack::{format_frame, RunState, Trace};
+use crate::threadmap::OnCpu;
+use crate::walker::Walker;
+use crate::windows::Options;
+
+/// What the frame and stack caches may hold, in bytes (about): a bound on size, not count,
+/// because 50,000 stacks 2,000 frames deep are gigabytes.
+const FRAME_CACHE_BYTES: usize = 16 << 20;
+const STACK_CACHE_BYTES: usize = 32 << 20;
+
+/// Caches formatted frames: code objects, file and function names rarely change between samples.
+#[derive(Default)]
+struct FrameCache {
+    /// file → function → line → formatted frame: lookups borrow, so a hit allocates nothing.
+    frames: HashMap<String, HashMap<String, HashMap<i32, Arc<str>>>>,
+    frame_bytes: usize,
+    stacks: HashMap<Vec<Arc<str>>, Arc<str>>,
+    stack_bytes: usize,
+}
+
+impl FrameCache {
+    fn fold(&mut self, trace: &StackTrace) -> Arc<str> {
+        let mut parts: Vec<Arc<str>> = Vec::with_capacity(trace.frames.len());
+        for frame in trace.frames.iter().rev() {
+            let file = frame.short_filename.as_deref().unwrap_or(&frame.filename);
+            parts.push(self.frame(file, &frame.name, frame.line));
+        }
+        if let Some(stack) = self.stacks.get(&parts) {
+            return stack.clone();
+        }
+        let joined: Arc<str> = Arc::from(
+            parts
+                .iter()
+                .map(|p| p.as_ref())
+                .collect::<Vec<_>>()
+                .join(";"),
+        );
+        // Bound the caches so a target that generates code cannot grow them forever.
+        let cost = joined.len() + parts.len() * std::mem::size_of::<Arc<str>>() + 64;
+        if self.stack_bytes + cost > STACK_CACHE_BYTES {
+            self.stacks.clear();
+            self.stack_bytes = 0;
+        }
+        self.stacks.insert(parts, joined.clone());
+        self.stack_bytes += cost;
+        joined
+    }
+
+    fn frame(&mut self, file: &str, name: &str, line: i32) -> Arc<str> {
+        if let Some(text) = self
+            .frames
+            .get(file)
+            .and_then(|names| names.get(name))
+            .and_then(|lines| lines.get(&line))
+        {
+            return text.clone();
+        }
+        let text: Arc<str> = Arc::from(format_frame(name, file, line));
+        let cost = 2 * text.len() + 128;
+        if self.frame_bytes + cost > FRAME_CACHE_BYTES {
+            self.frames.clear();
+            self.frame_bytes = 0;
+        }
+        self.frames
+            .entry(file.to_string())
+            .or_default()
+            .entry(name.to_string())
+            .or_default()
+            .insert(line, text.clone());
+        self.frame_bytes += cost;
+        text
+    }
+}
+
+impl Readers {
+    /// Attaches to `pid` (started at `started`): py-spy, and the walker when asked for, where
+    /// it applies and agrees with py-spy. Also says which reader reads, and why.
+    pub(crate) fn attach(
+        pid: i32,
+        started: u64,
+        options: &Options,
+    ) -> Result<(Readers, String), InitError> {
+        // Blocking mode stops the Python threads itself (see `read_stopped`).
+        let config = Config {
+            blocking: LockingStrategy::NonBlocking,
+            sampling_rate: options.rate_hz.round().max(1.0) as u64,
+            collect_thread_names: true,
+            ..Config::default()
+        };
+        let mut spy = match PythonSpy::retry_new(pid, &config, 3) {
+            Ok(spy) => spy,
+            Err(err) => {
+                return Err(InitError::classify(pid, started, &err));
+            }
+        };
+        let mut cache = FrameCache::default();
+        let (walker, reader) = if options.walker {
+            match checked_walker(&mut spy, &mut cache) {
+                Ok(found) => found,
+                Err(reason) => {
+                    return Err(InitError::Sampler(pid, reason));
+                }
+            }
+        } else {
+            (None, "py-spy (asked for)".to_string())
+        };
+        let readers = Readers {
+            spy,
+            walker,
+            cache,
+            names: HashMap::new(),
+            named: HashSet::new(),
+            last_lookup: None,
+            os: OnCpu::new(pid),
+        };
+        Ok((readers, reader))
+    }
+
+    /// The target's Python version, as py-spy found it.
+    pub(crate) fn version(&self) -> String {
+        self.spy.version.to_string()
+    }
+
+    /// The walker's reads of the target so far: memory and run states (none through py-spy).
+    pub(crate) fn walker_reads(&self) -> Option<(MemoryReads, u64)> {
+        self.walker.as_ref().map(|w| (w.reads(), w.state_reads()))
+    }
+
+    /// Thread names met so far.
+    pub(crate) fn names(&self) -> &HashMap<u64, String> {
+        &self.names
+    }
+
+    /// Where the last sample's on-CPU states came from.
+    pub(crate) fn on_cpu(&self) -> &str {
+        self.os.source()
+    }
+}
+
+/// The readers of one target: py-spy always (it attached, and it knows thread names), and
+/// the walker when it applies and agreed with py-spy at attach.
+pub(crate) struct Readers {
+    spy: PythonSpy,
+    walker: Option<Walker>,
+    cache: FrameCache,
+    names: HashMap<u64, String>,
+    /// Threads whose names were looked up (the walker does not read names).
+    named: HashSet<u64>,
+    last_lookup: Option<Instant>,
+    /// Thread ids and on-CPU states from the OS, and where they could not be had.
+    os: OnCpu,
+}
+
+impl Readers {
+    pub(crate) fn read(&mut self, run_state: RunState<'_>) -> anyhow::Result<Vec<Trace>> {
+        match self.walker.as_mut() {
+            Some(walker) => {
+                let traces = walker.read(run_state)?;
+                self.os.walker_read(&traces);
+                Ok(traces)
+            }
+            None => {
+                self.os.begin();
+                let os = Some((&mut self.os, &run_state));
+                let traces = spy_read(&mut self.spy, &mut self.cache, &mut self.names, os)?;
+                self.os.spy_read(&traces);
+                Ok(traces)
+            }
+        }
+    }
+
+    /// Looks up the names of threads the walker met for the first time, at most once a second
+    /// (py-spy reads them from the `threading` module).
+    pub(crate) fn lookup_names(&mut self, traces: &[Trace]) {
+        if self.walker.is_none() || traces.iter().all(|t| self.named.contains(&t.tid)) {
+            return;
+        }
+        if self
+            .last_lookup
+            .is_some_and(|at| at.elapsed() < Duration::from_secs(1))
+        {
+            return;
+        }
+        self.last_lookup = Some(Instant::now());
+        if spy_read(&mut self.spy, &mut self.cache, &mut self.names, None).is_ok() {
+            if self.named.len() > 100_000 {
+                self.named.clear();
+            }
+            self.named.extend(traces.iter().map(|t| t.tid));
+        }
+    }
+}
+
+/// One read through py-spy, folded like the walker's; with `os`, thread ids and on-CPU states
+/// come from the OS where they can (`OnCpu::thread`).
+fn spy_read(
+    spy: &mut PythonSpy,
+    cache: &mut FrameCache,
+    names: &mut HashMap<u64, String>,
+    mut os: Option<(&mut OnCpu, &RunState<'_>)>,
+) -> anyhow::Result<Vec<Trace>> {
+    let traces = spy.get_stack_traces()?;
+    // the pthread_t of threads whose interpreter keeps no OS thread id (CPython < 3.11)
+    let pthreads: Vec<u64> = traces
+        .iter()
+        .filter(|t| t.os_thread_id.is_none())
+        .map(|t| t.thread_id)
+        .collect();
+    Ok(traces
+        .iter()
+        .map(|trace| {
+            let (tid, active) = match os.as_mut() {
+                Some((os, run_state)) => os.thread(trace, &pthreads, run_state),
+                None => (trace.os_thread_id.unwrap_or(trace.thread_id), trace.active),
+            };
+            if let Some(name) = &trace.thread_name {
+                if names.get(&tid) != Some(name) {
+                    names.insert(tid, name.clone());
+                }
+            }
+            Trace {
+                tid,
+                owns_gil: trace.owns_gil,
+                active,
+                stack: (!trace.frames.is_empty()).then(|| cache.fold(trace)),
+            }
+        })
+        .collect())
+}
+
+/// The walker, if it applies to this target and reads the same stacks as py-spy: both read
+/// the running target back to back until one pair agrees on every thread (an idle thread
+/// agrees at once; a busy one within a few tries).
+/// Err says why the target is refused: no reader reads it right.
+fn checked_walker(
+    spy: &mut PythonSpy,
+    cache: &mut FrameCache,
+) -> Result<(Option<Walker>, String), String> {
+    let mut walker = match Walker::new(spy) {
+        Ok(walker) => walker,
+        Err(why) if why.refuse => return Err(why.reason),
+        Err(why) => return Ok((None, format!("py-spy ({})", why.reason))),
+    };
+    let mut names = HashMap::new();
+    let key = |traces: Vec<Trace>| {
+        let mut key: Vec<(u64, Option<Arc<str>>)> =
+            traces.into_iter().map(|t| (t.tid, t.stack)).collect();
+        key.sort();
+        key
+    };
+    let mut last = String::from("no read succeeded");
+    for _ in 0..100 {
+        let theirs = spy_read(spy, cache, &mut names, None);
+        let ours = walker.read(RunState::Read);
+        match (theirs, ours) {
+            (Ok(theirs), Ok(ours)) => {
+                if key(theirs) == key(ours) {
+                    let reader = format!(
+                        "walker (Python {}, offsets from {})",
+                        spy.version,
+                        walker.layout_source()
+                    );
+                    return Ok((Some(walker), reader));
+                }
+                last = "the stacks differed".into();
+            }
+            (_, Err(err)) => last = format!("{err:#}"),
+            (Err(_), _) => {}
+        }
+    }
+    Ok((None, format!("py-spy (walker check failed: {last})")))
+}

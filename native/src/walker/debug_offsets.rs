@@ -1,0 +1,364 @@
+//! The layout of a CPython 3.13+ target from its own `_Py_DebugOffsets`, the struct at the
+//! start of `_PyRuntime` (cookie `xdebugpy`) in which the interpreter publishes where its
+//! structures keep their fields. The struct is stable within a minor version only, so each
+//! minor version has a row naming where its fields are; what it does not give (the top of the
+//! data stack, frame owners to leave out, tag bits, the data of non-ASCII strings) is a short
+//! rule per version here too. Everything read is checked before it is used.
+
+use anyhow::{bail, Result};
+
+use super::layout::Layout;
+use crate::memory::{read, usize_at};
+
+/// Sizes past which an offset is garbage rather than a field.
+const MAX_STRUCT: usize = 1 << 16;
+const MAX_FRAME: usize = 256;
+const MAX_CODE: usize = 1024;
+
+impl Layout {
+    /// The layout of a 3.13+ target from the `_Py_DebugOffsets` at `runtime` (the address of
+    /// its `_PyRuntime`), checked against the version py-spy found and against itself.
+    pub fn from_debug_offsets(pid: i32, runtime: usize, minor: u64) -> Result<Layout> {
+        let Some(row) = DebugRow::of(minor) else {
+            bail!("no _Py_DebugOffsets layout for Python 3.{minor}");
+        };
+        let mut raw = vec![0u8; row.words * 8];
+        read(pid, runtime, &mut raw)?;
+        Layout::parse_debug_offsets(&raw, minor)
+    }
+
+    /// The layout a 3.13+ `_Py_DebugOffsets` gives (`raw`, read from the target), checked.
+    pub fn parse_debug_offsets(raw: &[u8], minor: u64) -> Result<Layout> {
+        let Some(row) = DebugRow::of(minor) else {
+            bail!("no _Py_DebugOffsets layout for Python 3.{minor}");
+        };
+        if raw.len() < row.words * 8 {
+            bail!("the debug offsets were read short");
+        }
+        let word = |i: usize| usize_at(raw, i * 8);
+        if &raw[..8] != b"xdebugpy" {
+            bail!("_PyRuntime does not start with the debug offsets' cookie");
+        }
+        let version = word(1);
+        if (version >> 24) & 0xff != 3 || ((version >> 16) & 0xff) as u64 != minor {
+            bail!("the debug offsets are of version {version:#x}, not 3.{minor}");
+        }
+        if word(2) != 0 {
+            bail!(FREE_THREADED);
+        }
+        let tstate_size = word(row.tstate_size);
+        let frame_size = word(row.frame_size);
+        let code_size = word(row.code_size);
+        if tstate_size > MAX_STRUCT || frame_size > MAX_FRAME || code_size > MAX_CODE {
+            bail!("the debug offsets give implausible sizes ({tstate_size}, {frame_size}, {code_size})");
+        }
+        let ascii = word(row.ascii_size);
+        let layout = Layout {
+            minor,
+            source: "_Py_DebugOffsets",
+            interp_threads_head: word(row.threads_head),
+            interp_gil: Some(word(row.ceval_gil)),
+            // given from the interpreter state, whose own GIL state they lie in
+            gil_holder: word(row.gil_holder).wrapping_sub(word(row.gil_state)),
+            gil_locked: word(row.gil_locked).wrapping_sub(word(row.gil_state)),
+            tstate_next: word(row.tstate_next),
+            tstate_frame: word(row.tstate_current_frame),
+            cframe_current: None,
+            tstate_thread_id: word(row.tstate_thread_id),
+            tstate_native_thread_id: word(row.tstate_native_thread_id),
+            tstate_datastack_chunk: word(row.tstate_datastack_chunk),
+            // not given: the top follows the chunk in every version
+            tstate_datastack_top: word(row.tstate_datastack_chunk) + 8,
+            tstate_size: 0,
+            chunk_data: 24,
+            frame_code: word(row.frame_executable),
+            frame_previous: word(row.frame_previous),
+            frame_instr: word(row.frame_instr_ptr),
+            frame_owner: Some(word(row.frame_owner)),
+            frame_first: 0,
+            frame_size: 0,
+            owner_hidden: Some(3),
+            code_tags: if minor >= 14 { 7 } else { 0 },
+            code_firstlineno: word(row.code_firstlineno),
+            code_filename: word(row.code_filename),
+            code_name: word(row.code_name),
+            code_qualname: word(row.code_qualname),
+            code_linetable: word(row.code_linetable),
+            code_adaptive: word(row.code_adaptive),
+            code_first: 0,
+            code_size: 0,
+            str_length: word(row.str_length),
+            str_state: word(row.str_state),
+            str_ascii_data: ascii,
+            str_compact_data: match row.compact_size {
+                Some(i) => word(i),
+                None => ascii + 16,
+            },
+            bytes_size: word(row.bytes_size),
+            bytes_data: word(row.bytes_data),
+        }
+        .finish();
+        let fields_inside = layout.tstate_size <= tstate_size
+            && layout.frame_first + layout.frame_size <= frame_size
+            && layout.code_first + layout.code_size <= code_size
+            && layout.code_adaptive <= code_size
+            && layout.gil_holder < 256
+            && layout.gil_locked < 256
+            && layout.interp_threads_head < MAX_STRUCT
+            && (32..=64).contains(&ascii)
+            && layout.str_state < ascii
+            && layout.str_length < ascii
+            && layout.str_compact_data <= 128
+            && layout.bytes_data <= 64;
+        if !fields_inside {
+            bail!("the debug offsets name fields outside their structures");
+        }
+        Ok(layout)
+    }
+
+    /// The offset of the interpreters' list in `_PyRuntime` (3.13+), where the walker checks
+    /// that it found the runtime py-spy found.
+    pub fn interpreters_head(pid: i32, runtime: usize, minor: u64) -> Result<usize> {
+        let mut word = [0u8; 8];
+        read(pid, runtime + 5 * 8, &mut word)?;
+        let offset = usize_at(&word, 0);
+        if offset == 0 || offset > MAX_STRUCT || DebugRow::of(minor).is_none() {
+            bail!("the debug offsets give no interpreters list");
+        }
+        Ok(offset)
+    }
+}
+
+/// The line a free-threaded target gets.
+pub const FREE_THREADED: &str =
+    "free-threaded CPython builds (3.13t, 3.14t) are not supported: their objects and frames are laid out otherwise";
+
+/// Where a minor version's `_Py_DebugOffsets` keeps each field the walker uses, counted in
+/// 8-byte words from the start of the struct (the cookie is word 0, the version word 1, the
+/// free-threaded flag word 2, the interpreters' list word 5 in every version).
+struct DebugRow {
+    words: usize,
+    threads_head: usize,
+    ceval_gil: usize,
+    gil_state: usize,
+    gil_locked: usize,
+    gil_holder: usize,
+    tstate_size: usize,
+    tstate_next: usize,
+    tstate_current_frame: usize,
+    tstate_thread_id: usize,
+    tstate_native_thread_id: usize,
+    tstate_datastack_chunk: usize,
+    frame_size: usize,
+    frame_previous: usize,
+    frame_executable: usize,
+    frame_instr_ptr: usize,
+    frame_owner: usize,
+    code_size: usize,
+    code_filename: usize,
+    code_name: usize,
+    code_qualname: usize,
+    code_linetable: usize,
+    code_firstlineno: usize,
+    code_adaptive: usize,
+    bytes_size: usize,
+    bytes_data: usize,
+    str_state: usize,
+    str_length: usize,
+    ascii_size: usize,
+    compact_size: Option<usize>,
+}
+
+impl DebugRow {
+    fn of(minor: u64) -> Option<DebugRow> {
+        Some(match minor {
+            13 => DebugRow {
+                words: 73,
+                threads_head: 9,
+                ceval_gil: 14,
+                gil_state: 15,
+                gil_locked: 17,
+                gil_holder: 18,
+                tstate_size: 19,
+                tstate_next: 21,
+                tstate_current_frame: 23,
+                tstate_thread_id: 24,
+                tstate_native_thread_id: 25,
+                tstate_datastack_chunk: 26,
+                frame_size: 28,
+                frame_previous: 29,
+                frame_executable: 30,
+                frame_instr_ptr: 31,
+                frame_owner: 33,
+                code_size: 34,
+                code_filename: 35,
+                code_name: 36,
+                code_qualname: 37,
+                code_linetable: 38,
+                code_firstlineno: 39,
+                code_adaptive: 43,
+                bytes_size: 65,
+                bytes_data: 66,
+                str_state: 68,
+                str_length: 69,
+                ascii_size: 70,
+                compact_size: None,
+            },
+            14 => DebugRow {
+                words: 95,
+                threads_head: 9,
+                ceval_gil: 15,
+                gil_state: 16,
+                gil_locked: 18,
+                gil_holder: 19,
+                tstate_size: 22,
+                tstate_next: 24,
+                tstate_current_frame: 26,
+                tstate_thread_id: 27,
+                tstate_native_thread_id: 28,
+                tstate_datastack_chunk: 29,
+                frame_size: 31,
+                frame_previous: 32,
+                frame_executable: 33,
+                frame_instr_ptr: 34,
+                frame_owner: 36,
+                code_size: 39,
+                code_filename: 40,
+                code_name: 41,
+                code_qualname: 42,
+                code_linetable: 43,
+                code_firstlineno: 44,
+                code_adaptive: 48,
+                bytes_size: 75,
+                bytes_data: 76,
+                str_state: 78,
+                str_length: 79,
+                ascii_size: 80,
+                compact_size: None,
+            },
+            15 => DebugRow {
+                words: 111,
+                threads_head: 9,
+                ceval_gil: 15,
+                gil_state: 16,
+                gil_locked: 18,
+                gil_holder: 19,
+                tstate_size: 22,
+                tstate_next: 24,
+                tstate_current_frame: 26,
+                tstate_thread_id: 30,
+                tstate_native_thread_id: 31,
+                tstate_datastack_chunk: 32,
+                frame_size: 39,
+                frame_previous: 40,
+                frame_executable: 41,
+                frame_instr_ptr: 42,
+                frame_owner: 44,
+                code_size: 47,
+                code_filename: 48,
+                code_name: 49,
+                code_qualname: 50,
+                code_linetable: 51,
+                code_firstlineno: 52,
+                code_adaptive: 56,
+                bytes_size: 87,
+                bytes_data: 88,
+                str_state: 90,
+                str_length: 91,
+                ascii_size: 92,
+                compact_size: Some(93),
+            },
+            _ => return None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The first words of `_PyRuntime` in real interpreters (3.13.0 from pyenv, 3.14.10 and
+    /// 3.15.2 from Debian), as a walker reads them.
+    #[rustfmt::skip]
+    const DEBUG_313: [u64; 73] = [
+        8750607829840520312, 51183856, 0, 283320, 608, 632, 194968, 7272, 7264, 7344, 7400, 7656,
+        7640, 7648, 16, 7752, 0, 7768, 7760, 304, 0, 8, 16, 72, 152, 160, 232, 32, 80, 8, 0, 56,
+        72, 70, 208, 112, 120, 128, 136, 68, 52, 96, 104, 200, 16, 8, 416, 24, 88, 168, 32, 24, 16,
+        40, 24, 16, 48, 32, 40, 24, 16, 32, 16, 24, 40, 16, 32, 64, 32, 16, 40, 240, 200,
+    ];
+    #[rustfmt::skip]
+    const DEBUG_314: [u64; 95] = [
+        8750607829840520312, 51251952, 0, 316616, 784, 808, 225864, 7280, 7272, 7344, 7360, 7408,
+        7688, 7672, 7680, 16, 7784, 0, 7800, 7792, 7992, 0, 832, 0, 8, 16, 72, 152, 160, 232, 32,
+        88, 8, 0, 56, 80, 74, 64, 0, 216, 112, 120, 128, 136, 68, 52, 96, 104, 208, 0, 16, 8, 416,
+        24, 88, 168, 40, 32, 16, 40, 24, 16, 200, 24, 40, 32, 48, 32, 40, 24, 16, 32, 16, 24, 40,
+        16, 32, 64, 32, 16, 40, 264, 192, 160, 24, 72, 67, 0, 8, 24, 304, 8076, 0, 4, 512,
+    ];
+    #[rustfmt::skip]
+    const DEBUG_315: [u64; 111] = [
+        8750607829840520312, 51315440, 0, 346568, 912, 936, 226240, 7272, 7264, 7336, 7352, 7400,
+        7592, 7576, 7584, 16, 7736, 0, 7752, 7744, 7944, 0, 888, 0, 8, 16, 72, 80, 88, 96, 176,
+        184, 256, 32, 36, 40, 136, 288, 0, 88, 8, 0, 56, 80, 74, 64, 0, 216, 112, 120, 128, 136,
+        68, 52, 96, 104, 208, 0, 16, 8, 424, 24, 88, 168, 32, 288, 944, 888, 40, 32, 16, 40, 24,
+        16, 200, 24, 40, 32, 48, 32, 40, 24, 16, 32, 16, 24, 40, 16, 32, 64, 32, 16, 40, 56, 176,
+        112, 120, 1120, 104, 160, 24, 72, 67, 0, 8, 24, 344, 8028, 0, 4, 512,
+    ];
+
+    fn bytes(words: &[u64]) -> Vec<u8> {
+        words.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn debug_offsets_give_what_the_headers_say() {
+        // each against offsetof() in the version's own Include/internal headers
+        let l13 = Layout::parse_debug_offsets(&bytes(&DEBUG_313), 13).expect("3.13 parses");
+        assert_eq!(l13.interp_threads_head, 7344);
+        assert_eq!((l13.gil_holder, l13.gil_locked), (8, 16));
+        assert_eq!((l13.tstate_frame, l13.tstate_thread_id), (72, 152));
+        assert_eq!(
+            (l13.tstate_datastack_chunk, l13.tstate_datastack_top),
+            (232, 240)
+        );
+        assert_eq!((l13.frame_instr, l13.frame_owner), (56, Some(70)));
+        assert_eq!((l13.code_firstlineno, l13.code_adaptive), (68, 200));
+        assert_eq!((l13.str_ascii_data, l13.str_compact_data), (40, 56));
+        assert_eq!(l13.code_tags, 0);
+        let l14 = Layout::parse_debug_offsets(&bytes(&DEBUG_314), 14).expect("3.14 parses");
+        assert_eq!((l14.frame_owner, l14.code_adaptive), (Some(74), 208));
+        assert_eq!(l14.code_tags, 7);
+        let l15 = Layout::parse_debug_offsets(&bytes(&DEBUG_315), 15).expect("3.15 parses");
+        assert_eq!(
+            (l15.tstate_thread_id, l15.tstate_native_thread_id),
+            (176, 184)
+        );
+        assert_eq!(
+            (l15.tstate_datastack_chunk, l15.tstate_datastack_top),
+            (256, 264)
+        );
+        assert_eq!(l15.interp_threads_head, 7336);
+        assert_eq!((l15.str_ascii_data, l15.str_compact_data), (40, 56));
+        // 3.12's table and 3.13's offsets agree where the structures did not change
+        let l12 = Layout::table(12).expect("3.12 is in the table");
+        assert_eq!(
+            (l12.code_filename, l12.code_linetable),
+            (l13.code_filename, l13.code_linetable)
+        );
+    }
+
+    #[test]
+    fn bad_debug_offsets_are_refused() {
+        let mut free = DEBUG_314;
+        free[2] = 1;
+        let err = Layout::parse_debug_offsets(&bytes(&free), 14).unwrap_err();
+        assert_eq!(err.to_string(), FREE_THREADED);
+        // another minor version's struct, a missing cookie, a field past its structure
+        assert!(Layout::parse_debug_offsets(&bytes(&DEBUG_314), 15).is_err());
+        let mut cookie = DEBUG_313;
+        cookie[0] = 0;
+        assert!(Layout::parse_debug_offsets(&bytes(&cookie), 13).is_err());
+        let mut wild = DEBUG_313;
+        wild[43] = 1 << 20; // co_code_adaptive
+        assert!(Layout::parse_debug_offsets(&bytes(&wild), 13).is_err());
+        assert!(Layout::parse_debug_offsets(&bytes(&DEBUG_313[..40]), 13).is_err());
+    }
+}

@@ -1,0 +1,153 @@
+//! What a sampling session fills and reports: the options it runs with, windows of unique
+//! stacks with counts, and the counters it keeps instead of hiding problems.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use crate::fxhash::FxBuild;
+use crate::memory::MemoryReads;
+
+/// What the sampler was asked to do.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub pid: i32,
+    pub rate_hz: f64,
+    pub blocking: bool,
+    /// Window length in seconds; windows are aligned to multiples of it on the wall clock.
+    pub window: f64,
+    /// Completed windows kept while nobody drains them; the oldest are dropped past this.
+    pub max_pending: usize,
+    /// Read with sidecar's own frame walker where it applies (CPython 3.11), else py-spy's.
+    pub walker: bool,
+    /// Tick on the clock thread shared by every sampler that asks for it (one wakeup per
+    /// tick for all their targets) instead of on a thread of its own.
+    pub shared_clock: bool,
+}
+
+/// One thread's stack as seen in one sample, the aggregation key of a window.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct StackKey {
+    pub thread_id: u64,
+    pub on_cpu: bool,
+    pub gil: bool,
+    pub stack: Arc<str>,
+}
+
+/// Unique stacks with counts over `[start, end)` (unix seconds).
+#[derive(Debug, Clone)]
+pub struct Window {
+    pub start: f64,
+    pub end: f64,
+    /// Sampling ticks that produced stacks during the window.
+    pub samples: u64,
+    pub stacks: HashMap<StackKey, u64, FxBuild>,
+    pub thread_names: HashMap<u64, String>,
+}
+
+impl Window {
+    pub(crate) fn new(start: f64, length: f64) -> Self {
+        Window {
+            start,
+            end: start + length,
+            samples: 0,
+            stacks: HashMap::default(),
+            thread_names: HashMap::new(),
+        }
+    }
+}
+
+/// Counters the sampler reports instead of hiding problems.
+#[derive(Debug, Clone, Default)]
+pub struct Stats {
+    /// Ticks that read the target's stacks successfully.
+    pub samples: u64,
+    /// Thread stacks recorded (a tick yields one per Python thread).
+    pub traces: u64,
+    /// Ticks whose read failed while the target was still alive.
+    pub errors: u64,
+    /// Reads that failed while the target ran and were read again at once.
+    pub retried: u64,
+    /// Ticks that started more than a quarter period after their deadline.
+    pub late: u64,
+    /// Ticks skipped entirely because the sampler fell a whole period behind.
+    pub missed: u64,
+    /// Thread stacks with no Python frame (threads that never ran Python code).
+    pub empty: u64,
+    /// Completed windows dropped because nobody drained them in time.
+    pub dropped_windows: u64,
+    /// Samples inside those dropped windows.
+    pub dropped_samples: u64,
+    pub lag_sum: f64,
+    pub lag_max: f64,
+    /// Time spent reading stacks (seconds), summed and worst case.
+    pub read_sum: f64,
+    pub read_max: f64,
+    /// Time spent folding stacks into text (seconds, summed).
+    pub fold_sum: f64,
+    /// Blocking mode: how long the target's Python threads stayed stopped per sample.
+    pub pauses: PauseStats,
+    pub last_error: Option<String>,
+    /// Which reader reads the stacks, and why when it is not the walker.
+    pub reader: String,
+    /// Where the last sample's on-CPU states came from: "os" when all from the OS, else
+    /// "estimated (why)" (py-spy's guess from the innermost frame); empty before a sample.
+    pub on_cpu: String,
+    /// Where the session ticks: "own" (a thread of its own), "shared" (the shared clock), or
+    /// why it is on a thread of its own after asking for the shared clock.
+    pub clock: String,
+    /// The walker's reads of the target's memory so far (none through py-spy).
+    pub memory_reads: MemoryReads,
+    /// Thread run states the walker read from /proc so far (a thread in a known wait is idle
+    /// without one).
+    pub state_reads: u64,
+}
+
+/// Pause lengths of blocking mode: sum, worst case and the most recent ones for percentiles.
+#[derive(Debug, Clone, Default)]
+pub struct PauseStats {
+    pub count: u64,
+    pub sum: f64,
+    pub max: f64,
+    recent: VecDeque<f32>,
+}
+
+impl PauseStats {
+    const KEEP: usize = 4096;
+
+    pub(crate) fn add(&mut self, seconds: f64) {
+        self.count += 1;
+        self.sum += seconds;
+        self.max = self.max.max(seconds);
+        if self.recent.len() == Self::KEEP {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(seconds as f32);
+    }
+
+    /// The `pct` percentile (0..=100) of the recent pauses, in seconds.
+    pub fn percentile(&self, pct: f64) -> f64 {
+        if self.recent.is_empty() {
+            return 0.0;
+        }
+        let mut sorted: Vec<f32> = self.recent.iter().copied().collect();
+        sorted.sort_by(f32::total_cmp);
+        let rank = ((pct / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+        f64::from(sorted[rank.min(sorted.len() - 1)])
+    }
+}
+
+/// Why the sampling thread stopped, if it did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum End {
+    Running,
+    Stopped,
+    Exited,
+}
+
+/// What a session shares between its runner and its Python handle.
+pub(crate) struct Shared {
+    pub(crate) pending: VecDeque<Window>,
+    pub(crate) current: Option<Window>,
+    pub(crate) stats: Stats,
+    pub(crate) end: End,
+}
