@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import select
+import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -120,3 +122,41 @@ def test_blocking_mode_stops_only_python_threads_of_3_9(spawn: Spawner) -> None:
     for tid in tids:
         stat = Path(f"/proc/{target.pid}/task/{tid}/stat").read_text()
         assert stat[stat.rindex(")") + 2] not in "tT" and tracer(target.pid, tid) == 0
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("unshare"),
+    reason="needs root and unshare (util-linux) to build a PID namespace",
+)
+@pytest.mark.parametrize("version", ["3.9", "3.11"])
+def test_a_target_in_another_pid_namespace_says_its_states_are_estimated(
+    spawn: Spawner, version: str
+) -> None:
+    """Inside a PID namespace of its own, the target's thread ids are not those this sidecar's
+    /proc lists: no thread maps to an OS thread, and the sampler says its on-CPU states are
+    estimated instead of presenting them as the OS's."""
+    python = interpreter(version)
+    argv = ["unshare", "--pid", "--fork", "--mount-proc", str(python), "-m", "targets.spin"]
+    unshare = subprocess.Popen(
+        [*argv, "--depth", "5", "--sleep"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    spawn.procs.append(unshare)
+    assert unshare.stdout is not None
+    ready, _, _ = select.select([unshare.stdout], [], [], 20)
+    assert ready and unshare.stdout.readline().strip() == "ready"
+    # the target is unshare's child, PID 1 of the namespace
+    children = Path(f"/proc/{unshare.pid}/task/{unshare.pid}/children").read_text().split()
+    assert len(children) == 1, children
+    target = int(children[0])
+    try:
+        with _native.Sampler(target, rate_hz=100) as sampler:
+            time.sleep(1.0)
+            stats = sampler.stats()
+            assert sampler.on_cpu == stats["on_cpu"]
+    finally:
+        os.kill(target, signal.SIGKILL)  # PID 1 of its namespace ignores SIGTERM
+    assert stats["samples"] > 0 and stats["errors"] == 0, stats
+    assert stats["on_cpu"].startswith("estimated ("), stats["on_cpu"]
