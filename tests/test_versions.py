@@ -130,7 +130,10 @@ def _loop_samples(python: Path, spawn: Spawner, *paths: str) -> Counts:
         for window in sampler.drain(flush=True):
             counts.add_window(window)
         stats = sampler.stats()
-    assert stats["errors"] == 0, stats["last_error"]
+    # A read torn by the running loop is read again at once; a tick whose reads all tore is
+    # counted, never kept: a few of them, under the load of a busy test machine, py-spy has too.
+    ticks = stats["samples"] + stats["errors"]
+    assert stats["errors"] <= 0.02 * ticks, (stats["errors"], ticks, stats["last_error"])
     assert answered >= 10, f"the server answered {answered} requests to {paths}"
     return counts
 

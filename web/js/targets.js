@@ -1,4 +1,5 @@
-// The targets list: framework and loop badges, PID, command, alive or gone, samples, problems.
+// The targets list: framework and loop badges, PID, command, alive or gone, samples, problems,
+// and a note where on-CPU states are estimated rather than read from the OS.
 
 import { ago, count, esc } from "./format.js";
 
@@ -33,6 +34,8 @@ export function renderTargets(list, targets, selected, onPick) {
   for (const t of targets) {
     const alive = t.alive;
     const problem = t.problem || (t.error && !alive ? t.error : null);
+    // on-CPU states that could not come from the OS are a guess: say so beside the shares
+    const estimated = t.on_cpu && t.on_cpu.startsWith("estimated") ? t.on_cpu : null;
     const meta = [`PID ${t.pid ?? "?"}`, `${count(t.samples || 0)} samples`];
     if (t.python_version) meta.push(`Python ${esc(t.python_version)}`);
     if (t.processes > 1) meta.push(`${t.processes} processes`);
@@ -46,6 +49,7 @@ export function renderTargets(list, targets, selected, onPick) {
       <div class="t-cmd">${esc(shortCommand(t.cmdline))}</div>
       <div class="t-meta">${meta.join(" · ")}</div>
       ${problem ? `<div class="t-problem" role="note"><strong>Cannot trace:</strong> ${esc(problem)}</div>` : ""}
+      ${estimated ? `<div class="t-problem" role="note"><strong>Busy and idle are estimated:</strong> ${esc(estimated.replace(/^estimated \((.*)\)$/, "$1"))}</div>` : ""}
     </button></li>`);
   }
   const focused = document.activeElement && document.activeElement.closest("#targets .target");

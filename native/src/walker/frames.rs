@@ -106,10 +106,19 @@ impl Walker {
         let mut frame = usize_at(&self.stack, 0);
         let mut raw = vec![0u8; size];
         let mut seen = 0usize;
+        // Brent's cycle check: a chain torn into a loop ends at once, not after MAX_DEPTH reads
+        let (mut tortoise, mut power, mut steps) = (frame, 1usize, 0usize);
         while frame != 0 {
             seen += 1;
             if seen > MAX_DEPTH {
                 bail!("a stack deeper than {MAX_DEPTH} frames: a torn read");
+            }
+            if seen > 1 && frame == tortoise {
+                bail!("a chain of frames that loops: a torn read");
+            }
+            steps += 1;
+            if steps == power {
+                (tortoise, power, steps) = (frame, power * 2, 0);
             }
             let first = frame + first_at;
             if first >= stack_start && first + size <= top {
@@ -127,11 +136,10 @@ impl Walker {
                 (Some(owner), Some(hidden)) => raw[owner - first_at] >= hidden,
                 _ => false,
             };
-            if !hidden {
-                let code = field(&raw, layout.frame_code) & !layout.code_tags;
-                if code == 0 {
-                    bail!("a frame without code: a torn read");
-                }
+            let code = field(&raw, layout.frame_code) & !layout.code_tags;
+            // A frame without code is one being set up or torn down as it is read: like
+            // py-spy (and CPython's own remote reader), the walk passes over it.
+            if !hidden && code != 0 {
                 let instr = field(&raw, layout.frame_instr);
                 let offset = instr as i64 - (code + layout.code_adaptive) as i64;
                 out.push((code, offset));
