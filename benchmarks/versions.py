@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from pythons import find_pythons  # noqa: E402
 
 from benchmarks import floor  # noqa: E402
+from benchmarks.pauses import sampler_thread_seconds  # noqa: E402
 from benchmarks.procs import Procs, load_average, machine  # noqa: E402
 from sidecar import _native  # noqa: E402
 
@@ -49,25 +50,13 @@ WITHIN = 1.25
 OWN_WORK_US = 8.0
 
 
-def sampler_cpu() -> float:
-    """CPU seconds so far of this process's sampling threads (schedstat, nanoseconds)."""
-    total = 0.0
-    for task in Path("/proc/self/task").iterdir():
-        try:
-            if (task / "comm").read_text().startswith("sidecar-sampl"):
-                total += int((task / "schedstat").read_text().split()[0]) / 1e9
-        except OSError:
-            continue
-    return total
-
-
 def leg(pid: int, reader: str, seconds: float) -> dict[str, Any]:
     """One sampler on ``pid`` for ``seconds`` after the warm-up: its CPU and reads per sample."""
     with _native.Sampler(pid, rate_hz=RATE, reader=reader) as sampler:  # type: ignore[arg-type]
         time.sleep(WARMUP)
-        cpu0, stats0 = sampler_cpu(), sampler.stats()
+        cpu0, stats0 = sampler_thread_seconds(), sampler.stats()
         time.sleep(seconds)
-        cpu1, stats1 = sampler_cpu(), sampler.stats()
+        cpu1, stats1 = sampler_thread_seconds(), sampler.stats()
     ticks0 = stats0["samples"] + stats0["errors"]
     ticks1 = stats1["samples"] + stats1["errors"]
     ticks = max(ticks1 - ticks0, 1)

@@ -10,9 +10,14 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sidecar._native import Window
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
@@ -185,3 +190,18 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def stack_counts(windows: Iterable[Window]) -> Counter[tuple[str, str]]:
+    """Samples per (thread name, folded stack) in a sampler's windows."""
+    counts: Counter[tuple[str, str]] = Counter()
+    for window in windows:
+        for _tid, name, _on_cpu, _gil, stack, count in window["stacks"]:
+            counts[(name, stack)] += count
+    return counts
+
+
+def frequent(counts: Counter[tuple[str, str]], share: float = 0.02) -> set[tuple[str, str]]:
+    """The keys holding at least ``share`` of all samples: the stacks that hold time."""
+    total = sum(counts.values())
+    return {key for key, count in counts.items() if count >= share * total}

@@ -10,7 +10,7 @@ from collections import Counter
 from typing import Any, Literal
 
 import pytest
-from helpers import Spawner, proc_status
+from helpers import Spawner, frequent, proc_status, stack_counts
 
 from sidecar import _native
 
@@ -149,19 +149,6 @@ def test_process_start_time_tells_processes_apart() -> None:
     assert _native.process_start_time(first.pid) is None
 
 
-def _stacks(sampler: _native.Sampler) -> Counter[tuple[str, str]]:
-    counts: Counter[tuple[str, str]] = Counter()
-    for window in sampler.drain(flush=True):
-        for _tid, name, _on_cpu, _gil, stack, count in window["stacks"]:
-            counts[(name, stack)] += count
-    return counts
-
-
-def _frequent(counts: Counter[tuple[str, str]], share: float = 0.02) -> set[tuple[str, str]]:
-    total = sum(counts.values())
-    return {key for key, count in counts.items() if count >= share * total}
-
-
 @pytest.mark.parametrize(
     ("module", "args"),
     [
@@ -183,12 +170,12 @@ def test_walker_reads_the_same_stacks_as_pyspy(
         _native.Sampler(target.pid, rate_hz=50, reader="py-spy") as pyspy,
     ):
         time.sleep(2.0)
-        ours, theirs = _stacks(walker), _stacks(pyspy)
+        ours, theirs = stack_counts(walker.drain(flush=True)), stack_counts(pyspy.drain(flush=True))
         assert walker.stats()["reader"].startswith("walker (Python 3.11"), walker.stats()
         assert pyspy.stats()["reader"] == "py-spy (asked for)"
     # A thread that wakes now and then (aiohttp's and Tornado's helper threads poll) is seen
     # in passing states by one sampler and not the other: the stacks that hold time agree.
-    assert _frequent(ours) == _frequent(theirs)
+    assert frequent(ours) == frequent(theirs)
     shared = set(ours) & set(theirs)
     assert sum(ours[k] for k in shared) >= 0.95 * sum(ours.values())
     assert walker.stats()["errors"] == 0
@@ -208,7 +195,7 @@ def test_walker_follows_a_busy_target(spawn: Spawner) -> None:
         _native.Sampler(target.pid, rate_hz=200, reader="py-spy") as pyspy,
     ):
         time.sleep(2.0)
-        ours, theirs = _stacks(walker), _stacks(pyspy)
+        ours, theirs = stack_counts(walker.drain(flush=True)), stack_counts(pyspy.drain(flush=True))
         stats = walker.stats()
     assert stats["reader"].startswith("walker"), stats
     assert stats["traces"] >= 5 * stats["samples"] * 0.99

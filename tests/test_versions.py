@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from helpers import Proc, Spawner
+from helpers import Proc, Spawner, frequent, stack_counts
 from pythons import VERSIONS, each_version, interpreter
 
 from sidecar import _native
@@ -45,19 +45,6 @@ def test_the_reader_suits_the_version(spawn: Spawner, version: str) -> None:
     assert stats["errors"] == 0, stats["last_error"]
 
 
-def _stacks(windows: list[_native.Window]) -> Counter[tuple[str, str]]:
-    counts: Counter[tuple[str, str]] = Counter()
-    for window in windows:
-        for _tid, name, _on_cpu, _gil, stack, count in window["stacks"]:
-            counts[(name, stack)] += count
-    return counts
-
-
-def _frequent(counts: Counter[tuple[str, str]], share: float = 0.02) -> set[tuple[str, str]]:
-    total = sum(counts.values())
-    return {key for key, count in counts.items() if count >= share * total}
-
-
 def _side_by_side(pid: int) -> tuple[list[_native.Window], list[_native.Window]]:
     """Windows of the default reader and of py-spy (which reads every version here) sampling
     the same target at the same time."""
@@ -75,7 +62,7 @@ def _side_by_side(pid: int) -> tuple[list[_native.Window], list[_native.Window]]
 
 def _same_stacks(ours: Counter[tuple[str, str]], theirs: Counter[tuple[str, str]]) -> None:
     """The stacks that hold time agree frame for frame (names, files, lines, threads)."""
-    assert _frequent(ours) == _frequent(theirs), _frequent(ours) ^ _frequent(theirs)
+    assert frequent(ours) == frequent(theirs), frequent(ours) ^ frequent(theirs)
     shared = set(ours) & set(theirs)
     assert sum(ours[k] for k in shared) >= 0.95 * sum(ours.values())
 
@@ -86,9 +73,9 @@ def test_deep_stacks_with_non_ascii_names(spawn: Spawner, version: str) -> None:
     python = interpreter(version)
     target = spawn.target("spin", "--depth", "300", "--unicode", "--sleep", python=python)
     windows, pyspy = _side_by_side(target.pid)
-    ours = _stacks(windows)
+    ours = stack_counts(windows)
     assert ours, "no stacks"
-    _same_stacks(ours, _stacks(pyspy))
+    _same_stacks(ours, stack_counts(pyspy))
     depth = max(stack.count(";") + 1 for _name, stack in ours)
     assert depth > 300
     assert any("rückwärts_tiefer (targets/spin.py:" in stack for _name, stack in ours)
@@ -102,8 +89,8 @@ def test_named_threads(spawn: Spawner, version: str) -> None:
     python = interpreter(version)
     target = spawn.target("stdlib_server", python=python)
     windows, pyspy = _side_by_side(target.pid)
-    ours = _stacks(windows)
-    _same_stacks(ours, _stacks(pyspy))
+    ours = stack_counts(windows)
+    _same_stacks(ours, stack_counts(pyspy))
     names = {name for name, _stack in ours}
     assert {"MainThread", *WORKER_NAMES} <= names, names
     parked = [stack for name, stack in ours if name in WORKER_NAMES]
@@ -206,12 +193,12 @@ def test_a_busy_target_reads_as_pyspy_reads_it(spawn: Spawner, version: str) -> 
     reader's most frequent stacks are among those py-spy read at the same time."""
     target = spawn.target("threads", "--threads", "4", "--busy", "4", python=interpreter(version))
     windows, pyspy = _side_by_side(target.pid)
-    theirs = {stack for _name, stack in _stacks(pyspy)}
+    theirs = {stack for _name, stack in stack_counts(pyspy)}
     ours: Counter[str] = Counter()
-    for (_name, stack), count in _stacks(windows).items():
+    for (_name, stack), count in stack_counts(windows).items():
         ours[stack] += count
     total = sum(ours.values())
     # the lines a spinning loop sits on most; a rarely hit one may miss the other sampler
-    frequent = [stack for stack, count in ours.items() if count >= 0.05 * total]
-    assert frequent and all(stack in theirs for stack in frequent), (frequent, sorted(theirs))
-    assert any("churn (targets/threads.py:" in stack for stack in frequent)
+    hot = [stack for stack, count in ours.items() if count >= 0.05 * total]
+    assert hot and all(stack in theirs for stack in hot), (hot, sorted(theirs))
+    assert any("churn (targets/threads.py:" in stack for stack in hot)
