@@ -47,9 +47,9 @@ fmt: install
 	$(BIN)/ruff format sidecar targets tests benchmarks
 	cargo fmt --manifest-path native/Cargo.toml
 
-# benchmarks/bench.py writes REPORT.md (issue 8's goals) and, from its storage part (a 6-minute run
-# of benchmarks/store.py's measurement), REPORT-store.md; the others write their own reports.
-# About 25 minutes in all on two cores.
+# benchmarks/bench.py writes REPORT.md (the performance goals) and, from its storage part (a 6-minute
+# run of benchmarks/store.py's measurement), REPORT-store.md; the others write their own reports
+# (REPORT-versions.md: a sample's cost under each CPython version). About 30 minutes in all on two cores.
 bench: install
 	$(BIN)/python benchmarks/bench.py
 	$(BIN)/python benchmarks/sampler.py --rounds 2 --seconds 5
