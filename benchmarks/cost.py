@@ -1,4 +1,4 @@
-"""Goal 4: what ``sidecar serve`` costs per target at 100 Hz, everything included, and where.
+"""The CPU goal: what ``sidecar serve`` costs per target at 100 Hz, everything included, and where.
 
 ``sidecar serve`` samples N targets with ~30-frame stacks (``targets/deep.py``: an event loop
 10 % on CPU, the rest in ``time.sleep``, stacks varying by call chain and leaf) with its

@@ -1,12 +1,12 @@
 """The machine's floors: what any sampler pays here, with nothing of sidecar's in it.
 
-Goals 3 and 4: ``native_floor`` runs ``native/examples/floor.rs`` (built with cargo on first
-use) on a target: the CPU per tick of a native thread that only wakes up at 100 Hz, the same
+The pause and CPU goals: ``native_floor`` runs ``native/examples/floor.rs`` (built with cargo on
+first use) on a target: the CPU per tick of a native thread that only wakes up at 100 Hz, the same
 with one 64-byte ``process_vm_readv`` of the target per tick, the same with one read of the
 shape sidecar's own reads have (its pieces and bytes per sample, one page per piece), and the
 pause of a ptrace stop and resume of its main thread with nothing read (see that file).
 
-Goal 5: a loop that only sleeps to a fixed schedule.
+The sampling-rate goal: a loop that only sleeps to a fixed schedule.
 
 ``python -m benchmarks.floor --rate HZ --seconds S`` ticks like sidecar's sampler (the same
 timer slack, the same rules: a tick is *late* when it starts more than a quarter period after

@@ -1,5 +1,6 @@
-"""Seed 000's comparison, reproduced: aiohttp against Tornado (new and old school coroutines),
-each on asyncio and on uvloop, under the same fixed request rates, with sidecar attached.
+"""The comparison of "Tornado vs Aiohttp" (Avito), reproduced: aiohttp against Tornado (new and old
+school coroutines), each on asyncio and on uvloop, under the same fixed request rates, with sidecar
+attached.
 
 Per variant, scenario and rate: achieved requests per second, p50/p99 latency (locust via
 ``targets/load.py``), and from a live sidecar recording of the same window the event loop's
@@ -437,7 +438,7 @@ def write_report(
     python = next((r.python for r in results if r.python), platform.python_version())
     versions = ", ".join(f"{p} {version(p)}" for p in ("aiohttp", "tornado", "uvloop", "locust"))
     lines = [
-        "# Frameworks: aiohttp against Tornado, seed 000 reproduced",
+        '# Frameworks: aiohttp against Tornado, as in "Tornado vs Aiohttp" (Avito)',
         "",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, Linux {platform.release()}, "
         f"Python {python}; {versions}. The target, the load generator and the sampler share "

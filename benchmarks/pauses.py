@@ -1,4 +1,4 @@
-"""Goal 3: how long blocking mode stops the target per sample, with and without 150 idle
+"""The pause goal: how long blocking mode stops the target per sample, with and without 150 idle
 native threads beside its one Python thread.
 
 Two targets (``targets/native_threads.py``: one Python thread working 20 % of the time at

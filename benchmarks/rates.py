@@ -1,4 +1,4 @@
-"""Goal 5: the highest sampling rate each profiler keeps up with, on the same target.
+"""The sampling-rate goal: the highest rate each profiler keeps up with, on the same target.
 
 The target is ``targets/deep.py`` (one event-loop thread, ~30-frame stacks). At each rate of a
 ladder, each profiler CLI attaches, samples for ``seconds`` and is stopped; the order of the

@@ -210,7 +210,7 @@ def write(results: dict[str, Any]) -> None:
     lines = [
         "# Performance: sidecar against no profiler and against py-spy",
         "",
-        "Issue 8's goals, measured side by side in one run of `make bench` "
+        "sidecar's performance goals, measured side by side in one run of `make bench` "
         "(`benchmarks/bench.py`), legs interleaved in rounds on one machine.",
         "",
         *machine_section(results),
@@ -264,7 +264,7 @@ def bounds(results: dict[str, Any]) -> list[str]:
             return sum(perf.get(k, 0) for k in keys) / native_total
 
         text = (
-            f"- **CPU (goal 4)**: the sampler threads are "
+            f"- **CPU**: the sampler threads are "
             f"{c['cpu']['sampler'] / max(1e-12, sum(c['cpu'].values())) * 100:.0f}% of serve's "
             f"CPU; classification ({f['classify'] * 1e6:.2f} µs) and SQLite writes "
             f"({f['write'] * 1e6:.2f} µs) per sample are not where the time goes. "
@@ -366,7 +366,7 @@ def bounds(results: dict[str, Any]) -> list[str]:
     p = results.get("pauses")
     if p:
         text = (
-            "- **Pause (goal 3)**: only the Python threads stand, their on-CPU state is read "
+            "- **Pause**: only the Python threads stand, their on-CPU state is read "
             "before the stop, and the read while they stand is the walker's few calls, so "
             "native threads add no work to the pause; see part 3 for the figures. The rest "
             "of the pause is ptrace: seizing, interrupting and waiting for each Python thread "
@@ -418,7 +418,7 @@ def bounds(results: dict[str, Any]) -> list[str]:
     if r:
         _, summary = rates_section(r)
         text = (
-            "- **Sampling rate (goal 5)** also depends on policy: sidecar "
+            "- **Sampling rate** also depends on policy: sidecar "
             "skips a tick it is a full period late for and counts it missed, and counts a tick "
             "late past a quarter period, so every scheduling delay of its thread shows, while "
             "py-spy catches up in a burst of back-to-back samples and reports nothing below "

@@ -558,7 +558,7 @@ def store_section(s: dict[str, Any]) -> list[str]:
         f"({span(s['times']['24h'], '{:.1f}', 1e3)}) | | |",
         f"| 24 h / 1 h | {s['ratio']:.2f}x | ≤ 2x | {met(s['ratio'] <= 2)} |",
         f"| serve CPU per target under the demo load (2 targets) "
-        f"| {live['cpu_per_target'] * 100:.2f}% | (goal 4) | |",
+        f"| {live['cpu_per_target'] * 100:.2f}% | (the CPU goal) | |",
         "",
         "The store keeps stacks once, as a prefix tree of frames, and each window of each "
         "process as one row: its (stack, thread, state) counts packed column by column and "
@@ -618,7 +618,7 @@ def readers_figures(c: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
 
 
 def floor_lines(c: dict[str, Any]) -> list[str]:
-    """The machine's floor for goal 4, when the run measured it."""
+    """The machine's floor for the CPU goal, when the run measured it."""
     fl = c.get("floor")
     if not fl:
         return []

@@ -9,8 +9,8 @@
 
     python benchmarks/store.py [--minutes 4]
 
-Writes benchmarks/REPORT-store.md. ``benchmarks/bench.py`` runs it too (goal 6 of
-REPORT.md) through ``measure`` and ``write_report``.
+Writes benchmarks/REPORT-store.md. ``benchmarks/bench.py`` runs it too (the storage goal
+of REPORT.md) through ``measure`` and ``write_report``.
 """
 
 from __future__ import annotations

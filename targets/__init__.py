@@ -1,1 +1,1 @@
-"""Demo services for sidecar: the seed articles' handlers on aiohttp and Tornado."""
+"""Demo services for sidecar: the handlers of the articles it grew from, on aiohttp and Tornado."""

@@ -1,9 +1,9 @@
 """``sidecar demo`` (``make demo``): the demo services under load, sidecar serving them.
 
 Starts the aiohttp service (uvloop) and the Tornado service (asyncio), drives both with wrk
-(seed-000 handlers, some pure-Python work, and a paced trickle of seed 002's blocking call on
-Tornado), runs ``sidecar serve`` on them and prints the address of the UI. Ctrl-C stops
-everything it started.
+(the handlers of "Tornado vs Aiohttp" (Avito), some pure-Python work, and a paced trickle of the
+blocking call of "Being truly asynchronous with Tornado" on Tornado), runs ``sidecar serve`` on
+them and prints the address of the UI. Ctrl-C stops everything it started.
 """
 
 from __future__ import annotations

@@ -1,8 +1,11 @@
 """Framework-free pieces of the demo handlers, shared by the aiohttp and Tornado services.
 
-- the seed-000 benchmark: an awaited 50 ms sleep stands in for a network call;
-- seed 004's character classifier: pure-Python work per request;
-- seed 002's bug: a synchronous call made inside the event loop.
+- the benchmark of "Tornado vs Aiohttp" (Avito): an awaited 50 ms sleep stands in for a network
+  call;
+- the character classifier of "Python multi-core benchmark in uvloop context" (Nexedi):
+  pure-Python work per request;
+- the bug of "Being truly asynchronous with Tornado": a synchronous call made inside the event
+  loop.
 """
 
 from __future__ import annotations
@@ -49,7 +52,8 @@ class XClassifier:
 
 
 def classify_path(path: str, repeat: int = 200) -> bytes:
-    """Seed 004's handler body: classify every character of the path, `repeat` times over."""
+    """The handler body of "Python multi-core benchmark in uvloop context": classify every
+    character of the path, `repeat` times over."""
     xc = XClassifier()
     data = path.encode() * repeat
     for char in data:
@@ -68,7 +72,8 @@ def classify_path(path: str, repeat: int = 200) -> bytes:
 
 
 def blocking_sleep() -> None:
-    """Seed 002's mistake in its plainest form: a synchronous wait inside the event loop."""
+    """The mistake of "Being truly asynchronous with Tornado" in its plainest form: a synchronous
+    wait inside the event loop."""
     time.sleep(SLEEP_TIME)
 
 
@@ -86,7 +91,8 @@ class _SlowService(http.server.BaseHTTPRequestHandler):
 
 
 class PretendService:
-    """Seed 002's slow external API, served from a background thread of the same process."""
+    """The slow external API of "Being truly asynchronous with Tornado", served from a background
+    thread of the same process."""
 
     def __init__(self) -> None:
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SlowService)
@@ -98,7 +104,8 @@ class PretendService:
 
 
 def blocking_fetch(url: str) -> bytes:
-    """A synchronous HTTP client call (a socket read) inside the event loop: seed 002's bug."""
+    """A synchronous HTTP client call (a socket read) inside the event loop: the bug of "Being
+    truly asynchronous with Tornado"."""
     with urllib.request.urlopen(url, timeout=5) as response:
         data: bytes = response.read()
         return data

@@ -1,7 +1,7 @@
 """The demo Tornado service: ``python -m targets.tornado_app [--host H] [--port N] [--uvloop]``.
 
-Each seed-000 handler comes twice: new school (``async def``/``await``) and old school
-(``@gen.coroutine``/``yield``). Routes: /sleep, /sleep-old, /hard, /hard-old, /cpu,
+Each handler of "Tornado vs Aiohttp" (Avito) comes twice: new school (``async def``/``await``)
+and old school (``@gen.coroutine``/``yield``). Routes: /sleep, /sleep-old, /hard, /hard-old, /cpu,
 /blocking, /blocking-fetch, /health.
 """
 

@@ -1,8 +1,8 @@
 """A test fixture: SVGs in the structure flamegraph.pl writes, made from a profile.
 
-flamegraph.pl cannot be fetched here, so this writes what its documented output looks like: a
-``<g>`` per frame with a ``<title>`` ("name (1,234 samples, 5.67%)", thousands separators, XML
-escapes), a ``<rect>`` in pixels (``x``/``width`` with one decimal, integer ``y``, no ``fg:``
+flamegraph.pl is not installed on the test machines, so this writes what its documented output looks
+like: a ``<g>`` per frame with a ``<title>`` ("name (1,234 samples, 5.67%)", thousands separators,
+XML escapes), a ``<rect>`` in pixels (``x``/``width`` with one decimal, integer ``y``, no ``fg:``
 attributes) and a ``<text>`` label, inside ``<g id="frames">``, in hash order (shuffled here),
 frames narrower than ``minwidth`` pixels left out, counts in titles multiplied by ``factor``.
 It is written for the tests of sidecar's reader, not copied from flamegraph.pl.

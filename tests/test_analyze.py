@@ -21,7 +21,7 @@ from sidecar.analyze import (
 from sidecar.discover import describe
 from sidecar.profile import parse_folded
 
-#: The same load for both frameworks: seed 000's "hard" handler at a fixed rate.
+#: The same load for both frameworks: the "hard" handler of "Tornado vs Aiohttp" at a fixed rate.
 RATE = 400
 
 
