@@ -169,7 +169,7 @@ impl Readers {
         match self.walker.as_mut() {
             Some(walker) => {
                 let traces = walker.read(run_state)?;
-                self.os.walker_read(&traces);
+                self.os.walker_read(walker.guessed());
                 Ok(traces)
             }
             None => {

@@ -284,11 +284,10 @@ impl OnCpu {
         &self.source
     }
 
-    /// After a sample of the walker: its states are the OS's for the threads this sidecar
-    /// sees (it reads them itself).
-    pub(crate) fn walker_read(&mut self, traces: &[Trace]) {
-        let elsewhere = traces.iter().any(|t| !self.map.is_thread(t.tid as i32));
-        self.estimated = elsewhere.then(|| ELSEWHERE.to_string());
+    /// After a sample of the walker, which reads the OS's run states itself: `guessed` when
+    /// some thread's could not be read (`Walker::guessed`).
+    pub(crate) fn walker_read(&mut self, guessed: bool) {
+        self.estimated = guessed.then(|| ELSEWHERE.to_string());
         self.settle();
     }
 

@@ -96,6 +96,9 @@ pub struct Walker {
     state_reads: u64,
     /// The batch each sample refills.
     batch: Batch,
+    /// The last sample met a thread whose run state this sidecar cannot read (not a thread
+    /// of the target as its /proc sees it: another PID namespace), counted as running.
+    guessed: bool,
 }
 
 impl Walker {
@@ -164,6 +167,7 @@ impl Walker {
             reads: MemoryReads::default(),
             state_reads: 0,
             batch: Batch::default(),
+            guessed: false,
         })
     }
 
@@ -191,6 +195,11 @@ impl Walker {
     /// Run states read from /proc so far: threads in a known wait are not read.
     pub fn state_reads(&self) -> u64 {
         self.state_reads
+    }
+
+    /// Whether the last sample guessed some thread's on-CPU state (`guessed`).
+    pub fn guessed(&self) -> bool {
+        self.guessed
     }
 
     /// The GIL's piece in the batch: from the holder's word through the locked flag.
@@ -287,6 +296,7 @@ impl Walker {
         self.ahead_threads = thread_addresses;
         self.ahead_frames.seen(&outside, self.samples);
         let mut traces = Vec::with_capacity(threads.len());
+        self.guessed = false;
         for (tid, owns_gil, frames) in threads {
             // the innermost frame of the program (3.13+ entry trampolines are not)
             let innermost = frames
@@ -297,12 +307,16 @@ impl Walker {
             // A thread in a known wait is idle whatever the OS says: its /proc file is not read.
             let running = match &run_state {
                 _ if waits => Some(false),
-                RunState::Read => {
+                // a thread born since the threads were stopped ran on: its state is read now
+                RunState::Known(known) if known.contains_key(&(tid as i32)) => {
+                    known.get(&(tid as i32)).copied()
+                }
+                RunState::Read | RunState::Known(_) => {
                     self.state_reads += 1;
                     self.states.running(tid as i32)
                 }
-                RunState::Known(known) => known.get(&(tid as i32)).copied(),
             };
+            self.guessed |= running.is_none();
             traces.push(Trace {
                 tid,
                 owns_gil,
