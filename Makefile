@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(BIN)):$(PATH)
-NATIVE_SRC := $(wildcard native/src/*.rs) native/Cargo.toml native/Cargo.lock
+NATIVE_SRC := $(shell find native/src -name "*.rs") native/Cargo.toml native/Cargo.lock
 
 .PHONY: install pythons demo test soak lint fmt bench clean
 

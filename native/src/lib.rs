@@ -38,22 +38,20 @@ fn window_to_py<'py>(py: Python<'py>, window: &Window) -> PyResult<Bound<'py, Py
     dict.set_item("end", window.end)?;
     dict.set_item("samples", window.samples)?;
     let stacks = PyList::empty(py);
-    for (key, count) in &window.stacks {
+    for (thread_id, on_cpu, gil, text, count) in window.rows() {
         let name = window
             .thread_names
-            .get(&key.thread_id)
+            .get(&thread_id)
             .map(String::as_str)
             .unwrap_or("");
         let row = PyTuple::new(
             py,
             [
-                key.thread_id.into_pyobject(py)?.into_any(),
+                thread_id.into_pyobject(py)?.into_any(),
                 name.into_pyobject(py)?.into_any(),
-                pyo3::types::PyBool::new(py, key.on_cpu)
-                    .to_owned()
-                    .into_any(),
-                pyo3::types::PyBool::new(py, key.gil).to_owned().into_any(),
-                key.stack.as_ref().into_pyobject(py)?.into_any(),
+                pyo3::types::PyBool::new(py, on_cpu).to_owned().into_any(),
+                pyo3::types::PyBool::new(py, gil).to_owned().into_any(),
+                text.into_pyobject(py)?.into_any(),
                 count.into_pyobject(py)?.into_any(),
             ],
         )?;

@@ -74,8 +74,11 @@ impl Batch {
         }
         self.offsets.push(total);
         self.at.clear();
-        self.buf.clear();
-        self.buf.resize(total, 0);
+        // Grown, never cleared: only pieces read whole are handed out, so what earlier
+        // samples left in the rest is never seen.
+        if self.buf.len() < total {
+            self.buf.resize(total, 0);
+        }
         let offsets = &self.offsets;
         let mut i = 0;
         while i < pieces.len() {
@@ -159,17 +162,30 @@ pub fn read_upto(pid: i32, address: usize, len: usize) -> Vec<u8> {
 /// One process_vm_readv of `pieces` into `out` (which holds their total length): the bytes
 /// read, 0 on failure.
 fn read_vectored(pid: i32, pieces: &[(usize, usize)], out: &mut [u8]) -> usize {
+    /// Pieces described on the stack; more take an allocation.
+    const ON_STACK: usize = 64;
     let local = libc::iovec {
         iov_base: out.as_mut_ptr().cast(),
         iov_len: out.len(),
     };
-    let remote: Vec<libc::iovec> = pieces
-        .iter()
-        .map(|&(address, len)| libc::iovec {
-            iov_base: address as *mut libc::c_void,
-            iov_len: len,
-        })
-        .collect();
+    let iovec = |&(address, len): &(usize, usize)| libc::iovec {
+        iov_base: address as *mut libc::c_void,
+        iov_len: len,
+    };
+    let mut on_stack = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; ON_STACK];
+    let on_heap: Vec<libc::iovec>;
+    let remote: &[libc::iovec] = if pieces.len() <= ON_STACK {
+        for (slot, piece) in on_stack.iter_mut().zip(pieces) {
+            *slot = iovec(piece);
+        }
+        &on_stack[..pieces.len()]
+    } else {
+        on_heap = pieces.iter().map(iovec).collect();
+        &on_heap
+    };
     // SAFETY: `local` covers `out` exactly; the remote pieces are only read by the kernel,
     // which checks them against the target's mappings.
     let n =

@@ -98,9 +98,9 @@ impl ThreadStates {
     }
 
     /// Closes the files of threads not in `alive`.
-    pub(crate) fn keep(&mut self, alive: &[i32]) {
+    pub(crate) fn keep(&mut self, alive: impl ExactSizeIterator<Item = i32>) {
         if self.files.len() > alive.len() {
-            let alive: HashSet<i32> = alive.iter().copied().collect();
+            let alive: HashSet<i32> = alive.collect();
             self.files.retain(|tid, _| alive.contains(tid));
         }
     }

@@ -11,7 +11,7 @@ use py_spy::{Config, PythonSpy, StackTrace};
 
 use crate::errors::InitError;
 use crate::memory::MemoryReads;
-use crate::stack::{format_frame, RunState, Trace};
+use crate::stack::{format_frame, RunState, Stack, Trace};
 use crate::threadmap::OnCpu;
 use crate::walker::Walker;
 use crate::windows::Options;
@@ -27,12 +27,12 @@ struct FrameCache {
     /// file → function → line → formatted frame: lookups borrow, so a hit allocates nothing.
     frames: HashMap<String, HashMap<String, HashMap<i32, Arc<str>>>>,
     frame_bytes: usize,
-    stacks: HashMap<Vec<Arc<str>>, Arc<str>>,
+    stacks: HashMap<Vec<Arc<str>>, Stack>,
     stack_bytes: usize,
 }
 
 impl FrameCache {
-    fn fold(&mut self, trace: &StackTrace) -> Arc<str> {
+    fn fold(&mut self, trace: &StackTrace) -> Stack {
         let mut parts: Vec<Arc<str>> = Vec::with_capacity(trace.frames.len());
         for frame in trace.frames.iter().rev() {
             let file = frame.short_filename.as_deref().unwrap_or(&frame.filename);
@@ -54,9 +54,10 @@ impl FrameCache {
             self.stacks.clear();
             self.stack_bytes = 0;
         }
-        self.stacks.insert(parts, joined.clone());
+        let stack = Stack::new(joined);
+        self.stacks.insert(parts, stack.clone());
         self.stack_bytes += cost;
-        joined
+        stack
     }
 
     fn frame(&mut self, file: &str, name: &str, line: i32) -> Arc<str> {
@@ -256,8 +257,10 @@ fn checked_walker(
     };
     let mut names = HashMap::new();
     let key = |traces: Vec<Trace>| {
-        let mut key: Vec<(u64, Option<Arc<str>>)> =
-            traces.into_iter().map(|t| (t.tid, t.stack)).collect();
+        let mut key: Vec<(u64, Option<String>)> = traces
+            .into_iter()
+            .map(|t| (t.tid, t.stack.map(|s| s.text().to_string())))
+            .collect();
         key.sort();
         key
     };

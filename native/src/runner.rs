@@ -97,7 +97,7 @@ fn read_stopped(
     if let Ok(traces) = &result {
         python_threads.clear();
         python_threads.extend(traces.iter().map(|t| t.tid as i32));
-        states.keep(python_threads);
+        states.keep(python_threads.iter().copied());
     }
     (result, Some(pause))
 }
@@ -123,6 +123,8 @@ pub(crate) struct Runner {
     /// When the next tick is due.
     pub(crate) next: Instant,
     python_threads: Vec<i32>,
+    /// A tick's stacks by thread, kept between ticks for its room.
+    folded: Vec<(u64, StackKey)>,
     states: ThreadStates,
     process: Result<remoteprocess::Process, remoteprocess::Error>,
     liveness: Liveness,
@@ -144,6 +146,7 @@ impl Runner {
             period: Duration::from_secs_f64(1.0 / options.rate_hz),
             next: Instant::now(),
             python_threads: Vec::new(),
+            folded: Vec::new(),
             states: ThreadStates::new(pid),
             process: remoteprocess::Process::new(pid),
             liveness: Liveness::open(pid, started),
@@ -222,7 +225,8 @@ impl Runner {
 
         // Fold outside the lock, so drain() never waits on it.
         let fold_start = Instant::now();
-        let mut folded: Vec<(u64, StackKey)> = Vec::new();
+        let folded = &mut self.folded;
+        folded.clear();
         let mut empty = 0u64;
         if let Ok(traces) = &result {
             readers.lookup_names(traces);
@@ -299,7 +303,7 @@ impl Runner {
         state.stats.empty += empty;
         state.stats.traces += folded.len() as u64;
         state.stats.fold_sum += fold;
-        for (thread_id, key) in folded {
+        for (thread_id, key) in folded.drain(..) {
             if let Some(name) = readers.names().get(&thread_id) {
                 window
                     .thread_names

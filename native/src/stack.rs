@@ -2,7 +2,48 @@
 //! written in folded text, and which frames are known waits.
 
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+/// A folded stack as a reader's cache holds it: its text, outermost frame first, and an id
+/// no other stack of this process has. Stacks are equal when they are the same cache entry,
+/// so a window counts a sample by hashing a number instead of the whole text; the same text
+/// cached again (after a cache was cleared) is another stack, and windows merge such twins by
+/// text when they are handed out (`crate::windows::Window::rows`).
+#[derive(Debug, Clone)]
+pub struct Stack {
+    id: u64,
+    text: Arc<str>,
+}
+
+impl Stack {
+    pub fn new(text: Arc<str>) -> Stack {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        Stack {
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+            text,
+        }
+    }
+
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+}
+
+impl PartialEq for Stack {
+    fn eq(&self, other: &Stack) -> bool {
+        self.id == other.id
+    }
+}
+
+impl Eq for Stack {}
+
+impl Hash for Stack {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.id.hash(state);
+    }
+}
 
 /// One Python thread's stack in one sample.
 #[derive(Debug, Clone)]
@@ -13,7 +54,7 @@ pub struct Trace {
     /// On CPU: the OS says running and the innermost frame is not a known wait.
     pub active: bool,
     /// Folded, outermost frame first; None when the thread runs no Python code.
-    pub stack: Option<Arc<str>>,
+    pub stack: Option<Stack>,
 }
 
 /// The run state a sample uses for each thread.

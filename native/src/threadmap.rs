@@ -299,7 +299,7 @@ impl OnCpu {
     /// After a read through py-spy: closes the state files of threads gone.
     pub(crate) fn spy_read(&mut self, traces: &[Trace]) {
         let alive: Vec<i32> = traces.iter().map(|t| t.tid as i32).collect();
-        self.states.keep(&alive);
+        self.states.keep(alive.iter().copied());
         self.settle();
     }
 

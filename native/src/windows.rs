@@ -2,10 +2,10 @@
 //! stacks with counts, and the counters it keeps instead of hiding problems.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
 
 use crate::fxhash::FxBuild;
 use crate::memory::MemoryReads;
+use crate::stack::Stack;
 
 /// What the sampler was asked to do.
 #[derive(Debug, Clone)]
@@ -30,8 +30,11 @@ pub struct StackKey {
     pub thread_id: u64,
     pub on_cpu: bool,
     pub gil: bool,
-    pub stack: Arc<str>,
+    pub stack: Stack,
 }
+
+/// A window's row as handed out: thread, on CPU, holds the GIL, folded text, samples.
+pub type Row<'a> = (u64, bool, bool, &'a str, u64);
 
 /// Unique stacks with counts over `[start, end)` (unix seconds).
 #[derive(Debug, Clone)]
@@ -53,6 +56,19 @@ impl Window {
             stacks: HashMap::default(),
             thread_names: HashMap::new(),
         }
+    }
+
+    /// Its counts by thread, state and folded text: keys whose stacks are twins (the same
+    /// text cached twice) are one row.
+    pub fn rows(&self) -> Vec<Row<'_>> {
+        let mut rows: HashMap<(u64, bool, bool, &str), u64, FxBuild> = HashMap::default();
+        for (key, &count) in &self.stacks {
+            let at = (key.thread_id, key.on_cpu, key.gil, key.stack.text());
+            *rows.entry(at).or_insert(0) += count;
+        }
+        rows.into_iter()
+            .map(|((thread, on_cpu, gil, text), count)| (thread, on_cpu, gil, text, count))
+            .collect()
     }
 }
 

@@ -13,6 +13,8 @@ use crate::memory::{read, read_pieces, usize_at, Batch};
 
 /// Sanity bound against torn or garbage reads.
 const MAX_DEPTH: usize = 4096;
+/// The most of a frame a layout may read (`Layout::frame_size`).
+pub const MAX_FRAME_READ: usize = 256;
 /// How much of the top of a thread's data stack (where the frames of plain calls live) is
 /// read in one piece with the current frame's address.
 const DATASTACK_READ: usize = 16 << 10;
@@ -22,21 +24,21 @@ pub type RawFrame = (usize, i64);
 
 impl Walker {
     /// (code object, instruction offset) of each Python frame of the thread whose state is
-    /// `tstate`, innermost first. Frames met outside the data stacks go to `outside` for the
-    /// next sample's batch.
+    /// `tstate`, innermost first, onto `out`. Frames met outside the data stacks go to
+    /// `outside` for the next sample's batch.
     pub(super) fn frames(
         &mut self,
         thread: usize,
         ahead: Option<AheadStack>,
         tstate: &[u8],
         batch: &Batch,
+        out: &mut Vec<RawFrame>,
         outside: &mut Vec<usize>,
-    ) -> Result<Vec<RawFrame>> {
+    ) -> Result<()> {
         let layout = &self.layout;
-        let mut out = Vec::new();
         let field = usize_at(tstate, layout.tstate_frame);
         if field == 0 {
-            return Ok(out);
+            return Ok(());
         }
         // 3.11 and 3.12 keep the current frame in a `_PyCFrame`, read with the stack; 3.13+
         // in the thread state itself.
@@ -86,8 +88,7 @@ impl Walker {
             let next = AheadStack::next(ahead, current_at, stack_start, top, self.samples);
             self.ahead_stacks.insert(thread, next);
         }
-        self.walk(&mut out, stack_start, top, batch, outside)?;
-        Ok(out)
+        self.walk(out, stack_start, top, batch, outside)
     }
 
     /// Follows the frames from the current one (the first 8 bytes of `self.stack`, the data
@@ -104,7 +105,7 @@ impl Walker {
         let (first_at, size) = (layout.frame_first, layout.frame_size);
         let field = |raw: &[u8], offset: usize| usize_at(raw, offset - first_at);
         let mut frame = usize_at(&self.stack, 0);
-        let mut raw = vec![0u8; size];
+        let mut read_here = [0u8; MAX_FRAME_READ];
         let mut seen = 0usize;
         // Brent's cycle check: a chain torn into a loop ends at once, not after MAX_DEPTH reads
         let (mut tortoise, mut power, mut steps) = (frame, 1usize, 0usize);
@@ -121,26 +122,29 @@ impl Walker {
                 (tortoise, power, steps) = (frame, power * 2, 0);
             }
             let first = frame + first_at;
-            if first >= stack_start && first + size <= top {
+            let raw: &[u8] = if first >= stack_start && first + size <= top {
                 let at = 8 + first - stack_start;
-                raw.copy_from_slice(&self.stack[at..at + size]);
+                &self.stack[at..at + size]
             } else {
-                match batch.get(first, size) {
-                    Some(bytes) => raw.copy_from_slice(bytes),
-                    None => read(self.pid, first, &mut raw)?,
-                }
                 outside.push(frame);
-            }
-            let previous = field(&raw, layout.frame_previous);
+                match batch.get(first, size) {
+                    Some(bytes) => bytes,
+                    None => {
+                        read(self.pid, first, &mut read_here[..size])?;
+                        &read_here[..size]
+                    }
+                }
+            };
+            let previous = field(raw, layout.frame_previous);
             let hidden = match (layout.frame_owner, layout.owner_hidden) {
                 (Some(owner), Some(hidden)) => raw[owner - first_at] >= hidden,
                 _ => false,
             };
-            let code = field(&raw, layout.frame_code) & !layout.code_tags;
+            let code = field(raw, layout.frame_code) & !layout.code_tags;
             // A frame without code is one being set up or torn down as it is read: like
             // py-spy (and CPython's own remote reader), the walk passes over it.
             if !hidden && code != 0 {
-                let instr = field(&raw, layout.frame_instr);
+                let instr = field(raw, layout.frame_instr);
                 let offset = instr as i64 - (code + layout.code_adaptive) as i64;
                 out.push((code, offset));
             }

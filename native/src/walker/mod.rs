@@ -23,6 +23,7 @@ mod layout;
 mod objects;
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::Arc;
 
 use anyhow::{bail, Result};
@@ -31,7 +32,7 @@ use py_spy::PythonSpy;
 use crate::fxhash::FxBuild;
 use crate::memory::{read, u32_at, usize_at, Batch, MemoryReads};
 use crate::procfs::ThreadStates;
-use crate::stack::{RunState, Trace};
+use crate::stack::{RunState, Stack, Trace};
 use ahead::{AheadStack, Recent};
 use frames::RawFrame;
 pub use layout::Layout;
@@ -43,9 +44,28 @@ const MAX_THREADS: usize = 4096;
 const CODE_CACHE_BYTES: usize = 16 << 20;
 const STACK_CACHE_BYTES: usize = 32 << 20;
 
-/// A thread as read: OS thread id, holds the GIL, (code object, instruction offset) of each
-/// frame innermost first.
-type RawThread = (u64, bool, Vec<RawFrame>);
+/// A thread as read: OS thread id, holds the GIL, where its frames (innermost first) are in
+/// the sample's list of frames.
+type RawThread = (u64, bool, Range<usize>);
+
+/// What a sample builds and lets go, kept between samples so that one allocates nothing once
+/// the walker has met the target's threads and stacks.
+#[derive(Default)]
+struct Scratch {
+    threads: Vec<RawThread>,
+    /// Every thread's frames, one thread after another.
+    frames: Vec<RawFrame>,
+    /// Frames met outside the data stacks.
+    outside: Vec<usize>,
+    /// A thread state the batch did not hold.
+    tstate: Vec<u8>,
+    /// The sample's code objects (sorted), their headers, and those the batch lacked.
+    codes: Vec<usize>,
+    headers: Vec<u8>,
+    missing: Vec<usize>,
+    /// A stack's key in the cache of folded stacks.
+    key: Vec<(u64, i64)>,
+}
 
 /// Where the walker learns which thread holds the GIL: the word that holds its thread state,
 /// and from 3.12 the GIL state's locked flag (a released GIL keeps its last holder).
@@ -72,7 +92,7 @@ pub struct Walker {
     codes: HashMap<usize, Code, FxBuild>,
     code_bytes: usize,
     serial: u64,
-    stacks: HashMap<Vec<(u64, i64)>, Arc<str>, FxBuild>,
+    stacks: HashMap<Vec<(u64, i64)>, Stack, FxBuild>,
     stack_bytes: usize,
     files: ShortFiles,
     states: ThreadStates,
@@ -88,6 +108,9 @@ pub struct Walker {
     /// By thread state: where the thread's current frame and the top of its data stack were,
     /// read ahead in the next batch.
     ahead_stacks: HashMap<usize, AheadStack, FxBuild>,
+    /// The previous sample's `ahead_stacks` while a sample fills the new one.
+    previous_stacks: HashMap<usize, AheadStack, FxBuild>,
+    scratch: Scratch,
     /// Samples read so far.
     samples: u64,
     /// What reading them took: system calls, remote pieces and bytes.
@@ -129,6 +152,12 @@ impl Walker {
                 }
             })?,
         };
+        if layout.frame_size > frames::MAX_FRAME_READ {
+            return Err(unsupported(format!(
+                "frames of {} bytes to read",
+                layout.frame_size
+            )));
+        }
         let gil = match layout.interp_gil {
             // 3.11: py-spy found the runtime's word for the thread holding the GIL
             None => (spy.addresses.threadstate_address != 0).then_some(GilAt {
@@ -163,6 +192,8 @@ impl Walker {
             ahead_threads: Vec::new(),
             ahead_frames: Recent::default(),
             ahead_stacks: HashMap::default(),
+            previous_stacks: HashMap::default(),
+            scratch: Scratch::default(),
             samples: 0,
             reads: MemoryReads::default(),
             state_reads: 0,
@@ -180,8 +211,10 @@ impl Walker {
     pub fn read(&mut self, run_state: RunState<'_>) -> Result<Vec<Trace>> {
         let before = MemoryReads::of_this_thread();
         let mut batch = std::mem::take(&mut self.batch);
-        let result = self.read_all(run_state, &mut batch);
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let result = self.read_all(run_state, &mut batch, &mut scratch);
         self.batch = batch;
+        self.scratch = scratch;
         self.reads
             .add_between(before, MemoryReads::of_this_thread());
         result
@@ -214,7 +247,12 @@ impl Walker {
         })
     }
 
-    fn read_all(&mut self, run_state: RunState<'_>, batch: &mut Batch) -> Result<Vec<Trace>> {
+    fn read_all(
+        &mut self,
+        run_state: RunState<'_>,
+        batch: &mut Batch,
+        scratch: &mut Scratch,
+    ) -> Result<Vec<Trace>> {
         // What recent samples read, read again in one batch: thread states, the current frame
         // and the top of each data stack, frames outside them, code object headers. Most are
         // still what this sample needs.
@@ -266,38 +304,55 @@ impl Walker {
             _ => 0,
         };
 
-        let mut threads: Vec<RawThread> = Vec::new();
-        let mut thread_addresses = Vec::new();
-        let mut outside = Vec::new();
-        let mut tstate = vec![0u8; self.layout.tstate_size];
-        let mut previous_stacks = std::mem::take(&mut self.ahead_stacks);
+        let Scratch {
+            threads,
+            frames,
+            outside,
+            tstate,
+            ..
+        } = scratch;
+        threads.clear();
+        frames.clear();
+        outside.clear();
+        self.ahead_threads.clear();
+        std::mem::swap(&mut self.ahead_stacks, &mut self.previous_stacks);
+        self.ahead_stacks.clear();
+        let tstate_size = self.layout.tstate_size;
         while thread != 0 {
             if threads.len() >= MAX_THREADS {
                 bail!("more than {MAX_THREADS} Python threads: a torn read");
             }
-            match batch.get(thread, tstate.len()) {
-                Some(bytes) => tstate.copy_from_slice(bytes),
-                None => read(self.pid, thread, &mut tstate)?,
-            }
-            thread_addresses.push(thread);
-            let native = usize_at(&tstate, self.layout.tstate_native_thread_id) as u64;
+            let bytes = match batch.get(thread, tstate_size) {
+                Some(bytes) => bytes,
+                None => {
+                    tstate.resize(tstate_size, 0);
+                    read(self.pid, thread, tstate)?;
+                    &tstate[..]
+                }
+            };
+            self.ahead_threads.push(thread);
+            let native = usize_at(bytes, self.layout.tstate_native_thread_id) as u64;
             let tid = if native != 0 {
                 native
             } else {
-                usize_at(&tstate, self.layout.tstate_thread_id) as u64
+                usize_at(bytes, self.layout.tstate_thread_id) as u64
             };
-            let ahead = previous_stacks.remove(&thread);
-            let frames = self.frames(thread, ahead, &tstate, batch, &mut outside)?;
-            threads.push((tid, thread == gil_holder, frames));
-            thread = usize_at(&tstate, self.layout.tstate_next);
+            let next = usize_at(bytes, self.layout.tstate_next);
+            let ahead = self.previous_stacks.remove(&thread);
+            let start = frames.len();
+            self.frames(thread, ahead, bytes, batch, frames, outside)?;
+            threads.push((tid, thread == gil_holder, start..frames.len()));
+            thread = next;
         }
+        self.previous_stacks.clear();
 
-        self.check_codes(&threads, batch)?;
-        self.ahead_threads = thread_addresses;
-        self.ahead_frames.seen(&outside, self.samples);
-        let mut traces = Vec::with_capacity(threads.len());
+        self.check_codes(batch, scratch)?;
+        self.ahead_frames.seen(&scratch.outside, self.samples);
+        let mut traces = Vec::with_capacity(scratch.threads.len());
         self.guessed = false;
-        for (tid, owns_gil, frames) in threads {
+        for (tid, owns_gil, range) in &scratch.threads {
+            let (tid, owns_gil) = (*tid, *owns_gil);
+            let frames = &scratch.frames[range.clone()];
             // the innermost frame of the program (3.13+ entry trampolines are not)
             let innermost = frames
                 .iter()
@@ -322,35 +377,39 @@ impl Walker {
                 owns_gil,
                 // A thread this sidecar cannot see counts as running, as in py-spy.
                 active: running.unwrap_or(true),
-                stack: self.fold(&frames),
+                stack: self.fold(frames, &mut scratch.key),
             });
         }
         if let RunState::Read = run_state {
-            let alive: Vec<i32> = traces.iter().map(|t| t.tid as i32).collect();
-            self.states.keep(&alive);
+            self.states.keep(traces.iter().map(|t| t.tid as i32));
         }
         Ok(traces)
     }
 
-    /// Makes sure every code object in `threads` is cached and still the one cached: one
-    /// batched read of all their headers, then a full read of the new or changed ones.
-    fn check_codes(&mut self, threads: &[RawThread], batch: &Batch) -> Result<()> {
+    /// Makes sure every code object of the sample's frames is cached and still the one
+    /// cached: one batched read of all their headers, then a full read of the new or changed
+    /// ones.
+    fn check_codes(&mut self, batch: &Batch, scratch: &mut Scratch) -> Result<()> {
         // Bounded by bytes; cleared before a sample, never halfway through one.
         if self.code_bytes > CODE_CACHE_BYTES {
             self.codes.clear();
             self.code_bytes = 0;
         }
         let (first, size) = (self.layout.code_first, self.layout.code_size);
-        let mut codes = Vec::new();
-        for (_, _, frames) in threads {
-            for &(code, _) in frames {
-                codes.push(code);
-            }
-        }
+        let Scratch {
+            frames,
+            codes,
+            headers,
+            missing,
+            ..
+        } = scratch;
+        codes.clear();
+        codes.extend(frames.iter().map(|&(code, _)| code));
         codes.sort_unstable();
         codes.dedup();
-        let mut headers = vec![0u8; codes.len() * size];
-        let mut missing: Vec<usize> = Vec::new();
+        headers.clear();
+        headers.resize(codes.len() * size, 0);
+        missing.clear();
         for (i, &code) in codes.iter().enumerate() {
             match batch.get(code + first, size) {
                 Some(bytes) => headers[i * size..(i + 1) * size].copy_from_slice(bytes),
@@ -385,22 +444,26 @@ impl Walker {
                 self.codes.insert(address, code);
             }
         }
-        self.checked.seen(&codes, self.samples);
+        self.checked.seen(codes, self.samples);
         Ok(())
     }
 
-    /// The folded text of a stack given innermost first, without the frames of code that is
-    /// not the program's (3.13+ entry trampolines); None when no frame is left.
-    fn fold(&mut self, frames: &[RawFrame]) -> Option<Arc<str>> {
-        let shown = |code: &usize| self.codes.get(code).is_none_or(|c| !c.hidden);
-        let mut key: Vec<(u64, i64)> = Vec::with_capacity(frames.len());
-        for (code, offset) in frames.iter().rev().filter(|(code, _)| shown(code)) {
-            key.push((self.codes.get(code).map_or(0, |c| c.serial), *offset));
+    /// The folded stack of frames given innermost first, without the frames of code that is
+    /// not the program's (3.13+ entry trampolines); None when no frame is left. `key` is
+    /// room for the stack's key in the cache.
+    fn fold(&mut self, frames: &[RawFrame], key: &mut Vec<(u64, i64)>) -> Option<Stack> {
+        key.clear();
+        for &(code, offset) in frames.iter().rev() {
+            match self.codes.get(&code) {
+                Some(code) if code.hidden => {}
+                Some(code) => key.push((code.serial, offset)),
+                None => key.push((0, offset)),
+            }
         }
         if key.is_empty() {
             return None;
         }
-        if let Some(stack) = self.stacks.get(&key) {
+        if let Some(stack) = self.stacks.get(&key[..]) {
             return Some(stack.clone());
         }
         let mut text = String::new();
@@ -417,14 +480,14 @@ impl Walker {
                 None => text.push_str("? (?:0)"),
             }
         }
-        let stack: Arc<str> = Arc::from(text);
-        let cost = stack.len() + key.len() * 16 + 64;
+        let stack = Stack::new(Arc::from(text));
+        let cost = stack.text().len() + key.len() * 16 + 64;
         if self.stack_bytes + cost > STACK_CACHE_BYTES {
             self.stacks.clear();
             self.stack_bytes = 0;
         }
         self.stack_bytes += cost;
-        self.stacks.insert(key, stack.clone());
+        self.stacks.insert(key.clone(), stack.clone());
         Some(stack)
     }
 }
