@@ -167,3 +167,38 @@ pub(crate) struct Shared {
     pub(crate) stats: Stats,
     pub(crate) end: End,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn twins_are_one_row_and_other_keys_stay_apart() {
+        let text: Arc<str> = Arc::from("main (app.py:1);work (app.py:9)");
+        let (first, twin) = (Stack::new(text.clone()), Stack::new(text));
+        assert_ne!(first, twin);
+        let other = Stack::new(Arc::from("main (app.py:1)"));
+        let key = |stack: &Stack, on_cpu: bool| StackKey {
+            thread_id: 7,
+            on_cpu,
+            gil: false,
+            stack: stack.clone(),
+        };
+        let mut window = Window::new(0.0, 1.0);
+        window.stacks.insert(key(&first, true), 3);
+        window.stacks.insert(key(&twin, true), 2);
+        window.stacks.insert(key(&first, false), 1);
+        window.stacks.insert(key(&other, true), 4);
+        let mut rows = window.rows();
+        rows.sort();
+        assert_eq!(
+            rows,
+            vec![
+                (7, false, false, "main (app.py:1);work (app.py:9)", 1),
+                (7, true, false, "main (app.py:1)", 4),
+                (7, true, false, "main (app.py:1);work (app.py:9)", 5),
+            ]
+        );
+    }
+}
