@@ -5,14 +5,11 @@ from __future__ import annotations
 import os
 import re
 import sys
-from typing import TYPE_CHECKING
+from concurrent.futures import ThreadPoolExecutor
 
 from sidecar.errors import ProfileFormatError, SidecarError
 from sidecar.profile import Profile, parse_folded
 from sidecar.svg import MAX_SVG_BYTES, read_svg
-
-if TYPE_CHECKING:
-    from concurrent.futures import Executor
 
 #: Inputs above this size are refused before they are read.
 MAX_INPUT_BYTES = MAX_SVG_BYTES
@@ -83,45 +80,30 @@ def parse_profile(data: bytes, source: str = "input") -> Profile:
     return parse_folded(text, source=source)
 
 
-#: Above this many bytes together, two inputs are read in two processes at once.
+#: Above this many bytes together, two inputs the native reader reads are read at once.
 PARALLEL_BYTES = 8 * 1024 * 1024
 
 
 def load_profiles(first: str, second: str) -> tuple[Profile, Profile]:
-    """Reads two profiles; large ones in parallel.
+    """Reads two profiles; two large inferno SVGs at once.
 
     inferno SVGs are read natively with the GIL released, so a thread reads the first while
-    this one reads the second; anything else is read by Python, where only a second process
-    reads in parallel: a forked worker then reads the first.
+    this one reads the second; anything else is read one after the other.
     """
     sizes = _size(first), _size(second)
     for path, size in zip((first, second), sizes, strict=True):
         if size > MAX_INPUT_BYTES:  # refuse before any work on the other input
             read_input(path)
-    if sum(sizes) < PARALLEL_BYTES:
+    if sum(sizes) < PARALLEL_BYTES or not (_native_reads(first) and _native_reads(second)):
         return load_profile(first), load_profile(second)
-    if _native_reads(first) and _native_reads(second):
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(max_workers=1) as threads:
-            return _both(threads, first, second)
-    if not _can_fork():
-        return load_profile(first), load_profile(second)
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork")) as pool:
-        return _both(pool, first, second)
-
-
-def _both(pool: Executor, first: str, second: str) -> tuple[Profile, Profile]:
-    pending = pool.submit(load_profile, first)
-    try:
-        other = load_profile(second)
-    except BaseException:
-        pending.cancel()
-        raise
-    return pending.result(), other
+    with ThreadPoolExecutor(max_workers=1) as threads:
+        pending = threads.submit(load_profile, first)
+        try:
+            other = load_profile(second)
+        except BaseException:
+            pending.cancel()
+            raise
+        return pending.result(), other
 
 
 def _native_reads(path: str) -> bool:
@@ -148,9 +130,3 @@ def _size(path: str) -> int:
         return os.stat(path).st_size
     except OSError:
         return 0
-
-
-def _can_fork() -> bool:
-    import multiprocessing
-
-    return "fork" in multiprocessing.get_all_start_methods()

@@ -20,11 +20,7 @@ inferno's SVGs (py-spy's, sidecar's) are read natively by ``read_svg``: the nati
 (native/src/svgread.rs, quick-xml with checks at least as strict as the ones above) answers only
 for a document it proves well-formed, free of any DTD subset and of inferno's exact structure,
 and folds the frames into stacks as this module does; for anything else, and for every error,
-it steps aside and this module reads the document. ``read_flamegraph`` keeps a fast path of its
-own: when the frames container holds nothing but a contiguous run of inferno's one frame
-template (checked by a pattern, byte for byte), expat still checks the whole document but the
-frames are read by the pattern, without a Python call per element. Any other SVG, or anything
-unexpected, goes through the general reader; the tests compare all three.
+it steps aside and this module reads the document. The tests compare the two readers.
 """
 
 from __future__ import annotations
@@ -94,14 +90,12 @@ class _Raw:
     root: str
     total_samples: str | None
     script: str
-    #: inferno's own frames, read by the fast path: (title, y, fg:x, fg:w) as bytes.
-    fast: list[tuple[bytes, bytes, bytes, bytes, bytes, bytes, bytes]] | None = None
 
 
 _G, _TITLE_MARK, _SCRIPT = object(), object(), object()
 
 
-def _scan(data: bytes, source: str, allow_fast: bool = True) -> _Raw:
+def _scan(data: bytes, source: str) -> _Raw:
     """One expat pass: every (title text, rect attributes) pair that makes a frame.
 
     Per-element work is kept in C where it can be: text and ends go to list methods, and the one
@@ -161,27 +155,8 @@ def _scan(data: bytes, source: str, allow_fast: bool = True) -> _Raw:
     # entry of that name keeps len(stack) equal to the nesting depth.
     parser.EndElementHandler = stack.remove
     parser.CharacterDataHandler = record
-    fast = _fast_region(data) if allow_fast else None
     try:
-        if fast is None:
-            parser.Parse(data, True)
-        else:
-            opened, begin, end, _ = fast
-            parser.Parse(data[:begin], False)
-            if frames_at != [opened]:
-                fast = None  # the frames container is not where the text search saw it
-                parser.Parse(data[begin:], True)
-            else:
-                # The frames are a contiguous run of inferno's fixed template (checked by the
-                # pattern), so expat only has to check them, with no callbacks.
-                parser.StartElementHandler = None
-                parser.EndElementHandler = None
-                parser.CharacterDataHandler = None
-                parser.Parse(data[begin:end], False)
-                parser.StartElementHandler = start
-                parser.EndElementHandler = stack.remove
-                parser.CharacterDataHandler = record
-                parser.Parse(data[end:], True)
+        parser.Parse(data, True)
     except _Refused as err:
         raise ProfileFormatError(f"{source}: refused: {err}") from None
     except expat.ExpatError as err:
@@ -191,46 +166,7 @@ def _scan(data: bytes, source: str, allow_fast: bool = True) -> _Raw:
         ) from None
     frames, script = _pair(events)
     total_samples = next((a.get("total_samples") for a in svgs if a.get("id") == "frames"), None)
-    raw = _Raw(frames, roots[0] if roots else "", total_samples, script)
-    if fast is not None:
-        if frames:  # frames outside inferno's container too: read everything the general way
-            return _scan(data, source, allow_fast=False)
-        raw.fast = fast[3]
-    return raw
-
-
-_FRAMES_OPEN = re.compile(rb'<svg id="frames"[^<>]*>')
-_FAST_FRAME = re.compile(
-    rb"(<g>(?:<a [^<>]*>)?<title>([^<]*) \((\d[\d,]*) [^<()]*?, \d+(?:\.\d+)?%"
-    rb"(; [+-]?\d+(?:\.\d+)?%)?\)</title>"
-    rb'<rect x="[^"<]*" y="(\d+)" width="[^"<]*" height="\d+" fill="[^"<]*" '
-    rb'fg:x="(\d+)" fg:w="(\d+)"/><text[^<>]*>[^<]*</text>(?:</a>)?</g>)'
-)
-#: A CR (expat turns CR LF into LF) or an undeclared entity reference (expat skips those when
-#: the document has an external DTD subset, as inferno's does): the general reader decides.
-_FAST_UNSURE = re.compile(rb"\r|&(?!(?:lt|gt|amp|quot|apos|#[0-9]+|#x[0-9a-fA-F]+);)")
-#: (whole frame, name, title count, differential part, y, fg:x, fg:w)
-_FastFrame = tuple[bytes, bytes, bytes, bytes, bytes, bytes, bytes]
-
-
-_Fast = tuple[int, int, int, list[_FastFrame]]
-
-
-def _fast_region(data: bytes) -> _Fast | None:
-    """inferno's frames as a contiguous run of its one frame template, or None."""
-    match = _FRAMES_OPEN.search(data)
-    if match is None:
-        return None
-    begin = match.end()
-    end = data.rfind(b"</svg></svg>")
-    if end < begin or data[end:].strip() != b"</svg></svg>":
-        return None
-    found = _FAST_FRAME.findall(data, begin, end)
-    if not found or sum(len(f[0]) for f in found) != end - begin:
-        return None
-    if _FAST_UNSURE.search(data, begin, end):
-        return None  # text that expat changes (CR) or entity references it skips
-    return match.start(), begin, end, found
+    return _Raw(frames, roots[0] if roots else "", total_samples, script)
 
 
 def _pair(events: list[object]) -> tuple[list[tuple[str, dict[str, str]]], str]:
@@ -285,24 +221,19 @@ def _parse_title(title: str) -> tuple[str, int | None, bool]:
     return match["name"], _count(match["count"]), match["delta"] is not None
 
 
-def read_flamegraph(data: bytes, source: str = "input", *, fast: bool = True) -> FlameGraph:
-    """The frames of a flamegraph SVG, with parents, depths and counts; refuses anything else.
-
-    ``fast=False`` skips the fast path for inferno's own frames (the tests compare the two).
-    """
+def read_flamegraph(data: bytes, source: str = "input") -> FlameGraph:
+    """The frames of a flamegraph SVG, with parents, depths and counts; refuses anything else."""
     _check_size(data, source)
-    raw = _scan(data, source, allow_fast=fast)
+    raw = _scan(data, source)
     if raw.root != "svg":
         what = f"<{raw.root}>" if raw.root else "no element"
         raise ProfileFormatError(f"{source}: not an SVG (the document's root is {what})")
-    if not raw.frames and not raw.fast:
+    if not raw.frames:
         raise ProfileFormatError(
             f"{source}: an SVG but not a flamegraph (no frames: <g> elements with a <title> "
             "and a <rect>)"
         )
-    exact = raw.fast is not None or all(
-        "fg:w" in attrs and "fg:x" in attrs for _, attrs in raw.frames
-    )
+    exact = all("fg:w" in attrs and "fg:x" in attrs for _, attrs in raw.frames)
     graph = _exact(raw, source) if exact else _geometric(raw, source)
     _link(graph, source)
     return graph
@@ -332,39 +263,6 @@ def _frames_from(
     return frames, ys, differential
 
 
-_REFERENCE = re.compile(r"&(?:#(\d+)|#x([0-9a-fA-F]+)|(lt|gt|amp|quot|apos));")
-_NAMED = {"lt": "<", "gt": ">", "amp": "&", "quot": '"', "apos": "'"}
-
-
-def _unescape(text: str) -> str:
-    """XML character and predefined entity references (expat has refused any other)."""
-
-    def one(match: re.Match[str]) -> str:
-        if match[1]:
-            return chr(int(match[1]))
-        if match[2]:
-            return chr(int(match[2], 16))
-        return _NAMED[match[3]]
-
-    return _REFERENCE.sub(one, text)
-
-
-def _frames_fast(found: list[_FastFrame]) -> tuple[list[SvgFrame], list[float], bool]:
-    frames: list[SvgFrame] = []
-    ys: list[float] = []
-    differential = False
-    for _, title, count, delta, y, x, w in found:
-        name = title.decode("utf-8")
-        if "&" in name:
-            name = _unescape(name)
-        if delta:
-            differential = True
-        width = int(w)
-        ys.append(int(y))
-        frames.append(SvgFrame(name, -1, int(x), width, width, int(count.replace(b",", b""))))
-    return frames, ys, differential
-
-
 def _exact(raw: _Raw, source: str) -> FlameGraph:
     """inferno: fg:x / fg:w are exact sample ranges."""
 
@@ -377,10 +275,7 @@ def _exact(raw: _Raw, source: str) -> FlameGraph:
                 "not sample counts"
             ) from None
 
-    if raw.fast is not None:
-        frames, ys, differential = _frames_fast(raw.fast)
-    else:
-        frames, ys, differential = _frames_from(raw, source, extent)
+    frames, ys, differential = _frames_from(raw, source, extent)
     for frame in frames:
         frame.count = int(frame.width)
     graph = _rows(frames, ys, raw, source, exact=True)

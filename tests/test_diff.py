@@ -398,26 +398,34 @@ def test_real_target_handler_three_times_slower_tops_the_diff(
     assert new > 1.8 * old, (old, new)
 
 
-def test_large_inputs_are_read_in_parallel_with_the_same_result(tmp_path: Path) -> None:
-    stacks = {
-        ";".join(["main (m.py:1)", *(f"f{i}_{d} (m{d}.py:{i % 13})" for d in range(20))]): 1 + i % 9
-        for i in range(2500)
-    }
-    big = tmp_path / "big.svg"
-    big.write_text(render_svg([f"{s} {c}" for s, c in stacks.items()], RenderOptions(min_width=0)))
-    other = tmp_path / "other.folded"
-    other.write_text("main;f 3\n")
-    assert big.stat().st_size > PARALLEL_BYTES
-    first, second = load_profiles(str(big), str(other))
-    assert first.stacks == stacks == load_profile(str(big)).stacks
-    assert second.stacks == {"main;f": 3}
-    # An error in the worker (reading the first input) reaches the caller as it is.
+def test_two_large_inferno_svgs_are_read_at_once_with_the_same_result(tmp_path: Path) -> None:
+    def stacks_of(leaf: str) -> dict[str, int]:
+        return {
+            ";".join(["main (m.py:1)", *(f"f{i}_{d} (m{d}.py:{i % 13})" for d in range(20)), leaf])
+            + f"{i}": 1 + i % 9
+            for i in range(2500)
+        }
+
+    paths, both = [], []
+    for name in ("big", "other"):
+        stacks = stacks_of(f"{name} (n.py:1)")
+        path = tmp_path / f"{name}.svg"
+        path.write_text(
+            render_svg([f"{s} {c}" for s, c in stacks.items()], RenderOptions(min_width=0))
+        )
+        paths.append(str(path))
+        both.append(stacks)
+    assert sum(Path(p).stat().st_size for p in paths) > PARALLEL_BYTES
+    first, second = load_profiles(*paths)
+    assert first.stacks == both[0] == load_profile(paths[0]).stacks
+    assert second.stacks == both[1]
+    # An error in either input reaches the caller as it is, whichever is read on the thread.
     bad = tmp_path / "bad.svg"
     bad.write_text(BAD_SVG)
     with pytest.raises(ProfileFormatError, match=r"bad\.svg: refused"):
-        load_profiles(str(bad), str(big))
+        load_profiles(str(bad), paths[0])
     with pytest.raises(ProfileFormatError, match=r"bad\.svg: refused"):
-        load_profiles(str(big), str(bad))
+        load_profiles(paths[0], str(bad))
 
 
 BAD_SVG = '<!DOCTYPE svg [<!ENTITY a "b">]><svg xmlns="http://www.w3.org/2000/svg">&a;</svg>'

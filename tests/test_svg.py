@@ -76,18 +76,6 @@ def test_inferno_round_trip_is_exact(stacks: dict[str, int], inverted: bool) -> 
     assert profile.stacks == stacks
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(stacks=STACKS, inverted=st.booleans(), min_width=st.sampled_from([0, 0.1, 5.0]))
-def test_fast_and_general_readers_agree(
-    stacks: dict[str, int], inverted: bool, min_width: float
-) -> None:
-    svg = _render(stacks, min_width=min_width, inverted=inverted)
-    fast, general = read_flamegraph(svg), read_flamegraph(svg, fast=False)
-    assert fast.frames == general.frames
-    assert to_profile(fast).stacks == to_profile(general).stacks
-    assert to_profile(fast).notes == to_profile(general).notes
-
-
 # --- the native reader against the Python reader -------------------------------------------
 
 
@@ -100,7 +88,7 @@ def _native_read(svg: bytes) -> Profile | None:
 
 
 def _python_read(svg: bytes) -> Profile:
-    return to_profile(read_flamegraph(svg, fast=False))
+    return to_profile(read_flamegraph(svg))
 
 
 def _same_profile(native: Profile, python: Profile) -> None:
@@ -252,7 +240,6 @@ def test_undeclared_entities_and_carriage_returns_read_as_expat_reads_them() -> 
         )
         assert _native_read(svg) is None
         python = _python_read(svg)
-        assert read_flamegraph(svg).frames == read_flamegraph(svg, fast=False).frames
         _same_profile(read_svg(svg), python)
 
 
@@ -481,7 +468,6 @@ def _check_py_spy_svg(svg: Path) -> None:
     total, titles = _titles(svg)
     graph = read_flamegraph(svg.read_bytes(), str(svg))
     assert graph.exact  # py-spy's SVGs are inferno's, with fg:x / fg:w
-    assert graph.frames == read_flamegraph(svg.read_bytes(), str(svg), fast=False).frames
     profile = to_profile(graph, str(svg))
     # The stacks read back add up to the SVG's total.
     assert total > 0
