@@ -161,15 +161,6 @@ def read_inferno_svg(data: bytes, *, max_depth: int) -> InfernoRead | None:
 def frame_names(stacks: Iterable[str]) -> list[str]:
     """The distinct frames of folded stacks, in the order they first appear."""
 
-def fold_stacks(
-    stacks: dict[str, int], keys: dict[str, str]
-) -> tuple[dict[str, int], dict[str, int], dict[tuple[str, str], int], dict[str, int]]:
-    """Per function (``keys``: frame -> function) self counts, total counts (once per stack,
-    not the [idle]/[blocked] leaves), caller -> callee edge counts, and counts per state.
-
-    Raises KeyError for a frame missing from ``keys``, OverflowError for a count beyond 64 bits.
-    """
-
 def diff_shares(
     before: dict[str, int], after: dict[str, int], keys: dict[str, str]
 ) -> tuple[
@@ -177,7 +168,8 @@ def diff_shares(
     tuple[dict[str, int], dict[str, int], dict[str, int]],
     dict[str, tuple[float, str, float, str]],
 ]:
-    """Both profiles' (self, total, state) counts as ``fold_stacks`` gives them, and per caller
+    """Both profiles' per function (``keys``: frame -> function) self counts, total counts (once
+    per stack, not the [idle]/[blocked] leaves) and counts per state, and per caller
     (largest growth of a callee edge's share, that callee, largest shrink, that callee), ties
     to the smaller name, ``(0.0, "")`` when nothing grew or shrank; shares are count / total.
 

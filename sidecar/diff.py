@@ -8,15 +8,15 @@ lines ``stack before after``; frame width is the *after* count, red grew, blue s
 
 from __future__ import annotations
 
-import itertools
 import math
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 from sidecar import _native
+from sidecar.errors import ProfileFormatError
 from sidecar.profile import _FRAME as FRAME_PATTERN  # parse_frame's pattern
-from sidecar.profile import BLOCKED_LEAF, IDLE_LEAF, STATES, Profile, state_of
+from sidecar.profile import BLOCKED_LEAF, IDLE_LEAF, STATES, Profile
 from sidecar.render import RenderOptions, render_svg
 
 _HEX = re.compile(r"0x[0-9a-fA-F]+")
@@ -80,7 +80,7 @@ def function_of(frame: str) -> str:
     return f"{match['name']} ({match['file']})"
 
 
-#: Counts from here on are not exact as floats: shares are then computed in Python.
+#: Totals from here on are not exact as floats: profiles that large are not compared.
 _EXACT = 2**53
 
 
@@ -101,62 +101,11 @@ class Change:
 
 @dataclass
 class Shares:
-    """Per function: self share, total share, and the total share passed to each callee."""
+    """Per function: self share and total share; per state its share."""
 
     self_: dict[str, float] = field(default_factory=dict)
     total: dict[str, float] = field(default_factory=dict)
-    edges: dict[tuple[str, str], float] = field(default_factory=dict)
     states: dict[str, float] = field(default_factory=dict)
-
-
-def shares(profile: Profile) -> Shares:
-    """Each function's self and total share, each caller -> callee edge's, each state's.
-
-    The counting is native (``_native.fold_stacks``); counts beyond 64 bits take the Python
-    implementation, which defines the same numbers.
-    """
-    total = profile.total
-    out = Shares()
-    if total <= 0:
-        return out
-    keys = {text: function_of(text) for text in _native.frame_names(profile.stacks)}
-    try:
-        self_, whole, edges, states = _native.fold_stacks(profile.stacks, keys)
-    except (OverflowError, TypeError):
-        self_, whole, edges, states = _fold_stacks(profile, keys)
-    out.self_ = {k: v / total for k, v in self_.items()}
-    out.total = {k: v / total for k, v in whole.items()}
-    out.edges = {k: v / total for k, v in edges.items()}
-    out.states = {k: v / total for k, v in states.items()}
-    return out
-
-
-_Counts = tuple[dict[str, int], dict[str, int], dict[tuple[str, str], int], dict[str, int]]
-
-
-def _fold_stacks(profile: Profile, keys: dict[str, str]) -> _Counts:
-    """``_native.fold_stacks`` in Python: self, total, edge and state counts."""
-    self_: dict[str, int] = defaultdict(int)
-    whole: dict[str, int] = defaultdict(int)
-    edges: dict[tuple[str, str], int] = defaultdict(int)
-    states: dict[str, int] = defaultdict(int)
-    leaves = set(_STATE_LEAVES)
-    for stack, count in profile.stacks.items():
-        state = state_of(stack)
-        states[state] += count
-        if state == "idle":
-            continue  # waiting is not code's cost: it shows in the states line, not the tables
-        names = [keys[text] for text in stack.split(";")]
-        if state == "busy":
-            self_[names[-1]] += count
-        else:
-            names.pop()  # the [blocked] leaf
-        for name in set(names) - leaves:
-            whole[name] += count
-        for pair in set(itertools.pairwise(names)):
-            if pair[0] != pair[1]:
-                edges[pair] += count
-    return self_, whole, edges, states
 
 
 @dataclass
@@ -205,40 +154,25 @@ def _ranked(before: dict[str, float], after: dict[str, float]) -> list[Change]:
     return [Change(name, old, new) for _, _, name, old, new in rows]
 
 
+#: Per caller: the callee whose edge share grew most, by how much, and the one that shrank most.
 _Carriers = dict[str, tuple[float, str, float, str]]
-
-
-def _carriers(before: Shares, after: Shares) -> _Carriers:
-    """Per caller: the callee whose edge share grew most and the one that shrank most."""
-    out: _Carriers = {}
-    get_before, get_after = before.edges.get, after.edges.get
-    for key in before.edges.keys() | after.edges.keys():
-        caller, callee = key
-        moved = get_after(key, 0.0) - get_before(key, 0.0)
-        up, up_to, down, down_to = out.get(caller, (0.0, "", 0.0, ""))
-        if moved > up or (moved == up and up_to and callee < up_to):
-            up, up_to = moved, callee
-        if moved < down or (moved == down and down_to and callee < down_to):
-            down, down_to = moved, callee
-        out[caller] = (up, up_to, down, down_to)
-    return out
 
 
 def compare_shares(
     before: Profile, after: Profile, frames: list[str]
 ) -> tuple[Shares, Shares, _Carriers]:
-    """Both profiles' shares (without edges) and their carriers (``_carriers``), natively when
-    the counts are exact as floats; ``frames``: the distinct frames of both profiles."""
+    """Both profiles' shares and, per caller, the callees that carried the most change,
+    counted natively (native/src/shares.rs); ``frames``: the distinct frames of both profiles.
+    Counts must add up to less than 2**53, where shares are exact as floats."""
+    for name, profile in (("before", before), ("after", after)):
+        if profile.total >= _EXACT:
+            raise ProfileFormatError(
+                f"{name}: {profile.total:,} samples in all; a comparison counts at most "
+                f"{_EXACT - 1:,}"
+            )
     keys = {text: function_of(text) for text in frames}
-    if 0 < before.total < _EXACT and 0 < after.total < _EXACT:
-        try:
-            a, b, carriers = _native.diff_shares(before.stacks, after.stacks, keys)
-        except (OverflowError, TypeError):
-            pass
-        else:
-            return _from_counts(a, before.total), _from_counts(b, after.total), carriers
-    a_shares, b_shares = shares(before), shares(after)
-    return a_shares, b_shares, _carriers(a_shares, b_shares)
+    a, b, carriers = _native.diff_shares(before.stacks, after.stacks, keys)
+    return _from_counts(a, before.total), _from_counts(b, after.total), carriers
 
 
 def _from_counts(
@@ -252,14 +186,10 @@ def _from_counts(
     )
 
 
-def _total_changes(
-    before: Shares, after: Shares, carriers: _Carriers | None = None
-) -> list[Change]:
+def _total_changes(before: Shares, after: Shares, carriers: _Carriers) -> list[Change]:
     """Total-share changes where they happen: a caller that passes its change whole to one
     callee is folded into that callee's row, named in its ``via`` (nearest caller first)."""
     ranked = _ranked(before.total, after.total)
-    if carriers is None:
-        carriers = _carriers(before, after)
     passed: dict[str, str] = {}
     for change in ranked:
         up, up_to, down, down_to = carriers.get(change.frame, (0.0, "", 0.0, ""))

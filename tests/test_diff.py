@@ -13,20 +13,17 @@ from flamegraph_pl import flamegraph_pl_svg
 from helpers import Spawner, sidecar
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from shares_oracle import carriers, counted
 from test_svg import STACKS
 
 from sidecar import _native
 from sidecar.diff import (
-    Shares,
-    _carriers,
-    _fold_stacks,
     compare_shares,
     diff_profiles,
     function_of,
     normalize_frame,
     report,
     scaled,
-    shares,
 )
 from sidecar.errors import ProfileFormatError
 from sidecar.inputs import PARALLEL_BYTES, load_profile, load_profiles
@@ -88,23 +85,6 @@ _DIFF_STACKS = st.dictionaries(
 )
 
 
-def _python_shares(before: Profile, after: Profile) -> tuple[Shares, Shares, dict[str, object]]:
-    a, b = _python_fold(before), _python_fold(after)
-    return a, b, _carriers(a, b)
-
-
-def _python_fold(profile: Profile) -> Shares:
-    keys = {t: function_of(t) for s in profile.stacks for t in s.split(";")}
-    self_, whole, edges, states = _fold_stacks(profile, keys)
-    total = profile.total
-    return Shares(
-        self_={k: v / total for k, v in self_.items()},
-        total={k: v / total for k, v in whole.items()},
-        edges={k: v / total for k, v in edges.items()},
-        states={k: v / total for k, v in states.items()},
-    )
-
-
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(before=_DIFF_STACKS, after=_DIFF_STACKS)
 def test_native_counts_and_carriers_are_the_python_ones(
@@ -114,11 +94,9 @@ def test_native_counts_and_carriers_are_the_python_ones(
     for profile in (a, b):
         keys = {t: function_of(t) for t in _native.frame_names(profile.stacks)}
         assert set(keys) == {t for s in profile.stacks for t in s.split(";")}
-        assert _native.fold_stacks(profile.stacks, keys) == _fold_stacks(profile, keys)
-        assert shares(profile) == _python_fold(profile)
     frames = list(dict.fromkeys(_native.frame_names(a.stacks) + _native.frame_names(b.stacks)))
-    native_a, native_b, carriers = compare_shares(a, b, frames)
-    python_a, python_b, python_carriers = _python_shares(a, b)
+    native_a, native_b, native_carriers = compare_shares(a, b, frames)
+    python_a, python_b = counted(a), counted(b)
     for native, python in ((native_a, python_a), (native_b, python_b)):
         assert (native.self_, native.total, native.states) == (
             python.self_,
@@ -127,8 +105,8 @@ def test_native_counts_and_carriers_are_the_python_ones(
         )
     # Callers without a change are the same as absent ones.
     nothing = (0.0, "", 0.0, "")
-    assert {k: v for k, v in carriers.items() if v != nothing} == {
-        k: v for k, v in python_carriers.items() if v != nothing
+    assert {k: v for k, v in native_carriers.items() if v != nothing} == {
+        k: v for k, v in carriers(python_a, python_b).items() if v != nothing
     }
 
 
@@ -146,15 +124,22 @@ def test_function_of_is_parse_frames_key() -> None:
         assert function_of(text) == (f"{parsed.name} ({parsed.file})" if parsed.file else text)
 
 
-def test_counts_beyond_floats_take_the_python_path() -> None:
+def test_totals_beyond_exact_floats_are_refused_in_one_line(tmp_path: Path) -> None:
     big = _profile({"main;a": 2**60, "main;b": 1})
-    other = _profile({"main;a": 1, "main;b": 2**60})
-    frames = ["main", "a", "b"]
-    native_a, _, carriers = compare_shares(big, other, frames)
-    python_a, _, python_carriers = _python_shares(big, other)
-    assert native_a.total == python_a.total and carriers == python_carriers
-    huge = _profile({"main;a": 2**70})
-    assert shares(huge) == _python_fold(huge)
+    other = _profile({"main;a": 1, "main;b": 2})
+    with pytest.raises(ProfileFormatError, match=r"^before: 1,152,921,504,606,846,977 samples"):
+        compare_shares(big, other, ["main", "a", "b"])
+    before, after = tmp_path / "before.folded", tmp_path / "after.folded"
+    before.write_text("main;a 3\n")
+    after.write_text(f"main;a {2**70}\n")
+    result = sidecar("diff", str(before), str(after), "-o", str(tmp_path / "diff.svg"))
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "after: 1,180,591,620,717,411,303,424 samples in all" in lines[0]
+    assert not (tmp_path / "diff.svg").exists()
+    # just below the bound, the comparison is made
+    edge = _profile({"main;a": 2**53 - 2, "main;b": 1})
+    assert compare_shares(edge, other, ["main", "a", "b"])[0].self_["b"] == 1 / (2**53 - 1)
 
 
 def test_diff_of_the_same_profile_read_as_svg_and_as_folded() -> None:
@@ -393,8 +378,8 @@ def test_real_target_handler_three_times_slower_tops_the_diff(
     # Shares: the handler's total share grew clearly. How far past 3x depends on how busy the
     # machine is (the same work takes longer on a loaded CPU), so only the lower bound holds.
     handler = "cpu_handler (targets/aiohttp_app.py)"
-    old = shares(load_profile(str(paths["before"]))).total[handler]
-    new = shares(load_profile(str(paths["after"]))).total[handler]
+    old = counted(load_profile(str(paths["before"]))).total[handler]
+    new = counted(load_profile(str(paths["after"]))).total[handler]
     assert new > 1.8 * old, (old, new)
 
 

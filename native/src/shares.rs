@@ -309,37 +309,6 @@ pub fn frame_names<'py>(stacks: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, P
     Ok(out)
 }
 
-/// Per function self / total counts, caller -> callee edge counts and per state counts of a
-/// profile's stacks, with `keys` naming the function of each frame.
-#[pyfunction]
-pub fn fold_stacks<'py>(
-    py: Python<'py>,
-    stacks: &Bound<'py, PyDict>,
-    keys: &Bound<'py, PyDict>,
-) -> PyResult<Bound<'py, PyTuple>> {
-    let (stacks, keys) = (items::<i64>(stacks)?, items::<Bound<'py, PyString>>(keys)?);
-    let (stacks, keys) = (texts(&stacks)?, key_texts(&keys)?);
-    let keys = Keys::new(&keys);
-    let folded = py
-        .detach(|| fold(&stacks, &keys))
-        .map_err(PyKeyError::new_err)?;
-    let strings = strings(py, &keys);
-    let edges = PyDict::new(py);
-    for ((caller, callee), count) in &folded.edges.items {
-        let pair = PyTuple::new(py, [&strings[*caller as usize], &strings[*callee as usize]])?;
-        edges.set_item(pair, count)?;
-    }
-    PyTuple::new(
-        py,
-        [
-            counts_to_py(py, &strings, &folded.self_)?.into_any(),
-            counts_to_py(py, &strings, &folded.total)?.into_any(),
-            edges.into_any(),
-            states_to_py(py, &folded.states)?.into_any(),
-        ],
-    )
-}
-
 /// Two profiles' self, total and state counts, and per caller the callees whose edge share
 /// changed most (see `carriers_of`), without handing the edges to Python.
 #[pyfunction]
@@ -395,7 +364,6 @@ pub fn diff_shares<'py>(
 /// Keeps the module's list of functions in one place for lib.rs.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(frame_names, m)?)?;
-    m.add_function(wrap_pyfunction!(fold_stacks, m)?)?;
     m.add_function(wrap_pyfunction!(diff_shares, m)?)?;
     Ok(())
 }
