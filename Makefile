@@ -10,10 +10,12 @@ NATIVE_SRC := $(shell find native/src -name "*.rs") native/Cargo.toml native/Car
 
 install: $(VENV)/.installed
 
-$(VENV)/.deps: requirements.lock
+# Both locks: requirements.lock (what sidecar needs at run time) and requirements-dev.lock (the
+# same pins plus tests, lint, benchmarks and maturin); pip refuses if they disagree.
+$(VENV)/.deps: requirements.lock requirements-dev.lock
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -r requirements.lock
+	$(BIN)/pip install -q -r requirements.lock -r requirements-dev.lock
 	touch $@
 
 $(VENV)/.installed: $(VENV)/.deps pyproject.toml $(NATIVE_SRC)
