@@ -6,7 +6,7 @@ export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(BIN)):$(PATH)
 NATIVE_SRC := $(shell find native/src -name "*.rs") native/Cargo.toml native/Cargo.lock
 
-.PHONY: install pythons demo test soak lint fmt bench clean
+.PHONY: install wheel pythons demo test soak lint fmt bench clean
 
 install: $(VENV)/.installed
 
@@ -21,6 +21,10 @@ $(VENV)/.deps: requirements.lock requirements-dev.lock
 $(VENV)/.installed: $(VENV)/.deps pyproject.toml $(NATIVE_SRC)
 	$(BIN)/maturin develop --release --quiet
 	touch $@
+
+# The wheel users install (out/wheels): the package, its native core and the web UI.
+wheel: $(VENV)/.deps
+	$(BIN)/maturin build --release --quiet --out out/wheels
 
 # CPython 3.14 and 3.15 from Debian unstable's packages into .cache/pythons, for the version
 # tests (3.8-3.13 come from pyenv); prints where each interpreter is.

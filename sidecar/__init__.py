@@ -1,3 +1,6 @@
 """sidecar: a profiling sidecar for asyncio web services."""
 
-__version__ = "0.1.0"
+from importlib.metadata import version
+
+#: The installed distribution's version: pyproject.toml says it once.
+__version__ = version("sidecar")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -37,7 +38,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("sidecar.api")
 
-WEB = Path(__file__).resolve().parent.parent / "web"
+#: The browser UI, shipped inside the package as data.
+WEB = resources.files("sidecar").joinpath("web")
 PROTECTED_PREFIXES = ("/api/", "/openapi.json")
 #: Served SVGs run their own scripts only in a sandbox with an opaque origin.
 SVG_CSP = (
@@ -215,7 +217,7 @@ def create_app(service: Service) -> FastAPI:
             svg, media_type="image/svg+xml", headers={"Content-Security-Policy": SVG_CSP}
         )
 
-    if WEB.is_dir():
+    if isinstance(WEB, Path) and WEB.is_dir():  # installed as files, not inside an archive
         app.mount("/", StaticFiles(directory=WEB, html=True), name="web")
     else:
 
