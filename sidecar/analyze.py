@@ -1,7 +1,8 @@
 """What a profile says about its event loop: shares, stack depth, layers, hot and blocking spots.
 
 Per target (one Profile, plus what discovery knows about the process) and aggregated per
-framework:
+framework, over the processes that serve requests: a pre-fork master (its loop serves none)
+and a process whose threads run no event loop count in no framework's shares (``serves``):
 
 - busy / idle / blocked shares of the event-loop thread(s) (``classify.state_counts``);
 - stack depth of busy loop samples: Python frames per sample (mean, p50, p95, max);
@@ -147,6 +148,8 @@ class Analysis:
     pid: int | None = None
     framework: str = "unknown"
     loop: str = "unknown"
+    #: ``master`` / ``worker`` in a pre-fork server, None alone (from discovery).
+    role: str | None = None
     #: busy / idle / blocked samples of the event-loop thread(s).
     states: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STATES, 0))
     #: depth -> busy loop samples with that many Python frames.
@@ -168,6 +171,12 @@ class Analysis:
     @property
     def samples(self) -> int:
         return sum(self.states.values())
+
+    @property
+    def serves(self) -> bool:
+        """Whether its loop serves requests, so that it counts in its framework's shares:
+        not a pre-fork master, and some thread runs an event loop."""
+        return self.role != "master" and not self.no_loop_thread
 
     def share(self, state: str) -> float:
         total = self.samples
@@ -210,6 +219,7 @@ def analyze(profile: Profile, info: ProcessInfo | None = None) -> Analysis:
     estimated = not profile.marked
     result = Analysis(
         pid=info.pid if info is not None else profile.target.pid,
+        role=info.role if info is not None else None,
         estimated=estimated,
         no_loop_thread=not loop_stacks,
     )
@@ -288,10 +298,12 @@ def merge(analyses: Iterable[Analysis], *, framework: str = "unknown") -> Analys
 
 
 def by_framework(analyses: Sequence[Analysis]) -> dict[str, Analysis]:
-    """One merged analysis per framework, in order of first appearance."""
-    names = list(dict.fromkeys(one.framework for one in analyses))
+    """One merged analysis per framework of the processes that serve requests, in order of
+    first appearance."""
+    serving = [one for one in analyses if one.serves]
+    names = list(dict.fromkeys(one.framework for one in serving))
     return {
-        name: merge((one for one in analyses if one.framework == name), framework=name)
+        name: merge((one for one in serving if one.framework == name), framework=name)
         for name in names
     }
 
@@ -310,7 +322,13 @@ def stats_document(analyses: Sequence[Analysis]) -> dict[str, Any]:
     """Exactly the ``stats --json`` / ``GET /api/stats`` shape of DESIGN.md."""
     return {
         "targets": [
-            {"pid": one.pid, "framework": one.framework, "loop": one.loop, **_shares(one)}
+            {
+                "pid": one.pid,
+                "role": one.role,
+                "framework": one.framework,
+                "loop": one.loop,
+                **_shares(one),
+            }
             for one in analyses
         ],
         "frameworks": {name: _shares(merged) for name, merged in by_framework(analyses).items()},
@@ -332,6 +350,7 @@ def details_json(analysis: Analysis, top: int = 10) -> dict[str, Any]:
 
     return {
         "pid": analysis.pid,
+        "role": analysis.role,
         "framework": analysis.framework,
         "loop": analysis.loop,
         "estimated": analysis.estimated,

@@ -249,6 +249,7 @@ def _process_info(row: dict[str, Any]) -> ProcessInfo:
         framework=row["framework"],
         loop=row["loop"],
         framework_source="maps" if row["framework"] != "unknown" else "",
+        role=row["role"],
     )
 
 

@@ -62,6 +62,8 @@ LOOP_ENTRIES: tuple[tuple[str, str], ...] = (
     ("run", "asyncio/runners.py"),
     ("run", "uvloop/__init__.py"),
     ("run_app", "aiohttp/web.py"),
+    # gunicorn's aiohttp workers; under uvloop no Python frame of the loop's own shows
+    ("run", "aiohttp/worker.py"),
     ("start", "tornado/platform/asyncio.py"),
     ("start", "tornado/ioloop.py"),
     ("run_sync", "tornado/ioloop.py"),

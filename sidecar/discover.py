@@ -10,6 +10,10 @@ every process a sidecar sees:
   through asyncio's ``_run_once`` says asyncio even when uvloop is merely imported.
 - **identity**: PID plus start time (field 22 of /proc/PID/stat), so a reused PID is never
   taken for the process that had it before.
+- **role** in a pre-fork server (gunicorn's arbiter and its workers, Tornado's
+  ``fork_processes``): a process forked from another without exec (same executable, same
+  command line) is a ``worker``, the process it was forked from the ``master``; a lone process
+  has none. A master's loop (gunicorn runs one for its control socket) serves no requests.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from sidecar.profile import Frame
 
 FRAMEWORKS = ("aiohttp", "tornado", "unknown")
 LOOPS = ("asyncio", "uvloop", "unknown")
+ROLES = ("master", "worker")
 
 #: Extension modules that give a framework away in /proc/PID/maps (path fragments).
 _MAPS_MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -71,6 +76,8 @@ class ProcessInfo:
     loop: str
     #: Where the framework was told from: ``frames``, ``maps``, or empty when unknown.
     framework_source: str = ""
+    #: ``master`` or ``worker`` in a pre-fork server (see ``prefork_role``), None alone.
+    role: str | None = None
 
     @property
     def identity(self) -> tuple[int, int]:
@@ -203,6 +210,7 @@ def describe(pid: int, stacks: Mapping[str, int] | None = None) -> ProcessInfo:
         framework=framework,
         loop=loop_from_maps(maps),
         framework_source="maps" if framework != "unknown" else "",
+        role=prefork_role(pid),
     )
     return refine(info, stacks) if stacks else info
 
@@ -211,6 +219,55 @@ def framework_and_loop(pid: int) -> tuple[str, str]:
     """(framework, loop) of ``pid`` from its maps alone: the cheap form a scanner calls."""
     info = describe(pid)
     return info.framework, info.loop
+
+
+def _program(pid: int) -> tuple[str, str] | None:
+    """(executable, command line) of ``pid``; None when it is gone or unreadable."""
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+    cmdline = read_cmdline(pid)
+    return (exe, cmdline) if cmdline else None
+
+
+def _parent(pid: int) -> int:
+    """The parent's PID (field 4 of /proc/PID/stat), 0 when unreadable."""
+    try:
+        stat = _read(f"/proc/{pid}/stat")
+    except OSError:
+        return 0
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else 0
+
+
+def _children(pid: int) -> list[int]:
+    """Children of every thread of ``pid`` (/proc/PID/task/TID/children)."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tasks:
+        try:
+            found += [int(c) for c in _read(f"/proc/{pid}/task/{tid}/children").split()]
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def prefork_role(pid: int) -> str | None:
+    """``worker`` when ``pid`` was forked without exec from its parent (same executable and
+    command line), ``master`` when a child of it was, None otherwise or when unreadable."""
+    own = _program(pid)
+    if own is None:
+        return None
+    parent = _parent(pid)
+    if parent > 1 and _program(parent) == own:
+        return "worker"
+    if any(_program(child) == own for child in _children(pid)):
+        return "master"
+    return None
 
 
 def _version_from_exe(pid: int) -> str:

@@ -123,7 +123,8 @@ class Reader:
                    (SELECT COALESCE(SUM(w.ticks), 0) FROM windows w WHERE w.target_id = t.id),
                    (SELECT COUNT(*) FROM processes p WHERE p.target_id = t.id),
                    (SELECT p.start_time FROM processes p WHERE p.target_id = t.id
-                     ORDER BY p.alive DESC, p.first_seen DESC LIMIT 1)
+                     ORDER BY p.alive DESC, p.first_seen DESC LIMIT 1),
+                   t.role
             FROM targets t ORDER BY t.id
             """
         )
@@ -143,6 +144,7 @@ class Reader:
                 "samples": r[11],
                 "processes": r[12],
                 "start_time": r[13],
+                "role": r[14],
             }
             for r in rows
         ]

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from sidecar import _native
 from sidecar.classify import classify
-from sidecar.discover import framework_and_loop, read_cmdline
+from sidecar.discover import framework_and_loop, prefork_role, read_cmdline
 from sidecar.errors import TargetError
 from sidecar.sample import on_cpu_source, open_sampler
 from sidecar.store import Gone, ProcessRecord, WindowBatch, Writer
@@ -125,6 +125,22 @@ class Session:
     on_cpu: str = ""
     #: (window start, busy, idle, blocked) of recent windows, for the live shares in /metrics.
     recent: deque[tuple[int, int, int, int]] = field(default_factory=lambda: deque(maxlen=6))
+    #: ``master`` / ``worker`` in a pre-fork server, None alone (checked at every scan).
+    role: str | None = None
+
+    def record(self, seen: float) -> ProcessRecord:
+        """The process as the store keeps it."""
+        pid, started = self.key
+        return ProcessRecord(
+            pid,
+            started,
+            self.cmdline,
+            seen,
+            self.framework,
+            self.loop,
+            python_version=self.sampler.python_version,
+            role=self.role,
+        )
 
 
 @dataclass
@@ -180,6 +196,7 @@ class Sessions:
             session = self.sessions.get(key)
             if session is not None:
                 if not self._execed(session):
+                    self._check_role(session, now)
                     continue
                 # the process runs another program now: what the old one had stays with it
                 log.info("PID %d exec'd another program: %s", pid, read_cmdline(pid)[:120])
@@ -203,10 +220,20 @@ class Sessions:
         moved = bool(code and session.code and code != session.code)
         return moved or cmdline != session.cmdline
 
+    def _check_role(self, session: Session, now: float) -> None:
+        """A master forks its workers after it starts, and may be left alone: the role is
+        read again at every scan and the store told when it changed."""
+        role = prefork_role(session.key[0])
+        if role != session.role:
+            log.info("PID %d is now %s", session.key[0], role or "a lone process")
+            session.role = role
+            self.writer.submit(session.record(now))
+
     def _attach(self, key: Key, now: float, problem: Problem | None) -> None:
         pid, started = key
         cmdline, code = program(pid)
         framework, loop = self.describe(pid)
+        role = prefork_role(pid)
         try:
             # one sampling thread for every target: one wakeup per tick for all of them
             sampler = open_sampler(
@@ -224,28 +251,27 @@ class Sessions:
             if problem is None or problem.error != str(err):
                 log.warning("cannot sample PID %d: %s (retrying in %.0f s)", pid, err, delay)
             self.writer.submit(
-                ProcessRecord(pid, started, cmdline, now, framework, loop, error=str(err))
+                ProcessRecord(
+                    pid, started, cmdline, now, framework, loop, error=str(err), role=role
+                )
             )
             return
         reader = sampler.stats()["reader"]
+        session = Session(key, cmdline, sampler, framework, loop, now, code, reader=reader)
+        session.role = role
         with self.lock:
             self.problems.pop(key, None)
-            self.sessions[key] = Session(
-                key, cmdline, sampler, framework, loop, now, code, reader=reader
-            )
+            self.sessions[key] = session
         log.info(
-            "sampling PID %d (%s, %s; stacks read by %s): %s",
+            "sampling PID %d (%s, %s%s; stacks read by %s): %s",
             pid,
             framework,
             loop,
+            f", {role}" if role else "",
             reader,
             cmdline[:120],
         )
-        self.writer.submit(
-            ProcessRecord(
-                pid, started, cmdline, now, framework, loop, python_version=sampler.python_version
-            )
-        )
+        self.writer.submit(session.record(now))
 
     # -- windows ---------------------------------------------------------------------------
 

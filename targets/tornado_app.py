@@ -1,4 +1,5 @@
-"""The demo Tornado service: ``python -m targets.tornado_app [--host H] [--port N] [--uvloop]``.
+"""The demo Tornado service: ``python -m targets.tornado_app [--host H] [--port N] [--uvloop]
+[--processes N]`` (N > 1: pre-fork, ``tornado.process.fork_processes``; the parent serves none).
 
 Each handler of "Tornado vs Aiohttp" (Avito) comes twice: new school (``async def``/``await``)
 and old school (``@gen.coroutine``/``yield``). Routes: /sleep, /sleep-old, /hard, /hard-old, /cpu,
@@ -16,6 +17,7 @@ from typing import Any
 import tornado.gen
 import tornado.ioloop
 import tornado.netutil
+import tornado.process
 import tornado.util
 import tornado.web
 from tornado.httpserver import HTTPServer
@@ -124,17 +126,23 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0 in a pod)")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--uvloop", action="store_true", help="run on uvloop")
+    parser.add_argument(
+        "--processes", type=int, default=1, help="worker processes forked from this one"
+    )
     args = parser.parse_args()
+    sockets = tornado.netutil.bind_sockets(args.port, args.host)
+    announce("tornado", sockets[0].getsockname()[1], args.uvloop)
+    if args.processes > 1:
+        # the parent waits here on its workers, and ends when one dies; each worker returns
+        tornado.process.fork_processes(args.processes, max_restarts=0)
     if args.uvloop:
         import uvloop
 
         asyncio.set_event_loop(uvloop.new_event_loop())
     else:
         asyncio.set_event_loop(asyncio.new_event_loop())
-    sockets = tornado.netutil.bind_sockets(args.port, args.host)
     server = HTTPServer(make_app())
     server.add_sockets(sockets)
-    announce("tornado", sockets[0].getsockname()[1], args.uvloop)
     tornado.ioloop.IOLoop.current().start()
 
 

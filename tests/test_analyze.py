@@ -4,6 +4,7 @@ sites, plus the arithmetic (depth percentiles, layers, merging) on hand-written 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 from fixed_rate import profile_under_load, profiles_under_load
@@ -18,7 +19,7 @@ from sidecar.analyze import (
     module_of,
     stats_document,
 )
-from sidecar.discover import describe
+from sidecar.discover import ProcessInfo, describe
 from sidecar.profile import parse_folded
 
 #: The same load for both frameworks: the "hard" handler of "Tornado vs Aiohttp" at a fixed rate.
@@ -195,3 +196,24 @@ def test_frameworks_merge_their_targets() -> None:
     assert len(doc["targets"]) == 2
     assert doc["frameworks"]["tornado"]["samples"] == 200
     assert doc["frameworks"]["tornado"]["blocked_share"] == 0.2
+
+
+def test_a_master_and_a_process_without_a_loop_count_in_no_framework() -> None:
+    info = ProcessInfo(1, 0, "python app.py", "3.11", "tornado", "asyncio")
+    worker = analyze(parse_folded(FOLDED), replace(info, pid=2, role="worker"))
+    master = analyze(parse_folded(FOLDED), replace(info, pid=1, role="master"))
+    # a thread pool's waits only: no thread entered an event loop
+    no_loop = parse_folded(
+        "Thread.run (threading.py:1);Condition.wait (threading.py:2);[idle] 50\n"
+    )
+    idle = analyze(no_loop, replace(info, pid=3))
+    assert worker.serves and not master.serves and not idle.serves and idle.no_loop_thread
+    doc = stats_document([master, worker, idle])
+    assert [(t["pid"], t["role"]) for t in doc["targets"]] == [
+        (1, "master"),
+        (2, "worker"),
+        (3, None),
+    ]
+    assert doc["frameworks"]["tornado"]["samples"] == worker.samples == 100
+    assert doc["frameworks"]["tornado"]["idle_share"] == round(worker.share("idle"), 4)
+    assert stats_document([master, idle])["frameworks"] == {}

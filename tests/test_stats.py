@@ -49,9 +49,10 @@ SCHEMA: dict[str, Any] = {
             "items": {
                 "type": "object",
                 "additionalProperties": False,
-                "required": ["pid", "framework", "loop", *SHARES],
+                "required": ["pid", "role", "framework", "loop", *SHARES],
                 "properties": {
                     "pid": {"type": ["integer", "null"]},
+                    "role": {"enum": ["master", "worker", None]},
                     "framework": FRAMEWORK,
                     "loop": {"enum": ["asyncio", "uvloop", "unknown"]},
                     **SHARES,
@@ -88,6 +89,7 @@ def test_the_schema_is_strict() -> None:
         "targets": [
             {
                 "pid": 1,
+                "role": None,
                 "framework": "aiohttp",
                 "loop": "uvloop",
                 "samples": 10,

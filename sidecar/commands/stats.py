@@ -21,6 +21,11 @@ from sidecar.inputs import load_profile
 from sidecar.profile import Profile
 from sidecar.sample import record
 
+#: How a role in a pre-fork server reads in the header line.
+ROLE_NAMES = {
+    "master": "pre-fork master: serves no requests, in no framework's shares",
+    "worker": "pre-fork worker",
+}
 HELP = "event-loop shares (busy / idle / blocked), stack depth, top functions and blocking calls"
 DEFAULT_DURATION = 10.0
 
@@ -126,6 +131,8 @@ def table(analysis: Analysis, profile: Profile, info: ProcessInfo | None, top: i
     """The readable form: one block per aspect, shares as percentages."""
     who = f"PID {analysis.pid}" if analysis.pid is not None else "profile"
     lines = [f"{who}: {analysis.framework} on {analysis.loop}"]
+    if analysis.role is not None:
+        lines[0] = f"{who} ({ROLE_NAMES[analysis.role]}): {analysis.framework} on {analysis.loop}"
     if info is not None:
         python = f"Python {profile.target.python_version or info.python_version}"
         lines[0] += f" · {python} · {info.cmdline[:100]}"

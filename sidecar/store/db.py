@@ -68,6 +68,8 @@ class ProcessRecord:
     loop: str = "asyncio"
     python_version: str = ""
     error: str | None = None
+    #: ``master`` / ``worker`` in a pre-fork server, None for a lone process.
+    role: str | None = None
 
     @property
     def key(self) -> ProcessKey:
@@ -275,11 +277,12 @@ class Store:
                     (record.seen, record.error, record.python_version, process_id),
                 )
             else:
+                # a restarted master takes the master's target, a new worker a worker's
                 found = self.db.execute(
                     "SELECT t.id FROM targets t WHERE t.group_key = ? AND NOT EXISTS "
                     "(SELECT 1 FROM processes p WHERE p.target_id = t.id AND p.alive = 1) "
-                    "ORDER BY t.last_seen DESC LIMIT 1",
-                    (record.cmdline,),
+                    "ORDER BY t.role IS ? DESC, t.last_seen DESC LIMIT 1",
+                    (record.cmdline, record.role),
                 ).fetchone()
                 if found is not None:
                     target_id = int(found[0])
@@ -311,8 +314,15 @@ class Store:
             self.db.execute(
                 "UPDATE targets SET last_seen = ?, "
                 "framework = CASE WHEN ? != 'unknown' THEN ? ELSE framework END, "
-                "loop = ? WHERE id = ?",
-                (record.seen, record.framework, record.framework, record.loop, target_id),
+                "loop = ?, role = ? WHERE id = ?",
+                (
+                    record.seen,
+                    record.framework,
+                    record.framework,
+                    record.loop,
+                    record.role,
+                    target_id,
+                ),
             )
         self._processes[record.key] = (target_id, process_id)
         return target_id, process_id

@@ -19,6 +19,8 @@ Tables:
   the windows, so a long range reads one blob per process and hour; ``rollup_hours`` lists
   the hours rolled up.
 
+Version 5 adds each target's ``role`` in a pre-fork server (``master``, ``worker``, NULL alone).
+
 Schema versions 1 to 3 kept one row per (window, process, stack, thread, state) in
 ``samples`` and per hour in ``rollups``; version 4 packs them.
 """
@@ -167,6 +169,10 @@ V4 = """
         CREATE INDEX frames_by_hash ON frames_v4 (hash);
 """
 
+V5 = """
+        ALTER TABLE targets ADD COLUMN role TEXT;
+"""
+
 
 def frame_hash(text: str) -> int:
     """The 64-bit key frames are found by (their text is stored once, not again in an index)."""
@@ -242,7 +248,7 @@ def v4(conn: sqlite3.Connection) -> None:
 
 #: Migrations in order (SQL scripts, or functions of a connection in a transaction); the
 #: database's ``user_version`` counts those applied.
-MIGRATIONS: tuple[str | Callable[[sqlite3.Connection], None], ...] = (V1, V2, V3, v4)
+MIGRATIONS: tuple[str | Callable[[sqlite3.Connection], None], ...] = (V1, V2, V3, v4, V5)
 
 
 def migrate(db: Database) -> int:

@@ -2,7 +2,7 @@
 // depth side by side, and where the loop blocks. Shares and depth come from /api/stats as they
 // are; blocking sites are counted here from the [blocked] stacks of the same range.
 
-import { badges } from "./targets.js";
+import { badges, roleBadge } from "./targets.js";
 import { count, esc, num, pct } from "./format.js";
 import { frameInfo } from "./stacks.js";
 
@@ -66,12 +66,16 @@ export function renderFrameworks(host, stats, { targets, sites, current }) {
       const mine = targets.filter((t) => (t.framework || "unknown") === name);
       const loops = [...new Set((stats.targets || []).filter((t) => t.framework === name).map((t) => t.loop))];
       const loopBadges = loops.map((l) => `<span class="badge loop-${esc(l)}">${esc(l)}</span>`).join(" ");
-      const n = (stats.targets || []).filter((t) => t.framework === name).length || mine.length;
+      // a pre-fork master serves no requests: its loop is not in these shares
+      const ofFramework = (stats.targets || []).filter((t) => t.framework === name);
+      const masters = ofFramework.filter((t) => t.role === "master").length;
+      const n = ofFramework.length - masters || mine.length;
+      const left = masters ? ` · ${masters} master${masters === 1 ? "" : "s"} left out` : "";
       return `
       <article class="fw-card${name === current ? " current" : ""}" data-framework="${esc(name)}"
           data-idle-share="${s.idle_share}" data-busy-share="${s.busy_share}" data-blocked-share="${s.blocked_share}">
         <div class="fw-head">${badges(name, null).replace("badge", "badge fw-name")} ${loopBadges}
-          <span class="muted">${n} target${n === 1 ? "" : "s"} · ${count(s.samples)} loop samples</span></div>
+          <span class="muted">${n} target${n === 1 ? "" : "s"} · ${count(s.samples)} loop samples${left}</span></div>
         ${shareBar(s)}
         <div class="shares">
           <div class="share idle-share"><div class="label"><span class="swatch idle"></span>idle</div><div class="value" data-share="idle">${pct(s.idle_share)}</div></div>
@@ -98,7 +102,7 @@ export function renderStatsTargets(table, stats) {
     .join("")}</tr></thead><tbody>${rows
     .map((t) => {
       const d = t.depth || {};
-      return `<tr><td class="num" style="text-align:left">${t.pid ?? "–"}</td><td>${badges(t.framework, t.loop)}</td>
+      return `<tr data-role="${esc(t.role || "")}"><td class="num" style="text-align:left">${t.pid ?? "–"}</td><td>${badges(t.framework, t.loop)}${roleBadge(t.role)}</td>
         <td class="num">${count(t.samples)}</td><td class="num">${pct(t.busy_share)}</td>
         <td class="num">${pct(t.idle_share)}</td><td class="num">${pct(t.blocked_share)}</td>
         <td class="num">${num(d.mean)}</td><td class="num">${num(d.p95)}</td><td class="num">${num(d.max)}</td></tr>`;

@@ -1,5 +1,6 @@
 // The targets list: framework and loop badges, PID, command, alive or gone, samples, problems,
-// and a note where on-CPU states are estimated rather than read from the OS.
+// and a note where on-CPU states are estimated rather than read from the OS. The processes of
+// a pre-fork server (one group) are listed together, the master first with its role badge.
 
 import { ago, count, esc } from "./format.js";
 
@@ -19,6 +20,23 @@ export function badges(framework, loop) {
   return html;
 }
 
+export function roleBadge(role) {
+  return role ? ` <span class="badge role-${esc(role)}" data-role="${esc(role)}">${esc(role)}</span>` : "";
+}
+
+// Targets in order of first appearance of their group; within a group the master first.
+export function grouped(targets) {
+  const order = new Map();
+  targets.forEach((t, i) => {
+    if (!order.has(t.group)) order.set(t.group, i);
+  });
+  const rank = (t) => (t.role === "master" ? 0 : 1);
+  return targets
+    .map((t, i) => [t, i])
+    .sort(([a, i], [b, j]) => order.get(a.group) - order.get(b.group) || rank(a) - rank(b) || i - j)
+    .map(([t]) => t);
+}
+
 export function renderTargets(list, targets, selected, onPick) {
   const items = [];
   const total = targets.reduce((n, t) => n + (t.samples || 0), 0);
@@ -31,7 +49,7 @@ export function renderTargets(list, targets, selected, onPick) {
     items.push(`<li class="empty">No Python process sampled yet. sidecar scans every few seconds;
       a process it cannot trace shows here with the reason.</li>`);
   }
-  for (const t of targets) {
+  for (const t of grouped(targets)) {
     const alive = t.alive;
     const problem = t.problem || (t.error && !alive ? t.error : null);
     // on-CPU states that could not come from the OS are a guess: say so beside the shares
@@ -39,13 +57,14 @@ export function renderTargets(list, targets, selected, onPick) {
     const meta = [`PID ${t.pid ?? "?"}`, `${count(t.samples || 0)} samples`];
     if (t.python_version) meta.push(`Python ${esc(t.python_version)}`);
     if (t.processes > 1) meta.push(`${t.processes} processes`);
+    if (t.role === "master") meta.push("serves no requests: in no framework's shares");
     const status = alive
       ? `<span class="status alive">alive</span>`
       : `<span class="status gone" title="last seen ${esc(new Date(t.last_seen * 1000).toLocaleString())}">gone ${esc(ago(t.last_seen))}</span>`;
     items.push(`
-    <li><button class="target${alive ? "" : " gone"}" data-id="${t.id}" data-framework="${esc(t.framework || "unknown")}"
-        aria-pressed="${selected === t.id}" title="${esc(t.cmdline || "")}">
-      <div class="t-top">${badges(t.framework, t.loop)}${status}</div>
+    <li${t.role === "worker" ? ' class="in-group"' : ""}><button class="target${alive ? "" : " gone"}" data-id="${t.id}" data-framework="${esc(t.framework || "unknown")}"
+        data-role="${esc(t.role || "")}" aria-pressed="${selected === t.id}" title="${esc(t.cmdline || "")}">
+      <div class="t-top">${badges(t.framework, t.loop)}${roleBadge(t.role)}${status}</div>
       <div class="t-cmd">${esc(shortCommand(t.cmdline))}</div>
       <div class="t-meta">${meta.join(" · ")}</div>
       ${problem ? `<div class="t-problem" role="note"><strong>Cannot trace:</strong> ${esc(problem)}</div>` : ""}
