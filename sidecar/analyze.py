@@ -49,17 +49,20 @@ FRAMEWORK_MODULES = frozenset(
     }
 )
 LOOP_MODULES = frozenset({"asyncio", "uvloop", "selectors", "_asyncio"})
-_STDLIB = frozenset(sys.stdlib_module_names)
-_SITE = re.compile(r".*/(?:site|dist)-packages/")
-_LIBDIR = re.compile(r".*/lib/python\d\.\d+/")
+#: The standard library's top-level modules (generated code, ``<...>``, counts with them).
+STDLIB = frozenset(sys.stdlib_module_names)
+#: What comes before a module's path: an installation's site or dist packages, or the
+#: standard library's directory.
+SITE_PREFIX = re.compile(r".*/(?:site|dist)-packages/")
+LIBDIR_PREFIX = re.compile(r".*/lib/python\d\.\d+/")
 
 
 @lru_cache(maxsize=16384)
 def module_of(file: str) -> str:
     """The top-level module of a frame's file: ``asyncio/base_events.py`` -> ``asyncio``."""
     path = file.replace("\\", "/")
-    path = _SITE.sub("", path)
-    path = _LIBDIR.sub("", path)
+    path = SITE_PREFIX.sub("", path, count=1)
+    path = LIBDIR_PREFIX.sub("", path, count=1)
     if path.startswith("<"):
         return path
     head = path.lstrip("/").split("/", 1)[0]
@@ -74,7 +77,7 @@ def layer_of_file(file: str) -> str | None:
         return "event_loop"
     if module in FRAMEWORK_MODULES:
         return "framework"
-    if module.startswith("<") or module in _STDLIB:
+    if module.startswith("<") or module in STDLIB:
         return None
     return "application"
 

@@ -32,6 +32,7 @@ from sidecar.metrics import registry_for
 from sidecar.profile import Profile
 from sidecar.query import QueryError, Range, StoreUnavailable, UnknownTarget
 from sidecar.render import RenderOptions, render_svg, speedscope
+from sidecar.rules import document as rules_document
 
 if TYPE_CHECKING:
     from sidecar.service import Service
@@ -125,6 +126,10 @@ def create_app(service: Service) -> FastAPI:
     @app.get("/metrics", summary="Prometheus exposition", response_class=PlainTextResponse)
     def metrics() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/api/rules", summary="How frames are read: leaves, frame grammar, layer tables")
+    def rules() -> dict[str, Any]:
+        return rules_document()
 
     @app.get("/api/targets", summary="Every target with its framework, loop and state")
     def targets() -> list[dict[str, Any]]:

@@ -344,6 +344,61 @@ def test_frameworks_panel_matches_api_stats(ui: UI) -> None:
     assert not page.errors  # type: ignore[attr-defined]
 
 
+#: Frames of every layer and leaf, written as each CPython version and installation writes files.
+RULE_FRAMES = (
+    "handler (/srv/app/handlers.py:12)",
+    "_handle_request (/venv/lib/python3.11/site-packages/aiohttp/web_protocol.py:452)",
+    "execute (/usr/local/lib/python3.12/dist-packages/tornado/web.py:1790)",
+    "_run_once (/usr/lib/python3.11/asyncio/base_events.py:1922)",
+    "run (/venv/lib/python3.13/site-packages/uvloop/__init__.py:105)",
+    "dumps (/usr/lib/python3.14/json/__init__.py:231)",
+    "_call_with_frames_removed (<frozen importlib._bootstrap>:241)",
+    "<module> (<string>:1)",
+    "main (app.py:3)",
+    "run (uvicorn/main.py:577)",
+    "[idle]",
+    "[blocked]",
+    "a frame without a file",
+)
+
+
+def test_the_ui_reads_frames_by_the_rules_the_api_serves(ui: UI) -> None:
+    """The UI keeps no copy of the leaves, the frame grammar or the layer tables: it reads each
+    frame as the analysis does (analyze.layer_of_file), from GET /api/rules."""
+    from sidecar.analyze import layer_of_file
+    from sidecar.profile import BLOCKED_LEAF, IDLE_LEAF, parse_frame
+
+    rules = ui.api("/api/rules")
+    assert rules["leaves"] == {"idle": IDLE_LEAF, "blocked": BLOCKED_LEAF}
+    page = ui.page()
+    page.goto(ui.base + "/")
+    wait_loaded(page, "#flame")
+    shown = page.evaluate(
+        """async frames => {
+            const stacks = await import("./js/stacks.js");
+            return frames.map(text => {
+                const info = stacks.frameInfo(text);
+                return [info.name, info.file, info.line, info.layer];
+            });
+        }""",
+        list(RULE_FRAMES),
+    )
+    colour = {"framework": "framework", "event_loop": "runtime", None: "runtime"}
+    for text, (name, file, line, layer) in zip(RULE_FRAMES, shown, strict=True):
+        frame = parse_frame(text)
+        assert (name, file, line) == (frame.name, frame.file, frame.line), text
+        if text == IDLE_LEAF:
+            expected = "idle"
+        elif text == BLOCKED_LEAF:
+            expected = "blocked"
+        elif not frame.file:
+            expected = "other"
+        else:
+            expected = colour.get(layer_of_file(frame.file), "app")
+        assert layer == expected, text
+    assert not page.errors  # type: ignore[attr-defined]
+
+
 def test_compare_renders_a_differential_flamegraph(ui: UI) -> None:
     start, end = ui.window()
     page = ui.page()

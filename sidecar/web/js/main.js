@@ -15,7 +15,9 @@ import {
   matchedShare,
   matcher,
   parseFolded,
+  rulesSet,
   sandwich,
+  setRules,
 } from "./stacks.js";
 import { renderTargets, shortCommand } from "./targets.js";
 import { Timeline } from "./timeline.js";
@@ -499,7 +501,19 @@ function loadView() {
   return loadCompare();
 }
 
+/** How frames are read (leaves, grammar, layers), from the API once. */
+async function loadRules() {
+  if (rulesSet()) return;
+  try {
+    setRules(await getJson("rules"));
+  } catch {
+    // the targets' request next meets the same problem and says what it is; the next load
+    // asks again
+  }
+}
+
 async function loadAll() {
+  await loadRules();
   await loadTargets();
   if (state.view === "compare") {
     // the default compare ranges are the halves of where the timeline has data

@@ -4,25 +4,34 @@
 // (two counts, before and after, for a differential profile). Frames read
 // "function (file:line)"; off-CPU samples end in a synthetic "[idle]" or "[blocked]" leaf.
 
-export const IDLE = "[idle]";
-export const BLOCKED = "[blocked]";
+// How frames are read comes from the API (GET /api/rules), where the analysis defines it once:
+// the synthetic leaves, the frame grammar, and the modules of each layer. Until it has come,
+// no frame is a leaf and every frame's layer is "other".
+let IDLE = null;
+let BLOCKED = null;
+let FRAME = /$^/;
+let SITE = /$^/;
+let LIBDIR = /$^/;
+let FRAMEWORKS = new Set();
+let LOOPS = new Set();
+let STDLIB = new Set();
 
-const FRAME = /^(.*) \(([^()]*?):(-?\d+)\)$/;
+/** Reads frames by the rules the API serves. */
+export function setRules(rules) {
+  IDLE = rules.leaves.idle;
+  BLOCKED = rules.leaves.blocked;
+  FRAME = new RegExp(rules.frame);
+  SITE = new RegExp(rules.module.site);
+  LIBDIR = new RegExp(rules.module.libdir);
+  FRAMEWORKS = new Set(rules.layers.framework);
+  LOOPS = new Set(rules.layers.event_loop);
+  STDLIB = new Set(rules.layers.stdlib);
+  infos.clear();
+}
 
-const FRAMEWORKS = new Set([
-  "aiohttp", "tornado", "yarl", "multidict", "aiosignal", "frozenlist", "propcache",
-  "aiohappyeyeballs", "uvicorn", "starlette", "fastapi", "h11", "httptools", "anyio",
-]);
-const LOOPS = new Set(["asyncio", "uvloop", "selectors", "_asyncio"]);
-const STDLIB = new Set([
-  "abc", "argparse", "base64", "bisect", "collections", "concurrent", "contextlib", "contextvars",
-  "copy", "dataclasses", "datetime", "email", "enum", "functools", "gzip", "hashlib", "heapq",
-  "http", "inspect", "io", "ipaddress", "itertools", "json", "logging", "mimetypes", "os",
-  "pathlib", "pickle", "queue", "random", "re", "runpy", "selectors", "signal", "socket",
-  "socketserver", "ssl", "string", "struct", "subprocess", "tempfile", "threading", "time",
-  "traceback", "types", "typing", "urllib", "uuid", "warnings", "weakref", "zlib", "posixpath",
-  "genericpath", "codecs", "encodings", "importlib", "sre_compile", "sre_parse", "operator",
-]);
+export function rulesSet() {
+  return IDLE !== null;
+}
 
 const infos = new Map();
 
@@ -48,18 +57,21 @@ export function frameInfo(text) {
   return info;
 }
 
+/** The top-level module of a frame's file, as the analysis finds it (analyze.module_of). */
+function moduleOf(file) {
+  const path = file.replace(/\\/g, "/").replace(SITE, "").replace(LIBDIR, "");
+  if (path.startsWith("<")) return path;
+  return path.replace(/^\/+/, "").split("/")[0].replace(/\.py$/, "");
+}
+
 function layerOf(name, file) {
   if (name === IDLE) return "idle";
   if (name === BLOCKED) return "blocked";
   if (!file) return "other";
-  if (file.startsWith("<frozen")) return "runtime";
-  const path = file
-    .replace(/\\/g, "/")
-    .replace(/^.*\/(site|dist)-packages\//, "")
-    .replace(/^.*\/lib\/python\d\.\d+\//, "");
-  const top = path.split("/")[0].replace(/\.py$/, "");
+  if (IDLE === null) return "other";
+  const top = moduleOf(file);
   if (FRAMEWORKS.has(top)) return "framework";
-  if (LOOPS.has(top) || STDLIB.has(top)) return "runtime";
+  if (LOOPS.has(top) || STDLIB.has(top) || top.startsWith("<")) return "runtime";
   return "app";
 }
 
