@@ -2,7 +2,6 @@
 
 mod clock;
 mod errors;
-mod fxhash;
 mod memory;
 mod procfs;
 mod readers;

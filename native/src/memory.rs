@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use anyhow::{anyhow, bail, Result};
 
-use crate::fxhash::FxBuild;
+use rustc_hash::FxBuildHasher;
 
 /// process_vm_readv takes at most this many remote pieces per call.
 const IOV_MAX: usize = 1024;
@@ -47,7 +47,7 @@ thread_local! {
 pub struct Batch {
     /// The pieces the next `fill` reads: (address, length).
     pub pieces: Vec<(usize, usize)>,
-    at: HashMap<(usize, usize), usize, FxBuild>,
+    at: HashMap<(usize, usize), usize, FxBuildHasher>,
     offsets: Vec<usize>,
     buf: Vec<u8>,
 }

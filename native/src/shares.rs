@@ -9,7 +9,7 @@ use pyo3::exceptions::{PyKeyError, PyOverflowError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
 
-use crate::fxhash::FxBuild;
+use rustc_hash::FxBuildHasher;
 
 const IDLE_LEAF: &str = "[idle]";
 const BLOCKED_LEAF: &str = "[blocked]";
@@ -19,15 +19,15 @@ const EXACT: i128 = 1 << 53;
 /// Functions by id, and the function id of each frame.
 struct Keys<'k> {
     names: Vec<&'k str>,
-    of: HashMap<&'k str, u32, FxBuild>,
+    of: HashMap<&'k str, u32, FxBuildHasher>,
     leaves: Vec<u32>,
 }
 
 impl<'k> Keys<'k> {
     fn new(frame_keys: &[(&'k str, &'k str)]) -> Self {
         let mut names = Vec::new();
-        let mut ids: HashMap<&str, u32, FxBuild> = HashMap::default();
-        let mut of = HashMap::with_capacity_and_hasher(frame_keys.len(), FxBuild::default());
+        let mut ids: HashMap<&str, u32, FxBuildHasher> = HashMap::default();
+        let mut of = HashMap::with_capacity_and_hasher(frame_keys.len(), FxBuildHasher);
         for &(frame, key) in frame_keys {
             let id = *ids.entry(key).or_insert_with(|| {
                 names.push(key);
@@ -78,7 +78,7 @@ impl ByKey {
 /// Counts by caller -> callee pair, in the order pairs were first counted.
 #[derive(Default)]
 struct ByEdge {
-    slots: HashMap<u64, usize, FxBuild>,
+    slots: HashMap<u64, usize, FxBuildHasher>,
     items: Vec<((u32, u32), i128)>,
 }
 
@@ -184,7 +184,7 @@ fn carriers_of(
     after_total: f64,
     names: &[&str],
 ) -> Vec<(u32, Carrier)> {
-    let mut moved: HashMap<(u32, u32), (f64, f64), FxBuild> = HashMap::default();
+    let mut moved: HashMap<(u32, u32), (f64, f64), FxBuildHasher> = HashMap::default();
     for (pair, count) in &before.edges.items {
         moved.entry(*pair).or_insert((0.0, 0.0)).0 = *count as f64 / before_total;
     }
@@ -297,7 +297,7 @@ pub fn frame_names<'py>(stacks: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, P
         .try_iter()?
         .map(|item| Ok(item?.cast_into::<PyString>()?))
         .collect::<PyResult<_>>()?;
-    let mut seen: HashMap<&str, (), FxBuild> = HashMap::default();
+    let mut seen: HashMap<&str, (), FxBuildHasher> = HashMap::default();
     let mut out = Vec::new();
     for stack in &stacks {
         for frame in stack.to_str()?.split(';') {

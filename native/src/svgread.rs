@@ -24,7 +24,7 @@
 
 use std::collections::HashMap;
 
-use crate::fxhash::FxBuild;
+use rustc_hash::FxBuildHasher;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -756,7 +756,7 @@ fn fold(frames: Vec<Frame>, total_samples: Option<String>, differential: bool) -
         *sum = sum.checked_add(sorted[index].width)?;
     }
     let mut stacks: Vec<(String, u64)> = Vec::new();
-    let mut slot: HashMap<String, usize, FxBuild> = HashMap::default();
+    let mut slot: HashMap<String, usize, FxBuildHasher> = HashMap::default();
     let mut add = |stacks: &mut Vec<(String, u64)>, path: String, count: u64| match slot.get(&path)
     {
         Some(&i) => stacks[i].1 += count,

@@ -3,9 +3,9 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::fxhash::FxBuild;
 use crate::memory::MemoryReads;
 use crate::stack::Stack;
+use rustc_hash::FxBuildHasher;
 
 /// What the sampler was asked to do.
 #[derive(Debug, Clone)]
@@ -43,7 +43,7 @@ pub struct Window {
     pub end: f64,
     /// Sampling ticks that produced stacks during the window.
     pub samples: u64,
-    pub stacks: HashMap<StackKey, u64, FxBuild>,
+    pub stacks: HashMap<StackKey, u64, FxBuildHasher>,
     pub thread_names: HashMap<u64, String>,
 }
 
@@ -61,7 +61,7 @@ impl Window {
     /// Its counts by thread, state and folded text: keys whose stacks are twins (the same
     /// text cached twice) are one row.
     pub fn rows(&self) -> Vec<Row<'_>> {
-        let mut rows: HashMap<(u64, bool, bool, &str), u64, FxBuild> = HashMap::default();
+        let mut rows: HashMap<(u64, bool, bool, &str), u64, FxBuildHasher> = HashMap::default();
         for (key, &count) in &self.stacks {
             let at = (key.thread_id, key.on_cpu, key.gil, key.stack.text());
             *rows.entry(at).or_insert(0) += count;

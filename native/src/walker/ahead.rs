@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::fxhash::FxBuild;
+use rustc_hash::FxBuildHasher;
 
 /// At most this many frames and code objects are read ahead per sample.
 const READ_AHEAD_MAX: usize = 8192;
@@ -65,7 +65,7 @@ impl AheadStack {
 /// Addresses met by recent samples, with the last sample that met each.
 #[derive(Default)]
 pub struct Recent {
-    last: HashMap<usize, u64, FxBuild>,
+    last: HashMap<usize, u64, FxBuildHasher>,
 }
 
 impl Recent {

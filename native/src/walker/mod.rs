@@ -29,7 +29,6 @@ use std::sync::Arc;
 use anyhow::{bail, Result};
 use py_spy::PythonSpy;
 
-use crate::fxhash::FxBuild;
 use crate::memory::{read, u32_at, usize_at, Batch, MemoryReads};
 use crate::procfs::ThreadStates;
 use crate::stack::{RunState, Stack, Trace};
@@ -37,6 +36,7 @@ use ahead::{AheadStack, Recent};
 use frames::RawFrame;
 pub use layout::Layout;
 use objects::{Code, ShortFiles};
+use rustc_hash::FxBuildHasher;
 
 /// Sanity bound against torn or garbage reads.
 const MAX_THREADS: usize = 4096;
@@ -89,10 +89,10 @@ pub struct Walker {
     layout: Layout,
     interpreter: usize,
     gil: Option<GilAt>,
-    codes: HashMap<usize, Code, FxBuild>,
+    codes: HashMap<usize, Code, FxBuildHasher>,
     code_bytes: usize,
     serial: u64,
-    stacks: HashMap<Vec<(u64, i64)>, Stack, FxBuild>,
+    stacks: HashMap<Vec<(u64, i64)>, Stack, FxBuildHasher>,
     stack_bytes: usize,
     files: ShortFiles,
     states: ThreadStates,
@@ -107,9 +107,9 @@ pub struct Walker {
     ahead_frames: Recent,
     /// By thread state: where the thread's current frame and the top of its data stack were,
     /// read ahead in the next batch.
-    ahead_stacks: HashMap<usize, AheadStack, FxBuild>,
+    ahead_stacks: HashMap<usize, AheadStack, FxBuildHasher>,
     /// The previous sample's `ahead_stacks` while a sample fills the new one.
-    previous_stacks: HashMap<usize, AheadStack, FxBuild>,
+    previous_stacks: HashMap<usize, AheadStack, FxBuildHasher>,
     scratch: Scratch,
     /// Samples read so far.
     samples: u64,

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use anyhow::{bail, Result};
 
 use super::layout::Layout;
-use crate::fxhash::FxBuild;
 use crate::memory::{read, u32_at, usize_at};
 use crate::stack::{format_frame, is_wait};
+use rustc_hash::FxBuildHasher;
 
 /// Sanity bounds against torn or garbage reads.
 const MAX_STRING: usize = 4096;
@@ -30,7 +30,7 @@ pub struct Code {
     pub waits: bool,
     /// Not a frame of the program: the trampolines 3.13+ runs on entry (`<shim>`).
     pub hidden: bool,
-    frames: HashMap<i64, Arc<str>, FxBuild>,
+    frames: HashMap<i64, Arc<str>, FxBuildHasher>,
 }
 
 impl Code {
