@@ -250,7 +250,7 @@ def stored_windows(db: Path) -> list[tuple[int, dict[str, Any]]]:
 
 def time_windows(windows: list[tuple[int, dict[str, Any]]], workdir: Path) -> dict[str, Any]:
     """Classification (serve's ``Sessions._batch``) and ``Store.write`` per stored window."""
-    sessions = Sessions(None, Selection(), window=WINDOW)  # type: ignore[arg-type]
+    sessions = Sessions(None, Selection(), rate_hz=RATE, window=WINDOW)  # type: ignore[arg-type]
     store = Store(workdir / "timing.db")
     session_of: dict[int, Session] = {}
     cold, warm, first_writes, writes, ticks = [], [], [], [], []

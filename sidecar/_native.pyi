@@ -7,6 +7,11 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Literal, TypedDict
 
+#: Samples per second when none is asked for.
+DEFAULT_RATE_HZ: float
+#: Seconds per window of a sampler when none is asked for.
+DEFAULT_WINDOW_S: float
+
 class SamplerError(RuntimeError):
     """The sampler could not read the target (not a Python process, unsupported version, ...)."""
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from sidecar import _native
+from sidecar import _native, defaults
 from sidecar.classify import classify, leaf_for, state_counts
 from sidecar.discover import read_cmdline
 from sidecar.errors import PermissionDenied, TargetError, TargetGone
@@ -85,9 +85,9 @@ def on_cpu_source(on_cpu: str) -> str:
 def open_sampler(
     pid: int,
     *,
-    rate_hz: float = 100.0,
+    rate_hz: float = defaults.RATE_HZ,
     blocking: bool = False,
-    window: float = 1.0,
+    window: float = defaults.SAMPLER_WINDOW_S,
     clock: Literal["own", "shared"] = "own",
 ) -> _native.Sampler:
     """Attaches to ``pid``; native errors become sidecar's domain errors. ``clock="shared"``
@@ -122,7 +122,7 @@ def record(
     pid: int,
     *,
     duration: float | None,
-    rate_hz: float = 100.0,
+    rate_hz: float = defaults.RATE_HZ,
     blocking: bool = False,
     progress: Progress | None = None,
     on_attach: Callable[[str], None] | None = None,

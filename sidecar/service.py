@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sidecar import defaults
 from sidecar.permissions import detect
 from sidecar.query import Reader
 from sidecar.sessions import Selection, Sessions
@@ -28,8 +29,8 @@ class ServeConfig:
     db: Path = Path("sidecar.db")
     host: str = "127.0.0.1"
     port: int = 8321
-    rate_hz: float = 100.0
-    window: int = 10
+    rate_hz: float = defaults.RATE_HZ
+    window: int = defaults.STORE_WINDOW_S
     pids: frozenset[int] = frozenset()
     match: re.Pattern[str] | None = None
     retention: float = 24 * 3600

@@ -162,8 +162,8 @@ class Sessions:
         writer: Writer,
         selection: Selection,
         *,
-        rate_hz: float = 100.0,
-        window: int = 10,
+        rate_hz: float,
+        window: int,
         blocking: bool = False,
         describe: Describe = describe,
     ) -> None:

@@ -60,11 +60,16 @@ fn window_to_py<'py>(py: Python<'py>, window: &Window) -> PyResult<Bound<'py, Py
     Ok(dict)
 }
 
+/// Samples per second when none is asked for: `record`'s and `serve`'s default too.
+const DEFAULT_RATE_HZ: f64 = 100.0;
+/// Seconds per window of a sampler when none is asked for.
+const DEFAULT_WINDOW_S: f64 = 1.0;
+
 #[pymethods]
 impl Sampler {
     #[new]
     #[allow(clippy::too_many_arguments)] // the Python signature: keywords with defaults
-    #[pyo3(signature = (pid, rate_hz=100.0, blocking=false, window=1.0, max_pending=360, reader="auto", clock="own"))]
+    #[pyo3(signature = (pid, rate_hz=DEFAULT_RATE_HZ, blocking=false, window=DEFAULT_WINDOW_S, max_pending=360, reader="auto", clock="own"))]
     fn new(
         py: Python<'_>,
         pid: i32,
@@ -313,6 +318,8 @@ fn process_start_time(pid: i32) -> Option<u64> {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Sampler>()?;
+    m.add("DEFAULT_RATE_HZ", DEFAULT_RATE_HZ)?;
+    m.add("DEFAULT_WINDOW_S", DEFAULT_WINDOW_S)?;
     m.add("SamplerError", m.py().get_type::<SamplerError>())?;
     m.add_function(wrap_pyfunction!(render_svg, m)?)?;
     m.add_function(wrap_pyfunction!(diff_folded, m)?)?;

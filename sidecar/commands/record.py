@@ -9,6 +9,7 @@ import time
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from sidecar import defaults
 from sidecar.errors import NoSamples, UsageError
 from sidecar.output import percent, write_text
 from sidecar.render import FORMATS, RenderOptions, export
@@ -32,7 +33,11 @@ def add_parser(sub: Any) -> None:
         "--duration", type=float, metavar="S", help="seconds to sample (default: until Ctrl-C)"
     )
     parser.add_argument(
-        "--rate", type=float, default=100.0, metavar="HZ", help="samples per second (default 100)"
+        "--rate",
+        type=float,
+        default=defaults.RATE_HZ,
+        metavar="HZ",
+        help=f"samples per second (default {defaults.RATE_HZ:g})",
     )
     parser.add_argument(
         "--blocking",

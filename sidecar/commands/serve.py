@@ -14,6 +14,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from sidecar import defaults
 from sidecar.errors import UsageError
 
 HELP = "sample Python processes continuously, store profiles and serve the UI and API"
@@ -47,12 +48,16 @@ def add_parser(sub: Any) -> None:
     parser.add_argument(
         "--rate",
         type=float,
-        default=100.0,
+        default=defaults.RATE_HZ,
         metavar="HZ",
-        help="samples per second per process (default 100)",
+        help=f"samples per second per process (default {defaults.RATE_HZ:g})",
     )
     parser.add_argument(
-        "--window", type=int, default=10, metavar="S", help="seconds per stored window (default 10)"
+        "--window",
+        type=int,
+        default=defaults.STORE_WINDOW_S,
+        metavar="S",
+        help=f"seconds per stored window (default {defaults.STORE_WINDOW_S})",
     )
     parser.add_argument(
         "--pid", type=int, action="append", default=[], help="sample only this PID (repeatable)"
