@@ -130,17 +130,17 @@ def main() -> None:
         "--processes", type=int, default=1, help="worker processes forked from this one"
     )
     args = parser.parse_args()
+    new_loop = asyncio.new_event_loop
+    if args.uvloop:
+        import uvloop
+
+        new_loop = uvloop.new_event_loop
     sockets = tornado.netutil.bind_sockets(args.port, args.host)
     announce("tornado", sockets[0].getsockname()[1], args.uvloop)
     if args.processes > 1:
         # the parent waits here on its workers, and ends when one dies; each worker returns
         tornado.process.fork_processes(args.processes, max_restarts=0)
-    if args.uvloop:
-        import uvloop
-
-        asyncio.set_event_loop(uvloop.new_event_loop())
-    else:
-        asyncio.set_event_loop(asyncio.new_event_loop())
+    asyncio.set_event_loop(new_loop())
     server = HTTPServer(make_app())
     server.add_sockets(sockets)
     tornado.ioloop.IOLoop.current().start()
