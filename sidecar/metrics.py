@@ -1,6 +1,7 @@
 """Prometheus metrics of ``sidecar serve``, read from the live service at scrape time.
 
-Labels never carry stack or function names: only PID, framework, loop and state.
+Labels never carry stack or function names: only PID, framework, loop, role (``master`` /
+``worker`` in a pre-fork server, empty for a lone process) and state.
 """
 
 from __future__ import annotations
@@ -51,15 +52,16 @@ class ServiceCollector(Collector):
         lag = GaugeMetricFamily(
             "sidecar_sampling_lag_seconds",
             "Mean delay of sampling ticks behind schedule, per target process",
-            labels=["pid", "framework", "loop"],
+            labels=["pid", "framework", "loop", "role"],
         )
         share = GaugeMetricFamily(
             "sidecar_loop_share",
-            "Share of the event-loop thread's samples per state over the last minute",
-            labels=["pid", "framework", "loop", "state"],
+            "Share of the event-loop thread's samples per state over the last minute "
+            "(a pre-fork master, role master, serves no requests)",
+            labels=["pid", "framework", "loop", "role", "state"],
         )
         for session, stats in live:
-            labels = [str(session.key[0]), session.framework, session.loop]
+            labels = [str(session.key[0]), session.framework, session.loop, session.role or ""]
             lag.add_metric(labels, stats["lag_mean"])
             recent = list(session.recent)
             total = sum(b + i + k for _, b, i, k in recent)

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from helpers import PYTHON, ROOT, LoadDriver, Spawner, free_port, sidecar, wait_until
 from playwright.sync_api import sync_playwright
+from prometheus_client.parser import text_string_to_metric_families
 from test_serve import Serve
 from test_ui import CHROMIUM, CHROMIUM_ARGS
 
@@ -139,6 +140,16 @@ def test_gunicorn_master_and_aiohttp_workers(
         rows = {row["pid"]: row for row in doc["targets"]}
         # the arbiter's control-socket loop was sampled, and it would have counted
         assert all(rows[m]["samples"] > 0 for m in masters)
+        # /metrics labels each process's loop shares with its role
+        status, body, _ = server.request("/metrics")
+        assert status == 200
+        roles = {
+            int(sample.labels["pid"]): sample.labels["role"]
+            for family in text_string_to_metric_families(body.decode())
+            if family.name == "sidecar_loop_share"
+            for sample in family.samples
+        }
+        assert roles == {pid: "master" for pid in masters} | {pid: "worker" for pid in workers}
     finally:
         server.stop()
 
