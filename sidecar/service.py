@@ -9,6 +9,7 @@ import logging
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,9 +45,12 @@ class ServeConfig:
 class Service:
     """Runs discovery and sampling on a background thread and serves reads."""
 
-    def __init__(self, config: ServeConfig) -> None:
+    def __init__(self, config: ServeConfig, clock: Callable[[], float] = time.time) -> None:
         self.config = config
-        self.writer = Writer(config.db, retention=config.retention, max_bytes=config.max_db_bytes)
+        self.clock = clock
+        self.writer = Writer(
+            config.db, retention=config.retention, max_bytes=config.max_db_bytes, clock=clock
+        )
         self.sessions = Sessions(
             self.writer,
             Selection(config.pids, config.match),
@@ -56,7 +60,7 @@ class Service:
         )
         self.reader = Reader(config.db, config.window)
         self.tracing = detect()
-        self.started_at = time.time()
+        self.started_at = clock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sidecar-sessions", daemon=True)
         self.loop_errors = 0
@@ -87,25 +91,19 @@ class Service:
             self._stop.wait(0.5)
 
     def health(self) -> dict[str, Any]:
-        """Liveness plus what needs attention: write problems, untraceable processes."""
+        """Liveness plus what needs attention: untraceable processes now, and the store's
+        problems now or in its recent past (``WriterHealth.degraded``)."""
         health = self.writer.health
+        now = self.clock()
         problems = [
             {"pid": p.key[0], "cmdline": p.cmdline, "error": p.error, "attempts": p.attempts}
             for p in list(self.sessions.problems.values())
         ]
-        # While the disk is full, writes succeed now and then as the oldest windows are
-        # evicted: the outage shows until a minute after the last such failure.
-        disk_full = health.disk_full_at is not None and time.time() - health.disk_full_at < 60
-        degraded = (
-            health.failing
-            or disk_full
-            or bool(problems)
-            or health.dropped_windows > 0
-            or health.recreated > 0
-        )
+        disk_full = health.disk_full(now)
+        degraded = health.degraded(now) or bool(problems)
         return {
             "status": "degraded" if degraded else "ok",
-            "uptime": round(time.time() - self.started_at, 1),
+            "uptime": round(now - self.started_at, 1),
             "sessions": len(self.sessions.sessions),
             "tracing": self.tracing.explain(),
             "problems": problems,

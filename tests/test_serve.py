@@ -404,3 +404,51 @@ def test_untraceable_process_is_reported_then_marked_gone(
     assert wait_until(gone_in_db, timeout=20)
     assert not server.targets()[0]["alive"] and server.targets()[0]["problem"] is None
     assert server.json("/healthz")["status"] == "ok"
+
+
+class Clock:
+    """A wall clock the test moves forward by hand."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize("problem", ["dropped window", "database deleted"])
+def test_health_is_degraded_for_a_recent_problem_only(tmp_path: Path, problem: str) -> None:
+    """A window dropped or a database started anew degrades /healthz for RECENT seconds after
+    it (by the service's clock), not forever; /metrics keeps counting it."""
+    from sidecar.metrics import registry_for
+    from sidecar.service import ServeConfig, Service
+    from sidecar.store import WindowBatch
+    from sidecar.store.writer import RECENT
+
+    db = tmp_path / "health.db"
+    clock = Clock()
+    service = Service(ServeConfig(db=db), clock=clock)  # its writer only: nothing sampled
+    assert service.health()["status"] == "ok"
+    service.writer.start()
+    try:
+        if problem == "dropped window":  # a window of a process the store never saw
+            service.writer.submit(WindowBatch((1, 1), int(clock.now), 1, 1, [("a", 1, "busy", 1)]))
+            counter, key = "sidecar_store_dropped_windows_total", "dropped_windows"
+        else:
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{db}{suffix}").unlink(missing_ok=True)
+            counter, key = "sidecar_store_recreated_total", "recreated"
+        assert wait_until(lambda: service.health()["store"][key] == 1, timeout=15)
+        assert wait_until(lambda: service.writer.health.backlog == 0, timeout=10)
+        assert service.health()["status"] == "degraded"
+        clock.now += RECENT - 1
+        assert service.health()["status"] == "degraded"
+        clock.now += 2
+        health = service.health()
+        assert health["status"] == "ok", health
+        assert health["store"][key] == 1
+        families = registry_for(service).collect()
+        values = {s.name: s.value for family in families for s in family.samples}
+        assert values[counter] == 1
+    finally:
+        service.writer.stop()

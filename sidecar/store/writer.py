@@ -16,6 +16,7 @@ import sqlite3
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +25,9 @@ from sidecar.store.db import CORRUPT, ProcessKey, ProcessRecord, Store, WindowBa
 log = logging.getLogger("sidecar.store")
 #: Windows written per transaction.
 CHUNK = 50
+#: Seconds a past problem of the store (a window dropped, the database started anew, a write
+#: refused by a full disk) keeps the store reported as degraded; the counters stay cumulative.
+RECENT = 300.0
 
 
 @dataclass(frozen=True)
@@ -51,9 +55,32 @@ class WriterHealth:
     failing: bool = False
     #: When a write last failed because the disk (not --max-db-size) was full.
     disk_full_at: float | None = None
+    #: When a window was last dropped.
+    dropped_at: float | None = None
     size_bytes: int = 0
     #: Times the database file was found deleted, replaced or corrupt and started anew.
     recreated: int = 0
+    #: When it was last started anew.
+    recreated_at: float | None = None
+
+    def disk_full(self, now: float) -> bool:
+        """The disk was full within the last ``RECENT`` seconds: while it is, writes succeed
+        now and then as the oldest windows are evicted."""
+        return _recent(self.disk_full_at, now)
+
+    def degraded(self, now: float) -> bool:
+        """Writes fail now, or within the last ``RECENT`` seconds the disk was full, a window
+        was dropped or the database was started anew."""
+        return (
+            self.failing
+            or self.disk_full(now)
+            or _recent(self.dropped_at, now)
+            or _recent(self.recreated_at, now)
+        )
+
+
+def _recent(at: float | None, now: float) -> bool:
+    return at is not None and now - at < RECENT
 
 
 class Writer:
@@ -67,8 +94,11 @@ class Writer:
         max_backlog: int = 2000,
         max_bytes: int | None = None,
         maintenance_every: float = 30.0,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = Store(path, max_bytes=max_bytes)
+        #: Wall-clock time of the health's timestamps.
+        self.clock = clock
         self.retention = retention
         self.max_backlog = max_backlog
         self.maintenance_every = maintenance_every
@@ -100,7 +130,7 @@ class Writer:
                 for index, queued in enumerate(self._queue):
                     if isinstance(queued, WindowBatch):
                         del self._queue[index]
-                        self.health.dropped_windows += 1
+                        self._dropped(1)
                         windows -= 1
                         break
             self.health.backlog = len(self._queue)
@@ -182,6 +212,7 @@ class Writer:
         self._note_error(RuntimeError(reason))
         self.health.last_error = f"{reason}: started a new database{kept}"
         self.health.recreated += 1
+        self.health.recreated_at = self.clock()
         for record in list(self._attached.values()):
             self.store.attach(record)
         self._room_made = True
@@ -204,7 +235,8 @@ class Writer:
                     rows, orphaned = self.store.write(chunk)
                     self.health.rows_written += rows
                     self.health.windows_written += len(chunk) - orphaned
-                    self.health.dropped_windows += orphaned
+                    if orphaned:
+                        self._dropped(orphaned)
                     self._chunk = CHUNK
                     self._done(len(chunk))
                     index += len(chunk)
@@ -232,10 +264,14 @@ class Writer:
                 self._queue.popleft()
             self.health.backlog = len(self._queue)
 
+    def _dropped(self, count: int) -> None:
+        self.health.dropped_windows += count
+        self.health.dropped_at = self.clock()
+
     def _note_error(self, err: Exception) -> None:
         self.health.write_errors += 1
         self.health.last_error = f"{type(err).__name__}: {err}"
-        self.health.last_error_at = time.time()
+        self.health.last_error_at = self.clock()
 
     def _failed(self, err: sqlite3.Error) -> None:
         if is_corrupt(err):
@@ -247,7 +283,7 @@ class Writer:
         self.health.failing = True
         if "full" in str(err).lower():
             if not self._at_cap():
-                self.health.disk_full_at = time.time()
+                self.health.disk_full_at = self.clock()
             try:
                 evicted = self.store.evict_oldest()
                 self.health.evicted_windows += evicted
@@ -282,7 +318,7 @@ class Writer:
             window = self._queue.popleft()
             self.health.backlog = len(self._queue)
         assert isinstance(window, WindowBatch)
-        self.health.dropped_windows += 1
+        self._dropped(1)
         log.error(
             "a window of %d stacks does not fit in the database under its size cap even "
             "with no other window stored: dropped it (raise --max-db-size)",
