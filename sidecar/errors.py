@@ -33,3 +33,7 @@ class NoSamples(SidecarError):
 
 class ProfileFormatError(SidecarError):
     """An input file is not a profile sidecar can read."""
+
+
+class StoreError(SidecarError):
+    """The database cannot be opened or written."""

@@ -452,3 +452,28 @@ def test_health_is_degraded_for_a_recent_problem_only(tmp_path: Path, problem: s
         assert values[counter] == 1
     finally:
         service.writer.stop()
+
+
+def test_a_database_of_a_newer_sidecar_is_refused_in_one_line(tmp_path: Path) -> None:
+    """serve on a database whose schema is newer than it knows: one line, exit 1, and the file
+    as it was (it used to end in a traceback)."""
+    from sidecar.store import ProcessRecord, Store, WindowBatch
+    from sidecar.store.schema import MIGRATIONS
+
+    db = tmp_path / "newer.db"
+    store = Store(db)
+    store.attach(ProcessRecord(7, 7, "python app.py", time.time()))
+    store.write([WindowBatch((7, 7), int(time.time()), 10, 5, [("main (app.py:1)", 7, "busy", 5)])])
+    store.close()
+    conn = sqlite3.connect(db)
+    conn.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 1}")
+    conn.close()
+    before = db.read_bytes()
+    result = sidecar("serve", "--db", str(db), "--port", str(free_port()), timeout=30)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines() == [
+        f"sidecar: error: cannot open database {db}: it has schema version "
+        f"{len(MIGRATIONS) + 1}, newer than this sidecar's ({len(MIGRATIONS)}): "
+        "upgrade sidecar or use another --db"
+    ]
+    assert db.read_bytes() == before

@@ -1,6 +1,7 @@
 """Profiles over time in SQLite: one writer (``Writer``/``Store``), readers in ``sidecar.query``."""
 
-from sidecar.store.db import ProcessRecord, Store, StoreError, StoreLocked, WindowBatch
+from sidecar.errors import StoreError
+from sidecar.store.db import ProcessRecord, Store, StoreLocked, WindowBatch
 from sidecar.store.writer import Gone, Writer, WriterHealth
 
 __all__ = [

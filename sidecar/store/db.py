@@ -20,7 +20,7 @@ from pathlib import Path
 from sqlite_utils import Database
 
 from sidecar.classify import code_frames, is_loop_stack
-from sidecar.errors import SidecarError
+from sidecar.errors import StoreError
 from sidecar.store import counts
 from sidecar.store.counts import Counts
 from sidecar.store.schema import STATE_CODES, SUM_COLUMNS, SUMS_OF, frame_hash, migrate
@@ -43,10 +43,6 @@ CORRUPT = "the database file is corrupt"
 
 #: (age in seconds, window width): data older than the age is merged into windows that wide.
 DOWNSAMPLE_TIERS: tuple[tuple[int, int], ...] = ((3600, 300), (3 * 3600, 1800))
-
-
-class StoreError(SidecarError):
-    """The database cannot be opened or written."""
 
 
 class StoreLocked(StoreError):
@@ -88,7 +84,7 @@ class WindowBatch:
     thread_names: dict[int, str] = field(default_factory=dict)
 
 
-def is_corrupt(err: sqlite3.Error) -> bool:
+def is_corrupt(err: Exception) -> bool:
     """The error says the database file is damaged (not busy, not full, not an I/O hiccup)."""
     return getattr(err, "sqlite_errorcode", 0) & 0xFF in CORRUPT_CODES
 
@@ -107,12 +103,10 @@ class Store:
         self._lock = self._acquire_lock()
         try:
             self._open()
-        except sqlite3.DatabaseError as err:
+        except (sqlite3.DatabaseError, StoreError) as err:
             self._release_lock()
-            raise StoreError(
-                f"cannot open database {self.path}: {err}"
-                + (" (move the file aside or delete it)" if is_corrupt(err) else "")
-            ) from err
+            fix = " (move the file aside or delete it)" if is_corrupt(err) else ""
+            raise StoreError(f"cannot open database {self.path}: {err}{fix}") from err
         except Exception:
             self._release_lock()
             raise
@@ -121,11 +115,11 @@ class Store:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         self.db = Database(conn)
         try:
+            self.db.execute("PRAGMA busy_timeout = 5000")
+            migrate(self.db)  # first: a database it cannot read is left as it was
             self.db.execute("PRAGMA journal_mode = WAL")
             self.db.execute("PRAGMA synchronous = NORMAL")
-            self.db.execute("PRAGMA busy_timeout = 5000")
             self.db.execute(f"PRAGMA wal_autocheckpoint = {WAL_PAGES}")
-            migrate(self.db)
             if self.max_bytes is not None:
                 page = int(self.db.execute("PRAGMA page_size").fetchone()[0])
                 self.db.execute(f"PRAGMA max_page_count = {max(16, self.max_bytes // page)}")
@@ -189,8 +183,8 @@ class Store:
             try:
                 self._open()
                 return None
-            except sqlite3.DatabaseError:
-                pass  # not a database: moved aside like a corrupt one
+            except (sqlite3.DatabaseError, StoreError):
+                pass  # not a database it can write: moved aside like a corrupt one
         if self.path.exists():
             aside = self.path.with_name(
                 f"{self.path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}"

@@ -33,6 +33,7 @@ from hashlib import blake2b
 
 from sqlite_utils import Database
 
+from sidecar.errors import StoreError
 from sidecar.store import counts
 
 STATE_CODES = {"busy": 0, "idle": 1, "blocked": 2}
@@ -255,9 +256,9 @@ def migrate(db: Database) -> int:
     """Applies pending migrations, each in its own transaction; returns the schema version."""
     version = int(db.execute("PRAGMA user_version").fetchone()[0])
     if version > len(MIGRATIONS):
-        raise RuntimeError(
-            f"the database has schema version {version}, newer than this sidecar knows "
-            f"({len(MIGRATIONS)}); upgrade sidecar or use another --db"
+        raise StoreError(
+            f"it has schema version {version}, newer than this sidecar's ({len(MIGRATIONS)}): "
+            "upgrade sidecar or use another --db"
         )
     for number in range(version, len(MIGRATIONS)):
         step = MIGRATIONS[number]
