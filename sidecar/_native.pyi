@@ -85,14 +85,6 @@ class Sampler:
         clock: Literal["own", "shared"] = "own",
     ) -> None: ...
     @property
-    def pid(self) -> int: ...
-    @property
-    def rate_hz(self) -> float: ...
-    @property
-    def blocking(self) -> bool: ...
-    @property
-    def window(self) -> float: ...
-    @property
     def python_version(self) -> str: ...
     @property
     def running(self) -> bool: ...
@@ -127,11 +119,6 @@ def render_svg(
     factor: float = 1.0,
 ) -> str:
     """Folded lines into a flamegraph SVG; lines with two counts make a differential one."""
-
-def diff_folded(
-    before: list[str], after: list[str], *, normalize: bool = False, strip_hex: bool = False
-) -> list[str]:
-    """Pairs two folded profiles into lines ``stack before_count after_count``."""
 
 def process_start_time(pid: int) -> int | None:
     """Field 22 of /proc/PID/stat (start time in clock ticks), None if there is no such process."""

@@ -342,25 +342,3 @@ def stats_json(targets: Iterable[tuple[Profile, ProcessInfo | None]]) -> dict[st
     """The stats document for loaded profiles, each with what discovery knows of its process
     (None for a profile read from a file)."""
     return stats_document([analyze(profile, info) for profile, info in targets])
-
-
-def details_json(analysis: Analysis, top: int = 10) -> dict[str, Any]:
-    """What ``stats_document`` leaves out: layers, top functions, blocking call sites, and
-    whether the states are estimated."""
-
-    def rows(items: list[Ranked]) -> list[dict[str, Any]]:
-        return [{"name": r.name, "samples": r.samples, "share": round(r.share, 4)} for r in items]
-
-    return {
-        "pid": analysis.pid,
-        "role": analysis.role,
-        "framework": analysis.framework,
-        "loop": analysis.loop,
-        "estimated": analysis.estimated,
-        "no_loop_thread": analysis.no_loop_thread,
-        "depth_above_loop": analysis.loop_depth.to_json(),
-        "busy_layers": {layer: round(analysis.layer_share(layer), 4) for layer in LAYERS},
-        "top_self": rows(analysis.top_self(top)),
-        "top_total": rows(analysis.top_total(top)),
-        "blocking_sites": rows(analysis.blocking_sites(top)),
-    }

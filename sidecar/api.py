@@ -170,7 +170,7 @@ def create_app(service: Service) -> FastAPI:
     ) -> Response:
         states = set(state.split(",")) if state else None
         data = reader.profile(target, _span(start, end), states, thread)
-        return _profile_response(data, format, _title(target, start, end), inverted)
+        return _profile_response(data, format, _title(target), inverted)
 
     @app.get("/api/stats", summary="Event-loop shares and stack depth per target and framework")
     def stats(target: TargetId = None, start: From = None, end: To = None) -> dict[str, Any]:
@@ -237,9 +237,8 @@ def create_app(service: Service) -> FastAPI:
     def _span(start: float | None, end: float | None) -> Range:
         return Range.aligned(start, end, service.config.window)
 
-    def _title(target: int | None, start: float | None, end: float | None) -> str:
-        who = f"target {target}" if target is not None else "all targets"
-        return f"sidecar: {who}"
+    def _title(target: int | None) -> str:
+        return f"sidecar: target {target}" if target is not None else "sidecar: all targets"
 
     return app
 

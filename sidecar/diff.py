@@ -45,13 +45,9 @@ def normalize_frame(text: str) -> str:
     return _HEX.sub("0x?", text) if "0x" in text else text
 
 
-def normalize_names(profile: Profile) -> Profile:
-    """A copy of the profile with every frame name normalized (stacks that become equal merge)."""
-    return _normalized(profile)[0]
-
-
 def _normalized(profile: Profile) -> tuple[Profile, list[str]]:
-    """``normalize_names``, and the distinct frames of the result."""
+    """A copy of the profile with every frame name normalized (stacks that become equal merge),
+    and the distinct frames of the result."""
     out = Profile(
         target=profile.target,
         start=profile.start,

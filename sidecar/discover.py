@@ -28,10 +28,6 @@ from sidecar.classify import code_frames, is_loop_stack
 from sidecar.errors import PermissionDenied, TargetGone
 from sidecar.profile import Frame
 
-FRAMEWORKS = ("aiohttp", "tornado", "unknown")
-LOOPS = ("asyncio", "uvloop", "unknown")
-ROLES = ("master", "worker")
-
 #: Extension modules that give a framework away in /proc/PID/maps (path fragments).
 _MAPS_MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("aiohttp", re.compile(r"/aiohttp/(_http_parser|_http_writer|_websocket)[^/\s]*")),
@@ -79,14 +75,6 @@ class ProcessInfo:
     #: ``master`` or ``worker`` in a pre-fork server (see ``prefork_role``), None alone.
     role: str | None = None
 
-    @property
-    def identity(self) -> tuple[int, int]:
-        return (self.pid, self.start_time)
-
-    @property
-    def is_python(self) -> bool:
-        return bool(self.python_version)
-
 
 def _read(path: str) -> str:
     with open(path, "rb") as handle:
@@ -99,11 +87,6 @@ def start_time(pid: int) -> int:
     if started is None:
         raise TargetGone(f"no process with PID {pid}")
     return started
-
-
-def is_same_process(info: ProcessInfo) -> bool:
-    """True while the PID still belongs to the process ``info`` describes."""
-    return _native.process_start_time(info.pid) == info.start_time
 
 
 def read_maps(pid: int) -> str:

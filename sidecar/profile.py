@@ -8,7 +8,7 @@ end in a synthetic leaf, ``[idle]`` or ``[blocked]``.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from sidecar.errors import ProfileFormatError
@@ -88,19 +88,6 @@ class Profile:
 
     def to_folded(self) -> str:
         return "".join(line + "\n" for line in self.folded_lines())
-
-    def filtered(self, states: Iterable[str]) -> Profile:
-        """A copy keeping only stacks in the given states."""
-        keep = set(states)
-        return Profile(
-            stacks={s: c for s, c in self.stacks.items() if state_of(s) in keep},
-            target=self.target,
-            start=self.start,
-            end=self.end,
-            rate_hz=self.rate_hz,
-            marked=self.marked,
-            notes=list(self.notes),
-        )
 
 
 def parse_folded(text: str, source: str = "input") -> Profile:

@@ -10,7 +10,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,6 @@ class ServeConfig:
     max_db_bytes: int | None = None
     blocking: bool = False
     scan_interval: float = 2.0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Service:
@@ -63,7 +62,6 @@ class Service:
         self.started_at = clock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sidecar-sessions", daemon=True)
-        self.loop_errors = 0
 
     def start(self) -> None:
         (log.info if self.tracing.ok else log.warning)(self.tracing.explain())
@@ -86,7 +84,6 @@ class Service:
                     next_scan = time.monotonic() + self.config.scan_interval
                 self.sessions.drain()
             except Exception:  # keep sampling whatever one pass hits
-                self.loop_errors += 1
                 log.exception("session loop error")
             self._stop.wait(0.5)
 

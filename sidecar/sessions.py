@@ -175,8 +175,6 @@ class Sessions:
         self.describe = describe
         self.sessions: dict[Key, Session] = {}
         self.problems: dict[Key, Problem] = {}
-        self.samples_total = 0
-        self.errors_total = 0
         self.lock = threading.Lock()
         #: Counters of samplers that ended, summed (a long run sees many restarts).
         self.finished: dict[str, int] = dict.fromkeys(COUNTERS, 0)

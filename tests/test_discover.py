@@ -11,11 +11,11 @@ import pytest
 from fixed_rate import profile_under_load
 from helpers import Spawner
 
+from sidecar import _native
 from sidecar.discover import (
     describe,
     framework_from_frames,
     framework_from_maps,
-    is_same_process,
     loop_from_frames,
     python_version_from_maps,
 )
@@ -44,8 +44,7 @@ def test_every_variant_is_told_from_its_maps_and_from_its_frames(
     assert (info.framework, info.loop, info.framework_source) == (framework, loop, "maps")
     assert info.python_version == f"{sys.version_info.major}.{sys.version_info.minor}"
     assert f"targets.{module}" in info.cmdline
-    assert info.identity == (target.pid, stat_field_22(target.pid))
-    assert is_same_process(info)
+    assert (info.pid, info.start_time) == (target.pid, stat_field_22(target.pid))
     # the frames of a live recording under load say the same, on their own
     path = "/sleep"
     profile = profile_under_load(spawn, target.pid, target.url + path, rate=40, seconds=1.5)
@@ -64,7 +63,7 @@ def test_a_reused_pid_is_not_the_same_process(spawn: Spawner) -> None:
     info = describe(target.pid)
     target.popen.terminate()
     target.popen.wait(timeout=10)
-    assert not is_same_process(info)
+    assert _native.process_start_time(target.pid) != info.start_time
     with pytest.raises(TargetGone):
         describe(target.pid)
 
@@ -74,7 +73,7 @@ def test_a_process_that_is_not_python() -> None:
     try:
         time.sleep(0.1)
         info = describe(sleeper.pid)
-        assert (info.framework, info.python_version, info.is_python) == ("unknown", "", False)
+        assert (info.framework, info.python_version) == ("unknown", "")
         assert info.cmdline == "sleep 30"
     finally:
         sleeper.kill()
@@ -83,7 +82,6 @@ def test_a_process_that_is_not_python() -> None:
 
 def test_this_interpreter_is_python_without_a_framework() -> None:
     info = describe(os.getpid())
-    assert info.is_python
     assert info.python_version == f"{sys.version_info.major}.{sys.version_info.minor}"
 
 

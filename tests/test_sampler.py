@@ -133,11 +133,6 @@ def test_render_svg_is_inferno_svg() -> None:
         _native.render_svg(["a 1"], palette="nope")
 
 
-def test_diff_folded_pairs_counts() -> None:
-    lines = _native.diff_folded(["a;b 3", "a;c 1"], ["a;b 1", "a;d 2"])
-    assert sorted(lines) == ["a;b 3 1", "a;c 1 0", "a;d 0 2"]
-
-
 def test_process_start_time_tells_processes_apart() -> None:
     first = subprocess.Popen(["sleep", "5"])
     try:

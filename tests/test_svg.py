@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sidecar import _native
+from sidecar.diff import diff_profiles
 from sidecar.errors import ProfileFormatError
 from sidecar.inputs import load_profile, parse_profile, sniff
 from sidecar.profile import BLOCKED_LEAF, IDLE_LEAF, Profile, parse_folded
@@ -123,9 +124,7 @@ def test_native_and_python_readers_agree(
 def test_native_and_python_readers_agree_on_differential_graphs(
     before: dict[str, int], after: dict[str, int], inverted: bool
 ) -> None:
-    lines = _native.diff_folded(
-        [f"{s} {c}" for s, c in before.items()], [f"{s} {c}" for s, c in after.items()]
-    )
+    lines = diff_profiles(Profile(stacks=before), Profile(stacks=after)).lines
     for min_width in (0.1, 0):
         svg = _native.render_svg(lines, min_width=min_width, inverted=inverted).encode()
         native = _native_read(svg)

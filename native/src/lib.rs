@@ -15,7 +15,7 @@ mod threadmap;
 mod walker;
 mod windows;
 
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
@@ -122,26 +122,6 @@ impl Sampler {
         };
         let session = py.detach(|| Session::start(options))?;
         Ok(Sampler { session })
-    }
-
-    #[getter]
-    fn pid(&self) -> i32 {
-        self.session.options.pid
-    }
-
-    #[getter]
-    fn rate_hz(&self) -> f64 {
-        self.session.options.rate_hz
-    }
-
-    #[getter]
-    fn blocking(&self) -> bool {
-        self.session.options.blocking
-    }
-
-    #[getter]
-    fn window(&self) -> f64 {
-        self.session.options.window
     }
 
     /// The target's Python version, e.g. "3.11.7".
@@ -295,20 +275,6 @@ fn render_svg(
         .map_err(PyValueError::new_err)
 }
 
-#[pyfunction]
-#[pyo3(signature = (before, after, *, normalize=false, strip_hex=false))]
-/// Pairs two folded profiles into differential lines `stack before_count after_count`.
-fn diff_folded(
-    py: Python<'_>,
-    before: Vec<String>,
-    after: Vec<String>,
-    normalize: bool,
-    strip_hex: bool,
-) -> PyResult<Vec<String>> {
-    py.detach(|| render::diff_lines(&before, &after, normalize, strip_hex))
-        .map_err(PyRuntimeError::new_err)
-}
-
 /// Field 22 of /proc/PID/stat (start time in clock ticks), or None if there is no such process.
 #[pyfunction]
 fn process_start_time(pid: i32) -> Option<u64> {
@@ -322,7 +288,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DEFAULT_WINDOW_S", DEFAULT_WINDOW_S)?;
     m.add("SamplerError", m.py().get_type::<SamplerError>())?;
     m.add_function(wrap_pyfunction!(render_svg, m)?)?;
-    m.add_function(wrap_pyfunction!(diff_folded, m)?)?;
     m.add_function(wrap_pyfunction!(process_start_time, m)?)?;
     m.add_function(wrap_pyfunction!(svgread::read_inferno_svg, m)?)?;
     shares::register(m)?;

@@ -1,6 +1,5 @@
 //! Flamegraph SVGs from folded stacks, through inferno.
 
-use std::io::Cursor;
 use std::str::FromStr;
 
 use inferno::flamegraph::{self, color::Palette, Direction};
@@ -62,24 +61,4 @@ pub fn render(lines: &[String], options: &RenderOptions) -> Result<String, Strin
     let mut out = Vec::new();
     flamegraph::from_lines(&mut opts, sorted, &mut out).map_err(|e| e.to_string())?;
     String::from_utf8(out).map_err(|e| e.to_string())
-}
-
-/// Pairs two folded profiles into two-count lines (`stack before after`).
-pub fn diff_lines(
-    before: &[String],
-    after: &[String],
-    normalize: bool,
-    strip_hex: bool,
-) -> Result<Vec<String>, String> {
-    let opts = inferno::differential::Options {
-        normalize,
-        strip_hex,
-    };
-    let before = Cursor::new(before.join("\n"));
-    let after = Cursor::new(after.join("\n"));
-    let mut out = Vec::new();
-    inferno::differential::from_readers(opts, before, after, &mut out)
-        .map_err(|e| e.to_string())?;
-    let text = String::from_utf8(out).map_err(|e| e.to_string())?;
-    Ok(text.lines().map(str::to_owned).collect())
 }

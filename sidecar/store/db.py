@@ -407,10 +407,10 @@ class Store:
             total[entry] = total.get(entry, 0) + count
         self.db.execute(f"UPDATE {table} SET counts = ? WHERE {match}", (counts.pack(total), *row))
 
-    def write(self, batches: list[WindowBatch]) -> tuple[int, int]:
-        """Writes windows in one transaction; returns the entries written and the windows
-        kept out because their process was never attached."""
-        written = orphaned = 0
+    def write(self, batches: list[WindowBatch]) -> int:
+        """Writes windows in one transaction; returns the windows kept out because their
+        process was never attached."""
+        orphaned = 0
         with self.transaction():
             for batch in batches:
                 ids = self._processes.get(batch.process)
@@ -428,7 +428,6 @@ class Store:
                     )
                     for index in SUMS_OF[code, loop]:
                         sums[index] += count
-                written += len(entries)
                 self._add_counts(
                     "window_counts", "window", (batch.start, target_id, process_id), entries
                 )
@@ -458,7 +457,7 @@ class Store:
                     "UPDATE targets SET last_seen = MAX(last_seen, ?) WHERE id = ?",
                     (end, target_id),
                 )
-        return written, orphaned
+        return orphaned
 
     # -- retention -------------------------------------------------------------------------
 

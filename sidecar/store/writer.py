@@ -45,13 +45,10 @@ class WriterHealth:
 
     backlog: int = 0
     windows_written: int = 0
-    rows_written: int = 0
     write_errors: int = 0
     dropped_windows: int = 0
     evicted_windows: int = 0
-    pruned_windows: int = 0
     last_error: str | None = None
-    last_error_at: float | None = None
     failing: bool = False
     #: When a write last failed because the disk (not --max-db-size) was full.
     disk_full_at: float | None = None
@@ -232,8 +229,7 @@ class Writer:
                         and isinstance(batch[index + len(chunk)], WindowBatch)
                     ):
                         chunk.append(batch[index + len(chunk)])  # type: ignore[arg-type]
-                    rows, orphaned = self.store.write(chunk)
-                    self.health.rows_written += rows
+                    orphaned = self.store.write(chunk)
                     self.health.windows_written += len(chunk) - orphaned
                     if orphaned:
                         self._dropped(orphaned)
@@ -271,7 +267,6 @@ class Writer:
     def _note_error(self, err: Exception) -> None:
         self.health.write_errors += 1
         self.health.last_error = f"{type(err).__name__}: {err}"
-        self.health.last_error_at = self.clock()
 
     def _failed(self, err: sqlite3.Error) -> None:
         if is_corrupt(err):
@@ -335,7 +330,6 @@ class Writer:
                 pruned_now += pruned
                 if self._queue:
                     break  # let writes go first; the rest is pruned next time
-            self.health.pruned_windows += pruned_now
             self.store.downsample(now)
             self.store.roll_up(now)
             if pruned_now:
