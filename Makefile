@@ -46,6 +46,7 @@ lint: install
 	$(BIN)/ruff check sidecar targets tests benchmarks
 	$(BIN)/ruff format --check sidecar targets tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/python -m mypy.stubtest sidecar._native --allowlist native/stubtest-allowlist.txt
 	cargo fmt --manifest-path native/Cargo.toml --check
 	cargo clippy --manifest-path native/Cargo.toml --release --all-targets -- -D warnings
 

@@ -5,7 +5,19 @@ Everything crossing this boundary is a plain Python type. Blocking work runs wit
 
 from collections.abc import Iterable
 from types import TracebackType
-from typing import Literal, TypedDict
+from typing import Literal, TypedDict, final
+
+__all__ = [
+    "DEFAULT_RATE_HZ",
+    "DEFAULT_WINDOW_S",
+    "Sampler",
+    "SamplerError",
+    "diff_shares",
+    "frame_names",
+    "process_start_time",
+    "read_inferno_svg",
+    "render_svg",
+]
 
 #: Samples per second when none is asked for.
 DEFAULT_RATE_HZ: float
@@ -64,26 +76,29 @@ class SamplerStats(TypedDict):
     clock: str
     state: Literal["running", "stopped", "exited"]
 
+@final
 class Sampler:
     """Samples one Python process on a native thread, without holding the GIL.
 
     ``clock="shared"`` ticks it on one native thread shared by every sampler that asks for it,
     on a common schedule: one wakeup per tick for all their targets instead of one each.
 
+    ``rate_hz`` and ``window`` default to ``DEFAULT_RATE_HZ`` and ``DEFAULT_WINDOW_S``.
+
     Raises ProcessLookupError (no such process), PermissionError (the message names the fix)
     or SamplerError (anything else) when it cannot attach.
     """
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         pid: int,
-        rate_hz: float = 100.0,
+        rate_hz: float = ...,
         blocking: bool = False,
-        window: float = 1.0,
+        window: float = ...,
         max_pending: int = 360,
         reader: Literal["auto", "py-spy"] = "auto",
         clock: Literal["own", "shared"] = "own",
-    ) -> None: ...
+    ) -> Sampler: ...
     @property
     def python_version(self) -> str: ...
     @property
