@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.sections import (
+    BUDGET_US,
+    CPU_GOAL,
     GOALS,
     LABELS,
     LATENCY_GOALS,
@@ -21,6 +23,7 @@ from benchmarks.sections import (
     med,
     met,
     overhead_figures,
+    pause_figures,
     pauses_section,
     per_cpu,
     rates_section,
@@ -161,7 +164,7 @@ def write(results: dict[str, Any]) -> None:
         rows.append(
             f"| 4 | sidecar CPU per target, 100 Hz, ~30 frames, all included "
             f"| {c['cpu_per_target'] * 100:.2f}% of a core{cpu_spread(c)} | | ≤ 0.25% "
-            f"| {met(c['cpu_per_target'] <= 0.0025)} |"
+            f"| {met(c['cpu_per_target'] <= CPU_GOAL)} |"
         )
         if c.get("floor"):
             read = c["floor"]["read"]["cpu_per_tick_us"]
@@ -252,205 +255,262 @@ def cpu_spread(c: dict[str, Any]) -> str:
 
 
 def bounds(results: dict[str, Any]) -> list[str]:
-    """What bounds the goals that are not met, from the figures above."""
+    """What bounds the goals, from the figures above: every sentence follows from them."""
     lines = ["## What bounds the unmet goals, and the next optimization", ""]
     c = results.get("cost")
     if c:
-        f = cost_figures(c)
-        calls = f["calls"].get("process_vm_readv", 0)
-        perf, native_total = f["perf"], max(1, f["native_total"])
-
-        def share(*keys: str) -> float:
-            return sum(perf.get(k, 0) for k in keys) / native_total
-
-        text = (
-            f"- **CPU**: the sampler threads are "
-            f"{c['cpu']['sampler'] / max(1e-12, sum(c['cpu'].values())) * 100:.0f}% of serve's "
-            f"CPU; classification ({f['classify'] * 1e6:.2f} µs) and SQLite writes "
-            f"({f['write'] * 1e6:.2f} µs) per sample are not where the time goes. "
-        )
-        readers = readers_figures(c)
-        if readers:
-            auto, pyspy = readers["auto"], readers["py-spy"]
-            text += (
-                "With its own frame walker a sample costs the sampling thread "
-                + versus(auto["cpu"], "of CPU", pyspy["cpu"], "through py-spy's reader")
-                + ", part 4); it "
-            )
-        else:
-            text += "The read "
-        text += (
-            f"makes {calls:.1f} `process_vm_readv` calls per sample. What is left is kernel "
-            f"work per call and per wakeup: `process_vm_readv` (page lookup and pinning per "
-            f"call) {share('vm_copy', 'vm_pages', 'vm_call') * 100:.0f}%, /proc reads "
-            f"{share('proc_io', 'proc_regex') * 100:.0f}%, sleeping and waking "
-            f"{share('sleep') * 100:.0f}% and other kernel work "
-            f"{share('kernel_other') * 100:.0f}% of the sampler's CPU, against "
-            f"{share('walker', 'fold') * 100:.0f}% in sidecar's own code. "
-        )
-        wake = c.get("wake")
-        if wake:
-            text += (
-                f"On this machine the first `process_vm_readv` after the thread's 10 ms sleep "
-                f"alone costs {wake['first_after_sleep'] / 1e3:.0f} µs, against "
-                f"{wake['back_to_back'] / 1e3:.1f} µs back to back (part 4): that one call per "
-                f"tick is {wake['first_after_sleep'] / 25e3:.0%} of the goal's budget. "
-            )
-        text += (
-            "The goal's 0.25% is 25 µs per sample, everything included. What the walker "
-            "already does: one vectored read of what recent samples found (thread states, "
-            "the current frame and the top of each data stack, coroutine frames, code "
-            "headers), and a second read only for what is new. "
-        )
-        clocks = clocks_figures(c)
-        if clocks:
-            own, shared = clocks["own"], clocks["shared"]
-            text += (
-                f"`serve` ticks all its targets on one thread (the shared clock), so that one "
-                f"wakeup serves them all: with {own['targets']:g} targets that costs "
-                + versus(shared["cpu"], "per sample", own["cpu"], "with a thread per target")
-                + "). "
-            )
-        fl = c.get("floor")
-        if fl and clocks:
-            wake, read = fl["sleep"]["cpu_per_tick_us"], fl["read"]["cpu_per_tick_us"]
-            targets = clocks["shared"]["targets"]
-            floor = wake / targets + (read - wake)
-            sampler = clocks["shared"]["cpu"] * 1e6
-            text += (
-                f"The machine's floor (part 4): a native thread that only wakes at 100 Hz uses "
-                f"{wake:.1f} µs of CPU per tick, {read:.1f} µs with one 64-byte read of the "
-                "target"
-                + (
-                    ", so for a single target the goal is out of this machine's reach before "
-                    "anything is sampled. "
-                    if read > 25
-                    else ". "
-                )
-                + f"Shared by {targets:g} targets, waking costs {wake / targets:.1f} µs per "
-                f"target, and with a 64-byte read per target the floor is about {floor:.1f} µs "
-                f"per target and tick (an estimate from those two figures). "
-            )
-            shape = fl.get("shape") or {}
-            if shape.get("ticks"):
-                shaped = wake / targets + (shape["cpu_per_tick_us"] - wake)
-                python = f["python"] * 1e6
-                total = shaped + python
-                text += (
-                    f"With a read of the walker's shape instead ({shape['pieces']} pieces, "
-                    f"{shape['bytes']:,} bytes) it is {shaped:.1f} µs, and with serve's Python "
-                    f"threads ({python:.1f} µs per sample) {total:.1f} µs against the goal's "
-                    "25 µs: "
-                    + (
-                        "out of this machine's reach with reads of that shape. "
-                        if total > 25
-                        else "within reach. "
-                    )
-                    + f"The sampler's own CPU on the shared clock, {sampler:.1f} µs per sample, "
-                    f"is {sampler - shaped:.1f} µs above that floor: sidecar's own work "
-                    "(walking, folding, counting) and what the floor program does not do "
-                    "(the /proc run state, the liveness check). "
-                )
-            else:
-                text += (
-                    f"With several targets the gap, {sampler - floor:.0f} µs per sample, is "
-                    "sidecar's own read. "
-                )
-        text += (
-            "The next step is fewer pages per sample: each cached code object's header is read "
-            "every sample (a page pinned per code object), so that a freed and reused address "
-            "is noticed at once; checking them less often would trade that for a bounded window "
-            "of misnamed frames."
-        )
-        lines.append(text)
+        lines.append(cpu_bound(c))
     p = results.get("pauses")
     if p:
-        text = (
-            "- **Pause**: only the Python threads stand, their on-CPU state is read "
-            "before the stop, and the read while they stand is the walker's few calls, so "
-            "native threads add no work to the pause; see part 3 for the figures. The rest "
-            "of the pause is ptrace: seizing, interrupting and waiting for each Python thread "
-            "to stop, then detaching, each a round trip through the scheduler. On a loaded "
-            "machine (*normal*) the stopped thread also waits for a CPU to be stopped and "
-            "resumed; compare *rt*."
-        )
-        floors = p.get("floors", {})
-        if floors:
-            text += " The machine's floor, that round trip with nothing read: " + "; ".join(
-                f"{fl['pause']['mean_us']:.0f} µs on average and "
-                f"{fl['pause']['p99_us']:,.0f} µs at p99 ({mode})"
-                for mode, fl in floors.items()
-            )
-            text += (
-                ". Both exceed the goal's 50 µs before anything is read: on this machine the "
-                "goal is bound by ptrace and the scheduler, not by the read."
-                if all(fl["pause"]["mean_us"] > 50 for fl in floors.values())
-                else "."
-            )
-        lines.append(text)
+        lines.append(pause_bound(p))
     o = results.get("overhead")
     if o:
-        f = overhead_figures(o)
-        cpu_noise = spread([per_cpu(r) for r in o["legs"] if r["leg"] == "none"])
-        noisy = min(spread(f["none"]["rps"]), spread(f["none"]["p99"])) > 0.005
-        lines.append(
-            f"- **Throughput and latency (goals 1, 2)**: between rounds the no-profiler leg "
-            f"alone varied {spread(f['none']['rps']) * 100:.0f}% in req/s and "
-            f"{spread(f['none']['p99']) * 100:.0f}% in p99 latency, against margins of 0.5% to "
-            "5%"
-            + (
-                ": on this machine, at this load, the service's own figures cannot resolve "
-                "the goals. "
-                if noisy
-                else ". "
-            )
-            + "What the target lives can be measured: sidecar --blocking kept it stopped "
-            f"{med(f['sidecar-blocking']['stopped']) * 100:.2f}% of the time (the blocking goal "
-            f"allows a 2% loss in all), py-spy's default mode "
-            f"{med(f['py-spy']['stopped']) * 100:.2f}%, and sidecar's default mode "
-            f"{med(f['sidecar']['stopped']) * 100:.2f}%. Requests per CPU-second moved by "
-            f"{(med(f['sidecar']['ratio_per_cpu']) - 1) * 100:+.1f}% with sidecar (default) and "
-            f"{(med(f['sidecar-blocking']['ratio_per_cpu']) - 1) * 100:+.1f}% with --blocking, "
-            f"but that figure alone varied {cpu_noise * 100:.0f}% in the no-profiler leg. The "
-            "stopped share is the pause per sample × 100 Hz: a shorter pause (above) lowers it."
-        )
+        lines.append(overhead_bound(o))
     r = results.get("rates")
     if r:
-        _, summary = rates_section(r)
-        text = (
-            "- **Sampling rate** also depends on policy: sidecar "
-            "skips a tick it is a full period late for and counts it missed, and counts a tick "
-            "late past a quarter period, so every scheduling delay of its thread shows, while "
-            "py-spy catches up in a burst of back-to-back samples and reports nothing below "
-            "1 s behind. In the *rt* ladder both run at real-time priority"
-        )
-        rt = summary.get("rt")
-        if rt:
-            best = rt["best"]
-            text += (
-                f": there sidecar stays under 1% late or missed up to "
-                f"{_hz(best['sidecar'], r['rates'])}, and counting only the samples it skips "
-                f"(py-spy's kind of figure) up to {_hz(rt['achieved'], r['rates'])}, against "
-                f"py-spy's {_hz(best['py-spy'], r['rates'])} (default) and "
-                f"{_hz(best['py-spy-nonblocking'], r['rates'])} (--nonblocking)"
-            )
-        floors = {
-            mode: (s["best"].get("floor"), s["best"]["sidecar"]) for mode, s in summary.items()
-        }
-        if all(floor is not None or sidecar is None for floor, sidecar in floors.values()):
-            text += (
-                ". A loop that only sleeps to the same schedule under the same rules, reading "
-                "nothing (`benchmarks/floor.py`), stayed under 1% up to "
-                + " and ".join(
-                    f"{_hz(floor, r['rates'])} ({mode})" for mode, (floor, _) in floors.items()
-                )
-                + ", against sidecar's "
-                + " and ".join(
-                    f"{_hz(sidecar, r['rates'])} ({mode})" for mode, (_, sidecar) in floors.items()
-                )
-                + ", and lost about as many ticks as sidecar at every rate of the ladder (part "
-                "5): on this machine the strict figure is bound by waking up on time, not by "
-                "the read"
-            )
-        lines.append(text + ".")
+        lines.append(rate_bound(r))
     return [*lines, ""]
+
+
+def cpu_bound(c: dict[str, Any]) -> str:
+    """Where the sampler's CPU goes, the machine's floor under it, and its largest part."""
+    f = cost_figures(c)
+    calls = f["calls"].get("process_vm_readv", 0)
+    perf, native_total = f["perf"], max(1, f["native_total"])
+
+    def share(*keys: str) -> float:
+        return sum(perf.get(k, 0) for k in keys) / native_total
+
+    unmet = c["cpu_per_target"] > CPU_GOAL
+    per_sample = f["sampler"] + f["python"]
+    small = (f["classify"] + f["write"]) / max(1e-12, per_sample)
+    text = (
+        f"- **CPU** (goal {'not ' if unmet else ''}met): the sampler threads are "
+        f"{c['cpu']['sampler'] / max(1e-12, sum(c['cpu'].values())) * 100:.0f}% of serve's "
+        f"CPU; classification ({f['classify'] * 1e6:.2f} µs) and SQLite writes "
+        f"({f['write'] * 1e6:.2f} µs) per sample are {small:.1%} of serve's "
+        f"{per_sample * 1e6:.1f} µs per sample"
+        + (", not where the time goes. " if small < 0.05 else ". ")
+    )
+    readers = readers_figures(c)
+    if readers:
+        auto, pyspy = readers["auto"], readers["py-spy"]
+        text += (
+            "With its own frame walker a sample costs the sampling thread "
+            + versus(auto["cpu"], "of CPU", pyspy["cpu"], "through py-spy's reader")
+            + ", part 4); it "
+        )
+    else:
+        text += "The read "
+    parts = {
+        "`process_vm_readv` (page lookup and pinning per call)": share(
+            "vm_copy", "vm_pages", "vm_call"
+        ),
+        "/proc reads": share("proc_io", "proc_regex"),
+        "sleeping and waking": share("sleep"),
+        "other kernel work": share("kernel_other"),
+        "sidecar's own code": share("walker", "fold"),
+    }
+    code = parts.pop("sidecar's own code")
+    kernel = sum(parts.values())
+    text += (
+        f"makes {calls:.1f} `process_vm_readv` calls per sample. Of the sampler's CPU, kernel "
+        f"work per call and per wakeup is {kernel * 100:.0f}% ("
+        + ", ".join(f"{k} {v * 100:.0f}%" for k, v in parts.items())
+        + f") and sidecar's own code {code * 100:.0f}%. "
+    )
+    wake = c.get("wake")
+    if wake:
+        text += (
+            f"On this machine the first `process_vm_readv` after the thread's 10 ms sleep "
+            f"alone costs {wake['first_after_sleep'] / 1e3:.0f} µs, against "
+            f"{wake['back_to_back'] / 1e3:.1f} µs back to back (part 4): that one call per "
+            f"tick is {wake['first_after_sleep'] / 1e3 / BUDGET_US:.0%} of the goal's budget. "
+        )
+    text += (
+        f"The goal's {CPU_GOAL * 100:g}% is {BUDGET_US:g} µs per sample at 100 Hz, everything "
+        "included. "
+    )
+    clocks = clocks_figures(c)
+    if clocks:
+        own, shared = clocks["own"], clocks["shared"]
+        text += (
+            f"`serve` ticks all its targets on one thread (the shared clock): with "
+            f"{own['targets']:g} targets that costs "
+            + versus(shared["cpu"], "per sample", own["cpu"], "with a thread per target")
+            + "). "
+        )
+    fl = c.get("floor")
+    if fl and clocks:
+        text += floor_bound(fl, clocks["shared"], f["python"] * 1e6)
+    if unmet:
+        parts["sidecar's own code"] = code
+        largest = max(parts, key=lambda k: parts[k])
+        text += (
+            f"The largest part of the sampler's CPU is {largest}, {parts[largest] * 100:.0f}%: "
+            "where the next optimization has the most to gain."
+        )
+    return text
+
+
+def floor_bound(fl: dict[str, Any], shared: dict[str, Any], python: float) -> str:
+    """The machine's floor for the CPU goal against the sampler on the shared clock."""
+    wake, read = fl["sleep"]["cpu_per_tick_us"], fl["read"]["cpu_per_tick_us"]
+    targets = shared["targets"]
+    floor = wake / targets + (read - wake)
+    sampler = shared["cpu"] * 1e6
+    text = (
+        f"The machine's floor (part 4): a native thread that only wakes at 100 Hz uses "
+        f"{wake:.1f} µs of CPU per tick, {read:.1f} µs with one 64-byte read of the target"
+        + (
+            ", so for a single target the goal is out of this machine's reach before "
+            "anything is sampled. "
+            if read > BUDGET_US
+            else ". "
+        )
+        + f"Shared by {targets:g} targets, waking costs {wake / targets:.1f} µs per "
+        f"target, and with a 64-byte read per target the floor is about {floor:.1f} µs "
+        f"per target and tick (an estimate from those two figures). "
+    )
+    shape = fl.get("shape") or {}
+    if not shape.get("ticks"):
+        gap = sampler - floor
+        return text + (
+            f"The sampler's own CPU on the shared clock, {sampler:.1f} µs per sample, is "
+            f"{abs(gap):.1f} µs {'above' if gap >= 0 else 'below'} that estimate. "
+        )
+    shaped = wake / targets + (shape["cpu_per_tick_us"] - wake)
+    total = shaped + python
+    gap = sampler - shaped
+    return text + (
+        f"With a read of the walker's shape instead ({shape['pieces']} pieces, "
+        f"{shape['bytes']:,} bytes) it is {shaped:.1f} µs, and with serve's Python "
+        f"threads ({python:.1f} µs per sample) {total:.1f} µs against the goal's "
+        f"{BUDGET_US:g} µs: "
+        + (
+            "out of this machine's reach with reads of that shape. "
+            if total > BUDGET_US
+            else "within reach. "
+        )
+        + f"The sampler's own CPU on the shared clock, {sampler:.1f} µs per sample, "
+        f"is {abs(gap):.1f} µs {'above' if gap >= 0 else 'below'} that floor"
+        + (
+            ": sidecar's own work (walking, folding, counting) and what the floor program "
+            "does not do (the /proc run state, the liveness check). "
+            if gap >= 0
+            else ". "
+        )
+    )
+
+
+def pause_bound(p: dict[str, Any]) -> str:
+    """The pause against its goal and against the machine's bare ptrace round trip."""
+    _, verdicts = pauses_section(p)
+    figures = pause_figures(p)
+    text = "- **Pause**: "
+    if verdicts:
+        text += (
+            "with 150 idle native threads beside the Python thread, the pause p99 was "
+            + "; ".join(f"{ratio:.2f}x ({mode})" for mode, (_, ratio, _) in verdicts.items())
+            + " that without them"
+        )
+        over = [mode for mode, (_, ratio, _) in verdicts.items() if ratio > 1.1]
+        text += (
+            f": beyond the goal's 1.1x ({', '.join(over)}). "
+            if over
+            else ": the native threads add no work to the pause beyond the goal's 1.1x. "
+        )
+    floors = p.get("floors", {})
+    if floors:
+        text += "The machine's floor, a ptrace stop and resume with nothing read: " + "; ".join(
+            f"{fl['pause']['mean_us']:.0f} µs on average and "
+            f"{fl['pause']['p99_us']:,.0f} µs at p99 ({mode})"
+            + (
+                f", {fl['pause']['mean_us'] / 1e6 / med(figures[(mode, 0)]['mean']):.0%} of "
+                "sidecar's mean pause with one Python thread"
+                if (mode, 0) in figures and med(figures[(mode, 0)]["mean"]) > 0
+                else ""
+            )
+            for mode, fl in floors.items()
+        )
+        text += (
+            f". {'Each exceeds' if len(floors) > 1 else 'It exceeds'} the goal's 50 µs before "
+            "anything is read: on this machine the goal is bound by ptrace and the scheduler, "
+            "not by the read."
+            if all(fl["pause"]["mean_us"] > 50 for fl in floors.values())
+            else "."
+        )
+    else:
+        text += "see part 3 for the figures."
+    return text
+
+
+def overhead_bound(o: dict[str, Any]) -> str:
+    """Whether the service's own figures resolve the goals, and what the target lived."""
+    f = overhead_figures(o)
+    cpu_noise = spread([per_cpu(r) for r in o["legs"] if r["leg"] == "none"])
+    noise = min(spread(f["none"]["rps"]), spread(f["none"]["p99"]))
+    margins = [1 - g for g in GOALS.values()] + [g - 1 for g in LATENCY_GOALS.values()]
+    moved = {leg: med(f[leg]["ratio_per_cpu"]) - 1 for leg in ("sidecar", "sidecar-blocking")}
+    return (
+        f"- **Throughput and latency (goals 1, 2)**: between rounds the no-profiler leg "
+        f"alone varied {spread(f['none']['rps']) * 100:.0f}% in req/s and "
+        f"{spread(f['none']['p99']) * 100:.0f}% in p99 latency, against margins of "
+        f"{min(margins) * 100:g}% to {max(margins) * 100:g}%"
+        + (
+            ": on this machine, at this load, the service's own figures cannot resolve the goals. "
+            if noise > min(margins)
+            else ". "
+        )
+        + "What the target lives can be measured: sidecar --blocking kept it stopped "
+        f"{med(f['sidecar-blocking']['stopped']) * 100:.2f}% of the time (the blocking goal "
+        f"allows a {(1 - GOALS['sidecar-blocking']) * 100:g}% loss in all), py-spy's default "
+        f"mode {med(f['py-spy']['stopped']) * 100:.2f}%, and sidecar's default mode "
+        f"{med(f['sidecar']['stopped']) * 100:.2f}%. Requests per CPU-second moved by "
+        f"{moved['sidecar'] * 100:+.1f}% with sidecar (default) and "
+        f"{moved['sidecar-blocking'] * 100:+.1f}% with --blocking, "
+        + (
+            f"within the {cpu_noise * 100:.0f}% that figure alone varied in the no-profiler leg."
+            if all(abs(m) <= cpu_noise for m in moved.values())
+            else f"against {cpu_noise * 100:.0f}% that figure alone varied in the no-profiler leg."
+        )
+    )
+
+
+def rate_bound(r: dict[str, Any]) -> str:
+    """The highest clean rates, and whether a loop that reads nothing did better."""
+    _, summary = rates_section(r)
+    text = (
+        "- **Sampling rate** also depends on policy: sidecar "
+        "skips a tick it is a full period late for and counts it missed, and counts a tick "
+        "late past a quarter period, while py-spy catches up in a burst of back-to-back "
+        "samples and reports nothing below 1 s behind."
+    )
+    rt = summary.get("rt")
+    if rt:
+        best = rt["best"]
+        text += (
+            f" In the *rt* ladder, both at real-time priority, sidecar stays under 1% late or "
+            f"missed up to {_hz(best['sidecar'], r['rates'])}, and counting only the samples "
+            f"it skips (py-spy's kind of figure) up to {_hz(rt['achieved'], r['rates'])}, "
+            f"against py-spy's {_hz(best['py-spy'], r['rates'])} (default) and "
+            f"{_hz(best['py-spy-nonblocking'], r['rates'])} (--nonblocking)."
+        )
+    floors = {mode: (s["best"].get("floor"), s["best"]["sidecar"]) for mode, s in summary.items()}
+    if not all(floor is not None for floor, _ in floors.values()):
+        return text
+    text += (
+        " A loop that only sleeps to the same schedule under the same rules, reading "
+        "nothing (`benchmarks/floor.py`), stayed under 1% up to "
+        + " and ".join(f"{_hz(floor, r['rates'])} ({mode})" for mode, (floor, _) in floors.items())
+        + ", against sidecar's "
+        + " and ".join(
+            f"{_hz(sidecar, r['rates'])} ({mode})" for mode, (_, sidecar) in floors.items()
+        )
+    )
+    if all((sidecar or 0) >= (floor or 0) for floor, sidecar in floors.values()):
+        return text + (
+            ": reading nothing did no better, so on this machine the strict figure is bound "
+            "by waking up on time, not by the read."
+        )
+    return text + ": the loop that reads nothing got further, so the read costs sidecar rate."

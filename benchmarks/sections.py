@@ -20,6 +20,9 @@ LABELS = {
 }
 GOALS = {"sidecar": 0.995, "sidecar-blocking": 0.98}
 LATENCY_GOALS = {"sidecar": 1.02, "sidecar-blocking": 1.05}
+#: Goal 4: serve's CPU per target, everything included, and what that leaves per sample at 100 Hz.
+CPU_GOAL = 0.0025
+BUDGET_US = CPU_GOAL * 1e6 / 100
 
 
 def med(values: Iterable[float]) -> float:
@@ -294,17 +297,25 @@ def pauses_section(
                 else "."
             )
         )
-    lines += [
-        "",
+    text = (
         "What the pause holds: blocking mode reads the on-CPU state of the Python threads "
-        "first, then seizes and interrupts only them, reads their stacks (for CPython 3.11 with "
-        "its own walker: a handful of `process_vm_readv` calls, no /proc scan), and resumes "
-        "them; native threads are never touched, so the pause does not grow with them except "
-        "through what the kernel does per process. On a loaded machine (*normal*) the stopped "
-        "thread also waits for a CPU to be stopped and resumed; *rt* runs the sampler at "
-        "real-time priority.",
-        "",
-    ]
+        "first, then seizes and interrupts only them, reads their stacks, and resumes them; "
+        "native threads are never touched."
+    )
+    normal, rt = f.get(("normal", 0)), f.get(("rt", 0))
+    if normal and rt:
+        slower = med(normal["p99"]) > med(rt["p99"])
+        text += (
+            f" With one Python thread the p99 is {us(med(normal['p99']))} as the machine is "
+            f"(*normal*) and {us(med(rt['p99']))} at real-time priority (*rt*)"
+            + (
+                ": on the machine as it is, the stopped thread also waits for a CPU to be "
+                "stopped and resumed."
+                if slower
+                else "."
+            )
+        )
+    lines += ["", text, ""]
     return lines, verdicts
 
 
@@ -382,7 +393,7 @@ def cost_section(c: dict[str, Any]) -> list[str]:
         "| measure | figure | goal | met |",
         "|---|---:|---:|---|",
         f"| CPU per target, everything included | {per_target * 100:.2f}% of a core | ≤ 0.25% "
-        f"| {met(per_target <= 0.0025)} |",
+        f"| {met(per_target <= CPU_GOAL)} |",
         f"| of which the native sampler threads | {c['cpu']['sampler'] / c['targets'] * 100:.2f}%"
         " | | |",
         f"| of which the Python threads (classify, store, discovery, HTTP server) "
@@ -563,8 +574,7 @@ def store_section(s: dict[str, Any]) -> list[str]:
         "The store keeps stacks once, as a prefix tree of frames, and each window of each "
         "process as one row: its (stack, thread, state) counts packed column by column and "
         "deflated (`sidecar/store/counts.py`, schema 4); the windows table carries the "
-        "per-state sums the timeline reads. Schema 3 stored one row per stack, thread and "
-        "state, about 28 bytes each, and 1.97 MB per target-hour in this benchmark.",
+        "per-state sums the timeline reads.",
         *store_parts(live),
         f"Over the second half ({live['seconds'] / 120:g} min) the database grew by "
         f"{grown_pages(live):.0f} pages of 4 KiB, so the per-hour figure moves in steps of "
@@ -678,8 +688,13 @@ def wake_lines(c: dict[str, Any]) -> list[str]:
         f"{w['first_after_sleep'] / 1e3:.1f} µs, the later ones of the same tick "
         f"{w['later_after_sleep'] / 1e3:.1f} µs, back to back without sleeping "
         f"{w['back_to_back'] / 1e3:.1f} µs (a trivial system call right after waking: "
-        f"{w['syscall_after_sleep'] / 1e3:.1f} µs). A sampler at 100 Hz pays the first price "
-        "once per target and tick, whatever it reads.",
+        f"{w['syscall_after_sleep'] / 1e3:.1f} µs)"
+        + (
+            ": a sampler at 100 Hz pays the first price once per target and tick, whatever "
+            "it reads."
+            if w["first_after_sleep"] > w["later_after_sleep"]
+            else "."
+        ),
         "",
     ]
 

@@ -5,7 +5,10 @@ No timing is asserted here; the benchmarks themselves are not tests (``make benc
 
 from __future__ import annotations
 
+import copy
+import json
 import sys
+from typing import Any
 
 from helpers import ROOT
 
@@ -14,6 +17,10 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.cost import categorize, parse_perf_script
 from benchmarks.procs import parse_pyspy, parse_record, parse_wrk
 from benchmarks.rates import highest, judge
+from benchmarks.report import cpu_bound, pause_bound, rate_bound
+from benchmarks.sections import CPU_GOAL
+
+STORED = json.loads((ROOT / "benchmarks" / "REPORT.json").read_text())
 
 
 def test_wrk_summary_line() -> None:
@@ -84,3 +91,51 @@ def test_rate_ladder_judgement() -> None:
     assert [run["ok"] for run in runs] == [True, False, True, False]
     assert highest(runs, "sidecar", "normal") == 100
     assert highest(runs, "py-spy", "normal") == 100
+
+
+def with_floor_rate(rates: dict[str, Any], tool: str, mode: str, top: float) -> dict[str, Any]:
+    """The stored rate ladder, ``tool`` passing in ``mode`` up to ``top`` and failing above."""
+    out = copy.deepcopy(rates)
+    for run in out["runs"]:
+        if run["tool"] == tool and run["mode"] == mode:
+            run["ok"] = run["rate"] <= top
+    return out
+
+
+def test_report_conclusions_follow_the_figures() -> None:
+    """The report's sentences on what bounds the goals change with the figures of the run
+    they come from: the stored run, then the same run with one figure moved."""
+    cost = STORED["cost"]
+    assert cost["cpu_per_target"] > CPU_GOAL
+    text = cpu_bound(cost)
+    assert "(goal not met)" in text
+    assert "The largest part of the sampler's CPU is `process_vm_readv`" in text
+    asleep = copy.deepcopy(cost)
+    asleep["perf"]["sleep"] = 10 * sum(cost["perf"].values())
+    assert "The largest part of the sampler's CPU is sleeping and waking" in cpu_bound(asleep)
+    cheap = copy.deepcopy(cost)
+    cheap["cpu_per_target"] = CPU_GOAL / 2
+    assert "(goal met)" in cpu_bound(cheap) and "largest part" not in cpu_bound(cheap)
+
+    pauses = STORED["pauses"]
+    assert "bound by ptrace and the scheduler" in pause_bound(pauses)
+    quick = copy.deepcopy(pauses)
+    for floor in quick["floors"].values():
+        floor["pause"]["mean_us"] = 20.0
+    assert "bound by ptrace" not in pause_bound(quick)
+    alone = copy.deepcopy(pauses)
+    for run in alone["runs"]:
+        if run["threads"] == 150:  # the native threads cost the pause nothing
+            twin = next(
+                r
+                for r in alone["runs"]
+                if (r["mode"], r["round"], r["threads"]) == (run["mode"], run["round"], 0)
+            )
+            run["blocking"] = dict(twin["blocking"])
+    assert "add no work to the pause" in pause_bound(alone)
+    assert "add no work to the pause" not in pause_bound(pauses)
+
+    rates = STORED["rates"]
+    assert "bound by waking up on time" in rate_bound(rates)
+    faster_floor = with_floor_rate(rates, "floor", "rt", max(rates["rates"]))
+    assert "the read costs sidecar rate" in rate_bound(faster_floor)
