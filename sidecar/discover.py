@@ -1,7 +1,7 @@
 """What a process is: framework, event loop, Python version, command line and identity.
 
-Everything here reads /proc only (no ptrace, no signals), so it is cheap and safe to call for
-every process a sidecar sees:
+Everything here reads /proc only (no ptrace, no signals), each file through ``read_proc``, so it
+is cheap and safe to call for every process a sidecar sees:
 
 - **framework**: aiohttp, tornado or unknown. The frames of a profile tell which server runs
   (``aiohttp/web_protocol.py`` vs ``tornado/web.py``); without frames, the extension modules in
@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 
 from sidecar import _native
 from sidecar.classify import code_frames, is_loop_stack
-from sidecar.errors import PermissionDenied, TargetGone
+from sidecar.errors import PermissionDenied, TargetError, TargetGone
 from sidecar.profile import Frame
 
 #: Extension modules that give a framework away in /proc/PID/maps (path fragments).
@@ -76,9 +76,44 @@ class ProcessInfo:
     role: str | None = None
 
 
-def _read(path: str) -> str:
-    with open(path, "rb") as handle:
-        return handle.read().decode("utf-8", "replace")
+def read_proc(pid: int, name: str) -> str:
+    """``/proc/PID/NAME`` as text. The one rule for reading /proc: a process that is gone
+    raises TargetGone, a read not allowed raises PermissionDenied naming the fix, any other
+    failure raises TargetError."""
+    path = f"/proc/{pid}/{name}"
+    try:
+        with open(path, "rb") as handle:
+            return handle.read().decode("utf-8", "replace")
+    except (FileNotFoundError, ProcessLookupError) as err:
+        raise TargetGone(f"no process with PID {pid}") from err
+    except PermissionError as err:
+        raise PermissionDenied(
+            f"cannot read {path}: run as the same user, as root or with "
+            "CAP_SYS_PTRACE (in Kubernetes: shareProcessNamespace and SYS_PTRACE)"
+        ) from err
+    except OSError as err:
+        raise TargetError(f"cannot read {path}: {err.strerror}") from err
+
+
+def read_proc_or_empty(pid: int, name: str) -> str:
+    """``read_proc``, empty when it cannot be read: for what a scan only looks at."""
+    try:
+        return read_proc(pid, name)
+    except TargetError:
+        return ""
+
+
+def exe_path(pid: int) -> str:
+    """The path of the program ``pid`` runs, empty when unreadable."""
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return ""
+
+
+def exe_name(pid: int) -> str:
+    """The file name of the program ``pid`` runs, empty when unreadable."""
+    return os.path.basename(exe_path(pid))
 
 
 def start_time(pid: int) -> int:
@@ -89,26 +124,27 @@ def start_time(pid: int) -> int:
     return started
 
 
-def read_maps(pid: int) -> str:
-    try:
-        return _read(f"/proc/{pid}/maps")
-    except FileNotFoundError as err:
-        raise TargetGone(f"no process with PID {pid}") from err
-    except PermissionError as err:
-        raise PermissionDenied(
-            f"cannot read /proc/{pid}/maps: run as the same user, as root or with "
-            "CAP_SYS_PTRACE (in Kubernetes: shareProcessNamespace and SYS_PTRACE)"
-        ) from err
-    except ProcessLookupError as err:
-        raise TargetGone(f"PID {pid} exited") from err
-
-
 def read_cmdline(pid: int) -> str:
-    try:
-        raw = _read(f"/proc/{pid}/cmdline")
-    except OSError:
-        return ""
-    return raw.rstrip("\0").replace("\0", " ")
+    """The command line, arguments joined by spaces; empty when unreadable."""
+    return read_proc_or_empty(pid, "cmdline").rstrip("\0").replace("\0", " ")
+
+
+def looks_like_python(pid: int) -> bool:
+    """A Python interpreter by name (comm, argv[0], exe) or by a mapped libpython."""
+    argv0 = read_proc_or_empty(pid, "cmdline").split("\0", 1)[0]
+    names = [read_proc_or_empty(pid, "comm").strip(), os.path.basename(argv0), exe_name(pid)]
+    if any(re.match(r"python(\d+(\.\d+)?)?$", name) for name in names):
+        return True
+    return "libpython" in read_proc_or_empty(pid, "maps")
+
+
+def program(pid: int) -> tuple[str, int]:
+    """What ``pid`` runs: its command line and the address of its code (field 26 of
+    /proc/PID/stat; 0 when unreadable). exec changes them; PID and start time stay."""
+    stat = read_proc_or_empty(pid, "stat")
+    fields = stat[stat.rfind(")") + 2 :].split()
+    code = int(fields[23]) if len(fields) > 23 and fields[23].isdigit() else 0
+    return read_cmdline(pid), code
 
 
 def framework_from_maps(maps: str) -> str:
@@ -180,7 +216,7 @@ def describe(pid: int, stacks: Mapping[str, int] | None = None) -> ProcessInfo:
     """The process ``pid``; frames of a profile of it (folded stacks), when given, refine the
     framework and loop. Raises TargetGone or PermissionDenied."""
     started = start_time(pid)
-    maps = read_maps(pid)
+    maps = read_proc(pid, "maps")
     cmdline = read_cmdline(pid)
     if _native.process_start_time(pid) != started:
         raise TargetGone(f"PID {pid} exited while it was described")
@@ -206,20 +242,13 @@ def framework_and_loop(pid: int) -> tuple[str, str]:
 
 def _program(pid: int) -> tuple[str, str] | None:
     """(executable, command line) of ``pid``; None when it is gone or unreadable."""
-    try:
-        exe = os.readlink(f"/proc/{pid}/exe")
-    except OSError:
-        return None
-    cmdline = read_cmdline(pid)
-    return (exe, cmdline) if cmdline else None
+    exe, cmdline = exe_path(pid), read_cmdline(pid)
+    return (exe, cmdline) if exe and cmdline else None
 
 
 def _parent(pid: int) -> int:
     """The parent's PID (field 4 of /proc/PID/stat), 0 when unreadable."""
-    try:
-        stat = _read(f"/proc/{pid}/stat")
-    except OSError:
-        return 0
+    stat = read_proc_or_empty(pid, "stat")
     fields = stat[stat.rfind(")") + 2 :].split()
     return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else 0
 
@@ -232,10 +261,8 @@ def _children(pid: int) -> list[int]:
     except OSError:
         return found
     for tid in tasks:
-        try:
-            found += [int(c) for c in _read(f"/proc/{pid}/task/{tid}/children").split()]
-        except (OSError, ValueError):
-            continue
+        children = read_proc_or_empty(pid, f"task/{tid}/children").split()
+        found += [int(child) for child in children if child.isdigit()]
     return found
 
 
@@ -254,9 +281,5 @@ def prefork_role(pid: int) -> str | None:
 
 
 def _version_from_exe(pid: int) -> str:
-    try:
-        name = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
-    except OSError:
-        return ""
-    match = re.match(r"python(\d)\.(\d+)", name)
+    match = re.match(r"python(\d)\.(\d+)", exe_name(pid))
     return f"{match[1]}.{match[2]}" if match else ""

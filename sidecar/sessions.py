@@ -9,7 +9,6 @@ reported with the reason and retried with back-off.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
@@ -22,7 +21,13 @@ from typing import TYPE_CHECKING
 
 from sidecar import _native
 from sidecar.classify import classify
-from sidecar.discover import framework_and_loop, prefork_role, read_cmdline
+from sidecar.discover import (
+    framework_and_loop,
+    looks_like_python,
+    prefork_role,
+    program,
+    read_cmdline,
+)
 from sidecar.errors import TargetError
 from sidecar.sample import on_cpu_source, open_sampler
 from sidecar.store import Gone, ProcessRecord, WindowBatch, Writer
@@ -50,27 +55,6 @@ class Selection:
         return self.match is None or self.match.search(cmdline) is not None
 
 
-def _read(path: str) -> str | None:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read().decode("utf-8", "replace")
-    except OSError:
-        return None
-
-
-def looks_like_python(pid: int) -> bool:
-    """A Python interpreter by name (comm, argv[0], exe) or by a mapped libpython."""
-    comm = (_read(f"/proc/{pid}/comm") or "").strip()
-    argv0 = (_read(f"/proc/{pid}/cmdline") or "").split("\0", 1)[0]
-    names = [comm, os.path.basename(argv0)]
-    with contextlib.suppress(OSError):
-        names.append(os.path.basename(os.readlink(f"/proc/{pid}/exe")))
-    if any(re.match(r"python(\d+(\.\d+)?)?$", name) for name in names):
-        return True
-    maps = _read(f"/proc/{pid}/maps") or ""
-    return "libpython" in maps
-
-
 def scan(selection: Selection) -> list[int]:
     """PIDs of Python processes this sidecar should sample."""
     mine = os.getpid()  # never the sidecar itself
@@ -86,15 +70,6 @@ def scan(selection: Selection) -> list[int]:
         if looks_like_python(pid):
             found.append(pid)
     return sorted(found)
-
-
-def program(pid: int) -> tuple[str, int]:
-    """What ``pid`` runs: its command line and the address of its code (field 26 of
-    /proc/PID/stat; 0 when unreadable). exec changes them; PID and start time stay."""
-    stat = _read(f"/proc/{pid}/stat") or ""
-    fields = stat[stat.rfind(")") + 2 :].split()
-    code = int(fields[23]) if len(fields) > 23 and fields[23].isdigit() else 0
-    return read_cmdline(pid), code
 
 
 def describe(pid: int) -> tuple[str, str]:

@@ -9,17 +9,20 @@ import time
 
 import pytest
 from fixed_rate import profile_under_load
-from helpers import Spawner
+from helpers import Spawner, wait_until
 
 from sidecar import _native
 from sidecar.discover import (
     describe,
     framework_from_frames,
     framework_from_maps,
+    looks_like_python,
     loop_from_frames,
     python_version_from_maps,
+    read_proc,
+    read_proc_or_empty,
 )
-from sidecar.errors import TargetGone
+from sidecar.errors import TargetError, TargetGone
 
 VARIANTS = [
     ("aiohttp_app", (), "aiohttp", "asyncio"),
@@ -100,3 +103,28 @@ def test_maps_rules() -> None:
     assert framework_from_maps(MAPS.splitlines()[1]) == "aiohttp"
     assert framework_from_maps("") == "unknown"
     assert loop_from_frames({}) == "unknown" and framework_from_frames({}) == "unknown"
+
+
+def test_proc_is_read_by_one_rule() -> None:
+    """A process gone, or a file that cannot be read, is a TargetError (never a bare OSError);
+    what a scan only looks at reads as empty instead."""
+    sleeper = subprocess.Popen(["sleep", "30"])
+
+    def started() -> bool:
+        return read_proc(sleeper.pid, "cmdline") == "sleep\x0030\x00"
+
+    try:
+        assert wait_until(started, timeout=10)
+        assert not looks_like_python(sleeper.pid)
+        assert looks_like_python(os.getpid())
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    with pytest.raises(TargetGone, match=f"no process with PID {sleeper.pid}"):
+        read_proc(sleeper.pid, "maps")
+    assert read_proc_or_empty(sleeper.pid, "cmdline") == ""
+    assert not looks_like_python(sleeper.pid)
+    # a file of a live process that cannot be read as text: the memory, at address 0
+    with pytest.raises(TargetError, match=f"cannot read /proc/{os.getpid()}/mem"):
+        read_proc(os.getpid(), "mem")
+    assert read_proc_or_empty(os.getpid(), "mem") == ""
