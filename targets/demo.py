@@ -122,9 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         procs.append(serve)
         time.sleep(1.5)
         if serve.poll() is not None:
-            print(
-                "demo: sidecar serve did not start (is the port taken? try --port)", file=sys.stderr
-            )
+            print("demo: sidecar serve did not start (its error is above)", file=sys.stderr)
             return 1
         ui = f"http://127.0.0.1:{args.port}"
         print(f"demo: aiohttp (uvloop) PID {aiohttp.pid} on {aiohttp_url}")
