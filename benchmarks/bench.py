@@ -17,7 +17,8 @@ machine hits every leg alike:
     python benchmarks/bench.py [--only overhead,pauses,...] [--quick] [--report-only]
 
 Results go to benchmarks/REPORT.json (``--only`` replaces just those parts), the report to
-benchmarks/REPORT.md with its plots in benchmarks/REPORT.png.
+benchmarks/REPORT.md with its plots in benchmarks/REPORT.png; ``--report-only`` writes them
+and REPORT-store.md again from REPORT.json.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def main() -> int:
     parser.add_argument("--only", help=f"comma-separated parts of {', '.join(PARTS)}")
     parser.add_argument("--quick", action="store_true", help="short runs, to try the harness")
     parser.add_argument(
-        "--report-only", action="store_true", help="rewrite the report from REPORT.json"
+        "--report-only", action="store_true", help="rewrite the reports from REPORT.json"
     )
     args = parser.parse_args()
     parts = PARTS if not args.only else tuple(p.strip() for p in args.only.split(","))
@@ -117,8 +118,8 @@ def main() -> int:
             "parts": list(parts),
         }
         RESULTS.write_text(json.dumps(results, indent=1) + "\n")
-        if "store" in parts:
-            store.write_report(results["store"])
+    if "store" in results and ("store" in parts or args.report_only):
+        store.write_report(results["store"])
     report.write(results)
     log(f"wrote {report.REPORT.relative_to(ROOT)} and {report.CHART.relative_to(ROOT)}")
     return 0
