@@ -17,6 +17,7 @@ __all__ = [
     "process_start_time",
     "read_inferno_svg",
     "render_svg",
+    "scan_tasks",
 ]
 
 #: Samples per second when none is asked for.
@@ -137,6 +138,36 @@ def render_svg(
 
 def process_start_time(pid: int) -> int | None:
     """Field 22 of /proc/PID/stat (start time in clock ticks), None if there is no such process."""
+
+class TaskRow(TypedDict):
+    """One live asyncio task in a scan."""
+
+    #: the task object's address: an id within the scan
+    id: int
+    name: str
+    state: Literal["running", "ready", "waiting"]
+    #: ``function (file:line)`` of each coroutine of its await chain, outermost first
+    frames: list[str]
+    #: what the innermost coroutine awaits: "Task", "Future", or None
+    future: Literal["Task", "Future"] | None
+    #: the id of the task it awaits
+    awaits: int | None
+
+class TaskScan(TypedDict):
+    python_version: str
+    tasks: list[TaskRow]
+    #: one folded stack per task: the chains of the tasks awaiting it, its own, its state's leaf
+    folded: list[str]
+    #: tasks left out because a read of them tore (freed or changed as they were read)
+    torn: int
+    #: tasks past the scan's bound, not read
+    unread: int
+
+def scan_tasks(pid: int) -> TaskScan:
+    """One snapshot of the asyncio tasks of a CPython 3.11+ process, read from its memory.
+
+    Raises ProcessLookupError, PermissionError or SamplerError (an older Python, no asyncio
+    imported, ...) with one line that says why."""
 
 class InfernoRead(TypedDict):
     """An inferno SVG read natively: its folded stacks and what the profile's notes need."""

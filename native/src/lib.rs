@@ -11,6 +11,7 @@ mod sampler;
 mod shares;
 mod stack;
 mod svgread;
+mod tasks;
 mod threadmap;
 mod walker;
 mod windows;
@@ -275,6 +276,37 @@ fn render_svg(
         .map_err(PyValueError::new_err)
 }
 
+/// One snapshot of the asyncio tasks of `pid` (CPython 3.11+): `{python_version, tasks, folded,
+/// torn, unread}`, each task `{id, name, state, frames, future, awaits}`.
+#[pyfunction]
+fn scan_tasks(py: Python<'_>, pid: i32) -> PyResult<Bound<'_, PyDict>> {
+    if pid <= 0 {
+        return Err(PyValueError::new_err(format!(
+            "PID must be positive, not {pid}"
+        )));
+    }
+    let (version, scan) = py.detach(|| tasks::snapshot(pid))?;
+    let dict = PyDict::new(py);
+    dict.set_item("python_version", version)?;
+    let rows = PyList::empty(py);
+    for task in &scan.tasks {
+        let row = PyDict::new(py);
+        row.set_item("id", task.id)?;
+        row.set_item("name", &task.name)?;
+        row.set_item("state", task.state.leaf().trim_matches(['[', ']']))?;
+        let frames: Vec<&str> = task.frames.iter().map(|f| f.as_ref()).collect();
+        row.set_item("frames", frames)?;
+        row.set_item("future", task.future)?;
+        row.set_item("awaits", task.awaits)?;
+        rows.append(row)?;
+    }
+    dict.set_item("tasks", rows)?;
+    dict.set_item("folded", tasks::fold(&scan.tasks))?;
+    dict.set_item("torn", scan.torn)?;
+    dict.set_item("unread", scan.unread)?;
+    Ok(dict)
+}
+
 /// Field 22 of /proc/PID/stat (start time in clock ticks), or None if there is no such process.
 #[pyfunction]
 fn process_start_time(pid: i32) -> Option<u64> {
@@ -289,6 +321,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SamplerError", m.py().get_type::<SamplerError>())?;
     m.add_function(wrap_pyfunction!(render_svg, m)?)?;
     m.add_function(wrap_pyfunction!(process_start_time, m)?)?;
+    m.add_function(wrap_pyfunction!(scan_tasks, m)?)?;
     m.add_function(wrap_pyfunction!(svgread::read_inferno_svg, m)?)?;
     shares::register(m)?;
     Ok(())

@@ -57,6 +57,7 @@ impl Layout {
             minor,
             source: "_Py_DebugOffsets",
             interp_threads_head: word(row.threads_head),
+            interp_modules: word(row.imports_modules),
             interp_gil: Some(word(row.ceval_gil)),
             // given from the interpreter state, whose own GIL state they lie in
             gil_holder: word(row.gil_holder).wrapping_sub(word(row.gil_state)),
@@ -105,6 +106,7 @@ impl Layout {
             && layout.gil_holder < 256
             && layout.gil_locked < 256
             && layout.interp_threads_head < MAX_STRUCT
+            && layout.interp_modules < MAX_STRUCT
             && (32..=64).contains(&ascii)
             && layout.str_state < ascii
             && layout.str_length < ascii
@@ -139,6 +141,7 @@ pub const FREE_THREADED: &str =
 struct DebugRow {
     words: usize,
     threads_head: usize,
+    imports_modules: usize,
     ceval_gil: usize,
     gil_state: usize,
     gil_locked: usize,
@@ -175,6 +178,7 @@ impl DebugRow {
             13 => DebugRow {
                 words: 73,
                 threads_head: 9,
+                imports_modules: 11,
                 ceval_gil: 14,
                 gil_state: 15,
                 gil_locked: 17,
@@ -207,6 +211,7 @@ impl DebugRow {
             14 => DebugRow {
                 words: 95,
                 threads_head: 9,
+                imports_modules: 12,
                 ceval_gil: 15,
                 gil_state: 16,
                 gil_locked: 18,
@@ -239,6 +244,7 @@ impl DebugRow {
             15 => DebugRow {
                 words: 111,
                 threads_head: 9,
+                imports_modules: 12,
                 ceval_gil: 15,
                 gil_state: 16,
                 gil_locked: 18,
@@ -313,6 +319,8 @@ mod tests {
         // each against offsetof() in the version's own Include/internal headers
         let l13 = Layout::parse_debug_offsets(&bytes(&DEBUG_313), 13).expect("3.13 parses");
         assert_eq!(l13.interp_threads_head, 7344);
+        // sys.modules, where the task scan of 3.13 finds asyncio
+        assert_eq!(l13.interp_modules, 7656);
         assert_eq!((l13.gil_holder, l13.gil_locked), (8, 16));
         assert_eq!((l13.tstate_frame, l13.tstate_thread_id), (72, 152));
         assert_eq!(

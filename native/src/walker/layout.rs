@@ -17,6 +17,8 @@ pub struct Layout {
     /// Where the offsets came from: "table" or "_Py_DebugOffsets".
     pub source: &'static str,
     pub interp_threads_head: usize,
+    /// The interpreter state's `sys.modules` (`modules`, 3.12+ `imports.modules`).
+    pub interp_modules: usize,
     /// The interpreter state's pointer to its GIL state (3.12+), and the holder's and the
     /// locked flag's offsets in that state.
     pub interp_gil: Option<usize>,
@@ -76,6 +78,7 @@ impl Layout {
                 minor,
                 source: "table",
                 interp_threads_head: 16,
+                interp_modules: 888,
                 interp_gil: None,
                 gil_holder: 0,
                 gil_locked: 0,
@@ -115,6 +118,7 @@ impl Layout {
                 minor,
                 source: "table",
                 interp_threads_head: 72,
+                interp_modules: 944,
                 interp_gil: Some(384),
                 gil_holder: 8,
                 gil_locked: 16,

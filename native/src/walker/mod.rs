@@ -20,7 +20,7 @@ mod ahead;
 mod debug_offsets;
 mod frames;
 mod layout;
-mod objects;
+pub(crate) mod objects;
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -489,6 +489,15 @@ impl Walker {
         self.stack_bytes += cost;
         self.stacks.insert(key.clone(), stack.clone());
         Some(stack)
+    }
+}
+
+/// The layout of the CPython 3.11–3.15 process `spy` attached to: from the table, or from the
+/// target's own `_Py_DebugOffsets`.
+pub fn layout_of(spy: &PythonSpy) -> Result<Layout> {
+    match Layout::table(spy.version.minor) {
+        Some(layout) => Ok(layout),
+        None => debug_layout(spy),
     }
 }
 

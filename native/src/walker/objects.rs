@@ -83,7 +83,7 @@ impl Code {
 }
 
 /// A `str` object's text: compact strings of 1, 2 or 4 bytes a character.
-fn string(pid: i32, layout: &Layout, address: usize) -> Result<String> {
+pub(crate) fn string(pid: i32, layout: &Layout, address: usize) -> Result<String> {
     if address == 0 {
         bail!("a null string");
     }

@@ -1,0 +1,349 @@
+//! The asyncio tasks of a CPython 3.11–3.15 process, read from its memory: each live task's
+//! name, its await chain (its coroutine, the coroutine that one awaits, ... down to the future
+//! the innermost one waits on), the task it awaits, and its state (`running`, `ready`,
+//! `waiting`).
+//!
+//! The pieces, by concern: `layout` (where each version keeps the task, future and coroutine
+//! fields, and where its registry is), `objects` (types, dicts, sets and names in the target),
+//! `registry` (finding the live tasks: `asyncio.tasks`' registry up to 3.13, the `_asyncio`
+//! module's task lists from 3.14), `chain` (one task's await chain and state). Code objects
+//! and frames are formatted by the walker's `objects`, so a task's frames read like a
+//! thread's.
+
+mod chain;
+mod layout;
+mod objects;
+mod registry;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Result};
+use py_spy::PythonSpy;
+
+use crate::memory::{read, Batch};
+use crate::walker::objects::{Code, ShortFiles};
+use crate::walker::{layout_of, Layout};
+pub use chain::TaskState;
+use chain::{read_tasks, RawTask};
+pub use layout::TaskLayout;
+use layout::{Registry, ASYNCIO_DEBUG_WORDS};
+use objects::{task_name, Types};
+use registry::{asyncio_debug, find_sets, list_tasks, set_tasks, Sets};
+use rustc_hash::FxBuildHasher as FxBuild;
+
+/// Tasks read per scan at most: past it, a sample of them (the first found) and a count of
+/// the rest.
+pub const MAX_TASKS: usize = 20_000;
+/// How deep one task's awaiting tasks are followed for its folded stack.
+const MAX_AWAITERS: usize = 32;
+const CODE_CACHE_BYTES: usize = 16 << 20;
+
+/// One live task in one scan.
+#[derive(Debug, Clone)]
+pub struct Task {
+    /// The task object's address: an id within the scan.
+    pub id: usize,
+    pub name: String,
+    pub state: TaskState,
+    /// `function (file:line)` of each coroutine of its await chain, outermost first.
+    pub frames: Vec<Arc<str>>,
+    /// What the innermost coroutine awaits: "Task", "Future", or None (nothing, or an
+    /// awaitable of another kind).
+    pub future: Option<&'static str>,
+    /// The task it awaits.
+    pub awaits: Option<usize>,
+}
+
+/// What one scan found, and what it left out.
+#[derive(Debug, Clone, Default)]
+pub struct Scan {
+    pub tasks: Vec<Task>,
+    /// Tasks left out because a read of them tore (freed or changed as they were read).
+    pub torn: u64,
+    /// Tasks past `MAX_TASKS`, not read.
+    pub unread: u64,
+}
+
+/// Reads the tasks of one target, scan after scan.
+pub struct TaskScanner {
+    pid: i32,
+    layout: Layout,
+    tl: TaskLayout,
+    interpreter: usize,
+    types: Types,
+    sets: Option<Sets>,
+    codes: HashMap<usize, Code, FxBuild>,
+    code_bytes: usize,
+    serial: u64,
+    files: ShortFiles,
+}
+
+/// The one line an older Python gets.
+pub fn unsupported(version: &str) -> String {
+    format!("asyncio tasks are read from CPython 3.11 on; this process runs Python {version}")
+}
+
+impl TaskScanner {
+    /// A scanner for the process `spy` attached to; fails in one line on versions before 3.11,
+    /// free-threaded builds, or a target whose task registry cannot be found.
+    pub fn new(spy: &PythonSpy) -> Result<TaskScanner> {
+        let version = &spy.version;
+        let Some(tl) = TaskLayout::table(version.minor).filter(|_| version.major == 3) else {
+            bail!(unsupported(&version.to_string()));
+        };
+        let layout = layout_of(spy)?;
+        let interpreter = spy.addresses.interpreter_address;
+        if interpreter == 0 {
+            bail!("no interpreter found");
+        }
+        let tl = match tl.registry {
+            Registry::Lists => {
+                let at = asyncio_debug(spy.pid)?;
+                let mut raw = vec![0u8; ASYNCIO_DEBUG_WORDS * 8];
+                read(spy.pid, at, &mut raw)?;
+                tl.with_asyncio_debug(&raw)?
+            }
+            _ => tl,
+        };
+        let mut scanner = TaskScanner {
+            pid: spy.pid,
+            layout,
+            tl,
+            interpreter,
+            types: Types::default(),
+            sets: None,
+            codes: HashMap::default(),
+            code_bytes: 0,
+            serial: 0,
+            files: ShortFiles::new(spy.pid, spy.dockerized),
+        };
+        scanner.find_registry()?;
+        Ok(scanner)
+    }
+
+    fn find_registry(&mut self) -> Result<()> {
+        if self.tl.registry != Registry::Lists && self.sets.is_none() {
+            let sets = find_sets(
+                self.pid,
+                &self.layout,
+                &self.tl,
+                &mut self.types,
+                self.interpreter,
+            )?;
+            self.sets = Some(sets);
+        }
+        Ok(())
+    }
+
+    /// Every live task now, with its chain and state.
+    pub fn scan(&mut self) -> Result<Scan> {
+        self.find_registry()?;
+        let (mut addresses, mut torn) = match &self.sets {
+            Some(sets) => {
+                let found =
+                    set_tasks(self.pid, &self.layout, &mut self.types, sets, MAX_TASKS + 1)?;
+                (found, 0)
+            }
+            None => list_tasks(
+                self.pid,
+                &self.layout,
+                &self.tl,
+                self.interpreter,
+                MAX_TASKS + 1,
+            )?,
+        };
+        let unread = addresses.len().saturating_sub(MAX_TASKS) as u64;
+        addresses.truncate(MAX_TASKS);
+        let (raw, torn_tasks) = read_tasks(
+            self.pid,
+            &self.layout,
+            &self.tl,
+            &mut self.types,
+            &addresses,
+        );
+        torn += torn_tasks;
+        self.load_codes(&raw)?;
+        let mut tasks = Vec::with_capacity(raw.len());
+        for task in raw {
+            let Ok(name) = task_name(self.pid, &self.layout, &mut self.types, task.name) else {
+                torn += 1;
+                continue;
+            };
+            let frames = task
+                .frames
+                .iter()
+                .map(|&(code, offset)| match self.codes.get_mut(&code) {
+                    Some(code) => code.frame(offset),
+                    None => Arc::from("? (?:0)"),
+                })
+                .collect();
+            tasks.push(Task {
+                id: task.address,
+                name,
+                state: task.state,
+                frames,
+                future: task.future.map(|(_, kind)| match kind {
+                    objects::Kind::Task => "Task",
+                    _ => "Future",
+                }),
+                awaits: task.awaits,
+            });
+        }
+        Ok(Scan {
+            tasks,
+            torn,
+            unread,
+        })
+    }
+
+    /// Makes sure every code object the tasks' frames name is cached and still the one cached.
+    fn load_codes(&mut self, tasks: &[RawTask]) -> Result<()> {
+        if self.code_bytes > CODE_CACHE_BYTES {
+            self.codes.clear();
+            self.code_bytes = 0;
+        }
+        let (first, size) = (self.layout.code_first, self.layout.code_size);
+        let mut codes: Vec<usize> = tasks
+            .iter()
+            .flat_map(|t| t.frames.iter().map(|f| f.0))
+            .collect();
+        codes.sort_unstable();
+        codes.dedup();
+        let pieces: Vec<(usize, usize)> = codes.iter().map(|&c| (c + first, size)).collect();
+        let batch = Batch::read(self.pid, &pieces);
+        for (&code, &(at, len)) in codes.iter().zip(&pieces) {
+            let Some(header) = batch.get(at, len) else {
+                continue; // freed: its frames read "? (?:0)" only if it is not cached
+            };
+            if self
+                .codes
+                .get(&code)
+                .is_some_and(|c| c.header[..] == *header)
+            {
+                continue;
+            }
+            self.serial += 1;
+            let loaded = Code::load(self.pid, &self.layout, header, self.serial, &mut self.files)
+                .map_err(|err| anyhow!("cannot read a coroutine's code: {err:#}"))?;
+            self.code_bytes += loaded.cost();
+            self.codes.insert(code, loaded);
+        }
+        Ok(())
+    }
+}
+
+/// The folded stack of every task of a scan, in the scan's order: the chains of the tasks
+/// that await it (outermost first), its own chain, and its state's leaf.
+pub fn fold(tasks: &[Task]) -> Vec<String> {
+    let by_id: HashMap<usize, &Task> = tasks.iter().map(|t| (t.id, t)).collect();
+    let mut awaited_by: HashMap<usize, usize> = HashMap::new();
+    for task in tasks {
+        if let Some(awaited) = task.awaits {
+            awaited_by.entry(awaited).or_insert(task.id);
+        }
+    }
+    tasks
+        .iter()
+        .map(|task| {
+            let mut chain = vec![task];
+            let mut seen: HashSet<usize> = HashSet::from([task.id]);
+            let mut at = task.id;
+            while let Some(&up) = awaited_by.get(&at) {
+                if chain.len() > MAX_AWAITERS || !seen.insert(up) {
+                    break;
+                }
+                let Some(&awaiter) = by_id.get(&up) else {
+                    break;
+                };
+                chain.push(awaiter);
+                at = up;
+            }
+            let mut parts: Vec<&str> = Vec::new();
+            for t in chain.iter().rev() {
+                parts.extend(t.frames.iter().map(|f| f.as_ref()));
+            }
+            parts.push(task.state.leaf());
+            parts.join(";")
+        })
+        .collect()
+}
+
+/// One scan of the tasks of `pid`: attaches (py-spy finds the interpreter), scans, and lets
+/// go; the target is never stopped. A scan that tore as a whole is tried again, a few times.
+pub fn snapshot(pid: i32) -> Result<(String, Scan), crate::errors::InitError> {
+    use crate::errors::InitError;
+    let Some(started) = crate::procfs::start_time(pid) else {
+        return Err(InitError::NoProcess(pid));
+    };
+    let config = py_spy::Config {
+        blocking: py_spy::config::LockingStrategy::NonBlocking,
+        ..py_spy::Config::default()
+    };
+    let spy = PythonSpy::retry_new(pid, &config, 3)
+        .map_err(|err| InitError::classify(pid, started, &err))?;
+    let version = spy.version.to_string();
+    let mut scanner =
+        TaskScanner::new(&spy).map_err(|err| InitError::Other(format!("PID {pid}: {err:#}")))?;
+    let mut last = None;
+    for _ in 0..5 {
+        match scanner.scan() {
+            Ok(scan) => return Ok((version, scan)),
+            Err(err) => last = Some(err),
+        }
+    }
+    let err = last.map_or_else(|| "no scan".to_string(), |e| format!("{e:#}"));
+    Err(InitError::Other(format!(
+        "PID {pid}: cannot read its tasks: {err}"
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(id: usize, state: TaskState, frames: &[&str], awaits: Option<usize>) -> Task {
+        Task {
+            id,
+            name: format!("t{id}"),
+            state,
+            frames: frames.iter().map(|f| Arc::from(*f)).collect(),
+            future: None,
+            awaits,
+        }
+    }
+
+    #[test]
+    fn an_awaited_tasks_stack_follows_the_tasks_that_await_it() {
+        let tasks = [
+            task(1, TaskState::Waiting, &["main (m.py:9)"], Some(2)),
+            task(2, TaskState::Waiting, &["parent (m.py:5)"], Some(3)),
+            task(
+                3,
+                TaskState::Ready,
+                &["child (m.py:2)", "sleep (t.py:1)"],
+                None,
+            ),
+        ];
+        assert_eq!(
+            fold(&tasks),
+            [
+                "main (m.py:9);[waiting]",
+                "main (m.py:9);parent (m.py:5);[waiting]",
+                "main (m.py:9);parent (m.py:5);child (m.py:2);sleep (t.py:1);[ready]",
+            ]
+        );
+        // tasks that await each other in a loop (a torn scan) end where the loop closes
+        let looped = [
+            task(1, TaskState::Waiting, &["a (m.py:1)"], Some(2)),
+            task(2, TaskState::Running, &["b (m.py:2)"], Some(1)),
+        ];
+        assert_eq!(
+            fold(&looped),
+            [
+                "b (m.py:2);a (m.py:1);[waiting]",
+                "a (m.py:1);b (m.py:2);[running]"
+            ]
+        );
+    }
+}

@@ -1,0 +1,256 @@
+//! Python objects in the target's memory as the task scan meets them: each object's type,
+//! told by the type's name (and its bases), checked before a field is trusted; dicts looked up
+//! by string key; the members of sets; names of tasks. Every size and count is bounded.
+
+use std::collections::HashMap;
+
+use anyhow::{bail, Result};
+
+use crate::memory::{read, read_upto, u32_at, usize_at};
+use crate::walker::objects::string;
+use crate::walker::Layout;
+use rustc_hash::FxBuildHasher as FxBuild;
+
+/// Sanity bounds against torn or garbage reads.
+const MAX_DICT_ENTRIES: usize = 1 << 17;
+const MAX_SET_SLOTS: usize = 1 << 22;
+const MAX_BASES: usize = 16;
+const TYPE_CACHE: usize = 4096;
+
+/// `PyTypeObject`: its name, its size, its flags and its base, the same in every version read.
+const TP_NAME: usize = 24;
+const TP_BASICSIZE: usize = 32;
+const TP_FLAGS: usize = 168;
+const TP_BASE: usize = 256;
+const TYPE_READ: usize = TP_BASE + 8;
+
+/// What an object is, as far as the task scan cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Task,
+    Future,
+    FutureIter,
+    Coroutine,
+    Generator,
+    Str,
+    Int,
+    Dict,
+    Set,
+    Module,
+    WeakRef,
+    WeakSet,
+    None,
+    Other,
+}
+
+/// A type as read once: its kind, instance size and flags.
+#[derive(Debug, Clone, Copy)]
+pub struct TypeInfo {
+    pub kind: Kind,
+    pub basicsize: usize,
+    pub flags: u64,
+}
+
+/// The kinds of the types met so far, by address.
+#[derive(Default)]
+pub struct Types {
+    known: HashMap<usize, TypeInfo, FxBuild>,
+}
+
+impl Types {
+    /// The type of the object at `address`, whose first 16 bytes are `head` (or read now).
+    pub fn of(&mut self, pid: i32, address: usize, head: Option<&[u8]>) -> Result<TypeInfo> {
+        let ty = match head {
+            Some(head) => usize_at(head, 8),
+            None => {
+                let mut word = [0u8; 8];
+                read(pid, address + 8, &mut word)?;
+                usize_at(&word, 0)
+            }
+        };
+        self.info(pid, ty)
+    }
+
+    /// The type at `ty`, read once: its name and those of its bases tell its kind.
+    pub fn info(&mut self, pid: i32, ty: usize) -> Result<TypeInfo> {
+        if let Some(&info) = self.known.get(&ty) {
+            return Ok(info);
+        }
+        if ty == 0 || !ty.is_multiple_of(8) {
+            bail!("an object without a type: a torn read");
+        }
+        let mut raw = vec![0u8; TYPE_READ];
+        read(pid, ty, &mut raw)?;
+        let basicsize = usize_at(&raw, TP_BASICSIZE);
+        let flags = usize_at(&raw, TP_FLAGS) as u64;
+        let mut kind = kind_of(&type_name(pid, usize_at(&raw, TP_NAME))?);
+        // a subclass of Task or Future (say asyncio's _GatheringFuture) is one
+        let mut base = usize_at(&raw, TP_BASE);
+        for _ in 0..MAX_BASES {
+            if kind != Kind::Other || base == 0 {
+                break;
+            }
+            let mut fields = [0u8; 8];
+            read(pid, base + TP_NAME, &mut fields)?;
+            kind = match kind_of(&type_name(pid, usize_at(&fields, 0))?) {
+                k @ (Kind::Task | Kind::Future) => k,
+                _ => Kind::Other,
+            };
+            read(pid, base + TP_BASE, &mut fields)?;
+            base = usize_at(&fields, 0);
+        }
+        let info = TypeInfo {
+            kind,
+            basicsize,
+            flags,
+        };
+        if self.known.len() > TYPE_CACHE {
+            self.known.clear();
+        }
+        self.known.insert(ty, info);
+        Ok(info)
+    }
+
+    /// Fails unless the object at `address` is of kind `kind`.
+    pub fn expect(&mut self, pid: i32, address: usize, kind: Kind) -> Result<TypeInfo> {
+        let info = self.of(pid, address, None)?;
+        if info.kind != kind {
+            bail!("expected a {kind:?}, found a {:?}: a torn read", info.kind);
+        }
+        Ok(info)
+    }
+}
+
+fn type_name(pid: i32, address: usize) -> Result<String> {
+    if address == 0 {
+        bail!("a type without a name: a torn read");
+    }
+    let raw = read_upto(pid, address, 64);
+    let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+    Ok(String::from_utf8_lossy(&raw[..end]).into_owned())
+}
+
+fn kind_of(name: &str) -> Kind {
+    match name {
+        "_asyncio.Task" => Kind::Task,
+        "_asyncio.Future" => Kind::Future,
+        "_asyncio.FutureIter" => Kind::FutureIter,
+        "coroutine" => Kind::Coroutine,
+        "generator" => Kind::Generator,
+        "str" => Kind::Str,
+        "int" => Kind::Int,
+        "dict" => Kind::Dict,
+        "set" => Kind::Set,
+        "module" => Kind::Module,
+        "weakref.ReferenceType" | "weakref" => Kind::WeakRef,
+        "WeakSet" => Kind::WeakSet,
+        "NoneType" => Kind::None,
+        _ => Kind::Other,
+    }
+}
+
+/// `PyDictObject`'s keys, and the parts of `PyDictKeysObject` (3.11–3.15 alike).
+const DICT_KEYS: usize = 32;
+const DICT_VALUES: usize = 40;
+const KEYS_LOG2_INDEX_BYTES: usize = 9;
+const KEYS_KIND: usize = 10;
+const KEYS_NENTRIES: usize = 24;
+const KEYS_INDICES: usize = 32;
+
+/// The value under the string key `wanted` in the dict at `dict` (a combined table, as module
+/// and `sys.modules` dicts are); None when it is not there.
+pub fn dict_get(
+    pid: i32,
+    layout: &Layout,
+    types: &mut Types,
+    dict: usize,
+    wanted: &str,
+) -> Result<Option<usize>> {
+    types.expect(pid, dict, Kind::Dict)?;
+    let mut head = [0u8; 48];
+    read(pid, dict, &mut head)?;
+    let keys = usize_at(&head, DICT_KEYS);
+    if usize_at(&head, DICT_VALUES) != 0 || keys == 0 {
+        bail!("a dict of split keys where a module's dict was expected");
+    }
+    let mut kh = [0u8; 32];
+    read(pid, keys, &mut kh)?;
+    let index_bytes = 1usize << kh[KEYS_LOG2_INDEX_BYTES].min(40);
+    let unicode = kh[KEYS_KIND] != 0;
+    let entries = usize_at(&kh, KEYS_NENTRIES);
+    if entries > MAX_DICT_ENTRIES || index_bytes > MAX_DICT_ENTRIES * 8 {
+        bail!("a dict of {entries} entries: a torn read");
+    }
+    let size = if unicode { 16 } else { 24 };
+    let mut raw = vec![0u8; entries * size];
+    read(pid, keys + KEYS_INDICES + index_bytes, &mut raw)?;
+    for entry in raw.chunks_exact(size) {
+        let (key, value) = if unicode {
+            (usize_at(entry, 0), usize_at(entry, 8))
+        } else {
+            (usize_at(entry, 8), usize_at(entry, 16))
+        };
+        if key == 0 || value == 0 {
+            continue;
+        }
+        if let Ok(text) = string(pid, layout, key) {
+            if text == wanted {
+                return Ok(Some(value));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// `PySetObject`: its mask and table, the same in every version read.
+const SET_MASK: usize = 32;
+const SET_TABLE: usize = 40;
+
+/// The members of the set at `set` (its live slots; the dummy of removed ones has no type the
+/// caller expects and is dropped by its type check).
+pub fn set_members(pid: i32, types: &mut Types, set: usize, limit: usize) -> Result<Vec<usize>> {
+    types.expect(pid, set, Kind::Set)?;
+    let mut head = [0u8; 48];
+    read(pid, set, &mut head)?;
+    let slots = usize_at(&head, SET_MASK).wrapping_add(1);
+    let table = usize_at(&head, SET_TABLE);
+    if !slots.is_power_of_two() || slots > MAX_SET_SLOTS || table == 0 {
+        bail!("a set of {slots} slots: a torn read");
+    }
+    let mut raw = vec![0u8; slots * 16];
+    read(pid, table, &mut raw)?;
+    let mut out: Vec<usize> = raw
+        .chunks_exact(16)
+        .map(|slot| usize_at(slot, 0))
+        .filter(|&key| key != 0 && key.is_multiple_of(8))
+        .collect();
+    out.truncate(limit);
+    Ok(out)
+}
+
+/// A task's name: its `str`, or `Task-N` where 3.13+ keep only the number until asked.
+pub fn task_name(pid: i32, layout: &Layout, types: &mut Types, name: usize) -> Result<String> {
+    if name == 0 {
+        bail!("a task without a name: a torn read");
+    }
+    let info = types.of(pid, name, None)?;
+    match info.kind {
+        Kind::Str => string(pid, layout, name),
+        Kind::Int => {
+            // a small non-negative int: its size or tag word, then 30-bit digits
+            let mut raw = [0u8; 32];
+            read(pid, name, &mut raw)?;
+            let tag = usize_at(&raw, 16);
+            let ndigits = if layout.minor >= 12 { tag >> 3 } else { tag };
+            let digits = [u32_at(&raw, 24), u32_at(&raw, 28)];
+            let value = match ndigits {
+                0 => 0u64,
+                1 => u64::from(digits[0]),
+                2 => u64::from(digits[0]) | (u64::from(digits[1]) << 30),
+                _ => bail!("a task number of {ndigits} digits"),
+            };
+            Ok(format!("Task-{value}"))
+        }
+        other => bail!("a task name that is a {other:?}"),
+    }
+}

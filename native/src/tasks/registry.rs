@@ -1,0 +1,251 @@
+//! Where the live tasks are found. 3.11–3.13: the registry of `asyncio.tasks` (`_all_tasks`,
+//! or `_scheduled_tasks` and `_eager_tasks`), which the C `_asyncio` module replaces with its
+//! own objects of the same names, found once through `sys.modules`. 3.14+: the C module keeps
+//! its tasks in a linked list per thread state (and one in the interpreter state for tasks of
+//! threads that ended), whose offsets its `AsyncioDebug` ELF section publishes.
+
+use anyhow::{anyhow, bail, Context, Result};
+
+use super::layout::{Registry, TaskLayout, ASYNCIO_DEBUG_WORDS};
+use super::objects::{dict_get, set_members, Kind, Types};
+use crate::memory::{read, usize_at, Batch};
+use crate::walker::Layout;
+
+/// Sanity bounds against torn or garbage reads.
+const MAX_THREADS: usize = 4096;
+/// Inline values (3.13+): `Py_TPFLAGS_INLINE_VALUES`.
+const INLINE_VALUES: u64 = 1 << 2;
+
+/// The objects a 3.11–3.13 registry keeps its tasks in: WeakSets and sets.
+#[derive(Debug, Clone, Default)]
+pub struct Sets {
+    pub weak: Vec<usize>,
+    pub strong: Vec<usize>,
+}
+
+/// Finds the registry's objects through `sys.modules["asyncio.tasks"]`.
+pub fn find_sets(
+    pid: i32,
+    layout: &Layout,
+    tasks: &TaskLayout,
+    types: &mut Types,
+    interpreter: usize,
+) -> Result<Sets> {
+    let mut word = [0u8; 8];
+    read(pid, interpreter + layout.interp_modules, &mut word)?;
+    let modules = usize_at(&word, 0);
+    let module = dict_get(pid, layout, types, modules, "asyncio.tasks")
+        .context("cannot read sys.modules")?
+        .ok_or_else(|| anyhow!("asyncio is not imported"))?;
+    types.expect(pid, module, Kind::Module)?;
+    read(pid, module + 16, &mut word)?;
+    let globals = usize_at(&word, 0);
+    let (weak, strong): (&[&str], &[&str]) = match tasks.registry {
+        Registry::AllTasks => (&["_all_tasks"], &[]),
+        Registry::ScheduledAndEager => (&["_scheduled_tasks"], &["_eager_tasks"]),
+        Registry::Lists => (&[], &[]),
+    };
+    let mut sets = Sets::default();
+    for (names, kind, out) in [
+        (weak, Kind::WeakSet, &mut sets.weak),
+        (strong, Kind::Set, &mut sets.strong),
+    ] {
+        for name in names {
+            let found = dict_get(pid, layout, types, globals, name)?
+                .ok_or_else(|| anyhow!("asyncio.tasks has no {name}"))?;
+            types.expect(pid, found, kind)?;
+            out.push(found);
+        }
+    }
+    Ok(sets)
+}
+
+/// The objects the WeakSets and sets hold now, up to `limit` (unchecked: the scan checks
+/// each task's type).
+pub fn set_tasks(
+    pid: i32,
+    layout: &Layout,
+    types: &mut Types,
+    sets: &Sets,
+    limit: usize,
+) -> Result<Vec<usize>> {
+    let mut out = Vec::new();
+    for &set in &sets.strong {
+        out.extend(set_members(pid, types, set, limit)?);
+    }
+    for &weak in &sets.weak {
+        let data = weakset_data(pid, layout, types, weak)?;
+        let refs = set_members(pid, types, data, limit)?;
+        // each member is a weak reference: its referent follows the header
+        let pieces: Vec<(usize, usize)> = refs.iter().map(|&r| (r, 24)).collect();
+        let batch = Batch::read(pid, &pieces);
+        for &(r, len) in &pieces {
+            let Some(raw) = batch.get(r, len) else {
+                continue;
+            };
+            if types.of(pid, r, Some(raw))?.kind == Kind::WeakRef {
+                out.push(usize_at(raw, 16));
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out.truncate(limit);
+    Ok(out)
+}
+
+/// The `data` set of a WeakSet: the first attribute `WeakSet.__init__` sets, kept in the
+/// instance's values (where each version keeps them) or, once materialized, in its dict.
+fn weakset_data(pid: i32, layout: &Layout, types: &mut Types, weak: usize) -> Result<usize> {
+    let info = types.expect(pid, weak, Kind::WeakSet)?;
+    let mut pre = [0u8; 16];
+    read(pid, weak - 32, &mut pre)?;
+    let (values, dict) = match layout.minor {
+        // the values' pointer, then the dict's, before the GC header
+        11 => (usize_at(&pre, 0), usize_at(&pre, 8)),
+        // one word before the GC header: values tagged with the low bit, or the dict
+        12 => {
+            let word = usize_at(&pre, 8);
+            if word & 1 == 1 {
+                (word + 1, 0)
+            } else {
+                (0, word)
+            }
+        }
+        // values inline after the object (8 bytes of header; valid in its fourth byte)
+        _ => {
+            let mut head = [0u8; 8];
+            let inline = weak + info.basicsize;
+            if info.flags & INLINE_VALUES != 0 {
+                read(pid, inline, &mut head)?;
+            }
+            if head[3] != 0 {
+                (inline + 8, 0)
+            } else {
+                (0, usize_at(&pre, 8))
+            }
+        }
+    };
+    if values != 0 {
+        let mut words = [0u8; 32];
+        read(pid, values, &mut words)?;
+        for i in 0..4 {
+            let value = usize_at(&words, i * 8);
+            if value != 0 && types.of(pid, value, None)?.kind == Kind::Set {
+                return Ok(value);
+            }
+        }
+        bail!("a WeakSet without its data");
+    }
+    dict_get(pid, layout, types, dict, "data")?.ok_or_else(|| anyhow!("a WeakSet without data"))
+}
+
+/// The address of the `_asyncio` module's `AsyncioDebug` section in the target (3.14+): in
+/// the `_asyncio` extension, or in the interpreter's binary or library where it is built in.
+pub fn asyncio_debug(pid: i32) -> Result<usize> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+    let mut seen: Vec<&str> = Vec::new();
+    for line in maps.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let [range, _perms, offset, _dev, _inode, path] = fields[..] else {
+            continue;
+        };
+        let name = path.rsplit('/').next().unwrap_or(path);
+        let candidate = name.contains("python") || name.starts_with("_asyncio");
+        if !candidate || !offset.trim_start_matches('0').is_empty() || seen.contains(&path) {
+            continue;
+        }
+        seen.push(path);
+        let start = range
+            .split('-')
+            .next()
+            .and_then(|s| usize::from_str_radix(s, 16).ok())
+            .unwrap_or(0);
+        if let Some(address) = section_in(pid, path, start) {
+            return Ok(address);
+        }
+    }
+    bail!("no _asyncio module with an AsyncioDebug section is loaded")
+}
+
+/// Where the section lies in the target, for the file at `path` mapped from `start`.
+fn section_in(pid: i32, path: &str, start: usize) -> Option<usize> {
+    use goblin::elf::{header::ET_DYN, program_header::PT_LOAD, Elf};
+    let inside = format!("/proc/{pid}/root{path}");
+    let bytes = std::fs::read(&inside)
+        .or_else(|_| std::fs::read(path))
+        .ok()?;
+    let elf = Elf::parse(&bytes).ok()?;
+    let section = elf.section_headers.iter().find(|sh| {
+        matches!(
+            elf.shdr_strtab.get_at(sh.sh_name),
+            Some(".AsyncioDebug" | "AsyncioDebug")
+        )
+    })?;
+    if (section.sh_size as usize) < ASYNCIO_DEBUG_WORDS * 8 {
+        return None;
+    }
+    let base = if elf.header.e_type == ET_DYN {
+        let low = elf
+            .program_headers
+            .iter()
+            .filter(|ph| ph.p_type == PT_LOAD)
+            .map(|ph| ph.p_vaddr as usize & !0xfff)
+            .min()?;
+        start.checked_sub(low)?
+    } else {
+        0
+    };
+    Some(base + section.sh_addr as usize)
+}
+
+/// The tasks in the per-thread and per-interpreter lists (3.14+), up to `limit`, and how many
+/// lists ended early on a torn read.
+pub fn list_tasks(
+    pid: i32,
+    layout: &Layout,
+    tasks: &TaskLayout,
+    interpreter: usize,
+    limit: usize,
+) -> Result<(Vec<usize>, u64)> {
+    let (Some(node), Some(thread_head), Some(interp_head)) = (
+        tasks.task_node,
+        tasks.thread_tasks_head,
+        tasks.interp_tasks_head,
+    ) else {
+        bail!("no task lists in Python 3.{}", tasks.minor);
+    };
+    let mut word = [0u8; 8];
+    read(pid, interpreter + layout.interp_threads_head, &mut word)?;
+    let mut heads = vec![interpreter + interp_head];
+    let mut thread = usize_at(&word, 0);
+    while thread != 0 {
+        if heads.len() > MAX_THREADS {
+            bail!("more than {MAX_THREADS} Python threads: a torn read");
+        }
+        heads.push(thread + thread_head);
+        read(pid, thread + layout.tstate_next, &mut word)?;
+        thread = usize_at(&word, 0);
+    }
+    let mut out = Vec::new();
+    let mut torn = 0;
+    for head in heads {
+        read(pid, head, &mut word)?;
+        let mut next = usize_at(&word, 0);
+        while next != head && out.len() < limit {
+            if next == 0 || !next.is_multiple_of(8) || next < node {
+                torn += 1;
+                break;
+            }
+            out.push(next - node);
+            if read(pid, next, &mut word).is_err() {
+                torn += 1;
+                break;
+            }
+            next = usize_at(&word, 0);
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok((out, torn))
+}
