@@ -1,0 +1,91 @@
+"""The asyncio tasks of a live process: one snapshot read by the native task scan, and the
+tree ``sidecar tasks`` prints (each task with its name, state and await chain; a task that
+another awaits under it).
+"""
+
+from __future__ import annotations
+
+from sidecar import _native
+from sidecar.errors import PermissionDenied, TargetError, TargetGone
+
+#: The leaves of task stacks, one per state.
+TASK_LEAVES = ("[running]", "[ready]", "[waiting]")
+STATES = ("running", "ready", "waiting")
+
+
+def snapshot(pid: int) -> _native.TaskScan:
+    """One scan of the tasks of ``pid`` (CPython 3.11+); native errors become domain errors."""
+    try:
+        return _native.scan_tasks(pid)
+    except ProcessLookupError as err:
+        raise TargetGone(str(err)) from err
+    except PermissionError as err:
+        raise PermissionDenied(str(err)) from err
+    except _native.SamplerError as err:
+        raise TargetError(str(err)) from err
+
+
+def _awaited_by(tasks: list[_native.TaskRow]) -> dict[int, int]:
+    """Each awaited task's first awaiting task, as the folded stacks follow it."""
+    out: dict[int, int] = {}
+    for task in tasks:
+        awaited = task["awaits"]
+        if awaited is not None and awaited not in out:
+            out[awaited] = task["id"]
+    return out
+
+
+def _header(task: _native.TaskRow, by_id: dict[int, _native.TaskRow]) -> str:
+    text = f"{task['name']!r} [{task['state']}]"
+    awaited = by_id.get(task["awaits"]) if task["awaits"] is not None else None
+    if awaited is not None:
+        return f"{text} awaits task {awaited['name']!r}"
+    if task["future"] is not None:
+        return f"{text} awaits a {task['future']}"
+    return text
+
+
+def tree_lines(scan: _native.TaskScan) -> list[str]:
+    """The scan as a tree: a task, its await chain (outermost coroutine first) indented under
+    it, and the task it awaits under that chain; tasks nobody awaits are the roots."""
+    tasks = scan["tasks"]
+    by_id = {task["id"]: task for task in tasks}
+    awaited_by = _awaited_by(tasks)
+    shown: set[int] = set()
+    lines: list[str] = []
+
+    def show(task: _native.TaskRow, indent: str, branch: str) -> None:
+        shown.add(task["id"])
+        lines.append(f"{indent}{branch}{_header(task, by_id)}")
+        inner = indent + " " * len(branch)
+        for frame in task["frames"]:
+            lines.append(f"{inner}    {frame}")
+        awaited = by_id.get(task["awaits"]) if task["awaits"] is not None else None
+        mine = awaited is not None and awaited_by.get(awaited["id"]) == task["id"]
+        if awaited is not None and mine and awaited["id"] not in shown:
+            show(awaited, inner + "    ", "└─ ")
+
+    def order(task: _native.TaskRow) -> tuple[str, int]:
+        return task["name"], task["id"]
+
+    for task in sorted(tasks, key=order):
+        if task["id"] not in awaited_by:
+            show(task, "", "")
+    # tasks that await each other in a loop (a scan torn between them) have no root
+    for task in sorted(tasks, key=order):
+        if task["id"] not in shown:
+            show(task, "", "")
+    return lines
+
+
+def summary_line(pid: int, scan: _native.TaskScan) -> str:
+    counts = {state: 0 for state in STATES}
+    for task in scan["tasks"]:
+        counts[task["state"]] += 1
+    states = " · ".join(f"{state} {counts[state]}" for state in STATES)
+    line = f"PID {pid} · Python {scan['python_version']} · {len(scan['tasks'])} tasks: {states}"
+    if scan["torn"]:
+        line += f" · {scan['torn']} changed as they were read, left out"
+    if scan["unread"]:
+        line += f" · {scan['unread']} more not read (the scan's bound)"
+    return line
