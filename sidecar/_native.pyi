@@ -36,6 +36,10 @@ class Window(TypedDict):
     end: float
     samples: int
     stacks: list[StackRow]
+    #: task stacks (folded, leaf [running], [ready] or [waiting]) with their task-samples
+    tasks: list[tuple[str, int]]
+    #: task scans in the window (each counts one task-sample per live task)
+    task_scans: int
 
 class SamplerStats(TypedDict):
     samples: int
@@ -75,11 +79,22 @@ class SamplerStats(TypedDict):
     on_cpu: str
     #: where it ticks: "own", "shared", or "own (moved off the shared clock: ...)" and the like
     clock: str
+    #: task scans (``tasks_hz``): done, task-samples counted, tasks left out because a read of
+    #: them tore, tasks past a scan's bound, scans that failed and why the last one did
+    task_scans: int
+    task_samples: int
+    task_torn: int
+    task_unread: int
+    task_errors: int
+    task_last_error: str | None
     state: Literal["running", "stopped", "exited"]
 
 @final
 class Sampler:
     """Samples one Python process on a native thread, without holding the GIL.
+
+    ``tasks_hz`` > 0 also scans its asyncio tasks (CPython 3.11+) at that rate, on the same
+    schedule; each window then holds task stacks too.
 
     ``clock="shared"`` ticks it on one native thread shared by every sampler that asks for it,
     on a common schedule: one wakeup per tick for all their targets instead of one each.
@@ -99,6 +114,7 @@ class Sampler:
         max_pending: int = 360,
         reader: Literal["auto", "py-spy"] = "auto",
         clock: Literal["own", "shared"] = "own",
+        tasks_hz: float = 0.0,
     ) -> Sampler: ...
     @property
     def python_version(self) -> str: ...

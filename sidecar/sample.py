@@ -36,6 +36,9 @@ class Counts:
 
     stacks: dict[SampleKey, int] = field(default_factory=dict)
     thread_names: dict[int, str] = field(default_factory=dict)
+    #: task stacks with task-samples, and the task scans that counted them
+    tasks: dict[str, int] = field(default_factory=dict)
+    task_scans: int = 0
     ticks: int = 0
     start: float | None = None
     end: float | None = None
@@ -50,6 +53,9 @@ class Counts:
             self.stacks[key] = self.stacks.get(key, 0) + count
             if name:
                 self.thread_names[thread_id] = name
+        for stack, count in window.get("tasks", ()):
+            self.tasks[stack] = self.tasks.get(stack, 0) + count
+        self.task_scans += int(window.get("task_scans", 0))
 
     def state_counts(self) -> dict[str, int]:
         """busy / idle / blocked samples of the loop threads (all threads if none runs one)."""
@@ -73,6 +79,14 @@ class Counts:
         profile.marked = not cpu_only
         return profile
 
+    def task_profile(self) -> Profile:
+        """The task stacks: one line per distinct task stack, leaf ``[running]``, ``[ready]``
+        or ``[waiting]``, counted in task-samples."""
+        profile = Profile(start=self.start, end=self.end)
+        for stack, count in self.tasks.items():
+            profile.add(stack, count)
+        return profile
+
 
 def on_cpu_source(on_cpu: str) -> str:
     """Where on-CPU states come from, from the sampler's ``on_cpu`` stat, to follow "on-CPU
@@ -89,11 +103,15 @@ def open_sampler(
     blocking: bool = False,
     window: float = defaults.SAMPLER_WINDOW_S,
     clock: Literal["own", "shared"] = "own",
+    tasks_hz: float = 0.0,
 ) -> _native.Sampler:
     """Attaches to ``pid``; native errors become sidecar's domain errors. ``clock="shared"``
-    ticks it on the one sampling thread of every sampler that asks for it (``serve``)."""
+    ticks it on the one sampling thread of every sampler that asks for it (``serve``);
+    ``tasks_hz`` > 0 scans its asyncio tasks too, at that rate."""
     try:
-        return _native.Sampler(pid, rate_hz=rate_hz, blocking=blocking, window=window, clock=clock)
+        return _native.Sampler(
+            pid, rate_hz=rate_hz, blocking=blocking, window=window, clock=clock, tasks_hz=tasks_hz
+        )
     except ProcessLookupError as err:
         raise TargetGone(str(err)) from err
     except PermissionError as err:
@@ -127,15 +145,17 @@ def record(
     progress: Progress | None = None,
     on_attach: Callable[[str], None] | None = None,
     poll_interval: float = 0.25,
+    tasks_hz: float = 0.0,
 ) -> Recording:
     """Samples ``pid`` for ``duration`` seconds (until Ctrl-C when None, or until it exits).
 
     ``on_attach`` is told the target's Python version once sampling runs. Ctrl-C ends the
-    recording early and keeps what was sampled.
+    recording early and keeps what was sampled. ``tasks_hz`` > 0 scans the asyncio tasks
+    too, at that rate (``Counts.task_profile``).
     """
     cmdline = read_cmdline(pid)
     started = _native.process_start_time(pid)
-    sampler = open_sampler(pid, rate_hz=rate_hz, blocking=blocking)
+    sampler = open_sampler(pid, rate_hz=rate_hz, blocking=blocking, tasks_hz=tasks_hz)
     if on_attach is not None:
         on_attach(sampler.python_version)
     counts = Counts()

@@ -1,6 +1,7 @@
 """The demo aiohttp service: ``python -m targets.aiohttp_app [--host H] [--port N] [--uvloop]``.
 
-Routes: /sleep (50 ms awaited sleep), /hard (sequential, concurrent and timed-out awaits),
+Routes: /sleep (50 ms awaited sleep), /stages (two awaits in turn: a 30 ms fetch, a 10 ms
+store), /hard (sequential, concurrent and timed-out awaits),
 /cpu (pure-Python classifier), /blocking (time.sleep inside the loop), /blocking-fetch
 (a synchronous HTTP call inside the loop), /health.
 """
@@ -31,6 +32,25 @@ async def work() -> None:
 async def sleep_handler(request: web.Request) -> web.Response:
     await work()
     return web.Response(text="slept\n")
+
+
+#: The awaits of /stages, in seconds: a request waits three times as long on fetch as on store.
+FETCH_TIME = 0.03
+STORE_TIME = 0.01
+
+
+async def fetch() -> None:
+    await asyncio.sleep(FETCH_TIME)  # await: fetch
+
+
+async def store() -> None:
+    await asyncio.sleep(STORE_TIME)  # await: store
+
+
+async def stages_handler(request: web.Request) -> web.Response:
+    await fetch()  # await: stages_fetch
+    await store()  # await: stages_store
+    return web.Response(text="stored\n")
 
 
 async def hard_handler(request: web.Request) -> web.Response:
@@ -66,6 +86,7 @@ def make_app() -> web.Application:
     app.add_routes(
         [
             web.get("/sleep", sleep_handler),
+            web.get("/stages", stages_handler),
             web.get("/hard", hard_handler),
             web.get("/cpu", cpu_handler),
             web.get("/blocking", blocking_handler),

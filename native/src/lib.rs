@@ -58,6 +58,12 @@ fn window_to_py<'py>(py: Python<'py>, window: &Window) -> PyResult<Bound<'py, Py
         stacks.append(row)?;
     }
     dict.set_item("stacks", stacks)?;
+    let tasks = PyList::empty(py);
+    for (stack, count) in &window.tasks {
+        tasks.append((stack.as_str(), *count))?;
+    }
+    dict.set_item("tasks", tasks)?;
+    dict.set_item("task_scans", window.task_scans)?;
     Ok(dict)
 }
 
@@ -70,7 +76,7 @@ const DEFAULT_WINDOW_S: f64 = 1.0;
 impl Sampler {
     #[new]
     #[allow(clippy::too_many_arguments)] // the Python signature: keywords with defaults
-    #[pyo3(signature = (pid, rate_hz=DEFAULT_RATE_HZ, blocking=false, window=DEFAULT_WINDOW_S, max_pending=360, reader="auto", clock="own"))]
+    #[pyo3(signature = (pid, rate_hz=DEFAULT_RATE_HZ, blocking=false, window=DEFAULT_WINDOW_S, max_pending=360, reader="auto", clock="own", tasks_hz=0.0))]
     fn new(
         py: Python<'_>,
         pid: i32,
@@ -80,6 +86,7 @@ impl Sampler {
         max_pending: usize,
         reader: &str,
         clock: &str,
+        tasks_hz: f64,
     ) -> PyResult<Self> {
         if pid <= 0 {
             return Err(PyValueError::new_err(format!(
@@ -89,6 +96,11 @@ impl Sampler {
         if rate_hz.is_nan() || rate_hz <= 0.0 || rate_hz > 10_000.0 {
             return Err(PyValueError::new_err(format!(
                 "rate must be between 0 and 10000 Hz, not {rate_hz}"
+            )));
+        }
+        if tasks_hz.is_nan() || !(0.0..=rate_hz).contains(&tasks_hz) {
+            return Err(PyValueError::new_err(format!(
+                "task rate must be between 0 and the rate ({rate_hz} Hz), not {tasks_hz}"
             )));
         }
         if !(0.01..=86_400.0).contains(&window) {
@@ -120,6 +132,7 @@ impl Sampler {
                     )))
                 }
             },
+            tasks_hz,
         };
         let session = py.detach(|| Session::start(options))?;
         Ok(Sampler { session })
@@ -202,6 +215,12 @@ impl Sampler {
         dict.set_item("reader", stats.reader)?;
         dict.set_item("on_cpu", stats.on_cpu)?;
         dict.set_item("clock", stats.clock)?;
+        dict.set_item("task_scans", stats.task_scans)?;
+        dict.set_item("task_samples", stats.task_samples)?;
+        dict.set_item("task_torn", stats.task_torn)?;
+        dict.set_item("task_unread", stats.task_unread)?;
+        dict.set_item("task_errors", stats.task_errors)?;
+        dict.set_item("task_last_error", stats.task_last_error)?;
         let state = match end {
             End::Running => "running",
             End::Stopped => "stopped",

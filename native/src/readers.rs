@@ -145,6 +145,11 @@ impl Readers {
         &self.names
     }
 
+    /// A task scanner for the target (CPython 3.11+, asyncio imported).
+    pub(crate) fn task_scanner(&self) -> anyhow::Result<crate::tasks::TaskScanner> {
+        crate::tasks::TaskScanner::new(&self.spy)
+    }
+
     /// Where the last sample's on-CPU states came from.
     pub(crate) fn on_cpu(&self) -> &str {
         self.os.source()

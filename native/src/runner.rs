@@ -10,6 +10,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::procfs::{process_alive, start_time, Liveness, ThreadStates};
 use crate::readers::Readers;
 use crate::stack::{RunState, Trace};
+use crate::tasks::TaskTicks;
 use crate::windows::{End, Options, Shared, StackKey, Window};
 
 /// How many times a torn read of a running target is read again within the same tick.
@@ -128,6 +129,7 @@ pub(crate) struct Runner {
     states: ThreadStates,
     process: Result<remoteprocess::Process, remoteprocess::Error>,
     liveness: Liveness,
+    tasks: Option<TaskTicks>,
     _done: mpsc::Sender<()>,
 }
 
@@ -150,6 +152,7 @@ impl Runner {
             states: ThreadStates::new(pid),
             process: remoteprocess::Process::new(pid),
             liveness: Liveness::open(pid, started),
+            tasks: TaskTicks::new(options.tasks_hz),
             started,
             shared,
             stop,
@@ -245,6 +248,10 @@ impl Runner {
             }
         }
         let fold = fold_start.elapsed().as_secs_f64();
+        let task_scan = match (&result, self.tasks.as_mut()) {
+            (Ok(_), Some(tasks)) => tasks.tick(readers),
+            _ => None,
+        };
 
         let mut guard = self.shared.lock().unwrap_or_else(|e| e.into_inner());
         let state = &mut *guard;
@@ -303,6 +310,9 @@ impl Runner {
         state.stats.empty += empty;
         state.stats.traces += folded.len() as u64;
         state.stats.fold_sum += fold;
+        if let Some(scan) = task_scan {
+            crate::tasks::count(scan, window, &mut state.stats);
+        }
         for (thread_id, key) in folded.drain(..) {
             if let Some(name) = readers.names().get(&thread_id) {
                 window

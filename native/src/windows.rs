@@ -22,6 +22,8 @@ pub struct Options {
     /// Tick on the clock thread shared by every sampler that asks for it (one wakeup per
     /// tick for all their targets) instead of on a thread of its own.
     pub shared_clock: bool,
+    /// Task scans per second, on the same schedule as the stacks; 0 for none.
+    pub tasks_hz: f64,
 }
 
 /// One thread's stack as seen in one sample, the aggregation key of a window.
@@ -45,6 +47,10 @@ pub struct Window {
     pub samples: u64,
     pub stacks: HashMap<StackKey, u64, FxBuildHasher>,
     pub thread_names: HashMap<u64, String>,
+    /// Task stacks (folded, leaf `[running]`, `[ready]` or `[waiting]`) with task-samples,
+    /// and the task scans that counted them.
+    pub tasks: HashMap<String, u64, FxBuildHasher>,
+    pub task_scans: u64,
 }
 
 impl Window {
@@ -55,6 +61,8 @@ impl Window {
             samples: 0,
             stacks: HashMap::default(),
             thread_names: HashMap::new(),
+            tasks: HashMap::default(),
+            task_scans: 0,
         }
     }
 
@@ -116,6 +124,14 @@ pub struct Stats {
     /// Thread run states the walker read from /proc so far (a thread in a known wait is idle
     /// without one).
     pub state_reads: u64,
+    /// Task scans done, task-samples they counted, tasks left out because a read of them
+    /// tore, tasks past a scan's bound, scans that failed and why the last one did.
+    pub task_scans: u64,
+    pub task_samples: u64,
+    pub task_torn: u64,
+    pub task_unread: u64,
+    pub task_errors: u64,
+    pub task_last_error: Option<String>,
 }
 
 /// Pause lengths of blocking mode: sum, worst case and the most recent ones for percentiles.

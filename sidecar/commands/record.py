@@ -6,6 +6,7 @@ import argparse
 import signal
 import sys
 import time
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +15,7 @@ from sidecar.errors import NoSamples, UsageError
 from sidecar.output import percent, write_text
 from sidecar.render import FORMATS, RenderOptions, export
 from sidecar.sample import Recording, on_cpu_source, record
+from sidecar.tasks import snapshot
 
 if TYPE_CHECKING:
     from sidecar._native import SamplerStats
@@ -46,6 +48,19 @@ def add_parser(sub: Any) -> None:
     )
     parser.add_argument("--cpu", action="store_true", help="keep on-CPU samples only")
     parser.add_argument("--threads", action="store_true", help="add a root frame per thread")
+    parser.add_argument(
+        "--tasks",
+        action="store_true",
+        help="also profile the asyncio tasks (CPython 3.11+): their await chains and states, "
+        "written beside the profile as NAME.tasks.EXT",
+    )
+    parser.add_argument(
+        "--task-rate",
+        type=float,
+        default=10.0,
+        metavar="HZ",
+        help="task scans per second with --tasks (default 10)",
+    )
     parser.add_argument(
         "--format", choices=FORMATS, default="svg", help="output format (default svg)"
     )
@@ -111,14 +126,49 @@ def summary(rec: Recording) -> list[str]:
     return lines
 
 
+def task_summary(rec: Recording) -> list[str]:
+    """What the task scans found: tasks in flight, task-samples per state, what they missed."""
+    stats, counts = rec.stats, rec.counts
+    states = {leaf: 0 for leaf in ("[running]", "[ready]", "[waiting]")}
+    for stack, count in counts.tasks.items():
+        leaf = stack.rsplit(";", 1)[-1]
+        states[leaf] = states.get(leaf, 0) + count
+    total = sum(states.values())
+    mean = total / counts.task_scans if counts.task_scans else 0.0
+    line = (
+        f"tasks: {counts.task_scans:,} scans · {mean:.1f} in flight on average · "
+        + " · ".join(f"{leaf[1:-1]} {percent(n, total)}" for leaf, n in states.items())
+        + f" of {total:,} task-samples · torn {stats['task_torn']} · "
+        f"failed scans {stats['task_errors']}"
+    )
+    lines = [line]
+    if stats["task_unread"]:
+        lines.append(f"tasks past a scan's bound, not read: {stats['task_unread']:,}")
+    if stats["task_last_error"] and stats["task_errors"]:
+        lines.append(f"last task scan error: {stats['task_last_error']}")
+    return lines
+
+
+def tasks_path(output: str) -> str:
+    """Where the task profile goes: beside the profile, ``NAME.tasks.EXT``."""
+    path = Path(output)
+    return str(path.with_name(f"{path.stem}.tasks{path.suffix}"))
+
+
 def run(args: argparse.Namespace) -> int:
     if args.duration is not None and args.duration <= 0:
         raise UsageError("--duration must be positive")
     if not 0 < args.rate <= 10_000:
         raise UsageError("--rate must be between 0 and 10000 Hz")
+    if args.tasks and not 0 < args.task_rate <= args.rate:
+        raise UsageError("--task-rate must be positive and at most --rate")
+    if args.tasks and args.output == "-":
+        raise UsageError("--tasks writes a second file beside the profile: give -o a file")
     output = args.output or time.strftime(f"sidecar-{args.pid}-%Y%m%d-%H%M%S") + (
         ".txt" if args.format == "folded" else ".json" if args.format == "speedscope" else ".svg"
     )
+    if args.tasks:
+        snapshot(args.pid)  # a target whose tasks cannot be read is refused before sampling
     progress = _Progress(args.pid, args.duration, not args.quiet)
     previous = signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     try:
@@ -138,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
             blocking=args.blocking,
             progress=progress,
             on_attach=attached,
+            tasks_hz=args.task_rate if args.tasks else 0.0,
         )
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -161,4 +212,24 @@ def run(args: argparse.Namespace) -> int:
             print(line, file=sys.stderr)
         if output != "-":
             print(f"wrote {output} ({args.format}, {profile.total:,} samples)", file=sys.stderr)
+    if args.tasks:
+        _write_tasks(args, rec, output, title)
     return 0
+
+
+def _write_tasks(args: argparse.Namespace, rec: Recording, output: str, title: str) -> None:
+    tasks = rec.counts.task_profile()
+    tasks.target = rec.target
+    tasks.rate_hz = args.task_rate
+    if not args.quiet:
+        for line in task_summary(rec):
+            print(line, file=sys.stderr)
+    if not tasks.stacks:
+        raise NoSamples("no task was sampled; no task profile written")
+    path = tasks_path(output)
+    options = RenderOptions(
+        title=f"{title} · asyncio tasks", inverted=args.inverted, count_name="task-samples"
+    )
+    write_text(path, export(tasks, args.format, options))
+    if not args.quiet:
+        print(f"wrote {path} ({args.format}, {tasks.total:,} task-samples)", file=sys.stderr)

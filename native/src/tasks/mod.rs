@@ -6,7 +6,8 @@
 //! The pieces, by concern: `layout` (where each version keeps the task, future and coroutine
 //! fields, and where its registry is), `objects` (types, dicts, sets and names in the target),
 //! `registry` (finding the live tasks: `asyncio.tasks`' registry up to 3.13, the `_asyncio`
-//! module's task lists from 3.14), `chain` (one task's await chain and state). Code objects
+//! module's task lists from 3.14), `chain` (one task's await chain and state), `ticks` (scans
+//! on the sampler's schedule, counted into its windows). Code objects
 //! and frames are formatted by the walker's `objects`, so a task's frames read like a
 //! thread's.
 
@@ -14,6 +15,7 @@ mod chain;
 mod layout;
 mod objects;
 mod registry;
+mod ticks;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -31,6 +33,7 @@ use layout::{Registry, ASYNCIO_DEBUG_WORDS};
 use objects::{task_name, Types};
 use registry::{asyncio_debug, find_sets, list_tasks, set_tasks, Sets};
 use rustc_hash::FxBuildHasher as FxBuild;
+pub(crate) use ticks::{count, TaskTicks};
 
 /// Tasks read per scan at most: past it, a sample of them (the first found) and a count of
 /// the rest.
@@ -140,11 +143,7 @@ impl TaskScanner {
     pub fn scan(&mut self) -> Result<Scan> {
         self.find_registry()?;
         let (mut addresses, mut torn) = match &self.sets {
-            Some(sets) => {
-                let found =
-                    set_tasks(self.pid, &self.layout, &mut self.types, sets, MAX_TASKS + 1)?;
-                (found, 0)
-            }
+            Some(sets) => set_tasks(self.pid, &self.layout, &mut self.types, sets, MAX_TASKS + 1)?,
             None => list_tasks(
                 self.pid,
                 &self.layout,

@@ -61,15 +61,17 @@ pub fn find_sets(
 }
 
 /// The objects the WeakSets and sets hold now, up to `limit` (unchecked: the scan checks
-/// each task's type).
+/// each task's type), and how many weak references could not be followed (freed as they
+/// were read).
 pub fn set_tasks(
     pid: i32,
     layout: &Layout,
     types: &mut Types,
     sets: &Sets,
     limit: usize,
-) -> Result<Vec<usize>> {
+) -> Result<(Vec<usize>, u64)> {
     let mut out = Vec::new();
+    let mut torn = 0;
     for &set in &sets.strong {
         out.extend(set_members(pid, types, set, limit)?);
     }
@@ -81,17 +83,19 @@ pub fn set_tasks(
         let batch = Batch::read(pid, &pieces);
         for &(r, len) in &pieces {
             let Some(raw) = batch.get(r, len) else {
+                torn += 1;
                 continue;
             };
-            if types.of(pid, r, Some(raw))?.kind == Kind::WeakRef {
-                out.push(usize_at(raw, 16));
+            match types.of(pid, r, Some(raw)) {
+                Ok(info) if info.kind == Kind::WeakRef => out.push(usize_at(raw, 16)),
+                _ => torn += 1,
             }
         }
     }
     out.sort_unstable();
     out.dedup();
     out.truncate(limit);
-    Ok(out)
+    Ok((out, torn))
 }
 
 /// The `data` set of a WeakSet: the first attribute `WeakSet.__init__` sets, kept in the
