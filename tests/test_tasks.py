@@ -154,3 +154,59 @@ def test_record_tasks_refuses_an_older_python(spawn: Spawner, tmp_path: Path) ->
     assert "asyncio tasks are read from CPython 3.11 on" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert not (tmp_path / "p.svg").exists()
+
+
+def function_spans(path: Path) -> dict[str, tuple[int, int]]:
+    """The first and last line of each function in a target's source."""
+    import ast
+
+    spans: dict[str, tuple[int, int]] = {}
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            spans[node.name] = (node.lineno, node.end_lineno or node.lineno)
+    return spans
+
+
+@pytest.mark.parametrize("version", ["3.11", "3.12", "3.14"])
+def test_task_churn_reads_only_frames_the_target_runs(
+    spawn: Spawner, tmp_path: Path, version: str
+) -> None:
+    """Thousands of short tasks a second, started and ended under every scan (3.11's WeakSet,
+    3.12's sets, 3.14's lists): the recording ends cleanly, every frame of the target's file
+    names a line of that function, the only other frame is asyncio's sleep, every stack ends in
+    a state's leaf, and the tasks that tore are counted in the summary."""
+    target = spawn.target("tasks_churn", python=interpreter(version))
+    out = tmp_path / "churn.folded"
+    result = sidecar(
+        "record",
+        "--pid",
+        str(target.pid),
+        "--duration",
+        "2",
+        "--tasks",
+        "--task-rate",
+        "47",
+        "--format",
+        "folded",
+        "-o",
+        str(out),
+    )
+    assert result.returncode == 0, result.stderr
+    summary = re.search(
+        r"tasks: ([\d,]+) scans .* of ([\d,]+) task-samples · torn (\d+)", result.stderr
+    )
+    assert summary, result.stderr
+    assert int(summary[1].replace(",", "")) > 0 and int(summary[2].replace(",", "")) > 0
+    spans = function_spans(ROOT / "targets" / "tasks_churn.py")
+    ours = re.compile(r"(\w+) \(targets/tasks_churn\.py:(\d+)\)")
+    for line in (tmp_path / "churn.tasks.folded").read_text().splitlines():
+        stack = line.rpartition(" ")[0]
+        *frames, leaf = stack.split(";")
+        assert leaf in TASK_LEAVES, line
+        for frame in frames:
+            match = ours.fullmatch(frame)
+            if match is None:
+                assert re.fullmatch(r"sleep \(asyncio/tasks\.py:\d+\)", frame), line
+                continue
+            first, last = spans[match[1]]
+            assert first <= int(match[2]) <= last, line

@@ -206,8 +206,8 @@ pub fn dict_get(
 const SET_MASK: usize = 32;
 const SET_TABLE: usize = 40;
 
-/// The members of the set at `set` (its live slots; the dummy of removed ones has no type the
-/// caller expects and is dropped by its type check).
+/// The members of the set at `set`: its live slots (a removed member's slot keeps a dummy key
+/// with the hash -1, which no object's hash is).
 pub fn set_members(pid: i32, types: &mut Types, set: usize, limit: usize) -> Result<Vec<usize>> {
     types.expect(pid, set, Kind::Set)?;
     let mut head = [0u8; 48];
@@ -221,6 +221,7 @@ pub fn set_members(pid: i32, types: &mut Types, set: usize, limit: usize) -> Res
     read(pid, table, &mut raw)?;
     let mut out: Vec<usize> = raw
         .chunks_exact(16)
+        .filter(|slot| usize_at(slot, 8) as i64 != -1)
         .map(|slot| usize_at(slot, 0))
         .filter(|&key| key != 0 && key.is_multiple_of(8))
         .collect();
