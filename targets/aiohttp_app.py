@@ -1,9 +1,9 @@
 """The demo aiohttp service: ``python -m targets.aiohttp_app [--host H] [--port N] [--uvloop]``.
 
 Routes: /sleep (50 ms awaited sleep), /stages (two awaits in turn: a 30 ms fetch, a 10 ms
-store), /hard (sequential, concurrent and timed-out awaits),
-/cpu (pure-Python classifier), /blocking (time.sleep inside the loop), /blocking-fetch
-(a synchronous HTTP call inside the loop), /health.
+store; /stages-time says how long requests spent in each so far), /hard (sequential,
+concurrent and timed-out awaits), /cpu (pure-Python classifier), /blocking (time.sleep inside
+the loop), /blocking-fetch (a synchronous HTTP call inside the loop), /health.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import socket
+import time
 
 from aiohttp import web
 
@@ -47,10 +48,22 @@ async def store() -> None:
     await asyncio.sleep(STORE_TIME)  # await: store
 
 
+#: Seconds requests to /stages spent in each await so far, the loop's delays included.
+STAGE_TIME = {"fetch": 0.0, "store": 0.0}
+
+
 async def stages_handler(request: web.Request) -> web.Response:
+    began = time.perf_counter()
     await fetch()  # await: stages_fetch
+    fetched = time.perf_counter()
     await store()  # await: stages_store
+    STAGE_TIME["fetch"] += fetched - began
+    STAGE_TIME["store"] += time.perf_counter() - fetched
     return web.Response(text="stored\n")
+
+
+async def stages_time(request: web.Request) -> web.Response:
+    return web.json_response(STAGE_TIME)
 
 
 async def hard_handler(request: web.Request) -> web.Response:
@@ -87,6 +100,7 @@ def make_app() -> web.Application:
         [
             web.get("/sleep", sleep_handler),
             web.get("/stages", stages_handler),
+            web.get("/stages-time", stages_time),
             web.get("/hard", hard_handler),
             web.get("/cpu", cpu_handler),
             web.get("/blocking", blocking_handler),

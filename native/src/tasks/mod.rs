@@ -139,8 +139,14 @@ impl TaskScanner {
         Ok(())
     }
 
-    /// Every live task now, with its chain and state.
+    /// Every live task now, with its name, chain and state.
     pub fn scan(&mut self) -> Result<Scan> {
+        self.scan_with(true)
+    }
+
+    /// Every live task now, with its chain and state; its name too with `names` (a profile,
+    /// which leaves names out of its stacks, does not read them).
+    pub fn scan_with(&mut self, names: bool) -> Result<Scan> {
         self.find_registry()?;
         let (mut addresses, mut torn) = match &self.sets {
             Some(sets) => set_tasks(self.pid, &self.layout, &mut self.types, sets, MAX_TASKS + 1)?,
@@ -165,9 +171,16 @@ impl TaskScanner {
         self.load_codes(&raw)?;
         let mut tasks = Vec::with_capacity(raw.len());
         for task in raw {
-            let Ok(name) = task_name(self.pid, &self.layout, &mut self.types, task.name) else {
-                torn += 1;
-                continue;
+            let name = if names {
+                match task_name(self.pid, &self.layout, &mut self.types, task.name) {
+                    Ok(name) => name,
+                    Err(_) => {
+                        torn += 1;
+                        continue;
+                    }
+                }
+            } else {
+                String::new()
             };
             let frames = task
                 .frames

@@ -169,7 +169,7 @@ pub fn asyncio_debug(pid: i32) -> Result<usize> {
             return Ok(address);
         }
     }
-    bail!("no _asyncio module with an AsyncioDebug section is loaded")
+    bail!("asyncio is not imported (no _asyncio module with its AsyncioDebug section is loaded)")
 }
 
 /// Where the section lies in the target, for the file at `path` mapped from `start`.

@@ -54,7 +54,7 @@ impl TaskTicks {
         let scanner = self.scanner.as_mut()?;
         Some(
             scanner
-                .scan()
+                .scan_with(false)
                 .map(|scan| {
                     let folded = fold(&scan.tasks);
                     (scan, folded)
