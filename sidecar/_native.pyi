@@ -13,6 +13,8 @@ __all__ = [
     "Sampler",
     "SamplerError",
     "diff_shares",
+    "encode_pprof",
+    "encode_push_request",
     "frame_names",
     "process_start_time",
     "read_inferno_svg",
@@ -230,3 +232,24 @@ def diff_shares(
     Raises KeyError for a frame missing from ``keys``, OverflowError when a total is not
     positive or a count or total is not exact as a float (2^53 and above).
     """
+
+def encode_pprof(
+    frames: list[tuple[str, str, int]],
+    samples: list[tuple[list[int], list[int], list[tuple[str, str]]]],
+    *,
+    sample_types: list[tuple[str, str]],
+    period_type: tuple[str, str],
+    period: int,
+    time_nanos: int = 0,
+    duration_nanos: int = 0,
+    comments: list[str] = ...,
+) -> bytes:
+    """A gzipped pprof profile.proto. ``frames`` are (function, file or "", line); a sample is
+    (frame indices innermost first, one value per sample type, (key, value) string labels).
+
+    Raises ValueError for a sample naming a missing frame or with the wrong number of values.
+    """
+
+def encode_push_request(series: list[tuple[list[tuple[str, str]], list[bytes]]]) -> bytes:
+    """The protobuf body of Pyroscope's ``push.v1.PusherService/Push``: per series its labels
+    and its raw (gzipped pprof) profiles."""

@@ -23,7 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 
-from sidecar import __version__
+from sidecar import __version__, pprof
 from sidecar.analyze import stats_json
 from sidecar.diff import Change, diff_profiles, render_diff
 from sidecar.discover import ProcessInfo
@@ -158,12 +158,15 @@ def create_app(service: Service) -> FastAPI:
         result: dict[str, Any] = reader.timeline(target, _span(start, end), step)
         return result
 
-    @app.get("/api/profile", summary="Folded stacks of a target and range as SVG, folded or JSON")
+    @app.get(
+        "/api/profile",
+        summary="Folded stacks of a target and range as SVG, folded, speedscope JSON or pprof",
+    )
     def profile(
         target: TargetId = None,
         start: From = None,
         end: To = None,
-        format: Annotated[str, Query(pattern="^(svg|folded|speedscope)$")] = "folded",
+        format: Annotated[str, Query(pattern="^(svg|folded|speedscope|pprof)$")] = "folded",
         state: Annotated[str | None, Query(description="comma-separated states")] = None,
         thread: Annotated[str | None, Query(max_length=200)] = None,
         inverted: bool = False,
@@ -276,4 +279,10 @@ def _profile_response(data: Profile, fmt: str, title: str, inverted: bool) -> Re
         )
     if fmt == "speedscope":
         return Response(json.dumps(speedscope(data, title)), media_type="application/json")
+    if fmt == "pprof":
+        return Response(
+            pprof.encode_profile(data, comments=[title]),
+            media_type=pprof.MEDIA_TYPE,
+            headers={"Content-Disposition": 'attachment; filename="profile.pb.gz"'},
+        )
     return PlainTextResponse(data.to_folded())

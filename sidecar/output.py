@@ -16,6 +16,16 @@ def write_text(path: str, text: str) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
         return
+    write_bytes(path, text.encode("utf-8"))
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """Writes ``data`` to ``path`` (``-`` is stdout) via a temporary file in the same folder."""
+    if path == "-":
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
     try:
@@ -23,8 +33,8 @@ def write_text(path: str, text: str) -> None:
     except OSError as err:
         raise SidecarError(f"cannot write {path}: {err.strerror}") from err
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
         os.replace(tmp, target)
     except OSError as err:
         Path(tmp).unlink(missing_ok=True)

@@ -1,4 +1,5 @@
-"""Profiles out: flamegraph SVG (inferno, in the native module), folded text, speedscope JSON."""
+"""Profiles out: flamegraph SVG (inferno, in the native module), folded text, speedscope JSON
+(pprof, a binary format, is in ``sidecar.pprof``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from sidecar._native import render_svg as _render_svg
 from sidecar.errors import NoSamples, UsageError
 from sidecar.profile import Profile, parse_frame
 
-FORMATS = ("svg", "folded", "speedscope")
+TEXT_FORMATS = ("svg", "folded", "speedscope")
+FORMATS = (*TEXT_FORMATS, "pprof")
 #: Characters XML forbids even as references (C0 controls but tab, U+FFFE/F, surrogates): a
 #: frame or title named with one would make the whole SVG unreadable. Each becomes U+FFFD.
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
@@ -96,7 +98,7 @@ def speedscope(profile: Profile, name: str = "sidecar profile") -> dict[str, Any
 
 
 def export(profile: Profile, fmt: str, options: RenderOptions | None = None) -> str:
-    """The profile as text in one of FORMATS."""
+    """The profile as text in one of TEXT_FORMATS."""
     if not profile.stacks:
         raise NoSamples("nothing to write: the profile has no stacks")
     if fmt == "folded":
@@ -106,4 +108,4 @@ def export(profile: Profile, fmt: str, options: RenderOptions | None = None) -> 
         return json.dumps(speedscope(profile, title), separators=(",", ":")) + "\n"
     if fmt == "svg":
         return render_svg(profile.folded_lines(), options)
-    raise UsageError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    raise UsageError(f"unknown text format {fmt!r}; choose one of {', '.join(TEXT_FORMATS)}")

@@ -15,6 +15,7 @@ from sidecar import _native, defaults
 from sidecar.classify import classify, leaf_for, state_counts
 from sidecar.discover import read_cmdline
 from sidecar.errors import PermissionDenied, TargetError, TargetGone
+from sidecar.pprof import Sample
 from sidecar.profile import Profile, Target
 
 if TYPE_CHECKING:
@@ -64,20 +65,27 @@ class Counts:
     def to_profile(self, *, cpu_only: bool = False, threads: bool = False) -> Profile:
         """Folded stacks with [idle]/[blocked] leaves (dropped with ``cpu_only``)."""
         profile = Profile(start=self.start, end=self.end)
+        for sample in self.samples(cpu_only=cpu_only, threads=threads):
+            profile.add(sample.stack, sample.count)
+        profile.marked = not cpu_only
+        return profile
+
+    def samples(self, *, cpu_only: bool = False, threads: bool = False) -> list[Sample]:
+        """Each counted stack with its state leaf, its state and its thread's name."""
+        out: list[Sample] = []
         for key, count in self.stacks.items():
             state = classify(key.stack, key.on_cpu)
             if cpu_only and state != "busy":
                 continue
             parts = [key.stack]
+            name = self.thread_names.get(key.thread_id, "")
             if threads:
-                name = self.thread_names.get(key.thread_id, "")
                 parts.insert(0, f"thread ({name} {key.thread_id})".replace(";", ":"))
             leaf = leaf_for(state)
             if leaf is not None:
                 parts.append(leaf)
-            profile.add(";".join(parts), count)
-        profile.marked = not cpu_only
-        return profile
+            out.append(Sample(";".join(parts), state, count, name))
+        return out
 
     def task_profile(self) -> Profile:
         """The task stacks: one line per distinct task stack, leaf ``[running]``, ``[ready]``

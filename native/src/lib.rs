@@ -3,6 +3,7 @@
 mod clock;
 mod errors;
 mod memory;
+mod pprof;
 mod procfs;
 mod readers;
 mod render;
@@ -343,5 +344,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(scan_tasks, m)?)?;
     m.add_function(wrap_pyfunction!(svgread::read_inferno_svg, m)?)?;
     shares::register(m)?;
+    pprof::register(m)?;
     Ok(())
 }

@@ -10,9 +10,9 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from sidecar import defaults
+from sidecar import defaults, pprof
 from sidecar.errors import NoSamples, UsageError
-from sidecar.output import percent, write_text
+from sidecar.output import percent, write_bytes, write_text
 from sidecar.render import FORMATS, RenderOptions, export
 from sidecar.sample import Recording, on_cpu_source, record
 from sidecar.tasks import snapshot
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from sidecar._native import SamplerStats
 
 HELP = "sample a running Python process and write a flamegraph or profile"
+SUFFIXES = {"folded": ".txt", "speedscope": ".json", "pprof": ".pb.gz"}
 
 
 def add_parser(sub: Any) -> None:
@@ -164,8 +165,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--task-rate must be positive and at most --rate")
     if args.tasks and args.output == "-":
         raise UsageError("--tasks writes a second file beside the profile: give -o a file")
-    output = args.output or time.strftime(f"sidecar-{args.pid}-%Y%m%d-%H%M%S") + (
-        ".txt" if args.format == "folded" else ".json" if args.format == "speedscope" else ".svg"
+    output = args.output or time.strftime(f"sidecar-{args.pid}-%Y%m%d-%H%M%S") + SUFFIXES.get(
+        args.format, ".svg"
     )
     if args.tasks:
         snapshot(args.pid)  # a target whose tasks cannot be read is refused before sampling
@@ -200,8 +201,20 @@ def run(args: argparse.Namespace) -> int:
         why = f"PID {args.pid} exited before a sample was taken" if rec.exited else "no samples"
         raise NoSamples(f"{why}; nothing written")
     title = args.title or f"sidecar: PID {args.pid} {rec.target.cmdline[:80]}".rstrip()
-    text = export(profile, args.format, RenderOptions(title=title, inverted=args.inverted))
-    write_text(output, text)
+    if args.format == "pprof":
+        # per thread: each sample carries its thread's name and its state as labels
+        samples = rec.counts.samples(cpu_only=args.cpu, threads=args.threads)
+        data = pprof.encode(
+            samples,
+            rate_hz=rec.rate_hz,
+            start=rec.counts.start,
+            end=rec.counts.end,
+            comments=[title],
+        )
+        write_bytes(output, data)
+    else:
+        text = export(profile, args.format, RenderOptions(title=title, inverted=args.inverted))
+        write_text(output, text)
     if not args.quiet:
         if rec.exited:
             print(
@@ -230,6 +243,9 @@ def _write_tasks(args: argparse.Namespace, rec: Recording, output: str, title: s
     options = RenderOptions(
         title=f"{title} · asyncio tasks", inverted=args.inverted, count_name="task-samples"
     )
-    write_text(path, export(tasks, args.format, options))
+    if args.format == "pprof":
+        write_bytes(path, pprof.encode_profile(tasks, comments=[options.title]))
+    else:
+        write_text(path, export(tasks, args.format, options))
     if not args.quiet:
         print(f"wrote {path} ({args.format}, {tasks.total:,} task-samples)", file=sys.stderr)

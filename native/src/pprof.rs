@@ -1,0 +1,414 @@
+//! pprof out: gzipped `profile.proto` from frames and counted samples, and the request body of
+//! Pyroscope's push API (`push.v1.PusherService/Push`) around such profiles.
+//!
+//! The messages are written here with prost's derive from the field numbers of the public
+//! schemas (google/pprof's `profile.proto`; Pyroscope's `push/v1/push.proto` and
+//! `types/v1/types.proto`), only the fields sidecar fills in: no code generation, no protoc.
+
+use std::collections::HashMap;
+use std::io::Write;
+
+use flate2::write::GzEncoder;
+use flate2::Compression;
+use prost::Message;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+#[derive(Clone, PartialEq, Message)]
+struct Profile {
+    #[prost(message, repeated, tag = "1")]
+    sample_type: Vec<ValueType>,
+    #[prost(message, repeated, tag = "2")]
+    sample: Vec<Sample>,
+    #[prost(message, repeated, tag = "4")]
+    location: Vec<Location>,
+    #[prost(message, repeated, tag = "5")]
+    function: Vec<Function>,
+    #[prost(string, repeated, tag = "6")]
+    string_table: Vec<String>,
+    #[prost(int64, tag = "9")]
+    time_nanos: i64,
+    #[prost(int64, tag = "10")]
+    duration_nanos: i64,
+    #[prost(message, optional, tag = "11")]
+    period_type: Option<ValueType>,
+    #[prost(int64, tag = "12")]
+    period: i64,
+    #[prost(int64, repeated, tag = "13")]
+    comment: Vec<i64>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct ValueType {
+    #[prost(int64, tag = "1")]
+    r#type: i64,
+    #[prost(int64, tag = "2")]
+    unit: i64,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct Sample {
+    #[prost(uint64, repeated, tag = "1")]
+    location_id: Vec<u64>,
+    #[prost(int64, repeated, tag = "2")]
+    value: Vec<i64>,
+    #[prost(message, repeated, tag = "3")]
+    label: Vec<Label>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct Label {
+    #[prost(int64, tag = "1")]
+    key: i64,
+    #[prost(int64, tag = "2")]
+    str: i64,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct Location {
+    #[prost(uint64, tag = "1")]
+    id: u64,
+    #[prost(message, repeated, tag = "4")]
+    line: Vec<Line>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct Line {
+    #[prost(uint64, tag = "1")]
+    function_id: u64,
+    #[prost(int64, tag = "2")]
+    line: i64,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct Function {
+    #[prost(uint64, tag = "1")]
+    id: u64,
+    #[prost(int64, tag = "2")]
+    name: i64,
+    #[prost(int64, tag = "3")]
+    system_name: i64,
+    #[prost(int64, tag = "4")]
+    filename: i64,
+    #[prost(int64, tag = "5")]
+    start_line: i64,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct PushRequest {
+    #[prost(message, repeated, tag = "1")]
+    series: Vec<RawProfileSeries>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct RawProfileSeries {
+    #[prost(message, repeated, tag = "1")]
+    labels: Vec<LabelPair>,
+    #[prost(message, repeated, tag = "2")]
+    samples: Vec<RawSample>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct LabelPair {
+    #[prost(string, tag = "1")]
+    name: String,
+    #[prost(string, tag = "2")]
+    value: String,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct RawSample {
+    #[prost(bytes = "vec", tag = "1")]
+    raw_profile: Vec<u8>,
+    #[prost(string, tag = "2")]
+    id: String,
+}
+
+/// A frame: function name, file ("" when it names no code location) and line.
+pub type FrameIn = (String, String, i64);
+/// A sample: frame indices innermost first, one value per sample type, (key, value) labels.
+pub type SampleIn = (Vec<usize>, Vec<i64>, Vec<(String, String)>);
+
+/// What a profile measures and over which span.
+pub struct Header {
+    /// (type, unit) per value of a sample, e.g. ("samples", "count"), ("wall", "nanoseconds").
+    pub sample_types: Vec<(String, String)>,
+    pub period_type: (String, String),
+    pub period: i64,
+    pub time_nanos: i64,
+    pub duration_nanos: i64,
+    pub comments: Vec<String>,
+}
+
+#[derive(Default)]
+struct Strings {
+    table: Vec<String>,
+    index: HashMap<String, i64>,
+}
+
+impl Strings {
+    fn new() -> Self {
+        let mut strings = Strings::default();
+        strings.get(""); // index 0 is the empty string, as the format requires
+        strings
+    }
+
+    fn get(&mut self, text: &str) -> i64 {
+        if let Some(&index) = self.index.get(text) {
+            return index;
+        }
+        let index = self.table.len() as i64;
+        self.table.push(text.to_owned());
+        self.index.insert(text.to_owned(), index);
+        index
+    }
+}
+
+/// The profile.proto message, not compressed. Errors name a sample whose frame index or
+/// number of values is out of line.
+fn build(header: &Header, frames: &[FrameIn], samples: &[SampleIn]) -> Result<Vec<u8>, String> {
+    let mut strings = Strings::new();
+    let sample_type = header
+        .sample_types
+        .iter()
+        .map(|(kind, unit)| ValueType {
+            r#type: strings.get(kind),
+            unit: strings.get(unit),
+        })
+        .collect::<Vec<_>>();
+    if sample_type.is_empty() {
+        return Err("a profile needs at least one sample type".into());
+    }
+    // one function (and one location) per distinct (name, file); the line is the location's
+    let mut functions: Vec<Function> = Vec::new();
+    let mut by_function: HashMap<(&str, &str), u64> = HashMap::new();
+    let mut location = Vec::with_capacity(frames.len());
+    for (index, (name, file, line)) in frames.iter().enumerate() {
+        let next = functions.len() as u64 + 1;
+        let function_id = *by_function
+            .entry((name.as_str(), file.as_str()))
+            .or_insert_with(|| {
+                let name_index = strings.get(name);
+                functions.push(Function {
+                    id: next,
+                    name: name_index,
+                    system_name: name_index,
+                    filename: strings.get(file),
+                    start_line: 0,
+                });
+                next
+            });
+        location.push(Location {
+            id: index as u64 + 1,
+            line: vec![Line {
+                function_id,
+                line: *line,
+            }],
+        });
+    }
+    let mut sample = Vec::with_capacity(samples.len());
+    for (number, (stack, values, labels)) in samples.iter().enumerate() {
+        if values.len() != sample_type.len() {
+            return Err(format!(
+                "sample {number} has {} values for {} sample types",
+                values.len(),
+                sample_type.len()
+            ));
+        }
+        let mut location_id = Vec::with_capacity(stack.len());
+        for &frame in stack {
+            if frame >= frames.len() {
+                return Err(format!(
+                    "sample {number} names frame {frame} of {}",
+                    frames.len()
+                ));
+            }
+            location_id.push(frame as u64 + 1);
+        }
+        let label = labels
+            .iter()
+            .map(|(key, value)| Label {
+                key: strings.get(key),
+                str: strings.get(value),
+            })
+            .collect();
+        sample.push(Sample {
+            location_id,
+            value: values.clone(),
+            label,
+        });
+    }
+    let period_type = Some(ValueType {
+        r#type: strings.get(&header.period_type.0),
+        unit: strings.get(&header.period_type.1),
+    });
+    let comment = header.comments.iter().map(|c| strings.get(c)).collect();
+    let profile = Profile {
+        sample_type,
+        sample,
+        location,
+        function: functions,
+        string_table: strings.table,
+        time_nanos: header.time_nanos,
+        duration_nanos: header.duration_nanos,
+        period_type,
+        period: header.period,
+        comment,
+    };
+    Ok(profile.encode_to_vec())
+}
+
+fn gzip(data: &[u8]) -> Vec<u8> {
+    let mut encoder = GzEncoder::new(Vec::with_capacity(data.len() / 4 + 64), Compression::new(6));
+    // writing to a Vec cannot fail
+    encoder.write_all(data).expect("gzip into memory");
+    encoder.finish().expect("gzip into memory")
+}
+
+/// A gzipped profile.proto.
+pub fn encode(
+    header: &Header,
+    frames: &[FrameIn],
+    samples: &[SampleIn],
+) -> Result<Vec<u8>, String> {
+    Ok(gzip(&build(header, frames, samples)?))
+}
+
+/// One series of a push request: its labels and its raw (gzipped pprof) profiles.
+pub type SeriesIn = (Vec<(String, String)>, Vec<Vec<u8>>);
+
+/// The protobuf body of `push.v1.PusherService/Push`.
+pub fn push_request(series: Vec<SeriesIn>) -> Vec<u8> {
+    let request = PushRequest {
+        series: series
+            .into_iter()
+            .map(|(labels, profiles)| RawProfileSeries {
+                labels: labels
+                    .into_iter()
+                    .map(|(name, value)| LabelPair { name, value })
+                    .collect(),
+                samples: profiles
+                    .into_iter()
+                    .map(|raw_profile| RawSample {
+                        raw_profile,
+                        id: String::new(),
+                    })
+                    .collect(),
+            })
+            .collect(),
+    };
+    request.encode_to_vec()
+}
+
+#[allow(clippy::too_many_arguments)] // the Python signature: keywords
+#[pyfunction]
+#[pyo3(signature = (frames, samples, *, sample_types, period_type, period, time_nanos=0,
+                    duration_nanos=0, comments=Vec::new()))]
+/// A gzipped profile.proto from frames and samples (frame indices innermost first).
+fn encode_pprof<'py>(
+    py: Python<'py>,
+    frames: Vec<FrameIn>,
+    samples: Vec<SampleIn>,
+    sample_types: Vec<(String, String)>,
+    period_type: (String, String),
+    period: i64,
+    time_nanos: i64,
+    duration_nanos: i64,
+    comments: Vec<String>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let header = Header {
+        sample_types,
+        period_type,
+        period,
+        time_nanos,
+        duration_nanos,
+        comments,
+    };
+    let data = py
+        .detach(|| encode(&header, &frames, &samples))
+        .map_err(PyValueError::new_err)?;
+    Ok(PyBytes::new(py, &data))
+}
+
+#[pyfunction]
+/// The protobuf body of Pyroscope's push API: series of (labels, gzipped pprof profiles).
+fn encode_push_request<'py>(
+    py: Python<'py>,
+    series: Vec<SeriesIn>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let data = py.detach(|| push_request(series));
+    Ok(PyBytes::new(py, &data))
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(encode_pprof, m)?)?;
+    m.add_function(wrap_pyfunction!(encode_push_request, m)?)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flate2::read::GzDecoder;
+    use std::io::Read;
+
+    fn header() -> Header {
+        Header {
+            sample_types: vec![("samples".into(), "count".into())],
+            period_type: ("wall".into(), "nanoseconds".into()),
+            period: 10_000_000,
+            time_nanos: 1,
+            duration_nanos: 2,
+            comments: vec![],
+        }
+    }
+
+    #[test]
+    fn round_trip_through_prost() {
+        let frames = vec![
+            ("main".to_string(), "app.py".to_string(), 3),
+            ("handle".to_string(), "app.py".to_string(), 9),
+            ("handle".to_string(), "app.py".to_string(), 10),
+        ];
+        let samples = vec![
+            (vec![1, 0], vec![5], vec![("state".into(), "busy".into())]),
+            (vec![2, 0], vec![7], vec![("state".into(), "idle".into())]),
+        ];
+        let mut raw = Vec::new();
+        GzDecoder::new(&encode(&header(), &frames, &samples).unwrap()[..])
+            .read_to_end(&mut raw)
+            .unwrap();
+        let profile = Profile::decode(&raw[..]).unwrap();
+        assert_eq!(profile.string_table[0], "");
+        assert_eq!(profile.function.len(), 2, "one function per (name, file)");
+        assert_eq!(profile.location.len(), 3);
+        assert_eq!(profile.sample[1].value, vec![7]);
+        assert_eq!(profile.sample[1].location_id, vec![3, 1]);
+        let label = &profile.sample[1].label[0];
+        assert_eq!(profile.string_table[label.key as usize], "state");
+        assert_eq!(profile.string_table[label.str as usize], "idle");
+        let handle = &profile.location[2].line[0];
+        assert_eq!(handle.line, 10);
+        let function = &profile.function[(handle.function_id - 1) as usize];
+        assert_eq!(profile.string_table[function.name as usize], "handle");
+    }
+
+    #[test]
+    fn out_of_line_samples_are_refused() {
+        let frames = vec![("main".to_string(), String::new(), 0)];
+        assert!(build(&header(), &frames, &[(vec![1], vec![1], vec![])]).is_err());
+        assert!(build(&header(), &frames, &[(vec![0], vec![1, 2], vec![])]).is_err());
+    }
+
+    #[test]
+    fn push_request_decodes() {
+        let body = push_request(vec![(
+            vec![("__name__".into(), "wall".into())],
+            vec![vec![1, 2, 3]],
+        )]);
+        let request = PushRequest::decode(&body[..]).unwrap();
+        assert_eq!(request.series[0].labels[0].value, "wall");
+        assert_eq!(request.series[0].samples[0].raw_profile, vec![1, 2, 3]);
+    }
+}
