@@ -18,6 +18,7 @@ from sidecar import defaults
 from sidecar.permissions import detect
 from sidecar.query import Reader
 from sidecar.sessions import Selection, Sessions
+from sidecar.sinks import Fanout
 from sidecar.store import Writer
 
 log = logging.getLogger("sidecar.service")
@@ -50,8 +51,9 @@ class Service:
         self.writer = Writer(
             config.db, retention=config.retention, max_bytes=config.max_db_bytes, clock=clock
         )
+        self.sinks = Fanout([self.writer])
         self.sessions = Sessions(
-            self.writer,
+            self.sinks,
             Selection(config.pids, config.match),
             rate_hz=config.rate_hz,
             window=config.window,
@@ -65,15 +67,16 @@ class Service:
 
     def start(self) -> None:
         (log.info if self.tracing.ok else log.warning)(self.tracing.explain())
-        self.writer.start()
+        self.sinks.start()
         self._thread.start()
 
     def stop(self) -> None:
-        """Stops sampling, flushes the windows in progress and closes the database."""
+        """Stops sampling, hands the windows in progress to the sinks and stops them (the
+        database is closed)."""
         self._stop.set()
         self._thread.join(timeout=15)
         self.sessions.stop()
-        self.writer.stop()
+        self.sinks.stop()
 
     def _run(self) -> None:
         next_scan = 0.0

@@ -3,7 +3,8 @@
 Every few seconds the /proc of the sidecar's PID namespace is scanned (in a pod with
 ``shareProcessNamespace`` that is the whole pod). Python processes are picked (all, ``--pid``,
 or ``--match`` on the command line), never the sidecar itself. Each gets a native sampler; its
-windows are classified and handed to the store's writer. A process that cannot be traced is
+windows are classified and handed to the sinks (``sidecar.sinks``: the store's writer, the
+pusher), each of which queues them on its own. A process that cannot be traced is
 reported with the reason and retried with back-off.
 """
 
@@ -30,10 +31,11 @@ from sidecar.discover import (
 )
 from sidecar.errors import TargetError
 from sidecar.sample import on_cpu_source, open_sampler
-from sidecar.store import Gone, ProcessRecord, WindowBatch, Writer
+from sidecar.store import Gone, ProcessRecord, WindowBatch
 
 if TYPE_CHECKING:
     from sidecar._native import SamplerStats, Window
+    from sidecar.sinks import Sink
 
 log = logging.getLogger("sidecar.sessions")
 
@@ -134,7 +136,7 @@ class Sessions:
 
     def __init__(
         self,
-        writer: Writer,
+        sink: Sink,
         selection: Selection,
         *,
         rate_hz: float,
@@ -142,7 +144,8 @@ class Sessions:
         blocking: bool = False,
         describe: Describe = describe,
     ) -> None:
-        self.writer = writer
+        #: Where every message goes: one sink, or a ``Fanout`` over several.
+        self.sink = sink
         self.selection = selection
         self.rate_hz = rate_hz
         self.window = window
@@ -183,7 +186,7 @@ class Sessions:
         for key in [k for k in self.problems if k not in seen]:
             with self.lock:
                 del self.problems[key]  # the process is gone; nothing more to report
-            self.writer.submit(Gone(key, now))
+            self.sink.submit(Gone(key, now))
 
     @staticmethod
     def _execed(session: Session) -> bool:
@@ -200,7 +203,7 @@ class Sessions:
         if role != session.role:
             log.info("PID %d is now %s", session.key[0], role or "a lone process")
             session.role = role
-            self.writer.submit(session.record(now))
+            self.sink.submit(session.record(now))
 
     def _attach(self, key: Key, now: float, problem: Problem | None) -> None:
         pid, started = key
@@ -223,7 +226,7 @@ class Sessions:
                 self.problems[key] = Problem(key, cmdline, str(err), attempts, now + delay)
             if problem is None or problem.error != str(err):
                 log.warning("cannot sample PID %d: %s (retrying in %.0f s)", pid, err, delay)
-            self.writer.submit(
+            self.sink.submit(
                 ProcessRecord(
                     pid, started, cmdline, now, framework, loop, error=str(err), role=role
                 )
@@ -244,19 +247,19 @@ class Sessions:
             reader,
             cmdline[:120],
         )
-        self.writer.submit(session.record(now))
+        self.sink.submit(session.record(now))
 
     # -- windows ---------------------------------------------------------------------------
 
     def drain(self, flush: bool = False) -> None:
-        """Hands completed windows to the writer; ends sessions whose process exited."""
+        """Hands completed windows to the sinks; ends sessions whose process exited."""
         for key, session in list(self.sessions.items()):
             ended = not session.sampler.running
             if ended or flush:
                 self._close(key, session)
                 continue
             for window in session.sampler.drain():
-                self.writer.submit(self._batch(session, window))
+                self.sink.submit(self._batch(session, window))
             clock = session.sampler.clock
             if clock != session.clock:
                 session.clock = clock
@@ -273,7 +276,7 @@ class Sessions:
         """Stops one session, hands over every window it has and records the process gone."""
         session.sampler.stop()
         for window in session.sampler.drain(flush=True):
-            self.writer.submit(self._batch(session, window))
+            self.sink.submit(self._batch(session, window))
         self._finish(key, session)
 
     def _batch(self, session: Session, window: Window) -> WindowBatch:
@@ -305,7 +308,7 @@ class Sessions:
                 self.finished[name] += int(stats[name])  # type: ignore[literal-required]
         if stats["state"] == "exited":
             log.info("PID %d exited", key[0])
-        self.writer.submit(Gone(key, time.time()))
+        self.sink.submit(Gone(key, time.time()))
 
     def stop(self) -> None:
         """Stops every sampler and hands over the windows in progress."""

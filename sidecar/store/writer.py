@@ -81,7 +81,10 @@ def _recent(at: float | None, now: float) -> bool:
 
 
 class Writer:
-    """Owns the Store on its own thread; everything else talks to it through ``submit``."""
+    """Owns the Store on its own thread; everything else talks to it through ``submit``.
+    The store's sink (``sidecar.sinks``)."""
+
+    name = "store"
 
     def __init__(
         self,
