@@ -6,7 +6,7 @@ export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(BIN)):$(PATH)
 NATIVE_SRC := $(shell find native/src -name "*.rs") native/Cargo.toml native/Cargo.lock
 
-.PHONY: install wheel pythons demo test soak lint fmt bench clean
+.PHONY: install wheel pythons pyroscope demo test soak lint fmt bench clean
 
 install: $(VENV)/.installed
 
@@ -30,6 +30,11 @@ wheel: $(VENV)/.deps
 # tests (3.8-3.13 come from pyenv); prints where each interpreter is.
 pythons:
 	tests/pythons.sh
+
+# Grafana Pyroscope for the push tests (tests/test_push.py), built from the Go module proxy into
+# .cache/pyroscope; prints the binary's path. Minutes the first time, cached after that.
+pyroscope:
+	tests/pyroscope.sh
 
 demo: install
 	$(BIN)/sidecar demo
