@@ -115,6 +115,44 @@ class ServiceCollector(Collector):
             counter = CounterMetricFamily(f"sidecar_{name}", help_text)
             counter.add_metric([], value)
             yield counter
+        yield from self._push()
+
+    def _push(self) -> Iterator[Metric]:
+        """sidecar_push_*: only with --push."""
+        pusher = self.service.pusher
+        if pusher is None:
+            return
+        health = pusher.health
+        for name, value, help_text in (
+            ("push_backlog", health.backlog, "Windows waiting to be pushed"),
+            ("push_up", 0 if health.failing else 1, "1 unless the last push failed"),
+            (
+                "push_last_success_timestamp_seconds",
+                health.last_success_at or 0,
+                "When a push last succeeded (unix seconds, 0 before the first)",
+            ),
+        ):
+            gauge = GaugeMetricFamily(f"sidecar_{name}", help_text)
+            gauge.add_metric([], value)
+            yield gauge
+        for name, value, help_text in (
+            ("push_windows_pushed", health.pushed_windows, "Windows Pyroscope accepted"),
+            ("push_requests", health.requests, "Push requests Pyroscope accepted"),
+            ("push_bytes", health.bytes_sent, "Bytes of accepted push requests"),
+            ("push_retries", health.retries, "Pushes that failed and were tried again"),
+        ):
+            counter = CounterMetricFamily(f"sidecar_{name}", help_text)
+            counter.add_metric([], value)
+            yield counter
+        given_up = CounterMetricFamily(
+            "sidecar_push_windows_given_up",
+            "Windows not pushed, by why: rejected (4xx), expired (too old to be accepted), "
+            "overflow (backlog full), shutdown",
+            labels=["reason"],
+        )
+        for reason, count in health.given_up.items():
+            given_up.add_metric([reason], count)
+        yield given_up
 
 
 def registry_for(service: Service) -> CollectorRegistry:

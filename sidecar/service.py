@@ -16,6 +16,7 @@ from typing import Any
 
 from sidecar import defaults
 from sidecar.permissions import detect
+from sidecar.push import Client, Endpoint, Pusher, pod_labels
 from sidecar.query import Reader
 from sidecar.sessions import Selection, Sessions
 from sidecar.sinks import Fanout
@@ -40,6 +41,9 @@ class ServeConfig:
     max_db_bytes: int | None = None
     blocking: bool = False
     scan_interval: float = 2.0
+    #: Where to push every window (``--push``), and the series' ``service_name``.
+    push: Endpoint | None = None
+    service_name: str | None = None
 
 
 class Service:
@@ -51,7 +55,15 @@ class Service:
         self.writer = Writer(
             config.db, retention=config.retention, max_bytes=config.max_db_bytes, clock=clock
         )
-        self.sinks = Fanout([self.writer])
+        self.pusher: Pusher | None = None
+        if config.push is not None:
+            self.pusher = Pusher(
+                Client(config.push),
+                rate_hz=config.rate_hz,
+                service_name=config.service_name,
+                extra_labels=pod_labels(),
+            )
+        self.sinks = Fanout([self.writer, *([self.pusher] if self.pusher else [])])
         self.sessions = Sessions(
             self.sinks,
             Selection(config.pids, config.match),
@@ -100,8 +112,9 @@ class Service:
             for p in list(self.sessions.problems.values())
         ]
         disk_full = health.disk_full(now)
-        degraded = health.degraded(now) or bool(problems)
-        return {
+        push = self._push_health(now)
+        degraded = health.degraded(now) or bool(problems) or bool(push and push["degraded"])
+        doc: dict[str, Any] = {
             "status": "degraded" if degraded else "ok",
             "uptime": round(now - self.started_at, 1),
             "sessions": len(self.sessions.sessions),
@@ -119,4 +132,23 @@ class Service:
                 "evicted_windows": health.evicted_windows,
                 "recreated": health.recreated,
             },
+        }
+        if push is not None:
+            doc["push"] = push
+        return doc
+
+    def _push_health(self, now: float) -> dict[str, Any] | None:
+        if self.pusher is None or self.config.push is None:
+            return None
+        health = self.pusher.health
+        return {
+            "url": self.config.push.display,
+            "pushing": not health.failing,
+            "degraded": health.degraded(now),
+            "backlog": health.backlog,
+            "pushed_windows": health.pushed_windows,
+            "retries": health.retries,
+            "given_up": dict(health.given_up),
+            "last_error": health.last_error,
+            "last_success_at": health.last_success_at,
         }

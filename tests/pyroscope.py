@@ -130,7 +130,7 @@ class Pyroscope:
                 "profileTypeID": profile_type,
                 "labelSelector": selector,
                 "start": int(start * 1000),
-                "end": int(end * 1000),
+                "end": int(end * 1000) - 1,  # Pyroscope's end is inclusive
             },
         )
         return doc.get("flamegraph", {})
@@ -148,7 +148,7 @@ class Pyroscope:
                 "name": name,
                 "matchers": [selector],
                 "start": int(start * 1000),
-                "end": int(end * 1000),
+                "end": int(end * 1000) - 1,
             },
         )
         return set(doc.get("names", []))

@@ -14,6 +14,8 @@ from helpers import LoadDriver, Spawner, sidecar, wait_until
 from test_serve import serve  # noqa: F401  (the fixture)
 
 from sidecar.profile import parse_folded
+from sidecar.push.series import MAX_SAMPLES, OTHER, profiles
+from sidecar.store import WindowBatch
 
 GO = shutil.which("go") or "/usr/local/go/bin/go"
 
@@ -102,3 +104,37 @@ def test_api_profile_as_pprof(spawn: Spawner, load: LoadDriver, serve: Any, tmp_
     labels = tags(pprof(out, "-tags"))
     assert "blocked" in labels["state"]
     assert server.status(f"/api/profile?{span}&format=pprof&state=nothing") in (400, 404)
+
+
+def raw_samples(path: Path) -> list[int]:
+    """The value of each sample in ``go tool pprof -raw``'s listing."""
+    text = pprof(path, "-raw")
+    section = text.split("Samples:", 1)[1].split("Locations", 1)[0]
+    return [int(m[1]) for m in re.finditer(r"^\s+(\d+):", section, re.MULTILINE)]
+
+
+def test_a_window_past_pyroscopes_sample_limit_keeps_its_totals(tmp_path: Path) -> None:
+    states = ("busy", "idle", "blocked")
+    rows = [
+        (
+            f"main (app.py:1);handler_{n} (app.py:{n});leaf (lib.py:{n % 7})",
+            n % 2,
+            states[n % 3],
+            1 + n % 5,
+        )
+        for n in range(20_000)
+    ]
+    batch = WindowBatch((1, 1), 1_700_000_000, 10, 1000, rows, {0: "MainThread", 1: "worker"})
+    made = dict(profiles(batch, 100.0))
+    assert set(made) == {"process_cpu", "wall"}
+    wall = tmp_path / "wall.pb.gz"
+    wall.write_bytes(made["wall"])
+    values = raw_samples(wall)
+    assert len(values) <= MAX_SAMPLES
+    assert sum(values) == sum(row[3] for row in rows) * 10_000_000
+    assert OTHER in pprof(wall, "-top", "-nodecount=20000")
+    cpu = tmp_path / "cpu.pb.gz"
+    cpu.write_bytes(made["process_cpu"])
+    assert "Type: cpu" in pprof(cpu, "-top")
+    busy = sum(row[3] for row in rows if row[2] == "busy")
+    assert sum(raw_samples(cpu)) == busy * 10_000_000

@@ -86,6 +86,23 @@ def add_parser(sub: Any) -> None:
     parser.add_argument(
         "--blocking", action="store_true", help="pause each target during each read"
     )
+    push = parser.add_argument_group("pushing to Grafana Pyroscope")
+    push.add_argument(
+        "--push",
+        metavar="URL",
+        help="also push every window to this Pyroscope (e.g. http://pyroscope:4040)",
+    )
+    push.add_argument(
+        "--push-token-file",
+        metavar="PATH",
+        help="file with a bearer token, or USER:PASSWORD for basic auth, for --push",
+    )
+    push.add_argument("--push-tenant", metavar="ID", help="tenant (X-Scope-OrgID) for --push")
+    push.add_argument(
+        "--service-name",
+        metavar="NAME",
+        help="service_name of the pushed series (default: from each target's command line)",
+    )
     parser.add_argument(
         "--log-level", default="info", choices=("debug", "info", "warning", "error")
     )
@@ -147,6 +164,7 @@ def _server(app: Any, host: str, port: int) -> Any:
 def run(args: argparse.Namespace) -> int:
 
     from sidecar.api import create_app
+    from sidecar.push import endpoint
     from sidecar.service import ServeConfig, Service
 
     if not 0 < args.rate <= 10_000:
@@ -164,6 +182,16 @@ def run(args: argparse.Namespace) -> int:
         match = re.compile(args.match) if args.match else None
     except re.error as err:
         raise UsageError(f"--match is not a valid regular expression: {err}") from err
+    if args.push is None:
+        given = [n for n in ("push_token_file", "push_tenant", "service_name") if getattr(args, n)]
+        if given:
+            flag = "--" + given[0].replace("_", "-")
+            raise UsageError(f"{flag} only makes sense with --push URL")
+        push = None
+    else:
+        push = endpoint(args.push, token_file=args.push_token_file, tenant=args.push_tenant)
+    if args.service_name is not None and not args.service_name.strip():
+        raise UsageError("--service-name must not be empty")
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -179,6 +207,8 @@ def run(args: argparse.Namespace) -> int:
         token=token,
         max_db_bytes=args.max_db_size,
         blocking=args.blocking,
+        push=push,
+        service_name=args.service_name,
     )
     service = Service(config)
     service.start()

@@ -1,0 +1,17 @@
+"""Pushing every window to Grafana Pyroscope: series (windows into labelled pprof profiles),
+client (the push API over HTTP), pusher (the sink with its backlog, retries and health)."""
+
+from sidecar.push.client import Client, Endpoint, PushFailed, endpoint
+from sidecar.push.pusher import REASONS, Pusher, PushHealth
+from sidecar.push.series import pod_labels
+
+__all__ = [
+    "REASONS",
+    "Client",
+    "Endpoint",
+    "PushFailed",
+    "PushHealth",
+    "Pusher",
+    "endpoint",
+    "pod_labels",
+]

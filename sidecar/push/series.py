@@ -1,0 +1,149 @@
+"""Windows into Pyroscope series: the series labels, two profile types, Pyroscope's limits.
+
+Each window becomes two gzipped pprof profiles: ``process_cpu`` (the busy samples, in CPU
+nanoseconds at one period per sample) and ``wall`` (every sample, in wall nanoseconds). Every
+sample is labelled with its ``state`` and its ``thread_name`` (``sidecar.pprof``). A series is
+named by ``service_name`` (``--service-name``, else a short name of the target's command line)
+and labelled with the target's ``framework``, ``loop`` and ``python_version``, and with the pod's
+name and namespace where the manifests pass them in (``POD_NAME``, ``POD_NAMESPACE``).
+
+Pyroscope's default limits are kept: at most 16,000 samples per profile (the rarest stacks of a
+larger window are counted together as one ``[other stacks]`` stack per state and thread, so the
+totals stay exact), 4 MiB per profile, label names and values within their lengths.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+
+from sidecar import _native, pprof
+from sidecar.classify import leaf_for
+from sidecar.store import ProcessRecord, WindowBatch
+
+#: Pyroscope's default limits (distributor): samples per profile, bytes per profile, label sizes.
+MAX_SAMPLES = 16_000
+MAX_PROFILE_BYTES = 4 * 2**20
+MAX_NAME_LENGTH = 1024
+MAX_VALUE_LENGTH = 2048
+OTHER = "[other stacks]"
+#: The profile types of a window: (series name, what its values measure, which states count).
+TYPES: tuple[tuple[str, str, frozenset[str] | None], ...] = (
+    ("process_cpu", "cpu", frozenset({"busy"})),
+    ("wall", "wall", None),
+)
+#: Environment variables (the Downward API in the manifests) that label every series.
+POD_ENV = (("POD_NAME", "pod"), ("POD_NAMESPACE", "namespace"))
+_LABEL_NAME = re.compile(r"[^A-Za-z0-9_]")
+
+Labels = tuple[tuple[str, str], ...]
+
+
+def label_value(text: str) -> str:
+    """A label value Pyroscope accepts: printable, within its length, never empty."""
+    clean = "".join(ch if ch.isprintable() else "?" for ch in text).strip()
+    return clean[:MAX_VALUE_LENGTH] or "unknown"
+
+
+def label_name(text: str) -> str:
+    name = _LABEL_NAME.sub("_", text)[:MAX_NAME_LENGTH]
+    return name if name and not name[0].isdigit() else f"_{name}"
+
+
+def service_name(cmdline: str) -> str:
+    """A short name for a command line: the module of ``python -m MODULE``, else the script's
+    or the program's file name without its suffix."""
+    words = cmdline.split()
+    if not words:
+        return "python"
+    if "-m" in words[:-1]:
+        return words[words.index("-m") + 1]
+    scripts = [w for w in words[1:] if not w.startswith("-")]
+    chosen = scripts[0] if scripts else words[0]
+    base = os.path.basename(chosen)
+    return re.sub(r"\.pyw?$", "", base) or "python"
+
+
+def pod_labels(environ: Mapping[str, str] = os.environ) -> Labels:
+    """The pod's name and namespace, where the manifests pass them in."""
+    return tuple((name, label_value(environ[var])) for var, name in POD_ENV if environ.get(var))
+
+
+def series_labels(record: ProcessRecord, service: str | None, extra: Labels = ()) -> Labels:
+    """The labels of every series of one process (``__name__`` is added per profile type)."""
+    labels = {
+        "service_name": label_value(service or service_name(record.cmdline)),
+        "framework": label_value(record.framework),
+        "loop": label_value(record.loop),
+        "python_version": label_value(record.python_version or "unknown"),
+    }
+    for name, value in extra:
+        labels.setdefault(label_name(name), label_value(value))
+    return tuple(sorted(labels.items()))
+
+
+def _samples(batch: WindowBatch, states: frozenset[str] | None, limit: int) -> list[pprof.Sample]:
+    """The window's rows in ``states`` as pprof samples, at most ``limit`` of them: past it,
+    the rarest stacks become one ``[other stacks]`` sample per state and thread."""
+    rows = [row for row in batch.rows if states is None or row[2] in states]
+    keep = len(rows)
+    if keep > limit:
+        rows.sort(key=lambda row: row[3], reverse=True)
+        keep = max(0, limit - len({(row[2], row[1]) for row in rows}))
+    names = batch.thread_names
+    out = [
+        pprof.Sample(_marked(stack, state), state, count, names.get(tid, ""))
+        for stack, tid, state, count in rows[:keep]
+    ]
+    other: dict[tuple[str, str], int] = {}
+    for _stack, tid, state, count in rows[keep:]:
+        key = (state, names.get(tid, ""))
+        other[key] = other.get(key, 0) + count
+    out.extend(
+        pprof.Sample(_marked(OTHER, state), state, count, name)
+        for (state, name), count in other.items()
+    )
+    return out
+
+
+def _marked(stack: str, state: str) -> str:
+    """The stack with its state's synthetic leaf, as sidecar's own profiles show it."""
+    leaf = leaf_for(state)
+    return f"{stack};{leaf}" if leaf else stack
+
+
+def profiles(batch: WindowBatch, rate_hz: float) -> list[tuple[str, bytes]]:
+    """(series name, gzipped pprof) of a window; a profile type with no samples is left out."""
+    out: list[tuple[str, bytes]] = []
+    for name, measure, states in TYPES:
+        limit = MAX_SAMPLES
+        while True:
+            samples = _samples(batch, states, limit)
+            if not samples:
+                break
+            data = pprof.encode(
+                samples,
+                rate_hz=rate_hz,
+                start=batch.start,
+                end=batch.start + batch.width,
+                values=(measure,),
+            )
+            if len(data) <= MAX_PROFILE_BYTES or limit <= 100:
+                out.append((name, data))
+                break
+            limit //= 2  # fewer, larger stacks until it fits
+    return out
+
+
+Series = tuple[list[tuple[str, str]], list[bytes]]
+
+
+def series_of(labels: Labels, batch: WindowBatch, rate_hz: float) -> list[Series]:
+    """A window's series, one per profile type: (labels with ``__name__``, [gzipped pprof])."""
+    return [([("__name__", name), *labels], [data]) for name, data in profiles(batch, rate_hz)]
+
+
+def request(series: Iterable[Series]) -> bytes:
+    """The protobuf body of one push (``push.v1.PusherService/Push``)."""
+    return _native.encode_push_request(list(series))

@@ -1,0 +1,252 @@
+"""``sidecar serve --push`` against a real Grafana Pyroscope (tests/pyroscope.py): what arrives,
+with which labels and counts; an outage and the backlog after it; a server that hangs or
+rejects everything costs sampling and storing nothing."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import LoadDriver, Spawner, sidecar, wait_until
+from pyroscope import PERIOD_NS, Pyroscope, build, wait_pushed
+from test_serve import Serve
+
+from sidecar.query import Range, Reader
+
+CPU = "process_cpu:cpu:nanoseconds:cpu:nanoseconds"
+WALL = "wall:wall:nanoseconds:wall:nanoseconds"
+
+
+@pytest.fixture(scope="module")
+def pyroscope_binary() -> Path:
+    return build()
+
+
+@pytest.fixture
+def pyroscope(pyroscope_binary: Path, tmp_path: Path) -> Iterator[Pyroscope]:
+    server = Pyroscope(pyroscope_binary, tmp_path / "pyroscope")
+    server.start()
+    yield server
+    server.stop()
+
+
+def pushing(db: Path, pid: int, url: str, *args: str) -> Serve:
+    return Serve(db, "--pid", str(pid), "--push", url, *args)
+
+
+def stored(db: Path, start: int, end: int, states: set[str] | None = None) -> int:
+    """Samples sidecar's own database holds for windows starting in [start, end)."""
+    return Reader(db, 1).profile(None, Range(start, end), states).total
+
+
+def stored_span(db: Path) -> tuple[int, int]:
+    with sqlite3.connect(db) as conn:
+        low, high = conn.execute("SELECT MIN(window), MAX(window) FROM windows").fetchone()
+    return int(low), int(high) + 1
+
+
+def health(server: Serve) -> dict[str, Any]:
+    _status, body, _ = server.request("/healthz")
+    doc: dict[str, Any] = json.loads(body)
+    return doc
+
+
+def test_windows_arrive_with_their_states_and_the_stores_counts(
+    spawn: Spawner, load: LoadDriver, pyroscope: Pyroscope, tmp_path: Path
+) -> None:
+    target = spawn.target("aiohttp_app")
+    load.start(target.url + "/blocking", seconds=40, connections=2)
+    db = tmp_path / "s.db"
+    server = pushing(db, target.pid, pyroscope.url, "--service-name", "shop")
+    assert wait_until(lambda: health(server)["push"]["pushed_windows"] >= 6, timeout=40), health(
+        server
+    )
+    assert server.stop() == 0  # flushes both sinks
+    start, end = stored_span(db)
+    selector = '{service_name="shop"}'
+
+    # every window sampled is in Pyroscope, with the same counts as in sidecar's database
+    def same_counts() -> bool:
+        wall = pyroscope.total(WALL, selector, start, end)
+        return wall == stored(db, start, end) * PERIOD_NS
+
+    assert wait_pushed(same_counts), (
+        pyroscope.total(WALL, selector, start, end) // PERIOD_NS,
+        stored(db, start, end),
+    )
+    cpu = pyroscope.total(CPU, selector, start, end)
+    assert cpu == stored(db, start, end, {"busy"}) * PERIOD_NS > 0
+    for state in ("blocked", "idle"):
+        one = f'{{service_name="shop", state="{state}"}}'
+        assert pyroscope.total(WALL, one, start, end) == stored(db, start, end, {state}) * PERIOD_NS
+    # the blocking call is where the blocked time went; the handler is there
+    blocked = pyroscope.names(WALL, '{service_name="shop", state="blocked"}', start, end)
+    assert any(name.startswith("blocking_sleep") for name in blocked), sorted(blocked)[:40]
+    assert any(name.startswith("blocking_handler") for name in blocked)
+    assert "[blocked]" in blocked
+    assert "[idle]" in pyroscope.names(WALL, '{service_name="shop", state="idle"}', start, end)
+    # the series say what the target is
+    assert pyroscope.label_values("framework", selector, start, end) == {"aiohttp"}
+    assert pyroscope.label_values("loop", selector, start, end) == {"asyncio"}
+    assert pyroscope.label_values("state", selector, start, end) >= {"busy", "blocked", "idle"}
+    threads = pyroscope.label_values("thread_name", selector, start, end)
+    assert {"MainThread", "pretend-service"} <= threads
+    versions = pyroscope.label_values("python_version", selector, start, end)
+    assert len(versions) == 1 and next(iter(versions)).startswith("3.")
+
+
+def test_an_outage_is_sent_when_pyroscope_is_back(
+    spawn: Spawner, pyroscope: Pyroscope, tmp_path: Path
+) -> None:
+    target = spawn.target("tornado_app")
+    db = tmp_path / "s.db"
+    server = pushing(db, target.pid, pyroscope.url, "--service-name", "outage")
+    assert wait_until(lambda: health(server)["push"]["pushed_windows"] >= 2, timeout=40)
+    pyroscope.stop()
+    down_at = int(time.time()) + 1
+    # while it is down: windows are stored, the push backlog grows, the retries are counted
+    assert wait_until(
+        lambda: health(server)["push"]["retries"] >= 2 and health(server)["push"]["backlog"] >= 5,
+        timeout=60,
+    ), health(server)
+    doc = health(server)
+    assert doc["status"] == "degraded" and doc["push"]["pushing"] is False
+    assert doc["push"]["last_error"]
+    pyroscope.start()
+    up_at = int(time.time())
+    assert wait_until(lambda: health(server)["push"]["backlog"] == 0, timeout=90), health(server)
+    after = health(server)["push"]
+    assert after["pushing"] is True and sum(after["given_up"].values()) == 0
+    assert server.stop() == 0
+    _, end = stored_span(db)
+    selector = '{service_name="outage"}'
+    # the windows sampled during the outage arrived, as many samples as the store kept
+    outage = stored(db, down_at, up_at)
+    assert outage > 0
+    assert wait_pushed(
+        lambda: pyroscope.total(WALL, selector, down_at, up_at) == outage * PERIOD_NS
+    ), [
+        (t, pyroscope.total(WALL, selector, t, t + 1) // PERIOD_NS, stored(db, t, t + 1))
+        for t in range(down_at - 3, end)
+    ]
+    assert wait_pushed(
+        lambda: (
+            pyroscope.total(WALL, selector, down_at, end) == stored(db, down_at, end) * PERIOD_NS
+        )
+    )
+
+
+class _Hanging:
+    """Accepts connections and never answers."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.held: list[socket.socket] = []
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        self.sock.settimeout(0.2)
+        while not self.stopped.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.held.append(conn)
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.thread.join(timeout=5)
+        for conn in self.held:
+            conn.close()
+        self.sock.close()
+
+
+class _Rejecting(http.server.BaseHTTPRequestHandler):
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        body = b'{"code":"invalid_argument","message":"no thanks"}'
+        self.send_response(400)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def windows_in(db: Path) -> int:
+    with sqlite3.connect(db) as conn:
+        return int(conn.execute("SELECT COUNT(*) FROM windows").fetchone()[0])
+
+
+def test_a_hanging_or_rejecting_server_holds_up_neither_sampling_nor_storing(
+    spawn: Spawner, tmp_path: Path
+) -> None:
+    target = spawn.target("spin")
+    hanging = _Hanging()
+    rejecting = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Rejecting)
+    threading.Thread(target=rejecting.serve_forever, daemon=True).start()
+    try:
+        for name, url in (
+            ("hanging", f"http://127.0.0.1:{hanging.port}"),
+            ("rejecting", f"http://127.0.0.1:{rejecting.server_address[1]}"),
+        ):
+            db = tmp_path / f"{name}.db"
+            server = pushing(db, target.pid, url)
+            # the store writes window after window while the push cannot get through
+            assert wait_until(lambda: windows_in(db) >= 8, timeout=60), (name, health(server))  # noqa: B023
+            doc = health(server)
+            push = doc["push"]
+            assert doc["store"]["writing"] and doc["store"]["dropped_windows"] == 0
+            assert push["pushed_windows"] == 0, name
+            if name == "hanging":
+                # stuck in its first request: everything since is queued, nothing given up
+                assert push["backlog"] >= 5 and sum(push["given_up"].values()) == 0
+            else:
+                assert wait_until(lambda: health(server)["push"]["given_up"]["rejected"] >= 5)  # noqa: B023
+                assert "HTTP 400" in health(server)["push"]["last_error"]
+                assert "no thanks" in health(server)["push"]["last_error"]
+            _status, text, _ = server.request("/metrics")
+            metrics = text.decode()
+            assert "sidecar_sampler_dropped_windows_total 0.0" in metrics
+            assert "sidecar_push_windows_pushed_total 0.0" in metrics
+            start, end = stored_span(db)
+            samples = stored(db, start, end)
+            # each stored window holds its second of samples: sampling went on at its rate
+            assert samples >= 0.5 * 100 * windows_in(db), (name, samples, windows_in(db))
+            assert server.stop() == 0
+    finally:
+        hanging.close()
+        rejecting.shutdown()
+        rejecting.server_close()
+
+
+def test_push_usage_errors(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    for args, words in (
+        (("--push", "ftp://example"), "http:// or https://"),
+        (("--push", "http://user:secret@127.0.0.1:1"), "must not hold credentials"),
+        (("--push", "http://127.0.0.1:1", "--push-token-file", str(token)), "cannot read"),
+        (("--push-token-file", str(token)), "only makes sense with --push"),
+        (("--service-name", "x"), "only makes sense with --push"),
+    ):
+        done = sidecar("serve", "--db", str(tmp_path / "x.db"), "--pid", "1", *args)
+        assert done.returncode == 2, (args, done.stderr)
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and words in lines[0], (args, done.stderr)
+        assert "secret" not in done.stderr
+    assert not (tmp_path / "x.db").exists()
