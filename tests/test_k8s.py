@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from helpers import ROOT
 
 pytestmark = pytest.mark.timeout(1800)  # the first build of the checker compiles Kubernetes
@@ -76,6 +77,7 @@ def test_shipped_manifests_pass_every_check(checker: Path) -> None:
         "examples/tornado",
         "examples/namespace",
         "examples/no-capability",
+        "examples/pyroscope",
     }
     for build in report["builds"]:
         assert "error" not in build, build["error"]
@@ -112,6 +114,31 @@ def test_sidecar_pods_are_privileged_level_and_baseline_rejects_sys_ptrace(
         assert admission["namespace"] == "sidecar-demo"
         assert admission["enforce"].startswith("privileged:")
         assert admission["allowed"] is True
+
+
+def test_the_pyroscope_component_sets_the_push_and_keeps_the_sidecar(checker: Path) -> None:
+    done = subprocess.run(
+        [str(checker), "-print", str(K8S / "examples" / "pyroscope")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    docs = [d for d in yaml.safe_load_all(done.stdout) if d]
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    sidecar = next(c for c in pod["initContainers"] if c["name"] == "sidecar")
+    env = {e["name"]: e for e in sidecar["env"]}
+    assert env["SIDECAR_PUSH_URL"]["value"].startswith("http")
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    token = env["SIDECAR_PUSH_TOKEN_FILE"]["value"]
+    mount = next(m for m in sidecar["volumeMounts"] if token.startswith(m["mountPath"] + "/"))
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    assert volume["secret"]["secretName"] == "sidecar-pyroscope" and mount["readOnly"] is True
+    # the sidecar component's own settings are all still there
+    assert "PYTHONUNBUFFERED" in env and "--token-file=/etc/sidecar/token/token" in sidecar["args"]
+    assert {v["name"] for v in pod["volumes"]} >= {"sidecar-data", "sidecar-token"}
 
 
 def test_without_the_capability_the_pod_meets_restricted(checker: Path) -> None:

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import os
 import re
 import signal
 import sys
@@ -86,22 +87,35 @@ def add_parser(sub: Any) -> None:
     parser.add_argument(
         "--blocking", action="store_true", help="pause each target during each read"
     )
-    push = parser.add_argument_group("pushing to Grafana Pyroscope")
+    push = parser.add_argument_group(
+        "pushing to Grafana Pyroscope",
+        "each option's default comes from the environment variable named in brackets",
+    )
     push.add_argument(
         "--push",
         metavar="URL",
-        help="also push every window to this Pyroscope (e.g. http://pyroscope:4040)",
+        default=os.environ.get("SIDECAR_PUSH_URL") or None,
+        help="also push every window to this Pyroscope, e.g. http://pyroscope:4040 "
+        "[SIDECAR_PUSH_URL]",
     )
     push.add_argument(
         "--push-token-file",
         metavar="PATH",
-        help="file with a bearer token, or USER:PASSWORD for basic auth, for --push",
+        default=os.environ.get("SIDECAR_PUSH_TOKEN_FILE") or None,
+        help="file with a bearer token, or USER:PASSWORD for basic auth [SIDECAR_PUSH_TOKEN_FILE]",
     )
-    push.add_argument("--push-tenant", metavar="ID", help="tenant (X-Scope-OrgID) for --push")
+    push.add_argument(
+        "--push-tenant",
+        metavar="ID",
+        default=os.environ.get("SIDECAR_PUSH_TENANT") or None,
+        help="tenant (X-Scope-OrgID) [SIDECAR_PUSH_TENANT]",
+    )
     push.add_argument(
         "--service-name",
         metavar="NAME",
-        help="service_name of the pushed series (default: from each target's command line)",
+        default=os.environ.get("SIDECAR_SERVICE_NAME") or None,
+        help="service_name of the pushed series, by default from each target's command line "
+        "[SIDECAR_SERVICE_NAME]",
     )
     parser.add_argument(
         "--log-level", default="info", choices=("debug", "info", "warning", "error")
