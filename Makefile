@@ -61,7 +61,8 @@ fmt: install
 
 # benchmarks/bench.py writes REPORT.md (the performance goals) and, from its storage part (a 6-minute
 # run of benchmarks/store.py's measurement), REPORT-store.md; the others write their own reports
-# (REPORT-versions.md: a sample's cost under each CPython version). About 30 minutes in all on two cores.
+# (REPORT-versions.md: a sample's cost under each CPython version; REPORT-push.md: what pushing
+# to Pyroscope adds to serve's CPU per target). About 35 minutes in all on two cores.
 bench: install
 	$(BIN)/python benchmarks/bench.py
 	$(BIN)/python benchmarks/sampler.py --rounds 2 --seconds 5
@@ -69,6 +70,7 @@ bench: install
 	$(BIN)/python benchmarks/frameworks.py --rounds 1
 	$(MAKE) pythons
 	$(BIN)/python benchmarks/versions.py
+	$(BIN)/python benchmarks/push.py
 
 clean:
 	rm -rf $(VENV) native/target out
