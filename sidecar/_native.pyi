@@ -234,8 +234,8 @@ def diff_shares(
     """
 
 def encode_pprof(
-    frames: list[tuple[str, str, int]],
-    samples: list[tuple[list[int], list[int], list[tuple[str, str]]]],
+    frames: list[tuple[str, str, str, int]],
+    samples: list[tuple[str, list[int], list[tuple[str, str]]]],
     *,
     sample_types: list[tuple[str, str]],
     period_type: tuple[str, str],
@@ -244,10 +244,11 @@ def encode_pprof(
     duration_nanos: int = 0,
     comments: list[str] = ...,
 ) -> bytes:
-    """A gzipped pprof profile.proto. ``frames`` are (function, file or "", line); a sample is
-    (frame indices innermost first, one value per sample type, (key, value) string labels).
+    """A gzipped pprof profile.proto. ``frames`` are (folded text, function, file or "",
+    line) of every frame the samples use; a sample is (folded stack root first, one value per
+    sample type, (key, value) string labels).
 
-    Raises ValueError for a sample naming a missing frame or with the wrong number of values.
+    Raises ValueError for a sample with a frame not in ``frames`` or the wrong number of values.
     """
 
 def encode_push_request(series: list[tuple[list[tuple[str, str]], list[bytes]]]) -> bytes:

@@ -8,6 +8,7 @@ the sampler saw it, a ``thread_name`` label. Frames are parsed here by the one f
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -69,27 +70,19 @@ def encode(
     """Gzipped profile.proto: one value per name in ``values`` (``samples`` counts, ``wall``
     and ``cpu`` nanoseconds at one period per sample), the last one the default."""
     period = period_ns(rate_hz)
-    frames: list[tuple[str, str, int]] = []
-    index: dict[str, int] = {}
-    rows: list[tuple[list[int], list[int], list[tuple[str, str]]]] = []
+    rows: list[tuple[str, list[int], list[tuple[str, str]]]] = []
     for sample in samples:
         if sample.count <= 0:
             continue
-        locations: list[int] = []
-        for text in reversed(sample.stack.split(";")):  # pprof lists the innermost first
-            at = index.get(text)
-            if at is None:
-                frame = parse_frame(text)
-                at = index[text] = len(frames)
-                frames.append((frame.name, frame.file, frame.line))
-            locations.append(at)
         labels = [("state", sample.state)]
         if sample.thread:
             labels.append(("thread_name", sample.thread))
         amounts = [sample.count if name == "samples" else sample.count * period for name in values]
-        rows.append((locations, amounts, labels))
+        rows.append((sample.stack, amounts, labels))
     if not rows:
         raise NoSamples("nothing to write: the profile has no stacks")
+    # the distinct frames (found natively), each parsed once by the one frame grammar
+    frames = [(text, *_parsed(text)) for text in _native.frame_names(row[0] for row in rows)]
     time_ns = round(start * 1e9) if start is not None else 0
     duration_ns = round((end - start) * 1e9) if start is not None and end is not None else 0
     return _native.encode_pprof(
@@ -102,6 +95,13 @@ def encode(
         duration_nanos=max(0, duration_ns),
         comments=list(comments),
     )
+
+
+@functools.lru_cache(maxsize=65536)
+def _parsed(text: str) -> tuple[str, str, int]:
+    """A frame's (function, file, line); frames repeat from window to window, so once each."""
+    frame = parse_frame(text)
+    return frame.name, frame.file, frame.line
 
 
 def encode_profile(profile: Profile, comments: Sequence[str] = ()) -> bytes:

@@ -125,10 +125,11 @@ struct RawSample {
     id: String,
 }
 
-/// A frame: function name, file ("" when it names no code location) and line.
-pub type FrameIn = (String, String, i64);
-/// A sample: frame indices innermost first, one value per sample type, (key, value) labels.
-pub type SampleIn = (Vec<usize>, Vec<i64>, Vec<(String, String)>);
+/// A frame: its folded text, function name, file ("" when it names no code location) and line.
+pub type FrameIn = (String, String, String, i64);
+/// A sample: a folded stack (root first, frames joined by ';'), one value per sample type,
+/// (key, value) labels.
+pub type SampleIn = (String, Vec<i64>, Vec<(String, String)>);
 
 /// What a profile measures and over which span.
 pub struct Header {
@@ -184,7 +185,9 @@ fn build(header: &Header, frames: &[FrameIn], samples: &[SampleIn]) -> Result<Ve
     let mut functions: Vec<Function> = Vec::new();
     let mut by_function: HashMap<(&str, &str), u64> = HashMap::new();
     let mut location = Vec::with_capacity(frames.len());
-    for (index, (name, file, line)) in frames.iter().enumerate() {
+    let mut by_text: HashMap<&str, u64> = HashMap::with_capacity(frames.len());
+    for (index, (text, name, file, line)) in frames.iter().enumerate() {
+        by_text.insert(text.as_str(), index as u64 + 1);
         let next = functions.len() as u64 + 1;
         let function_id = *by_function
             .entry((name.as_str(), file.as_str()))
@@ -216,15 +219,13 @@ fn build(header: &Header, frames: &[FrameIn], samples: &[SampleIn]) -> Result<Ve
                 sample_type.len()
             ));
         }
-        let mut location_id = Vec::with_capacity(stack.len());
-        for &frame in stack {
-            if frame >= frames.len() {
-                return Err(format!(
-                    "sample {number} names frame {frame} of {}",
-                    frames.len()
-                ));
+        // pprof lists the innermost frame first
+        let mut location_id = Vec::with_capacity(stack.len() / 16 + 1);
+        for frame in stack.rsplit(';') {
+            match by_text.get(frame) {
+                Some(&id) => location_id.push(id),
+                None => return Err(format!("sample {number} has a frame not listed: {frame:?}")),
             }
-            location_id.push(frame as u64 + 1);
         }
         let label = labels
             .iter()
@@ -259,8 +260,10 @@ fn build(header: &Header, frames: &[FrameIn], samples: &[SampleIn]) -> Result<Ve
     Ok(profile.encode_to_vec())
 }
 
+/// Gzip at the fastest level: on profiles it costs a tenth of the default's CPU for output
+/// about a tenth larger, and a profile is made every window.
 fn gzip(data: &[u8]) -> Vec<u8> {
-    let mut encoder = GzEncoder::new(Vec::with_capacity(data.len() / 4 + 64), Compression::new(6));
+    let mut encoder = GzEncoder::new(Vec::with_capacity(data.len() / 4 + 64), Compression::fast());
     // writing to a Vec cannot fail
     encoder.write_all(data).expect("gzip into memory");
     encoder.finish().expect("gzip into memory")
@@ -305,7 +308,8 @@ pub fn push_request(series: Vec<SeriesIn>) -> Vec<u8> {
 #[pyfunction]
 #[pyo3(signature = (frames, samples, *, sample_types, period_type, period, time_nanos=0,
                     duration_nanos=0, comments=Vec::new()))]
-/// A gzipped profile.proto from frames and samples (frame indices innermost first).
+/// A gzipped profile.proto from frames (folded text, name, file, line) and samples (folded
+/// stack root first, values, labels).
 fn encode_pprof<'py>(
     py: Python<'py>,
     frames: Vec<FrameIn>,
@@ -364,16 +368,28 @@ mod tests {
         }
     }
 
+    fn frame(text: &str, name: &str, file: &str, line: i64) -> FrameIn {
+        (text.into(), name.into(), file.into(), line)
+    }
+
     #[test]
     fn round_trip_through_prost() {
         let frames = vec![
-            ("main".to_string(), "app.py".to_string(), 3),
-            ("handle".to_string(), "app.py".to_string(), 9),
-            ("handle".to_string(), "app.py".to_string(), 10),
+            frame("main (app.py:3)", "main", "app.py", 3),
+            frame("handle (app.py:9)", "handle", "app.py", 9),
+            frame("handle (app.py:10)", "handle", "app.py", 10),
         ];
         let samples = vec![
-            (vec![1, 0], vec![5], vec![("state".into(), "busy".into())]),
-            (vec![2, 0], vec![7], vec![("state".into(), "idle".into())]),
+            (
+                "main (app.py:3);handle (app.py:9)".to_string(),
+                vec![5],
+                vec![("state".into(), "busy".into())],
+            ),
+            (
+                "main (app.py:3);handle (app.py:10)".to_string(),
+                vec![7],
+                vec![("state".into(), "idle".into())],
+            ),
         ];
         let mut raw = Vec::new();
         GzDecoder::new(&encode(&header(), &frames, &samples).unwrap()[..])
@@ -396,9 +412,14 @@ mod tests {
 
     #[test]
     fn out_of_line_samples_are_refused() {
-        let frames = vec![("main".to_string(), String::new(), 0)];
-        assert!(build(&header(), &frames, &[(vec![1], vec![1], vec![])]).is_err());
-        assert!(build(&header(), &frames, &[(vec![0], vec![1, 2], vec![])]).is_err());
+        let frames = vec![frame("main", "main", "", 0)];
+        assert!(build(
+            &header(),
+            &frames,
+            &[("main;other".into(), vec![1], vec![])]
+        )
+        .is_err());
+        assert!(build(&header(), &frames, &[("main".into(), vec![1, 2], vec![])]).is_err());
     }
 
     #[test]
