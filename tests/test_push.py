@@ -250,3 +250,62 @@ def test_push_usage_errors(tmp_path: Path) -> None:
         assert len(lines) == 1 and words in lines[0], (args, done.stderr)
         assert "secret" not in done.stderr
     assert not (tmp_path / "x.db").exists()
+
+
+#: (path, headers, body size) of each push the recording server took.
+SEEN: list[tuple[str, dict[str, str], int]] = []
+
+
+class _Recording(http.server.BaseHTTPRequestHandler):
+    """Accepts every push and keeps what came with it."""
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        SEEN.append((self.path, dict(self.headers), len(body)))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/proto")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("secret", "authorization"),
+    [("s3cr3t-token", "Bearer s3cr3t-token"), ("12345:glc_abc", "Basic MTIzNDU6Z2xjX2FiYw==")],
+)
+def test_credentials_and_tenant_go_with_each_push(
+    spawn: Spawner, tmp_path: Path, secret: str, authorization: str
+) -> None:
+    target = spawn.target("spin")
+    SEEN.clear()
+    recording = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recording)
+    threading.Thread(target=recording.serve_forever, daemon=True).start()
+    token = tmp_path / "token"
+    token.write_text(secret + "\n")
+    try:
+        url = f"http://127.0.0.1:{recording.server_address[1]}/prefix/"
+        server = pushing(
+            tmp_path / "c.db",
+            target.pid,
+            url,
+            "--push-token-file",
+            str(token),
+            "--push-tenant",
+            "t1",
+        )
+        assert wait_until(lambda: health(server)["push"]["pushed_windows"] >= 2, timeout=40)
+        doc = health(server)["push"]
+        assert doc["url"] == f"http://127.0.0.1:{recording.server_address[1]}/prefix"
+        assert secret not in json.dumps(doc)
+        assert server.stop() == 0
+    finally:
+        recording.shutdown()
+        recording.server_close()
+    path, headers, size = SEEN[0]
+    assert path == "/prefix/push.v1.PusherService/Push" and size > 0
+    assert headers["Authorization"] == authorization
+    assert headers["X-Scope-OrgID"] == "t1"
+    assert headers["Content-Type"] == "application/proto"
+    assert headers["Connect-Protocol-Version"] == "1"
