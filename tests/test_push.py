@@ -19,7 +19,9 @@ from helpers import LoadDriver, Spawner, sidecar, wait_until
 from pyroscope import PERIOD_NS, Pyroscope, build, wait_pushed
 from test_serve import Serve
 
+from sidecar.push import Client, Pusher, endpoint
 from sidecar.query import Range, Reader
+from sidecar.store import ProcessRecord, WindowBatch
 
 CPU = "process_cpu:cpu:nanoseconds:cpu:nanoseconds"
 WALL = "wall:wall:nanoseconds:wall:nanoseconds"
@@ -309,3 +311,47 @@ def test_credentials_and_tenant_go_with_each_push(
     assert headers["X-Scope-OrgID"] == "t1"
     assert headers["Content-Type"] == "application/proto"
     assert headers["Connect-Protocol-Version"] == "1"
+
+
+def _window(start: float) -> WindowBatch:
+    return WindowBatch((7, 7), int(start), 1, 100, [("main (app.py:1)", 7, "busy", 100)], {})
+
+
+def test_the_backlog_is_bounded_and_too_old_windows_are_not_sent(tmp_path: Path) -> None:
+    hanging = _Hanging()
+    SEEN.clear()
+    recording = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recording)
+    threading.Thread(target=recording.serve_forever, daemon=True).start()
+    record = ProcessRecord(7, 7, "python -m app", time.time(), "aiohttp", "asyncio", "3.11.7")
+    try:
+        # a server that never answers: the first request hangs, the rest queue up to the bound
+        stuck = Pusher(
+            Client(endpoint(f"http://127.0.0.1:{hanging.port}", timeout=30)),
+            rate_hz=100,
+            max_backlog=5,
+        )
+        stuck.start()
+        stuck.submit(record)
+        now = time.time()
+        for n in range(12):
+            stuck.submit(_window(now - 12 + n))
+        assert wait_until(lambda: stuck.health.given_up["overflow"] >= 6, timeout=10)
+        assert stuck.health.backlog <= 5
+        stuck.stop(timeout=0.5)
+        given_up = stuck.health.given_up
+        assert given_up["overflow"] + given_up["shutdown"] == 12 - stuck.health.pushed_windows
+        # windows older than Pyroscope accepts are dropped, not sent; the fresh one goes
+        pusher = Pusher(
+            Client(endpoint(f"http://127.0.0.1:{recording.server_address[1]}")), rate_hz=100
+        )
+        pusher.submit(record)
+        pusher.submit(_window(time.time() - 2 * 3600))
+        pusher.submit(_window(time.time() - 2))
+        pusher.start()
+        assert wait_until(lambda: pusher.health.pushed_windows == 1, timeout=10)
+        pusher.stop(timeout=2)
+        assert pusher.health.given_up["expired"] == 1 and len(SEEN) == 1
+    finally:
+        hanging.close()
+        recording.shutdown()
+        recording.server_close()

@@ -101,6 +101,10 @@ class Pusher:
         self._stopping = threading.Event()
         self._deadline = 0.0
         self._backoff = 0.0
+        #: Windows taken for the request under way; given up by ``stop`` if it never ends.
+        self._in_flight = 0
+        #: Set by ``stop`` once it has counted what is left: the thread counts nothing more.
+        self._closed = False
         self._thread = threading.Thread(target=self._run, name="sidecar-pusher", daemon=True)
 
     # -- the sink --------------------------------------------------------------------------
@@ -142,9 +146,11 @@ class Pusher:
         if self._thread.is_alive():
             self._thread.join(timeout + 2.0)
         with self._cond:
-            left = len(self._queue)
+            # a request still under way (a server that hangs) counts as not sent
+            left = len(self._queue) + (self._in_flight if self._thread.is_alive() else 0)
             self._queue.clear()
             self.health.backlog = 0
+            self._closed = True
         if left:
             self.health.give_up("shutdown", left)
             log.warning("stopping with %d windows not pushed", left)
@@ -172,8 +178,17 @@ class Pusher:
             self._expire()
             items = [self._queue.popleft() for _ in range(min(self.per_request, len(self._queue)))]
             self.health.backlog = len(self._queue)
+            self._in_flight = len(items)
         if not items:
             return False
+        try:
+            return self._push(items)
+        finally:
+            with self._cond:
+                self._in_flight = 0  # settled below, or by an unexpected error
+
+    def _push(self, items: list[_Item]) -> bool:
+        """Encodes and sends ``items``; True when ``stop`` gave up on them meanwhile."""
         series: list[Series] = []
         for item in items:
             if item.series is None:
@@ -186,23 +201,34 @@ class Pusher:
         try:
             self.client.push(body)
         except PushFailed as err:
+            # settled under the lock, so that stop() counts each window once
+            with self._cond:
+                if self._closed:
+                    return True  # stop() counted these as given up
+                self._in_flight = 0
+                if err.retry:
+                    self.health.retries += 1
+                    self._queue.extendleft(reversed(items))
+                    self._bound()
+                else:
+                    self.health.give_up("rejected", len(items))
             self._note(str(err))
             if err.retry:
-                self.health.retries += 1
-                self._put_back(items)
                 self._wait()
             else:
-                self.health.give_up("rejected", len(items))
                 log.error("Pyroscope rejected %d windows: %s", len(items), err)
             return False
-        now = time.time()
-        if self.health.failing:
-            log.info("pushing again; backlog %d windows", self.health.backlog)
-        self.health.failing = False
-        self.health.pushed_windows += len(items)
-        self.health.requests += 1
-        self.health.bytes_sent += len(body)
-        self.health.last_success_at = now
+        with self._cond:
+            if self._closed:
+                return True
+            self._in_flight = 0
+            if self.health.failing:
+                log.info("pushing again; backlog %d windows", self.health.backlog)
+            self.health.failing = False
+            self.health.pushed_windows += len(items)
+            self.health.requests += 1
+            self.health.bytes_sent += len(body)
+            self.health.last_success_at = time.time()
         self._backoff = 0.0
         return False
 
@@ -212,11 +238,6 @@ class Pusher:
         while self._queue and self._queue[0].batch.start < cutoff:
             self._queue.popleft()
             self.health.give_up("expired")
-
-    def _put_back(self, items: list[_Item]) -> None:
-        with self._cond:
-            self._queue.extendleft(reversed(items))
-            self._bound()
 
     def _note(self, error: str) -> None:
         if not self.health.failing:
