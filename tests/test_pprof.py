@@ -138,3 +138,30 @@ def test_a_window_past_pyroscopes_sample_limit_keeps_its_totals(tmp_path: Path) 
     assert "Type: cpu" in pprof(cpu, "-top")
     busy = sum(row[3] for row in rows if row[2] == "busy")
     assert sum(raw_samples(cpu)) == busy * 10_000_000
+
+
+def test_the_task_profile_of_a_recording_as_pprof(
+    spawn: Spawner, load: LoadDriver, tmp_path: Path
+) -> None:
+    target = spawn.target("aiohttp_app")
+    load.start(target.url + "/stages", seconds=10, connections=4)
+    time.sleep(0.5)
+    out = tmp_path / "p.pb.gz"
+    done = sidecar(
+        "record",
+        "--pid",
+        str(target.pid),
+        "--duration",
+        "2",
+        "--tasks",
+        "--format",
+        "pprof",
+        "-o",
+        str(out),
+    )
+    assert done.returncode == 0, done.stderr
+    tasks = tmp_path / "p.pb.tasks.gz"
+    assert f"wrote {tasks} (pprof," in done.stderr
+    labels = tags(pprof(tasks, "-tags"))
+    assert "waiting" in labels["state"] and set(labels["state"]) <= {"running", "ready", "waiting"}
+    assert "stages_handler" in pprof(tasks, "-top", "-nodecount=200")
