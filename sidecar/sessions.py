@@ -160,33 +160,37 @@ class Sessions:
     # -- discovery -------------------------------------------------------------------------
 
     def scan(self) -> None:
-        """Attaches to new processes, retries problems that are due, forgets dead ones."""
+        """Forgets dead processes, then attaches to new ones and retries problems that are due.
+
+        The dead go first: a program restarted since the last scan finds its old process
+        recorded gone, so the store gives the new one the same target.
+        """
         now = time.time()
-        seen: set[Key] = set()
+        found: list[Key] = []
         for pid in scan(self.selection):
             started = _native.process_start_time(pid)
-            if started is None:
-                continue
-            key = (pid, started)
-            seen.add(key)
+            if started is not None:
+                found.append((pid, started))
+        seen = set(found)
+        for key, gone in [(k, s) for k, s in self.sessions.items() if k not in seen]:
+            self._close(key, gone)  # gone, or exec'd a program that is not wanted
+        for key in [k for k in self.problems if k not in seen]:
+            with self.lock:
+                del self.problems[key]  # the process is gone; nothing more to report
+            self.sink.submit(Gone(key, now))
+        for key in found:
             session = self.sessions.get(key)
             if session is not None:
                 if not self._execed(session):
                     self._check_role(session, now)
                     continue
                 # the process runs another program now: what the old one had stays with it
-                log.info("PID %d exec'd another program: %s", pid, read_cmdline(pid)[:120])
+                log.info("PID %d exec'd another program: %s", key[0], read_cmdline(key[0])[:120])
                 self._close(key, session)
             problem = self.problems.get(key)
             if problem is not None and problem.retry_at > now:
                 continue
             self._attach(key, now, problem)
-        for key, session in [(k, s) for k, s in self.sessions.items() if k not in seen]:
-            self._close(key, session)  # exec'd a program that is not wanted, or not Python
-        for key in [k for k in self.problems if k not in seen]:
-            with self.lock:
-                del self.problems[key]  # the process is gone; nothing more to report
-            self.sink.submit(Gone(key, now))
 
     @staticmethod
     def _execed(session: Session) -> bool:
