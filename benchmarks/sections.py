@@ -20,7 +20,7 @@ LABELS = {
 }
 GOALS = {"sidecar": 0.995, "sidecar-blocking": 0.98}
 LATENCY_GOALS = {"sidecar": 1.02, "sidecar-blocking": 1.05}
-#: Goal 4: serve's CPU per target, everything included, and what that leaves per sample at 100 Hz.
+#: serve's CPU per target, everything included, at most; and what that leaves per sample at 100 Hz.
 CPU_GOAL = 0.0025
 BUDGET_US = CPU_GOAL * 1e6 / 100
 
