@@ -160,7 +160,7 @@ def test_the_task_profile_of_a_recording_as_pprof(
         str(out),
     )
     assert done.returncode == 0, done.stderr
-    tasks = tmp_path / "p.pb.tasks.gz"
+    tasks = tmp_path / "p.tasks.pb.gz"  # the compound suffix stays whole
     assert f"wrote {tasks} (pprof," in done.stderr
     labels = tags(pprof(tasks, "-tags"))
     assert "waiting" in labels["state"] and set(labels["state"]) <= {"running", "ready", "waiting"}

@@ -151,9 +151,13 @@ def task_summary(rec: Recording) -> list[str]:
 
 
 def tasks_path(output: str) -> str:
-    """Where the task profile goes: beside the profile, ``NAME.tasks.EXT``."""
+    """Where the task profile goes: beside the profile, ``NAME.tasks.EXT``; a compound
+    suffix of the formats (``.pb.gz``) stays whole, so ``p.pb.gz`` gives ``p.tasks.pb.gz``."""
     path = Path(output)
-    return str(path.with_name(f"{path.stem}.tasks{path.suffix}"))
+    suffix = next((s for s in SUFFIXES.values() if path.name.endswith(s) and path.name != s), "")
+    if not suffix or len(suffix) <= len(path.suffix):
+        suffix = path.suffix
+    return str(path.with_name(f"{path.name[: len(path.name) - len(suffix)]}.tasks{suffix}"))
 
 
 def run(args: argparse.Namespace) -> int:
