@@ -374,6 +374,18 @@ def test_listening_beyond_loopback_needs_a_token() -> None:
     assert "--token-file" in result.stderr
 
 
+def test_a_taken_port_is_one_error_line_before_anything_starts(serve: Any, tmp_path: Path) -> None:
+    taken = serve(db=tmp_path / "first.db")
+    db = tmp_path / "second.db"
+    result = sidecar("serve", "--db", str(db), "--port", str(taken.port), timeout=30)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"sidecar: error: cannot listen on 127.0.0.1:{taken.port}: Address already in use"
+    ]
+    assert not db.exists()  # refused before the store was opened or a target sampled
+    assert sidecar("serve", "--port", "70000", timeout=30).returncode == 2
+
+
 def test_untraceable_process_is_reported_then_marked_gone(
     spawn: Spawner, serve: Any, tmp_path: Path
 ) -> None:

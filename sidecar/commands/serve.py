@@ -10,13 +10,14 @@ import logging
 import os
 import re
 import signal
+import socket
 import sys
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from sidecar import defaults
-from sidecar.errors import UsageError
+from sidecar.errors import SidecarError, UsageError
 
 HELP = "sample Python processes continuously, store profiles and serve the UI and API"
 
@@ -175,6 +176,27 @@ def _server(app: Any, host: str, port: int) -> Any:
     return Server(config)
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """The server's listening socket, bound before anything else starts: a taken port or an
+    address of no interface is one clear error, with no target sampled and nothing stored."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as err:
+        raise SidecarError(f"cannot listen on {host}:{port}: {err.strerror or err}") from err
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as err:
+        sock.close()
+        raise SidecarError(f"cannot listen on {host}:{port}: {err.strerror or err}") from err
+    sock.set_inheritable(True)
+    return sock
+
+
 def run(args: argparse.Namespace) -> int:
 
     from sidecar.api import create_app
@@ -183,6 +205,8 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 < args.rate <= 10_000:
         raise UsageError("--rate must be between 0 and 10000 Hz")
+    if not 0 <= args.port <= 65535:
+        raise UsageError("--port must be between 0 and 65535 (0: any free port)")
     if not 1 <= args.window <= 3600:
         raise UsageError("--window must be between 1 and 3600 seconds")
     if args.retention < args.window * 2:
@@ -224,19 +248,22 @@ def run(args: argparse.Namespace) -> int:
         push=push,
         service_name=args.service_name,
     )
+    sock = listen(args.host, args.port)
     service = Service(config)
-    service.start()
-    signal.signal(signal.SIGTERM, _stop)
     try:
+        service.start()
+        signal.signal(signal.SIGTERM, _stop)
         server = _server(create_app(service), args.host, args.port)
+        port = sock.getsockname()[1]  # the port given, or the one picked for --port 0
         print(
-            f"sidecar: serving http://{args.host}:{args.port} (database {args.db})",
+            f"sidecar: serving http://{args.host}:{port} (database {args.db})",
             file=sys.stderr,
             flush=True,
         )
-        server.run()
+        server.run(sockets=[sock])
     except KeyboardInterrupt:
         pass
     finally:
         service.stop()
+        sock.close()
     return 0
