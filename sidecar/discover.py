@@ -14,6 +14,9 @@ is cheap and safe to call for every process a sidecar sees:
   ``fork_processes``): a process forked from another without exec (same executable, same
   command line) is a ``worker``, the process it was forked from the ``master``; a lone process
   has none. A master's loop (gunicorn runs one for its control socket) serves no requests.
+  multiprocessing forks the same way, so the frames of a profile settle it (``settle_role``):
+  a master is one only where it waits for its workers as a pre-fork server does, and a process
+  pool's child is no worker; the service that owns a pool is a lone process, not a master.
 """
 
 from __future__ import annotations
@@ -55,6 +58,19 @@ _SERVER_FILES: dict[str, tuple[str, ...]] = {
         "tornado/routing.py",
     ),
 }
+#: Where a pre-fork master waits on its workers (function, file): gunicorn's arbiter in its main
+#: loop (``wait_for_signals`` in gunicorn 27, ``sleep`` in older releases), Tornado's parent in
+#: ``fork_processes`` (its children return from it). A worker forked by the arbiter has the
+#: arbiter's ``run`` below its own frames, never these.
+_MASTER_WAITS = (
+    ("wait_for_signals", "gunicorn/arbiter.py"),
+    ("sleep", "gunicorn/arbiter.py"),
+    ("fork_processes", "tornado/process.py"),
+)
+#: Where a child of multiprocessing (a process pool's worker) runs: forked like a pre-fork
+#: worker, but the pool's, not a server's.
+_POOL_CHILD = (("_bootstrap", "multiprocessing/process.py"),)
+
 #: asyncio's own Python loop; uvloop (a C loop) never shows these frames.
 _ASYNCIO_LOOP = (("run_forever", "asyncio/base_events.py"), ("_run_once", "asyncio/base_events.py"))
 
@@ -201,6 +217,37 @@ def loop_from_frames(stacks: Mapping[str, int]) -> str:
     return "uvloop" if loop_samples else "unknown"
 
 
+def _has_frame(stack: str, table: tuple[tuple[str, str], ...]) -> bool:
+    for frame in code_frames(stack):
+        name, file = frame.name.rsplit(".", 1)[-1], frame.file.replace("\\", "/")
+        if any(name == fn and file.endswith(suffix) for fn, suffix in table):
+            return True
+    return False
+
+
+def role_marks(stack: str) -> frozenset[str]:
+    """What one stack says of a pre-fork role: ``master`` (a master waiting on its workers),
+    ``pool`` (a process pool's child); empty for most stacks. Cheap on stacks of neither."""
+    marks = set()
+    if "arbiter.py" in stack or "process.py" in stack:  # the files of both tables
+        if _has_frame(stack, _MASTER_WAITS):
+            marks.add("master")
+        if _has_frame(stack, _POOL_CHILD):
+            marks.add("pool")
+    return frozenset(marks)
+
+
+def settle_role(candidate: str | None, marks: Iterable[str]) -> str | None:
+    """The role /proc suggests (``prefork_role``) as the frames seen so far settle it: a master
+    only once it was seen waiting on its workers, a worker unless it is a process pool's."""
+    seen = set(marks)
+    if candidate == "master":
+        return "master" if "master" in seen else None
+    if candidate == "worker":
+        return None if "pool" in seen else "worker"
+    return None
+
+
 def refine(info: ProcessInfo, stacks: Mapping[str, int]) -> ProcessInfo:
     """``info`` with framework and loop corrected by what the frames of a profile show."""
     framework, source, loop = info.framework, info.framework_source, info.loop
@@ -209,7 +256,9 @@ def refine(info: ProcessInfo, stacks: Mapping[str, int]) -> ProcessInfo:
         framework, source = seen, "frames"
     if loop_from_frames(stacks) == "asyncio":
         loop = "asyncio"
-    return replace(info, framework=framework, loop=loop, framework_source=source)
+    marks = frozenset().union(*(role_marks(stack) for stack in stacks))
+    role = settle_role(info.role, marks)
+    return replace(info, framework=framework, loop=loop, framework_source=source, role=role)
 
 
 def describe(pid: int, stacks: Mapping[str, int] | None = None) -> ProcessInfo:
@@ -268,7 +317,8 @@ def _children(pid: int) -> list[int]:
 
 def prefork_role(pid: int) -> str | None:
     """``worker`` when ``pid`` was forked without exec from its parent (same executable and
-    command line), ``master`` when a child of it was, None otherwise or when unreadable."""
+    command line), ``master`` when a child of it was, None otherwise or when unreadable. What
+    /proc suggests: ``settle_role`` decides with the frames."""
     own = _program(pid)
     if own is None:
         return None

@@ -28,6 +28,8 @@ from sidecar.discover import (
     prefork_role,
     program,
     read_cmdline,
+    role_marks,
+    settle_role,
 )
 from sidecar.errors import TargetError
 from sidecar.sample import on_cpu_source, open_sampler
@@ -104,6 +106,8 @@ class Session:
     recent: deque[tuple[int, int, int, int]] = field(default_factory=lambda: deque(maxlen=6))
     #: ``master`` / ``worker`` in a pre-fork server, None alone (checked at every scan).
     role: str | None = None
+    #: What its stacks said of its role so far (``discover.role_marks``).
+    marks: frozenset[str] = frozenset()
 
     def record(self, seen: float) -> ProcessRecord:
         """The process as the store keeps it."""
@@ -202,8 +206,9 @@ class Sessions:
 
     def _check_role(self, session: Session, now: float) -> None:
         """A master forks its workers after it starts, and may be left alone: the role is
-        read again at every scan and the store told when it changed."""
-        role = prefork_role(session.key[0])
+        read again at every scan and whenever its stacks tell more, and the store told when it
+        changed."""
+        role = settle_role(prefork_role(session.key[0]), session.marks)
         if role != session.role:
             log.info("PID %d is now %s", session.key[0], role or "a lone process")
             session.role = role
@@ -213,7 +218,7 @@ class Sessions:
         pid, started = key
         cmdline, code = program(pid)
         framework, loop = self.describe(pid)
-        role = prefork_role(pid)
+        role = settle_role(prefork_role(pid), ())  # a master once its stacks show it
         try:
             # one sampling thread for every target: one wakeup per tick for all of them
             sampler = open_sampler(
@@ -263,7 +268,12 @@ class Sessions:
                 self._close(key, session)
                 continue
             for window in session.sampler.drain():
-                self.sink.submit(self._batch(session, window))
+                batch = self._batch(session, window)
+                marks = session.marks
+                session.marks = marks.union(*(role_marks(row[0]) for row in batch.rows))
+                if session.marks != marks:  # the store has the role before these samples
+                    self._check_role(session, time.time())
+                self.sink.submit(batch)
             clock = session.sampler.clock
             if clock != session.clock:
                 session.clock = clock

@@ -3,15 +3,19 @@
 Routes: /sleep (50 ms awaited sleep), /stages (two awaits in turn: a 30 ms fetch, a 10 ms
 store; /stages-time says how long requests spent in each so far), /hard (sequential,
 concurrent and timed-out awaits), /cpu (pure-Python classifier), /blocking (time.sleep inside
-the loop), /blocking-fetch (a synchronous HTTP call inside the loop), /health.
+the loop), /blocking-fetch (a synchronous HTTP call inside the loop), /health. With ``--pool N``
+the service owns a process pool of N forked workers (multiprocessing's fork start method) and
+/offload runs the classifier there, as services offload CPU work.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
 import socket
 import time
+from concurrent.futures import ProcessPoolExecutor
 
 from aiohttp import web
 
@@ -86,7 +90,7 @@ async def blocking_handler(request: web.Request) -> web.Response:
     return web.Response(text="blocked the loop\n")
 
 
-def make_app() -> web.Application:
+def make_app(pool: ProcessPoolExecutor | None = None) -> web.Application:
     pretend = PretendService()
 
     async def blocking_fetch_handler(request: web.Request) -> web.Response:
@@ -94,6 +98,13 @@ def make_app() -> web.Application:
 
     async def health(request: web.Request) -> web.Response:
         return web.Response(text="ok\n")
+
+    async def offload(request: web.Request) -> web.Response:
+        if pool is None:
+            raise web.HTTPNotFound(text="start the service with --pool N\n")
+        repeat = int(request.query.get("repeat", "200"))
+        loop = asyncio.get_running_loop()
+        return web.Response(body=await loop.run_in_executor(pool, classify_path, "/x", repeat))
 
     app = web.Application()
     app.add_routes(
@@ -106,6 +117,7 @@ def make_app() -> web.Application:
             web.get("/blocking", blocking_handler),
             web.get("/blocking-fetch", blocking_fetch_handler),
             web.get("/health", health),
+            web.get("/offload", offload),
         ]
     )
     return app
@@ -116,7 +128,13 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0 in a pod)")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--uvloop", action="store_true", help="run on uvloop")
+    parser.add_argument("--pool", type=int, default=0, help="forked process pool for /offload")
     args = parser.parse_args()
+    pool = None
+    if args.pool:  # forked before any thread starts, its workers all up before the port is said
+        pool = ProcessPoolExecutor(args.pool, mp_context=multiprocessing.get_context("fork"))
+        for done in [pool.submit(classify_path, "/warm", 1) for _ in range(args.pool * 4)]:
+            done.result()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((args.host, args.port))
@@ -130,7 +148,7 @@ def main() -> None:
         loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     announce("aiohttp", sock.getsockname()[1], args.uvloop)
-    web.run_app(make_app(), sock=sock, loop=loop, print=None, access_log=None)
+    web.run_app(make_app(pool), sock=sock, loop=loop, print=None, access_log=None)
 
 
 if __name__ == "__main__":

@@ -196,6 +196,42 @@ def test_tornado_fork_processes(spawn: Spawner, load: LoadDriver, tmp_path: Path
                 os.kill(pid, signal.SIGTERM)
 
 
+def test_a_service_with_a_forked_process_pool_is_no_master(
+    spawn: Spawner, load: LoadDriver, tmp_path: Path
+) -> None:
+    """multiprocessing forks without exec too: the aiohttp service that owns a pool of forked
+    workers serves the requests and counts in aiohttp's shares; neither it nor its pool's
+    children get a pre-fork role."""
+    service = spawn.target("aiohttp_app", "--pool", str(WORKERS))
+    children = forked_children(service.pid)
+    assert len(children) == WORKERS, children
+    pids = [service.pid, *children]
+    server = Serve(tmp_path / "sidecar.db", *[a for pid in pids for a in ("--pid", str(pid))])
+    try:
+        load.start(service.url + "/offload?repeat=50", seconds=8, connections=2)
+        load.start(service.url + "/sleep", seconds=8, connections=2)
+
+        def all_sampled() -> bool:
+            rows = {row["pid"]: row for row in server.targets()}
+            return all(rows.get(pid, {}).get("samples", 0) > 0 for pid in pids)
+
+        assert wait_until(all_sampled, timeout=40), server.targets()
+        assert wait_until(lambda: all(r.popen.poll() is not None for r in load.runs), timeout=20)
+        doc = stats_of(server)
+        rows = {row["pid"]: row for row in doc["targets"]}
+        assert [rows[pid]["role"] for pid in pids] == [None] * len(pids), doc["targets"]
+        assert rows[service.pid]["framework"] == "aiohttp"
+        # aiohttp's shares are the service's own: its pool's children run no event loop
+        assert doc["frameworks"]["aiohttp"]["samples"] == rows[service.pid]["samples"], doc
+    finally:
+        server.stop()
+    done = sidecar("stats", "--pid", str(service.pid), "--duration", "1", "--json")
+    assert done.returncode == 0, done.stderr
+    alone = json.loads(done.stdout)
+    assert [row["role"] for row in alone["targets"]] == [None]
+    assert set(alone["frameworks"]) == {"aiohttp"}
+
+
 def check_ui(base: str, master: int, workers: list[int]) -> None:
     """The UI lists the master first with its role, its workers after it in its group, and the
     per-target table says which row is the master."""
