@@ -289,10 +289,27 @@ def framework_and_loop(pid: int) -> tuple[str, str]:
     return info.framework, info.loop
 
 
+#: gunicorn with setproctitle installed titles its arbiter ``gunicorn: master [APP]`` and each
+#: worker ``gunicorn: worker [APP]``: one program for the roles, told apart by the rest.
+_GUNICORN_TITLE = re.compile(r"^gunicorn: (?:master|worker) (?=\[(.*)\]$)")
+
+
+def group_of(cmdline: str) -> str:
+    """What groups a process with the others of its program: its command line, a gunicorn
+    title without its role word."""
+    return _GUNICORN_TITLE.sub("gunicorn: ", cmdline)
+
+
+def gunicorn_title(cmdline: str) -> str | None:
+    """NAME of a gunicorn title ``gunicorn: master [NAME]`` (its ``--name``, else the app)."""
+    match = _GUNICORN_TITLE.match(cmdline)
+    return match[1] if match else None
+
+
 def _program(pid: int) -> tuple[str, str] | None:
-    """(executable, command line) of ``pid``; None when it is gone or unreadable."""
+    """(executable, group of the command line) of ``pid``; None when gone or unreadable."""
     exe, cmdline = exe_path(pid), read_cmdline(pid)
-    return (exe, cmdline) if exe and cmdline else None
+    return (exe, group_of(cmdline)) if exe and cmdline else None
 
 
 def _parent(pid: int) -> int:

@@ -24,6 +24,7 @@ from sidecar import _native
 from sidecar.classify import classify
 from sidecar.discover import (
     framework_and_loop,
+    group_of,
     looks_like_python,
     prefork_role,
     program,
@@ -121,6 +122,7 @@ class Session:
             self.loop,
             python_version=self.sampler.python_version,
             role=self.role,
+            group=group_of(self.cmdline),
         )
 
 
@@ -237,7 +239,15 @@ class Sessions:
                 log.warning("cannot sample PID %d: %s (retrying in %.0f s)", pid, err, delay)
             self.sink.submit(
                 ProcessRecord(
-                    pid, started, cmdline, now, framework, loop, error=str(err), role=role
+                    pid,
+                    started,
+                    cmdline,
+                    now,
+                    framework,
+                    loop,
+                    error=str(err),
+                    role=role,
+                    group=group_of(cmdline),
                 )
             )
             return

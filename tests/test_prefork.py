@@ -19,19 +19,23 @@ from prometheus_client.parser import text_string_to_metric_families
 from test_serve import Serve
 from test_ui import CHROMIUM, CHROMIUM_ARGS
 
+from sidecar.push.series import service_name
+
 pytestmark = pytest.mark.slow
 WORKERS = 2
 
 
 def forked_children(pid: int) -> list[int]:
-    """Children of ``pid`` that run its command line (forked, not exec'd)."""
+    """Children of ``pid`` that run its command line (forked, not exec'd); under a gunicorn
+    arbiter titled ``gunicorn: master [NAME]`` (setproctitle), its ``gunicorn: worker [NAME]``."""
     found: list[int] = []
     with contextlib.suppress(OSError):
         own = Path(f"/proc/{pid}/cmdline").read_bytes()
+        same = {own, own.replace(b"gunicorn: master [", b"gunicorn: worker [", 1)}
         for tid in os.listdir(f"/proc/{pid}/task"):
             for child in Path(f"/proc/{pid}/task/{tid}/children").read_text().split():
                 with contextlib.suppress(OSError):
-                    if Path(f"/proc/{child}/cmdline").read_bytes() == own:
+                    if Path(f"/proc/{child}/cmdline").read_bytes() in same:
                         found.append(int(child))
     return sorted(found)
 
@@ -47,7 +51,9 @@ def answers(url: str) -> bool:
 def gunicorn(spawn: Spawner, tmp: Path, worker_class: str) -> tuple[int, list[int], str]:
     """A gunicorn arbiter with two aiohttp workers on a free loopback port: (master PID,
     worker PIDs, base URL). Its control socket (gunicorn runs an asyncio loop in a thread of the
-    arbiter for it) lives in ``tmp``, which also marks the command line for ``--match``."""
+    arbiter for it) lives in ``tmp``. setproctitle is installed, as in most deployments: the
+    processes are titled ``gunicorn: master [NAME]`` / ``gunicorn: worker [NAME]``, and NAME
+    (the path of ``tmp``) marks them for ``--match``."""
     port = free_port()
     master = spawn.command(
         PYTHON,
@@ -64,6 +70,8 @@ def gunicorn(spawn: Spawner, tmp: Path, worker_class: str) -> tuple[int, list[in
         f"127.0.0.1:{port}",
         "--control-socket",
         str(tmp / f"{worker_class}.ctl"),
+        "--name",
+        str(tmp / worker_class),
     )
     url = f"http://127.0.0.1:{port}"
     assert wait_until(lambda: len(forked_children(master.pid)) == WORKERS, timeout=30)
@@ -134,6 +142,10 @@ def test_gunicorn_master_and_aiohttp_workers(
                 assert targets[pid]["role"] == "worker" and targets[pid]["group"] == group
                 assert targets[pid]["framework"] == "aiohttp" and targets[pid]["loop"] == loop
         assert len({targets[m]["group"] for m in masters}) == len(masters)
+        for kind, (master, pids, _) in servers.items():
+            # titled by setproctitle: master and workers push as one service, gunicorn's --name
+            names = {service_name(targets[pid]["cmdline"]) for pid in (master, *pids)}
+            assert names == {str(tmp_path / kind)}, [targets[p]["cmdline"] for p in pids]
 
         doc = stats_of(server)
         check_framework_is_its_workers(doc, "aiohttp", masters, workers)

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 
 from sidecar import _native, pprof
 from sidecar.classify import leaf_for
+from sidecar.discover import gunicorn_title
 from sidecar.store import ProcessRecord, WindowBatch
 
 #: Pyroscope's default limits (distributor): samples per profile, bytes per profile, label sizes.
@@ -53,7 +54,11 @@ def label_name(text: str) -> str:
 
 def service_name(cmdline: str) -> str:
     """A short name for a command line: the module of ``python -m MODULE``, else the script's
-    or the program's file name without its suffix."""
+    or the program's file name without its suffix; for a titled gunicorn process, the NAME of
+    its title without a ``:callable``."""
+    titled = gunicorn_title(cmdline)
+    if titled is not None:
+        return titled.split(":", 1)[0] or "gunicorn"
     words = cmdline.split()
     if not words:
         return "python"

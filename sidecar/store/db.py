@@ -66,10 +66,17 @@ class ProcessRecord:
     error: str | None = None
     #: ``master`` / ``worker`` in a pre-fork server, None for a lone process.
     role: str | None = None
+    #: What groups it with the other processes of its program (``discover.group_of``); its
+    #: command line when not given.
+    group: str = ""
 
     @property
     def key(self) -> ProcessKey:
         return (self.pid, self.start_time)
+
+    @property
+    def group_key(self) -> str:
+        return self.group or self.cmdline
 
 
 @dataclass
@@ -261,7 +268,7 @@ class Store:
             row = self.db.execute(
                 "SELECT p.target_id, p.id FROM processes p JOIN targets t ON t.id = p.target_id "
                 "WHERE p.pid = ? AND p.start_time = ? AND t.group_key = ?",
-                (*record.key, record.cmdline),
+                (*record.key, record.group_key),
             ).fetchone()
             if row is not None:
                 target_id, process_id = int(row[0]), int(row[1])
@@ -276,7 +283,7 @@ class Store:
                     "SELECT t.id FROM targets t WHERE t.group_key = ? AND NOT EXISTS "
                     "(SELECT 1 FROM processes p WHERE p.target_id = t.id AND p.alive = 1) "
                     "ORDER BY t.role IS ? DESC, t.last_seen DESC LIMIT 1",
-                    (record.cmdline, record.role),
+                    (record.group_key, record.role),
                 ).fetchone()
                 if found is not None:
                     target_id = int(found[0])
@@ -285,7 +292,7 @@ class Store:
                         self.db.execute(
                             "INSERT INTO targets (group_key, cmdline, first_seen, last_seen) "
                             "VALUES (?, ?, ?, ?)",
-                            (record.cmdline, record.cmdline, record.seen, record.seen),
+                            (record.group_key, record.cmdline, record.seen, record.seen),
                         ).lastrowid
                         or 0
                     )
