@@ -12,5 +12,7 @@ from sidecar._native import DEFAULT_RATE_HZ, DEFAULT_WINDOW_S
 RATE_HZ: float = DEFAULT_RATE_HZ
 #: Seconds per window a sampler hands over (``record`` adds them up).
 SAMPLER_WINDOW_S: float = DEFAULT_WINDOW_S
+#: asyncio task scans per second (``record --tasks``, ``serve``).
+TASK_RATE_HZ: float = 10.0
 #: Seconds per window ``serve`` stores.
 STORE_WINDOW_S: int = 10

@@ -22,7 +22,7 @@ from sidecar.errors import SidecarError
 from sidecar.profile import STATES, Profile, Target
 from sidecar.store import counts
 from sidecar.store.db import HOUR
-from sidecar.store.schema import STATE_CODES, STATE_NAMES, SUM_COLUMNS
+from sidecar.store.schema import COUNT_TABLES, STATE_CODES, STATE_NAMES, SUM_COLUMNS
 
 MAX_BUCKETS = 2000
 
@@ -102,7 +102,7 @@ class Reader:
             self._local.file_id = file_id
         return conn
 
-    def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         try:
             return list(self._conn().execute(sql, params).fetchall())
         except sqlite3.Error as err:
@@ -110,7 +110,7 @@ class Reader:
 
     def targets(self) -> list[dict[str, Any]]:
         """Every logical target with its newest process and sample count."""
-        rows = self._rows(
+        rows = self.rows(
             """
             SELECT t.id, t.group_key, t.cmdline, t.framework, t.loop, t.first_seen, t.last_seen,
                    (SELECT p.pid FROM processes p WHERE p.target_id = t.id
@@ -163,7 +163,7 @@ class Reader:
             ids = {int(thread)}
             return lambda process_id: ids
         named: dict[int, set[int]] = {}
-        for process_id, thread_id in self._rows(
+        for process_id, thread_id in self.rows(
             "SELECT process_id, thread_id FROM threads WHERE name = ?", (thread,)
         ):
             named.setdefault(int(process_id), set()).add(int(thread_id))
@@ -177,27 +177,31 @@ class Reader:
             raise QueryError(f"unknown state {sorted(unknown)[0]!r}; use busy, idle, blocked")
         return {STATE_CODES[s] for s in states}
 
-    def _blobs(self, target: int | None, span: Range) -> list[tuple[int, bytes]]:
+    def blobs(
+        self, target: int | None, span: Range, tables: tuple[str, str] = COUNT_TABLES[0]
+    ) -> list[tuple[int, bytes]]:
         """(process id, packed counts) covering the range: whole hours rolled up come from
-        ``hour_counts``, the rest from ``window_counts``."""
+        the hours' table (``hour_counts``), the rest from the windows' (``window_counts``);
+        ``tables`` names another pair (the tasks': ``COUNT_TABLES[1]``)."""
+        windows, hour_table = tables
         where, params = ("target_id = ?", (target,)) if target is not None else ("1", ())
         hours = self.rolled_hours(span)
         pieces, values = [], []
         for start, end in _gaps(span, hours):
             pieces.append(
-                "SELECT process_id, counts FROM window_counts "
+                f"SELECT process_id, counts FROM {windows} "
                 f"WHERE window >= ? AND window < ? AND {where}"
             )
             values += [start, end, *params]
         if hours:
             pieces.append(
-                f"SELECT process_id, counts FROM hour_counts WHERE hour >= ? AND hour <= ? "
+                f"SELECT process_id, counts FROM {hour_table} WHERE hour >= ? AND hour <= ? "
                 f"AND {where}"
             )
             values += [hours[0], hours[-1], *params]
         if not pieces:
             return []
-        return [(int(p), blob) for p, blob in self._rows(" UNION ALL ".join(pieces), tuple(values))]
+        return [(int(p), blob) for p, blob in self.rows(" UNION ALL ".join(pieces), tuple(values))]
 
     def profile(
         self,
@@ -212,7 +216,7 @@ class Reader:
         codes, threads = self._states(states), self._threads(thread)
         totals: dict[tuple[int, int], int] = {}
         try:
-            for process_id, blob in self._blobs(target, span):
+            for process_id, blob in self.blobs(target, span):
                 wanted = threads(process_id) if threads is not None else None
                 for stack, thread_id, state, count in counts.unpack(blob):
                     if codes is not None and state not in codes:
@@ -241,7 +245,7 @@ class Reader:
         one process or all, from the windows (not the hourly rollups), in window order."""
         where, params = ("process_id = ?", (process_id,)) if process_id is not None else ("1", ())
         out: list[tuple[int, int, int, int, int, str, int]] = []
-        for window, target_id, process, blob in self._rows(
+        for window, target_id, process, blob in self.rows(
             "SELECT window, target_id, process_id, counts FROM window_counts "
             f"WHERE {where} ORDER BY window, target_id, process_id",
             params,
@@ -256,7 +260,7 @@ class Reader:
         """Hours rolled up that lie wholly inside the range, in order."""
         return [
             int(r[0])
-            for r in self._rows(
+            for r in self.rows(
                 "SELECT hour FROM rollup_hours WHERE hour >= ? AND hour + ? <= ? ORDER BY hour",
                 (span.start, HOUR, span.end),
             )
@@ -266,7 +270,7 @@ class Reader:
         """Folded text of stacks (leaf nodes), rebuilt from the prefix tree in one query."""
         if not ids:
             return {}
-        rows = self._rows(
+        rows = self.rows(
             """
             WITH RECURSIVE chain(id) AS (
                 SELECT value FROM json_each(?)
@@ -315,7 +319,7 @@ class Reader:
             where += " AND target_id = ?"
             params.append(target)
         columns = [column for column, _, _ in SUM_COLUMNS]
-        rows = self._rows(
+        rows = self.rows(
             f"SELECT window / ? * ? AS bucket, {', '.join(f'SUM({c})' for c in columns)} "
             f"FROM windows WHERE {where} GROUP BY bucket ORDER BY bucket",
             (step, step, *params),

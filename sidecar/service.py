@@ -40,6 +40,8 @@ class ServeConfig:
     token: str | None = None
     max_db_bytes: int | None = None
     blocking: bool = False
+    #: asyncio task scans per second of each target (``--task-rate``; 0: none).
+    task_rate_hz: float = defaults.TASK_RATE_HZ
     scan_interval: float = 2.0
     #: Where to push every window (``--push``), and the series' ``service_name``.
     push: Endpoint | None = None
@@ -70,6 +72,7 @@ class Service:
             rate_hz=config.rate_hz,
             window=config.window,
             blocking=config.blocking,
+            tasks_hz=config.task_rate_hz,
         )
         self.reader = Reader(config.db, config.window)
         self.tracing = detect()

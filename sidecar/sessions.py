@@ -35,6 +35,7 @@ from sidecar.discover import (
 from sidecar.errors import TargetError
 from sidecar.sample import on_cpu_source, open_sampler
 from sidecar.store import Gone, ProcessRecord, WindowBatch
+from sidecar.tasks import task_rows
 
 if TYPE_CHECKING:
     from sidecar._native import SamplerStats, Window
@@ -149,6 +150,7 @@ class Sessions:
         window: int,
         blocking: bool = False,
         describe: Describe = describe,
+        tasks_hz: float = 0.0,
     ) -> None:
         #: Where every message goes: one sink, or a ``Fanout`` over several.
         self.sink = sink
@@ -156,6 +158,8 @@ class Sessions:
         self.rate_hz = rate_hz
         self.window = window
         self.blocking = blocking
+        #: Task scans per second of each target (0: none).
+        self.tasks_hz = tasks_hz
         self.describe = describe
         self.sessions: dict[Key, Session] = {}
         self.problems: dict[Key, Problem] = {}
@@ -229,6 +233,7 @@ class Sessions:
                 blocking=self.blocking,
                 window=float(self.window),
                 clock="shared",
+                tasks_hz=self.tasks_hz,
             )
         except TargetError as err:
             attempts = problem.attempts + 1 if problem else 1
@@ -322,6 +327,8 @@ class Sessions:
             ticks=int(window["samples"]),
             rows=[(stack, tid, state, count) for (stack, tid, state), count in rows.items()],
             thread_names=names,
+            tasks=task_rows(window.get("tasks", [])),
+            task_scans=int(window.get("task_scans", 0)),
         )
 
     def _finish(self, key: Key, session: Session) -> None:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from sidecar.query import Range, Reader, StoreUnavailable
 from sidecar.store import ProcessRecord, Store, StoreLocked, WindowBatch, counts
-from sidecar.store.schema import MIGRATIONS
+from sidecar.store.schema import MIGRATIONS, frame_hash
 
 FRAME = st.text(
     alphabet=st.characters(blacklist_characters=";\n", blacklist_categories=("Cs",)),
@@ -300,3 +300,123 @@ def query_all(db: Path, sql: str) -> list[tuple[object, ...]]:
 
 def query_one(db: Path, sql: str) -> object:
     return query_all(db, sql)[0][0]
+
+
+TASKS = [
+    ("RequestHandler.start (aiohttp/web_protocol.py:1);RequestHandler._handle_request "
+     "(aiohttp/web_protocol.py:2);fetch (app.py:3)", "waiting", 4),
+    ("RequestHandler.start (aiohttp/web_protocol.py:1);RequestHandler._handle_request "
+     "(aiohttp/web_protocol.py:2);fetch (app.py:3)", "ready", 1),
+    ("ticker (app.py:9)", "running", 2),
+]  # fmt: skip
+
+
+def task_batch(record: ProcessRecord, window: int, scans: int = 2) -> WindowBatch:
+    """A window with one thread stack and the TASKS counted over ``scans`` scans."""
+    rows = [("main (app.py:1)", 1, "busy", 3)]
+    return WindowBatch(record.key, window, 10, 3, rows, tasks=list(TASKS), task_scans=scans)
+
+
+def test_tasks_are_stored_beside_threads_and_kept_alike(tmp_path: Path) -> None:
+    """Task windows are read back as task profiles (with their leaves), their scans give
+    tasks in flight, requests are told by their root; downsampling and hourly rollups keep
+    every task-sample, retention takes them, and collection keeps the stacks tasks use."""
+    from sidecar.taskquery import NoTaskScans, TaskReader
+
+    db = tmp_path / "tasks.db"
+    store, record = open_store(db)
+    hour = 3600
+    base = (int(time.time()) // hour - 5) * hour
+    for window in range(base, base + 2 * hour, 10):
+        store.write([task_batch(record, window)])
+    windows = 720
+    tasks = TaskReader(Reader(db))
+    span = Range(base, base + 2 * hour)
+    expected = {f"{stack};[{state}]": count * windows for stack, state, count in TASKS}
+    assert tasks.profile(1, span).stacks == expected
+    assert tasks.profile(1, span, which="background").stacks == {
+        "ticker (app.py:9);[running]": 2 * windows
+    }
+    assert tasks.profile(1, span, {"ready"}).total == windows
+    flight = tasks.in_flight(1, span)
+    assert (flight.scans, flight.mean, flight.max, flight.requests) == (2 * windows, 3.5, 3.5, 2.5)
+    assert flight.states == {"running": 1.0, "ready": 0.5, "waiting": 2.0}
+    line = tasks.timeline(1, span, step=hour)["buckets"]
+    assert line == [
+        {"t": t, "running": 1.0, "ready": 0.5, "waiting": 2.0, "requests": 2.5, "background": 1.0}
+        for t in (base, base + hour)
+    ]
+    assert store.roll_up(time.time()) == 2
+    while store.downsample(time.time()):
+        pass
+    tasks = TaskReader(Reader(db))
+    assert Reader(db).rolled_hours(span) == [base, base + hour]
+    assert tasks.profile(1, span).stacks == expected
+    assert tasks.profile(1, Range(base + 1800, base + 2 * hour)).total == 3.5 * 2 * windows * 3 / 4
+    assert tasks.in_flight(1, span).mean == 3.5
+    store.collect_stacks()
+    assert tasks.profile(1, span).stacks == expected
+    while store.prune(base + hour):
+        pass
+    store.collect_stacks()
+    assert tasks.profile(1, span).total == 3.5 * windows
+    while store.prune(base + 2 * hour):
+        pass
+    store.collect_stacks()
+    with pytest.raises(NoTaskScans, match="not scanned in this range"):
+        tasks.profile(1, span)
+    assert query_one(db, "SELECT COUNT(*) FROM task_counts") == 0
+    assert query_one(db, "SELECT COUNT(*) FROM frames") == 0
+    store.close()
+
+
+def test_a_version_5_database_gains_tasks_and_keeps_its_threads(tmp_path: Path) -> None:
+    """Schema 6 adds the tasks to a database of schema 5: its thread windows read the same,
+    they have no task scans (a clear refusal, not an empty task profile), and new windows
+    store tasks."""
+    from sidecar.taskquery import NoTaskScans, TaskReader
+
+    db = tmp_path / "v5.db"
+    conn = sqlite3.connect(db, isolation_level=None)
+    for number, step in enumerate(MIGRATIONS[:5]):
+        conn.execute("BEGIN")
+        if isinstance(step, str):
+            for statement in step.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+        else:
+            step(conn)
+        conn.execute(f"PRAGMA user_version = {number + 1}")
+        conn.execute("COMMIT")
+    now = int(time.time()) // 10 * 10
+    conn.execute(
+        "INSERT INTO targets VALUES "
+        "(1, 'python app.py', 'python app.py', 'aiohttp', 'asyncio', 1, 2, NULL)"
+    )
+    conn.execute("INSERT INTO processes VALUES (1, 1, 4242, 99, '3.11', 1, 2, 0, NULL)")
+    conn.execute(
+        "INSERT INTO frames VALUES (1, ?, 'main (app.py:1)')", (frame_hash("main (app.py:1)"),)
+    )
+    conn.execute("INSERT INTO nodes VALUES (1, 0, 1)")
+    conn.execute("INSERT INTO stacks VALUES (1, 0, 1)")
+    conn.execute(
+        "INSERT INTO windows (window, target_id, process_id, width, ticks, busy) "
+        "VALUES (?, 1, 1, 10, 3, 3)",
+        (now - 100,),
+    )
+    conn.execute(
+        "INSERT INTO window_counts VALUES (?, 1, 1, ?)", (now - 100, counts.pack({(1, 1, 0): 3}))
+    )
+    conn.close()
+    before = Reader(db).profile(1, Range(now - 100, now + 10)).stacks
+    assert before == {"main (app.py:1)": 3}
+    store, record = open_store(db)
+    assert query_one(db, "PRAGMA user_version") == len(MIGRATIONS) == 6
+    assert query_one(db, "PRAGMA integrity_check") == "ok"
+    assert Reader(db).profile(1, Range(now - 100, now + 10)).stacks == before
+    assert Reader(db).timeline(1, Range(now - 100, now + 10))["buckets"][0]["busy"] == 3
+    with pytest.raises(NoTaskScans):
+        TaskReader(Reader(db)).profile(1, Range(now - 100, now))
+    store.write([task_batch(record, now)])
+    store.close()
+    assert TaskReader(Reader(db)).in_flight(1, Range(now - 100, now + 10)).mean == 3.5

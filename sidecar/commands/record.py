@@ -58,9 +58,9 @@ def add_parser(sub: Any) -> None:
     parser.add_argument(
         "--task-rate",
         type=float,
-        default=10.0,
+        default=defaults.TASK_RATE_HZ,
         metavar="HZ",
-        help="task scans per second with --tasks (default 10)",
+        help=f"task scans per second with --tasks (default {defaults.TASK_RATE_HZ:g})",
     )
     parser.add_argument(
         "--format", choices=FORMATS, default="svg", help="output format (default svg)"

@@ -86,6 +86,15 @@ def add_parser(sub: Any) -> None:
         help="file with the API token; required when --host is not loopback",
     )
     parser.add_argument(
+        "--task-rate",
+        type=float,
+        # a string default goes through ``type``: a bad one is a usage error like the option's
+        default=os.environ.get("SIDECAR_TASK_RATE") or defaults.TASK_RATE_HZ,
+        metavar="HZ",
+        help="asyncio task scans per second per process (CPython 3.11+), stored beside the "
+        f"threads; 0 turns them off (default {defaults.TASK_RATE_HZ:g}) [SIDECAR_TASK_RATE]",
+    )
+    parser.add_argument(
         "--blocking", action="store_true", help="pause each target during each read"
     )
     push = parser.add_argument_group(
@@ -207,6 +216,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--rate must be between 0 and 10000 Hz")
     if not 0 <= args.port <= 65535:
         raise UsageError("--port must be between 0 and 65535 (0: any free port)")
+    if not 0 <= args.task_rate <= args.rate:
+        raise UsageError("--task-rate must be between 0 (no task scans) and --rate")
     if not 1 <= args.window <= 3600:
         raise UsageError("--window must be between 1 and 3600 seconds")
     if args.retention < args.window * 2:
@@ -245,6 +256,7 @@ def run(args: argparse.Namespace) -> int:
         token=token,
         max_db_bytes=args.max_db_size,
         blocking=args.blocking,
+        task_rate_hz=args.task_rate,
         push=push,
         service_name=args.service_name,
     )

@@ -23,7 +23,18 @@ from sidecar.classify import code_frames, is_loop_stack
 from sidecar.errors import StoreError
 from sidecar.store import counts
 from sidecar.store.counts import Counts
-from sidecar.store.schema import STATE_CODES, SUM_COLUMNS, SUMS_OF, frame_hash, migrate
+from sidecar.store.schema import (
+    COUNT_TABLES,
+    STATE_CODES,
+    SUM_COLUMNS,
+    SUMS_OF,
+    TASK_COLUMNS,
+    TASK_STATE_CODES,
+    WINDOW_SUMS,
+    frame_hash,
+    migrate,
+)
+from sidecar.tasks import is_request
 
 HOUR = 3600
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -81,7 +92,9 @@ class ProcessRecord:
 
 @dataclass
 class WindowBatch:
-    """One window of one process: rows of (stack, thread id, state, count)."""
+    """One window of one process: rows of (stack, thread id, state, count), and of its asyncio
+    tasks (task stack without its leaf, task state, task-samples) with the scans that counted
+    them."""
 
     process: ProcessKey
     start: int
@@ -89,6 +102,8 @@ class WindowBatch:
     ticks: int
     rows: list[tuple[str, int, str, int]]
     thread_names: dict[int, str] = field(default_factory=dict)
+    tasks: list[tuple[str, str, int]] = field(default_factory=list)
+    task_scans: int = 0
 
 
 def is_corrupt(err: Exception) -> bool:
@@ -435,19 +450,32 @@ class Store:
                     )
                     for index in SUMS_OF[code, loop]:
                         sums[index] += count
-                self._add_counts(
-                    "window_counts", "window", (batch.start, target_id, process_id), entries
-                )
+                task_entries, task_sums = self._task_entries(batch)
                 hour = batch.start // HOUR * HOUR
-                if hour in self._rolled:  # a late window of an hour already rolled up
-                    self._add_counts("hour_counts", "hour", (hour, target_id, process_id), entries)
-                names = ", ".join(column for column, _, _ in SUM_COLUMNS)
+                for (table, hours), added in zip(
+                    COUNT_TABLES, (entries, task_entries), strict=True
+                ):
+                    if added is task_entries and not added:
+                        continue  # no task scanned: no row (a thread window always has one)
+                    self._add_counts(table, "window", (batch.start, target_id, process_id), added)
+                    if hour in self._rolled:  # a late window of an hour already rolled up
+                        self._add_counts(hours, "hour", (hour, target_id, process_id), added)
+                names = ", ".join(WINDOW_SUMS)
                 self.db.execute(
-                    f"INSERT INTO windows (window, target_id, process_id, width, ticks, {names}) "
-                    f"VALUES (?, ?, ?, ?, ?, {', '.join('?' * len(SUM_COLUMNS))}) "
-                    "ON CONFLICT DO UPDATE SET ticks = ticks + excluded.ticks, "
-                    + ", ".join(f"{c} = {c} + excluded.{c}" for c, _, _ in SUM_COLUMNS),
-                    (batch.start, target_id, process_id, batch.width, batch.ticks, *sums),
+                    f"INSERT INTO windows (window, target_id, process_id, width, {names}) "
+                    f"VALUES (?, ?, ?, ?, {', '.join('?' * len(WINDOW_SUMS))}) "
+                    "ON CONFLICT DO UPDATE SET "
+                    + ", ".join(f"{c} = {c} + excluded.{c}" for c in WINDOW_SUMS),
+                    (
+                        batch.start,
+                        target_id,
+                        process_id,
+                        batch.width,
+                        batch.ticks,
+                        *sums,
+                        batch.task_scans,
+                        *task_sums,
+                    ),
                 )
                 if batch.thread_names:
                     self.db.conn.executemany(
@@ -466,6 +494,21 @@ class Store:
                 )
         return orphaned
 
+    def _task_entries(self, batch: WindowBatch) -> tuple[Counts, list[int]]:
+        """A window's task counts, packed like a thread's (thread id 0), and its task-samples
+        per TASK_COLUMNS."""
+        entries: Counts = {}
+        sums = [0] * len(TASK_COLUMNS)
+        for stack, state, count in batch.tasks:
+            node, _ = self._intern(stack)
+            code = TASK_STATE_CODES[state]
+            entries[(node, 0, code)] = entries.get((node, 0, code), 0) + count
+            request = is_request(stack)
+            for index, (_, wanted, requests_only) in enumerate(TASK_COLUMNS):
+                if wanted == code and (request or not requests_only):
+                    sums[index] += count
+        return entries, sums
+
     # -- retention -------------------------------------------------------------------------
 
     def prune(self, cutoff: float, max_windows: int = 50) -> int:
@@ -481,10 +524,11 @@ class Store:
             if not starts:
                 return 0
             last = starts[-1]
-            self.db.execute("DELETE FROM window_counts WHERE window <= ?", (last,))
+            for table, hours in COUNT_TABLES:
+                self.db.execute(f"DELETE FROM {table} WHERE window <= ?", (last,))
+                # an hour that lost any window is no longer whole: its rollup goes too
+                self.db.execute(f"DELETE FROM {hours} WHERE hour <= ?", (last,))
             self.db.execute("DELETE FROM windows WHERE window <= ?", (last,))
-            # an hour that lost any window is no longer whole: its rollup goes too
-            self.db.execute("DELETE FROM hour_counts WHERE hour <= ?", (last,))
             self.db.execute("DELETE FROM rollup_hours WHERE hour <= ?", (last,))
         self._rolled = {hour for hour in self._rolled if hour > last}
         return len(starts)
@@ -529,26 +573,27 @@ class Store:
 
     def _merge_span(self, span: int, width: int) -> None:
         end = span + width
-        names = ", ".join(column for column, _, _ in SUM_COLUMNS)
+        names = ", ".join(WINDOW_SUMS)
         with self.transaction():
-            merged = self._packed("window_counts", "window", span, end)
-            self.db.execute(
-                "DELETE FROM window_counts WHERE window >= ? AND window < ?", (span, end)
-            )
-            self.db.conn.executemany(
-                "INSERT INTO window_counts VALUES (?, ?, ?, ?)",
-                [(span, *ids, blob) for ids, blob in merged.items()],
-            )
+            for table, _ in COUNT_TABLES:
+                merged = self._packed(table, "window", span, end)
+                self.db.execute(
+                    f"DELETE FROM {table} WHERE window >= ? AND window < ?", (span, end)
+                )
+                self.db.conn.executemany(
+                    f"INSERT INTO {table} VALUES (?, ?, ?, ?)",
+                    [(span, *ids, blob) for ids, blob in merged.items()],
+                )
             sums = self.db.execute(
-                "SELECT target_id, process_id, SUM(ticks), "
-                + ", ".join(f"SUM({column})" for column, _, _ in SUM_COLUMNS)
+                "SELECT target_id, process_id, "
+                + ", ".join(f"SUM({column})" for column in WINDOW_SUMS)
                 + " FROM windows WHERE window >= ? AND window < ? GROUP BY target_id, process_id",
                 (span, end),
             ).fetchall()
             self.db.execute("DELETE FROM windows WHERE window >= ? AND window < ?", (span, end))
             self.db.conn.executemany(
-                f"INSERT INTO windows (window, target_id, process_id, width, ticks, {names}) "
-                f"VALUES (?, ?, ?, ?, ?, {', '.join('?' * len(SUM_COLUMNS))})",
+                f"INSERT INTO windows (window, target_id, process_id, width, {names}) "
+                f"VALUES (?, ?, ?, ?, {', '.join('?' * len(WINDOW_SUMS))})",
                 [(span, t, p, width, *rest) for t, p, *rest in sums],
             )
 
@@ -565,11 +610,12 @@ class Store:
         ]
         for hour in hours:
             with self.transaction():
-                merged = self._packed("window_counts", "window", hour, hour + HOUR)
-                self.db.conn.executemany(
-                    "INSERT INTO hour_counts VALUES (?, ?, ?, ?)",
-                    [(hour, *ids, blob) for ids, blob in merged.items()],
-                )
+                for table, hour_table in COUNT_TABLES:
+                    merged = self._packed(table, "window", hour, hour + HOUR)
+                    self.db.conn.executemany(
+                        f"INSERT INTO {hour_table} VALUES (?, ?, ?, ?)",
+                        [(hour, *ids, blob) for ids, blob in merged.items()],
+                    )
                 self.db.execute("INSERT INTO rollup_hours VALUES (?)", (hour,))
             self._rolled.add(hour)
         return len(hours)
@@ -579,7 +625,7 @@ class Store:
         with self.transaction():
             self.db.execute("CREATE TEMP TABLE IF NOT EXISTS live_stacks (id INTEGER PRIMARY KEY)")
             self.db.execute("DELETE FROM temp.live_stacks")
-            for table in ("window_counts", "hour_counts"):
+            for table in (name for pair in COUNT_TABLES for name in pair):
                 for (blob,) in self.db.conn.execute(f"SELECT counts FROM {table}"):
                     self.db.conn.executemany(
                         "INSERT OR IGNORE INTO temp.live_stacks VALUES (?)",

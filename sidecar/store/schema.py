@@ -21,6 +21,13 @@ Tables:
 
 Version 5 adds each target's ``role`` in a pre-fork server (``master``, ``worker``, NULL alone).
 
+Version 6 adds the asyncio tasks, beside the threads and kept alike (retention, downsampling,
+hourly rollups): ``task_counts`` and ``task_hour_counts`` pack each window's (hour's)
+(task stack, 0, task state) → task-samples the same way, the stack interned like a thread's
+without its state leaf; ``windows`` gains the window's task scans and its task-samples per
+state, of all tasks and of requests' tasks (``sidecar.tasks.is_request``), which the task
+timeline reads: tasks in flight = task-samples / scans.
+
 Schema versions 1 to 3 kept one row per (window, process, stack, thread, state) in
 ``samples`` and per hour in ``rollups``; version 4 packs them.
 """
@@ -38,6 +45,8 @@ from sidecar.store import counts
 
 STATE_CODES = {"busy": 0, "idle": 1, "blocked": 2}
 STATE_NAMES = {code: name for name, code in STATE_CODES.items()}
+TASK_STATE_CODES = {"running": 0, "ready": 1, "waiting": 2}
+TASK_STATE_NAMES = {code: name for name, code in TASK_STATE_CODES.items()}
 
 
 V1 = """
@@ -174,6 +183,42 @@ V5 = """
         ALTER TABLE targets ADD COLUMN role TEXT;
 """
 
+#: The per-state task-samples of ``windows``: (column, task state code, of requests only).
+TASK_COLUMNS: tuple[tuple[str, int, bool], ...] = tuple(
+    (f"{'requests' if requests else 'tasks'}_{name}", code, requests)
+    for requests in (False, True)
+    for name, code in TASK_STATE_CODES.items()
+)
+
+V6 = (
+    "\n".join(
+        f"ALTER TABLE windows ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0;"
+        for column in ("task_scans", *(c for c, _, _ in TASK_COLUMNS))
+    )
+    + """
+        CREATE TABLE task_counts (
+            window INTEGER NOT NULL,
+            target_id INTEGER NOT NULL,
+            process_id INTEGER NOT NULL,
+            counts BLOB NOT NULL,
+            PRIMARY KEY (window, target_id, process_id)
+        );
+        CREATE TABLE task_hour_counts (
+            hour INTEGER NOT NULL,
+            target_id INTEGER NOT NULL,
+            process_id INTEGER NOT NULL,
+            counts BLOB NOT NULL,
+            PRIMARY KEY (hour, target_id, process_id)
+        );
+"""
+)
+
+#: The packed counts per window and per hour, of the threads and of the tasks.
+COUNT_TABLES: tuple[tuple[str, str], ...] = (
+    ("window_counts", "hour_counts"),
+    ("task_counts", "task_hour_counts"),
+)
+
 
 def frame_hash(text: str) -> int:
     """The 64-bit key frames are found by (their text is stored once, not again in an index)."""
@@ -196,6 +241,15 @@ SUMS_OF: dict[tuple[int, bool], tuple[int, ...]] = {
     for code in STATE_CODES.values()
     for on_loop in (False, True)
 }
+
+
+#: Every summed column of ``windows`` (downsampling adds them up).
+WINDOW_SUMS: tuple[str, ...] = (
+    "ticks",
+    *(c for c, _, _ in SUM_COLUMNS),
+    "task_scans",
+    *(c for c, _, _ in TASK_COLUMNS),
+)
 
 
 def _pack_rows(conn: sqlite3.Connection, source: str, key: str, target: str) -> None:
@@ -249,7 +303,7 @@ def v4(conn: sqlite3.Connection) -> None:
 
 #: Migrations in order (SQL scripts, or functions of a connection in a transaction); the
 #: database's ``user_version`` counts those applied.
-MIGRATIONS: tuple[str | Callable[[sqlite3.Connection], None], ...] = (V1, V2, V3, v4, V5)
+MIGRATIONS: tuple[str | Callable[[sqlite3.Connection], None], ...] = (V1, V2, V3, v4, V5, V6)
 
 
 def migrate(db: Database) -> int:

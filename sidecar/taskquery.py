@@ -1,0 +1,164 @@
+"""Reading the asyncio tasks from the store: task profiles, tasks in flight over time, and what
+the stats block of a target is made of.
+
+The store keeps, per window and process, the task-samples of each task stack and state, and in
+``windows`` the scans that counted them with their sums per state, of all tasks and of
+requests' tasks (``sidecar.tasks.is_request``). Tasks in flight over a span = task-samples /
+scans, pooled per process (a target runs one process at a time) and summed over the processes
+that run side by side (all targets). A range whose processes were never scanned (``serve
+--task-rate 0``, a Python before 3.11) has no scans, and a question about its tasks is refused
+(``NoTaskScans``) rather than answered with an empty profile that would read as "no tasks".
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from sidecar.errors import SidecarError
+from sidecar.profile import Profile, Target
+from sidecar.query import MAX_BUCKETS, QueryError, Range, Reader, StoreUnavailable
+from sidecar.store import counts
+from sidecar.store.schema import COUNT_TABLES, TASK_COLUMNS, TASK_STATE_CODES, TASK_STATE_NAMES
+from sidecar.tasks import STATES, is_request
+from sidecar.taskstats import InFlight
+
+#: Which tasks a task profile keeps.
+WHICH = ("all", "requests", "background")
+_SUMS = ", ".join(f"SUM({column})" for column, _, _ in TASK_COLUMNS)
+
+
+class NoTaskScans(SidecarError):
+    """The asyncio tasks of this target were not scanned in this range."""
+
+
+def _means(scans: int, sums: tuple[Any, ...]) -> tuple[dict[str, float], float]:
+    """(tasks in flight per state, requests' tasks in flight) of one span's sums."""
+    values = dict(zip((column for column, _, _ in TASK_COLUMNS), sums, strict=True))
+    states = {state: int(values[f"tasks_{state}"] or 0) / scans for state in STATES}
+    requests = sum(int(values[f"requests_{state}"] or 0) for state in STATES) / scans
+    return states, requests
+
+
+class TaskReader:
+    """The tasks' side of a ``Reader``: same database, same connections."""
+
+    def __init__(self, reader: Reader) -> None:
+        self.reader = reader
+
+    def _where(self, target: int | None, span: Range) -> tuple[str, tuple[Any, ...]]:
+        if target is None:
+            return "window >= ? AND window < ?", (span.start, span.end)
+        self.reader.target(target)  # an unknown target is told so
+        return "window >= ? AND window < ? AND target_id = ?", (span.start, span.end, target)
+
+    def require_scans(self, target: int | None, span: Range) -> int:
+        """The task scans of the range; none is ``NoTaskScans``, saying why it may be."""
+        where, params = self._where(target, span)
+        rows = self.reader.rows(
+            f"SELECT COALESCE(SUM(task_scans), 0) FROM windows WHERE {where}", params
+        )
+        scans = int(rows[0][0])
+        if scans == 0:
+            who = f"target {target}" if target is not None else "any target"
+            raise NoTaskScans(
+                f"the asyncio tasks of {who} were not scanned in this range (serve "
+                "--task-rate 0, or CPython before 3.11): ask for kind=threads"
+            )
+        return scans
+
+    def profile(
+        self,
+        target: int | None,
+        span: Range,
+        states: set[str] | None = None,
+        which: str = "all",
+    ) -> Profile:
+        """Folded task stacks (leaf ``[running]``, ``[ready]`` or ``[waiting]``) of one target
+        (or all) over a range, counted in task-samples; ``which`` keeps requests' or
+        background tasks only."""
+        if which not in WHICH:
+            raise QueryError(f"unknown tasks {which!r}; use all, requests or background")
+        unknown = (states or set()) - set(STATES)
+        if unknown:
+            raise QueryError(f"unknown task state {sorted(unknown)[0]!r}; use {', '.join(STATES)}")
+        codes = {TASK_STATE_CODES[s] for s in states} if states else None
+        info = self.reader.target(target) if target is not None else None
+        self.require_scans(target, span)
+        totals: dict[tuple[int, int], int] = {}
+        try:
+            for _, blob in self.reader.blobs(target, span, COUNT_TABLES[1]):
+                for stack, _, state, count in counts.unpack(blob):
+                    if codes is None or state in codes:
+                        totals[(stack, state)] = totals.get((stack, state), 0) + count
+        except counts.CountsError as err:
+            raise StoreUnavailable(f"the database is damaged: {err}") from err
+        texts = self.reader.stack_texts({stack for stack, _ in totals})
+        profile = Profile(start=float(span.start), end=float(span.end))
+        for (stack, state), count in totals.items():
+            text = texts[stack]
+            if which != "all" and is_request(text) != (which == "requests"):
+                continue
+            profile.add(f"{text};[{TASK_STATE_NAMES[state]}]", count)
+        if info is not None:
+            profile.target = Target(
+                pid=info["pid"], cmdline=info["cmdline"], python_version=info["python_version"]
+            )
+        return profile
+
+    def in_flight(self, target: int, span: Range) -> InFlight:
+        """Tasks in flight of one target over a range (``NoTaskScans`` without scans)."""
+        scans = self.require_scans(target, span)
+        where, params = self._where(target, span)
+        (sums,) = self.reader.rows(f"SELECT {_SUMS} FROM windows WHERE {where}", params)
+        states, requests = _means(scans, sums)
+        peak = self.reader.rows(
+            "SELECT MAX(total) FROM (SELECT 1.0 * ("
+            + " + ".join(f"SUM(tasks_{state})" for state in STATES)
+            + f") / SUM(task_scans) AS total FROM windows WHERE {where} "
+            "GROUP BY window HAVING SUM(task_scans) > 0)",
+            params,
+        )
+        return InFlight(scans, sum(states.values()), float(peak[0][0] or 0.0), states, requests)
+
+    def timeline(self, target: int | None, span: Range, step: int | None = None) -> dict[str, Any]:
+        """Mean tasks in flight per bucket of ``step`` seconds: by state (running, ready,
+        waiting) and by kind (requests, background); buckets without scans are left out."""
+        if step is None:
+            step = max(
+                self.reader.window,
+                (span.end - span.start) // 300 // self.reader.window * self.reader.window,
+            )
+        if (span.end - span.start) / step > MAX_BUCKETS:
+            raise QueryError(
+                f"too many buckets: use a 'step' of at least "
+                f"{math.ceil((span.end - span.start) / MAX_BUCKETS)} seconds"
+            )
+        self.require_scans(target, span)
+        where, params = self._where(target, span)
+        rows = self.reader.rows(
+            f"SELECT window / ? * ? AS bucket, SUM(task_scans), {_SUMS} FROM windows "
+            f"WHERE {where} GROUP BY bucket, process_id HAVING SUM(task_scans) > 0 "
+            "ORDER BY bucket",
+            (step, step, *params),
+        )
+        buckets: dict[int, dict[str, float]] = {}
+        for bucket, scans, *sums in rows:
+            states, requests = _means(int(scans), tuple(sums))
+            entry = buckets.setdefault(
+                int(bucket), dict.fromkeys((*STATES, "requests", "background"), 0.0)
+            )
+            for state, mean in states.items():
+                entry[state] += mean
+            entry["requests"] += requests
+            entry["background"] += max(0.0, sum(states.values()) - requests)
+        return {
+            "from": span.start,
+            "to": span.end,
+            "step": step,
+            "kind": "tasks",
+            "buckets": [
+                {"t": t, **{k: round(v, 3) for k, v in sums.items()}}
+                for t, sums in sorted(buckets.items())
+            ],
+        }

@@ -1,0 +1,147 @@
+"""The tasks block of the stats: asyncio tasks in flight, their states, and where requests wait.
+
+From a task profile (folded task stacks with a ``[running]``, ``[ready]`` or ``[waiting]``
+leaf, counted in task-samples) and the scans that counted them, the same for ``sidecar stats
+--tasks`` (a live recording) and ``GET /api/stats`` (the store):
+
+- tasks in flight: task-samples / scans, pooled over the range (``mean``), and the highest
+  mean of one window (``max``: a stored window for the API, a sampler's window for the CLI);
+  split by state and into requests' tasks (``sidecar.tasks.is_request``) and background ones;
+- the shares of task-samples running, ready (due to run, queued behind other work: the loop's
+  scheduling delay) and waiting;
+- the share of their time requests' tasks sat ready;
+- the top await sites of requests' tasks: where in the service's code they wait (the innermost
+  frame of the application or the framework, not of the event loop or the standard library),
+  with what that frame awaits (the frame just above the leaf).
+
+No I/O happens here.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sidecar.analyze import layer_of_file
+from sidecar.profile import parse_frame
+from sidecar.tasks import STATES, is_request, split_leaf
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """Tasks in flight over a range: pooled means (task-samples / scans) per state and of
+    requests' tasks, and the highest mean of one window."""
+
+    scans: int
+    mean: float
+    max: float
+    states: dict[str, float]
+    requests: float
+
+    @property
+    def background(self) -> float:
+        return max(0.0, self.mean - self.requests)
+
+    @classmethod
+    def of(cls, stacks: Mapping[str, int], scans: int, peak: float) -> InFlight:
+        """Pooled over ``scans`` scans of these task stacks (a recording's)."""
+        states = dict.fromkeys(STATES, 0.0)
+        requests = 0
+        for stack, count in stacks.items():
+            body, state = split_leaf(stack)
+            states[state] += count
+            requests += count if is_request(body) else 0
+        per = 1 / scans if scans else 0.0
+        means = {state: total * per for state, total in states.items()}
+        return cls(scans, sum(means.values()), peak, means, requests * per)
+
+
+def await_site(body: str) -> tuple[str, str]:
+    """(where in the service's code a task waits, the frame just above its leaf) of a task
+    stack without its leaf."""
+    frames = body.split(";")
+    awaits = frames[-1]
+    for text in reversed(frames):
+        frame = parse_frame(text)
+        if frame.is_code and layer_of_file(frame.file) in ("application", "framework"):
+            return text, awaits
+    return awaits, awaits
+
+
+def task_block(stacks: Mapping[str, int], flight: InFlight, top: int = 10) -> dict[str, Any]:
+    """The ``tasks`` block of a target in ``stats --json`` and ``GET /api/stats``."""
+    states: Counter[str] = Counter()
+    request_states: Counter[str] = Counter()
+    sites: Counter[tuple[str, str]] = Counter()
+    for stack, count in stacks.items():
+        body, state = split_leaf(stack)
+        states[state] += count
+        if is_request(body):
+            request_states[state] += count
+            sites[await_site(body)] += count
+    total, requests = sum(states.values()), sum(request_states.values())
+    ranked = sorted(sites.items(), key=lambda item: (-item[1], item[0]))[:top]
+    return {
+        "scans": flight.scans,
+        "task_samples": total,
+        "in_flight": {
+            "mean": round(flight.mean, 3),
+            "max": round(flight.max, 3),
+            **{state: round(flight.states[state], 3) for state in STATES},
+            "requests": round(flight.requests, 3),
+            "background": round(flight.background, 3),
+        },
+        "shares": {state: _share(states[state], total) for state in STATES},
+        "requests": {
+            "task_samples": requests,
+            "ready_share": _share(request_states["ready"], requests),
+        },
+        "await_sites": [
+            {
+                "site": site,
+                "awaits": awaits,
+                "task_samples": count,
+                "share": _share(count, requests),
+            }
+            for (site, awaits), count in ranked
+        ],
+    }
+
+
+def _share(part: int, whole: int) -> float:
+    return round(part / whole, 4) if whole else 0.0
+
+
+def _pct(share: float) -> str:
+    return f"{100 * share:.1f}%"
+
+
+def task_lines(block: Mapping[str, Any]) -> list[str]:
+    """The readable form of a tasks block, as ``sidecar stats`` prints it."""
+    flight, shares = block["in_flight"], block["shares"]
+    lines = [
+        "",
+        f"asyncio tasks: {flight['mean']:.1f} in flight (max {flight['max']:.1f}) · "
+        f"requests {flight['requests']:.1f} · background {flight['background']:.1f}",
+        "  "
+        + " · ".join(f"{state} {_pct(shares[state])}" for state in STATES)
+        + f" of {block['task_samples']:,} task-samples in {block['scans']:,} scans",
+    ]
+    requests = block["requests"]
+    if not requests["task_samples"]:
+        lines.append("  no request task seen (aiohttp's or Tornado's request handlers)")
+        return lines
+    lines.append(f"  requests sat ready (queued behind other work) {_pct(requests['ready_share'])}")
+    sites = block["await_sites"]
+    names = [
+        f"{s['site']} → {s['awaits']}" if s["site"] != s["awaits"] else s["site"] for s in sites
+    ]
+    width = max(len(name) for name in names)
+    lines += ["", f"{'top await sites of requests':<{width}}  of requests' task-samples"]
+    lines += [
+        f"{name:<{width}}  {100 * s['share']:5.1f}%  ({s['task_samples']:,})"
+        for name, s in zip(names, sites, strict=True)
+    ]
+    return lines
