@@ -33,6 +33,8 @@ from sidecar.profile import Profile
 from sidecar.query import QueryError, Range, StoreUnavailable, UnknownTarget
 from sidecar.render import RenderOptions, render_svg, speedscope
 from sidecar.rules import document as rules_document
+from sidecar.taskquery import WHICH, NoTaskScans, TaskReader
+from sidecar.taskstats import task_block
 
 if TYPE_CHECKING:
     from sidecar.service import Service
@@ -51,6 +53,13 @@ SVG_CSP = (
 From = Annotated[float | None, Query(alias="from", description="unix seconds; default: to - 1 h")]
 To = Annotated[float | None, Query(alias="to", description="unix seconds; default: now")]
 TargetId = Annotated[int | None, Query(description="target id; default: all targets")]
+Kind = Annotated[
+    str,
+    Query(
+        pattern="^(threads|tasks)$",
+        description="threads: the thread samples; tasks: the asyncio tasks (task-samples)",
+    ),
+]
 
 
 def error_response(status: int, code: str, message: str) -> JSONResponse:
@@ -90,6 +99,7 @@ def create_app(service: Service) -> FastAPI:
         app.add_middleware(TokenMiddleware, token=service.config.token)
     registry = registry_for(service)
     reader = service.reader
+    tasks = TaskReader(reader)
 
     @app.exception_handler(SidecarError)
     async def domain_error(request: Request, err: SidecarError) -> JSONResponse:
@@ -97,6 +107,8 @@ def create_app(service: Service) -> FastAPI:
             return error_response(404, "unknown_target", str(err))
         if isinstance(err, NoSamples):
             return error_response(404, "no_samples", str(err))
+        if isinstance(err, NoTaskScans):
+            return error_response(404, "no_task_scans", str(err))
         if isinstance(err, StoreUnavailable):
             return error_response(503, "store_unavailable", str(err))
         code = "bad_request" if isinstance(err, QueryError | UsageError) else "error"
@@ -148,13 +160,20 @@ def create_app(service: Service) -> FastAPI:
             row["on_cpu"] = (session.sampler.on_cpu or None) if session else None
         return rows
 
-    @app.get("/api/timeline", summary="busy / idle / blocked samples per time bucket")
+    @app.get(
+        "/api/timeline",
+        summary="busy / idle / blocked samples per time bucket, or with kind=tasks the mean "
+        "tasks in flight by state (running, ready, waiting) and of requests and background",
+    )
     def timeline(
         target: TargetId = None,
         start: From = None,
         end: To = None,
         step: Annotated[int | None, Query(ge=1, le=86_400)] = None,
+        kind: Kind = "threads",
     ) -> dict[str, Any]:
+        if kind == "tasks":
+            return tasks.timeline(target, _span(start, end), step)
         result: dict[str, Any] = reader.timeline(target, _span(start, end), step)
         return result
 
@@ -170,8 +189,25 @@ def create_app(service: Service) -> FastAPI:
         state: Annotated[str | None, Query(description="comma-separated states")] = None,
         thread: Annotated[str | None, Query(max_length=200)] = None,
         inverted: bool = False,
+        kind: Kind = "threads",
+        tasks_of: Annotated[
+            str,
+            Query(
+                alias="tasks",
+                pattern=f"^({'|'.join(WHICH)})$",
+                description="with kind=tasks: all tasks, requests' tasks or background ones",
+            ),
+        ] = "all",
     ) -> Response:
         states = set(state.split(",")) if state else None
+        if kind == "tasks":
+            if thread:
+                raise QueryError("'thread' filters thread samples: kind=tasks has no threads")
+            data = tasks.profile(target, _span(start, end), states, tasks_of)
+            title = f"{_title(target)} · asyncio tasks"
+            return _profile_response(data, format, title, inverted, "task-samples")
+        if tasks_of != "all":
+            raise QueryError("'tasks' picks tasks of kind=tasks")
         data = reader.profile(target, _span(start, end), states, thread)
         return _profile_response(data, format, _title(target), inverted)
 
@@ -179,12 +215,16 @@ def create_app(service: Service) -> FastAPI:
     def stats(target: TargetId = None, start: From = None, end: To = None) -> dict[str, Any]:
         span = _span(start, end)
         rows = [reader.target(target)] if target is not None else reader.targets()
-        loaded = []
+        loaded, blocks = [], []
         for row in rows:
             data = reader.profile(row["id"], span)
             if data.stacks:
                 loaded.append((data, _process_info(row)))
-        return stats_json(loaded)
+                blocks.append(_task_block(row["id"], span))
+        document = stats_json(loaded)
+        for entry, block in zip(document["targets"], blocks, strict=True):
+            entry["tasks"] = block
+        return document
 
     @app.get("/api/diff", summary="Differential flamegraph of two ranges or two targets")
     def diff(
@@ -240,6 +280,14 @@ def create_app(service: Service) -> FastAPI:
     def _span(start: float | None, end: float | None) -> Range:
         return Range.aligned(start, end, service.config.window)
 
+    def _task_block(target: int, span: Range) -> dict[str, Any] | None:
+        """A target's tasks block; None when its tasks were not scanned in the range."""
+        try:
+            flight = tasks.in_flight(target, span)
+        except NoTaskScans:
+            return None
+        return task_block(tasks.profile(target, span).stacks, flight)
+
     def _title(target: int | None) -> str:
         return f"sidecar: target {target}" if target is not None else "sidecar: all targets"
 
@@ -269,11 +317,14 @@ def _change(change: Change) -> dict[str, Any]:
     }
 
 
-def _profile_response(data: Profile, fmt: str, title: str, inverted: bool) -> Response:
+def _profile_response(
+    data: Profile, fmt: str, title: str, inverted: bool, count_name: str = "samples"
+) -> Response:
     if not data.stacks:
-        raise NoSamples("no samples in this range")
+        raise NoSamples(f"no {count_name} in this range")
     if fmt == "svg":
-        svg = render_svg(data.folded_lines(), RenderOptions(title=title, inverted=inverted))
+        options = RenderOptions(title=title, inverted=inverted, count_name=count_name)
+        svg = render_svg(data.folded_lines(), options)
         return Response(
             svg, media_type="image/svg+xml", headers={"Content-Security-Policy": SVG_CSP}
         )

@@ -4,15 +4,20 @@ CLI and the Prometheus gauges agreeing with them."""
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 from typing import Any
 
-from helpers import Spawner, wait_until
-from test_serve import serve  # noqa: F401  (the fixture)
+from helpers import ROOT, LoadDriver, Spawner, wait_until
+from test_serve import serve
+from test_tasks import await_lines
 
 from sidecar.query import Range, Reader
 from sidecar.taskquery import NoTaskScans, TaskReader
 
+#: test_serve's fixture, which pytest finds here once imported.
+__all__ = ["serve"]
 PARKED = 12
 #: The parked tasks, the ticker and main's task.
 LIVE_TASKS = PARKED + 2
@@ -50,7 +55,53 @@ def test_task_windows_are_stored_beside_thread_windows(
     assert Reader(server.db).profile(row["id"], span).total > 0
 
 
-def test_task_rate_zero_scans_no_task(spawn: Spawner, serve: Any) -> None:
+def test_the_api_serves_tasks_in_flight_and_refuses_unscanned_targets(
+    spawn: Spawner, serve: Any
+) -> None:
+    """The parked target through the API: the task profile (folded and SVG), the timeline by
+    state and the stats block all say 14 tasks in flight, all waiting, none of them requests;
+    a target whose tasks are not scanned is refused in the one JSON error shape."""
+    target = spawn.target("tasks_parked", "--tasks", str(PARKED))
+    server = serve("--task-rate", "20", pids=(target.pid,))
+    assert wait_until(lambda: bool(server.targets()), timeout=20)
+    (row,) = server.targets()
+    assert wait_until(lambda: scanned(server.db, row["id"], 40), timeout=30)
+    span = f"&from={time.time() - 120:.0f}"
+    folded = server.request(f"/api/profile?target={row['id']}&kind=tasks{span}")[1].decode()
+    counts = {
+        line.rpartition(" ")[0]: int(line.rpartition(" ")[2]) for line in folded.split("\n") if line
+    }
+    stats = server.json(f"/api/stats?target={row['id']}{span}")
+    (entry,) = stats["targets"]
+    block = entry["tasks"]
+    assert abs(block["in_flight"]["mean"] - LIVE_TASKS) < 0.2, block
+    assert block["in_flight"]["requests"] == 0 and block["requests"]["task_samples"] == 0
+    assert block["shares"]["waiting"] > 0.98, block
+    assert block["task_samples"] >= sum(counts.values())  # stats read at least as late
+    parked = sum(n for s, n in counts.items() if "tasks_parked.py:15)" in s)
+    assert parked / sum(counts.values()) > (PARKED - 0.2) / LIVE_TASKS, counts
+    timeline = server.json(f"/api/timeline?target={row['id']}&kind=tasks&step=1{span}")
+    assert timeline["kind"] == "tasks" and len(timeline["buckets"]) >= 2, timeline
+    for bucket in timeline["buckets"]:
+        assert abs(bucket["waiting"] + bucket["running"] + bucket["ready"] - LIVE_TASKS) < 0.5
+        assert bucket["requests"] == 0
+        assert abs(bucket["background"] - LIVE_TASKS) < 0.5, bucket
+    status, body, headers = server.request(
+        f"/api/profile?target={row['id']}&kind=tasks&format=svg{span}"
+    )
+    assert status == 200 and headers["content-type"] == "image/svg+xml"
+    assert b"task-samples" in body and b"parked (targets/tasks_parked.py:15)" in body
+    status, body, _ = server.request(
+        f"/api/profile?target={row['id']}&kind=tasks&tasks=requests{span}"
+    )
+    assert status == 404 and json.loads(body)["error"]["code"] == "no_samples"
+    status, body, _ = server.request(f"/api/profile?target={row['id']}&tasks=requests{span}")
+    assert status == 400 and json.loads(body)["error"]["code"] == "bad_request", body
+    status, body, _ = server.request(f"/api/profile?kind=stacks{span}")
+    assert status == 400 and json.loads(body)["error"]["code"] == "invalid_parameter", body
+
+
+def test_a_target_not_scanned_is_told_so(spawn: Spawner, serve: Any) -> None:
     target = spawn.target("tasks_parked", "--tasks", "3")
     server = serve("--task-rate", "0", pids=(target.pid,))
     assert wait_until(
@@ -58,3 +109,40 @@ def test_task_rate_zero_scans_no_task(spawn: Spawner, serve: Any) -> None:
     )
     (row,) = server.targets()
     assert not scanned(server.db, row["id"], 1)
+    for path in ("/api/profile?kind=tasks", "/api/timeline?kind=tasks"):
+        status, body, _ = server.request(f"{path}&target={row['id']}&from=0")
+        error = json.loads(body)["error"]
+        assert (status, error["code"]) == (404, "no_task_scans"), body
+        assert f"the asyncio tasks of target {row['id']} were not scanned" in error["message"]
+    (entry,) = server.json(f"/api/stats?target={row['id']}&from=0")["targets"]
+    assert entry["tasks"] is None
+
+
+def test_requests_of_a_loaded_aiohttp_server_are_told_from_background(
+    spawn: Spawner, load: LoadDriver, serve: Any
+) -> None:
+    """aiohttp under load on /stages (30 ms on fetch, then 10 ms on store, four connections):
+    its request handlers count as requests, about four in flight, the connections' own tasks
+    as background; fetch tops the requests' await sites, store comes second; the task
+    profile of requests holds only request handlers' stacks."""
+    target = spawn.target("aiohttp_app")
+    load.start(target.url + "/stages", seconds=20, connections=4)
+    server = serve("--task-rate", "20", pids=(target.pid,))
+    assert wait_until(lambda: bool(server.targets()), timeout=20)
+    (row,) = server.targets()
+    assert wait_until(lambda: scanned(server.db, row["id"], 100), timeout=30)
+    block = server.json(f"/api/stats?target={row['id']}&from=0")["targets"][0]["tasks"]
+    flight = block["in_flight"]
+    assert 2.5 <= flight["requests"] <= 4.05, block
+    assert flight["background"] >= 1, block  # the server's own and the connections' tasks
+    at = await_lines(ROOT / "targets" / "aiohttp_app.py")
+    sites = [site["site"] for site in block["await_sites"]]
+    assert sites[:2] == [
+        f"fetch (targets/aiohttp_app.py:{at['fetch']})",
+        f"store (targets/aiohttp_app.py:{at['store']})",
+    ], block["await_sites"]
+    assert block["await_sites"][0]["awaits"].startswith("sleep (asyncio/tasks.py:")
+    assert block["await_sites"][0]["share"] > 0.5, block
+    folded = server.request(f"/api/profile?target={row['id']}&kind=tasks&tasks=requests&from=0")
+    for line in folded[1].decode().splitlines():
+        assert "RequestHandler._handle_request (aiohttp/web_protocol.py:" in line, line
