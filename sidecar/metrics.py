@@ -1,12 +1,13 @@
 """Prometheus metrics of ``sidecar serve``, read from the live service at scrape time.
 
 Labels never carry stack or function names: only PID, framework, loop, role (``master`` /
-``worker`` in a pre-fork server, empty for a lone process) and state.
+``worker`` in a pre-fork server, empty for a lone process), state and the kind of a task
+(``request`` or ``background``, ``sidecar.tasks.is_request``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
@@ -29,6 +30,20 @@ def problem_reason(error: str) -> str:
     return "other"
 
 
+#: One unlabelled figure: (name without ``sidecar_``, value, help).
+Scalar = tuple[str, float, str]
+
+
+def _scalars(
+    family: type[GaugeMetricFamily | CounterMetricFamily], rows: Iterable[Scalar]
+) -> Iterator[Metric]:
+    """One unlabelled gauge or counter per row."""
+    for name, value, help_text in rows:
+        metric = family(f"sidecar_{name}", help_text)
+        metric.add_metric([], value)
+        yield metric
+
+
 class ServiceCollector(Collector):
     def __init__(self, service: Service) -> None:
         self.service = service
@@ -36,17 +51,20 @@ class ServiceCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         sessions = self.service.sessions
         totals = sessions.totals()
-        for name, help_text in (
-            ("samples", "Sampling ticks that read a target's stacks"),
-            ("errors", "Sampling ticks whose read failed while the target ran"),
-            ("retried", "Torn reads of a running target read again within the same tick"),
-            ("late", "Sampling ticks that started late"),
-            ("missed", "Sampling ticks skipped because the sampler fell behind"),
-            ("dropped_windows", "Windows the sampler dropped because nobody drained them"),
-        ):
-            metric = CounterMetricFamily(f"sidecar_sampler_{name}", help_text)
-            metric.add_metric([], totals[name])
-            yield metric
+        yield from _scalars(
+            CounterMetricFamily,
+            (
+                (f"sampler_{name}", totals[name], help_text)
+                for name, help_text in (
+                    ("samples", "Sampling ticks that read a target's stacks"),
+                    ("errors", "Sampling ticks whose read failed while the target ran"),
+                    ("retried", "Torn reads of a running target read again within the same tick"),
+                    ("late", "Sampling ticks that started late"),
+                    ("missed", "Sampling ticks skipped because the sampler fell behind"),
+                    ("dropped_windows", "Windows the sampler dropped because nobody drained them"),
+                )
+            ),
+        )
 
         live = sessions.live_stats()
         lag = GaugeMetricFamily(
@@ -60,9 +78,17 @@ class ServiceCollector(Collector):
             "(a pre-fork master, role master, serves no requests)",
             labels=["pid", "framework", "loop", "role", "state"],
         )
+        tasks = GaugeMetricFamily(
+            "sidecar_tasks",
+            "asyncio tasks in flight per state and kind (request or background), the mean over "
+            "the last window with task scans (serve --task-rate)",
+            labels=["pid", "framework", "loop", "role", "state", "kind"],
+        )
         for session, stats in live:
             labels = [str(session.key[0]), session.framework, session.loop, session.role or ""]
             lag.add_metric(labels, stats["lag_mean"])
+            for (state, kind), mean in session.tasks.items():
+                tasks.add_metric([*labels, state, kind], mean)
             recent = list(session.recent)
             total = sum(b + i + k for _, b, i, k in recent)
             if total:
@@ -71,6 +97,7 @@ class ServiceCollector(Collector):
                     share.add_metric([*labels, state], part / total)
         yield lag
         yield share
+        yield tasks
 
         targets = GaugeMetricFamily(
             "sidecar_targets", "Processes by sampling state", labels=["state"]
@@ -93,28 +120,28 @@ class ServiceCollector(Collector):
         yield untraceable
 
         health = self.service.writer.health
-        for name, value, help_text in (
-            ("store_bytes", health.size_bytes, "Size of the database and its WAL"),
-            ("store_backlog", health.backlog, "Messages waiting to be written"),
-            ("store_writing", 0 if health.failing else 1, "1 while the database is writable"),
-        ):
-            gauge = GaugeMetricFamily(f"sidecar_{name}", help_text)
-            gauge.add_metric([], value)
-            yield gauge
-        for name, value, help_text in (
-            ("store_write_errors", health.write_errors, "Failed database writes"),
-            ("store_dropped_windows", health.dropped_windows, "Unwritten windows dropped"),
-            ("store_evicted_windows", health.evicted_windows, "Windows evicted when full"),
-            ("store_windows_written", health.windows_written, "Windows written"),
+        yield from _scalars(
+            GaugeMetricFamily,
             (
-                "store_recreated",
-                health.recreated,
-                "Database files found deleted, replaced or corrupt and started anew",
+                ("store_bytes", health.size_bytes, "Size of the database and its WAL"),
+                ("store_backlog", health.backlog, "Messages waiting to be written"),
+                ("store_writing", 0 if health.failing else 1, "1 while the database is writable"),
             ),
-        ):
-            counter = CounterMetricFamily(f"sidecar_{name}", help_text)
-            counter.add_metric([], value)
-            yield counter
+        )
+        yield from _scalars(
+            CounterMetricFamily,
+            (
+                ("store_write_errors", health.write_errors, "Failed database writes"),
+                ("store_dropped_windows", health.dropped_windows, "Unwritten windows dropped"),
+                ("store_evicted_windows", health.evicted_windows, "Windows evicted when full"),
+                ("store_windows_written", health.windows_written, "Windows written"),
+                (
+                    "store_recreated",
+                    health.recreated,
+                    "Database files found deleted, replaced or corrupt and started anew",
+                ),
+            ),
+        )
         yield from self._push()
 
     def _push(self) -> Iterator[Metric]:
@@ -123,27 +150,27 @@ class ServiceCollector(Collector):
         if pusher is None:
             return
         health = pusher.health
-        for name, value, help_text in (
-            ("push_backlog", health.backlog, "Windows waiting to be pushed"),
-            ("push_up", 0 if health.failing else 1, "1 unless the last push failed"),
+        yield from _scalars(
+            GaugeMetricFamily,
             (
-                "push_last_success_timestamp_seconds",
-                health.last_success_at or 0,
-                "When a push last succeeded (unix seconds, 0 before the first)",
+                ("push_backlog", health.backlog, "Windows waiting to be pushed"),
+                ("push_up", 0 if health.failing else 1, "1 unless the last push failed"),
+                (
+                    "push_last_success_timestamp_seconds",
+                    health.last_success_at or 0,
+                    "When a push last succeeded (unix seconds, 0 before the first)",
+                ),
             ),
-        ):
-            gauge = GaugeMetricFamily(f"sidecar_{name}", help_text)
-            gauge.add_metric([], value)
-            yield gauge
-        for name, value, help_text in (
-            ("push_windows_pushed", health.pushed_windows, "Windows Pyroscope accepted"),
-            ("push_requests", health.requests, "Push requests Pyroscope accepted"),
-            ("push_bytes", health.bytes_sent, "Bytes of accepted push requests"),
-            ("push_retries", health.retries, "Pushes that failed and were tried again"),
-        ):
-            counter = CounterMetricFamily(f"sidecar_{name}", help_text)
-            counter.add_metric([], value)
-            yield counter
+        )
+        yield from _scalars(
+            CounterMetricFamily,
+            (
+                ("push_windows_pushed", health.pushed_windows, "Windows Pyroscope accepted"),
+                ("push_requests", health.requests, "Push requests Pyroscope accepted"),
+                ("push_bytes", health.bytes_sent, "Bytes of accepted push requests"),
+                ("push_retries", health.retries, "Pushes that failed and were tried again"),
+            ),
+        )
         given_up = CounterMetricFamily(
             "sidecar_push_windows_given_up",
             "Windows not pushed, by why: rejected (4xx), expired (too old to be accepted), "

@@ -40,6 +40,8 @@ class Counts:
     #: task stacks with task-samples, and the task scans that counted them
     tasks: dict[str, int] = field(default_factory=dict)
     task_scans: int = 0
+    #: the most tasks in flight of one window (its task-samples / its scans)
+    task_peak: float = 0.0
     ticks: int = 0
     start: float | None = None
     end: float | None = None
@@ -56,7 +58,11 @@ class Counts:
                 self.thread_names[thread_id] = name
         for stack, count in window.get("tasks", ()):
             self.tasks[stack] = self.tasks.get(stack, 0) + count
-        self.task_scans += int(window.get("task_scans", 0))
+        scans = int(window.get("task_scans", 0))
+        self.task_scans += scans
+        if scans:
+            in_flight = sum(count for _, count in window.get("tasks", ())) / scans
+            self.task_peak = max(self.task_peak, in_flight)
 
     def state_counts(self) -> dict[str, int]:
         """busy / idle / blocked samples of the loop threads (all threads if none runs one)."""

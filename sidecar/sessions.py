@@ -35,7 +35,7 @@ from sidecar.discover import (
 from sidecar.errors import TargetError
 from sidecar.sample import on_cpu_source, open_sampler
 from sidecar.store import Gone, ProcessRecord, WindowBatch
-from sidecar.tasks import task_rows
+from sidecar.tasks import in_flight, task_rows
 
 if TYPE_CHECKING:
     from sidecar._native import SamplerStats, Window
@@ -110,6 +110,8 @@ class Session:
     role: str | None = None
     #: What its stacks said of its role so far (``discover.role_marks``).
     marks: frozenset[str] = frozenset()
+    #: Tasks in flight per (state, request or background) in the last window with task scans.
+    tasks: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def record(self, seen: float) -> ProcessRecord:
         """The process as the store keeps it."""
@@ -319,6 +321,9 @@ class Sessions:
             if name:
                 names[thread_id] = name
         start = int(window["start"])
+        tasks, scans = task_rows(window.get("tasks", [])), int(window.get("task_scans", 0))
+        if scans:
+            session.tasks = in_flight(tasks, scans)
         session.recent.append((start, states["busy"], states["idle"], states["blocked"]))
         return WindowBatch(
             process=session.key,
@@ -327,8 +332,8 @@ class Sessions:
             ticks=int(window["samples"]),
             rows=[(stack, tid, state, count) for (stack, tid, state), count in rows.items()],
             thread_names=names,
-            tasks=task_rows(window.get("tasks", [])),
-            task_scans=int(window.get("task_scans", 0)),
+            tasks=tasks,
+            task_scans=scans,
         )
 
     def _finish(self, key: Key, session: Session) -> None:

@@ -40,6 +40,15 @@ def task_rows(stacks: list[tuple[str, int]]) -> list[tuple[str, str, int]]:
     return rows
 
 
+def in_flight(rows: list[tuple[str, str, int]], scans: int) -> dict[tuple[str, str], float]:
+    """Tasks in flight of a window's task rows (``task_rows``) over its scans, per (state,
+    ``request`` or ``background``)."""
+    out = {(state, kind): 0.0 for state in STATES for kind in ("request", "background")}
+    for stack, state, count in rows:
+        out[(state, "request" if is_request(stack) else "background")] += count / scans
+    return out
+
+
 def split_leaf(stack: str) -> tuple[str, str]:
     """(the stack without its leaf, the state its leaf names); a stack without a state's leaf
     is a ``ValueError``."""

@@ -9,8 +9,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from helpers import ROOT, LoadDriver, Spawner, wait_until
+import jsonschema
+from helpers import ROOT, LoadDriver, Spawner, sidecar, wait_until
+from prometheus_client.parser import text_string_to_metric_families
 from test_serve import serve
+from test_stats import SCHEMA
 from test_tasks import await_lines
 
 from sidecar.query import Range, Reader
@@ -29,6 +32,16 @@ def scanned(db: Path, target: int, scans: int) -> bool:
         return TaskReader(Reader(db)).require_scans(target, Range(0, 2**33)) >= scans
     except (NoTaskScans, Exception):
         return False
+
+
+def stats_cli(pid: int) -> dict[str, Any]:
+    """The tasks block of ``sidecar stats --pid PID --tasks --json`` over 3 s."""
+    result = sidecar("stats", "--pid", str(pid), "--duration", "3", "--tasks", "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    jsonschema.validate(doc, SCHEMA)
+    block: dict[str, Any] = doc["targets"][0]["tasks"]
+    return block
 
 
 def test_task_windows_are_stored_beside_thread_windows(
@@ -72,6 +85,7 @@ def test_the_api_serves_tasks_in_flight_and_refuses_unscanned_targets(
         line.rpartition(" ")[0]: int(line.rpartition(" ")[2]) for line in folded.split("\n") if line
     }
     stats = server.json(f"/api/stats?target={row['id']}{span}")
+    jsonschema.validate(stats, SCHEMA)
     (entry,) = stats["targets"]
     block = entry["tasks"]
     assert abs(block["in_flight"]["mean"] - LIVE_TASKS) < 0.2, block
@@ -86,6 +100,21 @@ def test_the_api_serves_tasks_in_flight_and_refuses_unscanned_targets(
         assert abs(bucket["waiting"] + bucket["running"] + bucket["ready"] - LIVE_TASKS) < 0.5
         assert bucket["requests"] == 0
         assert abs(bucket["background"] - LIVE_TASKS) < 0.5, bucket
+    # Prometheus: the last window's mean tasks in flight, by state and kind
+    gauges = {
+        (sample.labels["state"], sample.labels["kind"]): sample.value
+        for family in text_string_to_metric_families(server.request("/metrics")[1].decode())
+        if family.name == "sidecar_tasks"
+        for sample in family.samples
+        if sample.labels["pid"] == str(target.pid)
+    }
+    assert abs(gauges[("waiting", "background")] - timeline["buckets"][-1]["waiting"]) < 0.5
+    assert abs(sum(gauges.values()) - block["in_flight"]["mean"]) < 0.5, gauges
+    assert sum(v for (_, kind), v in gauges.items() if kind == "request") == 0
+    # the stats CLI, sampling the same target, says the same
+    cli = stats_cli(target.pid)
+    assert abs(cli["in_flight"]["mean"] - block["in_flight"]["mean"]) < 0.2, (cli, block)
+    assert cli["shares"]["waiting"] > 0.98 and cli["await_sites"] == block["await_sites"] == []
     status, body, headers = server.request(
         f"/api/profile?target={row['id']}&kind=tasks&format=svg{span}"
     )
@@ -143,6 +172,30 @@ def test_requests_of_a_loaded_aiohttp_server_are_told_from_background(
     ], block["await_sites"]
     assert block["await_sites"][0]["awaits"].startswith("sleep (asyncio/tasks.py:")
     assert block["await_sites"][0]["share"] > 0.5, block
+    cli = stats_cli(target.pid)
+    assert [s["site"] for s in cli["await_sites"][:2]] == sites[:2], (cli, block)
+    assert abs(cli["in_flight"]["requests"] - flight["requests"]) < 1, (cli, block)
+    assert abs(cli["await_sites"][0]["share"] - block["await_sites"][0]["share"]) < 0.1
     folded = server.request(f"/api/profile?target={row['id']}&kind=tasks&tasks=requests&from=0")
     for line in folded[1].decode().splitlines():
         assert "RequestHandler._handle_request (aiohttp/web_protocol.py:" in line, line
+
+
+def test_requests_of_a_loaded_tornado_server_are_told_by_execute(
+    spawn: Spawner, load: LoadDriver, serve: Any
+) -> None:
+    """Tornado under load on /sleep (four connections): each request's task runs
+    RequestHandler._execute, so about four requests are in flight, waiting in the handler's
+    sleep, and the requests' task profile holds only stacks through _execute."""
+    target = spawn.target("tornado_app")
+    load.start(target.url + "/sleep", seconds=20, connections=4)
+    server = serve("--task-rate", "20", pids=(target.pid,))
+    assert wait_until(lambda: bool(server.targets()), timeout=20)
+    (row,) = server.targets()
+    assert wait_until(lambda: scanned(server.db, row["id"], 100), timeout=30)
+    block = server.json(f"/api/stats?target={row['id']}&from=0")["targets"][0]["tasks"]
+    assert 2.5 <= block["in_flight"]["requests"] <= 4.05, block
+    assert block["await_sites"][0]["site"].startswith("work (targets/tornado_app.py:"), block
+    folded = server.request(f"/api/profile?target={row['id']}&kind=tasks&tasks=requests&from=0")
+    for line in folded[1].decode().splitlines():
+        assert "RequestHandler._execute (tornado/web.py:" in line, line

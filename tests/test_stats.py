@@ -38,6 +38,52 @@ SHARES = {
     "depth": DEPTH,
 }
 FRAMEWORK = {"enum": ["aiohttp", "tornado", "unknown"]}
+IN_FLIGHT = {"type": "number", "minimum": 0}
+STATE_NAMES = ["running", "ready", "waiting"]
+#: The tasks block of a target (null when its tasks were not scanned).
+TASKS: dict[str, Any] = {
+    "type": ["object", "null"],
+    "additionalProperties": False,
+    "required": ["scans", "task_samples", "in_flight", "shares", "requests", "await_sites"],
+    "properties": {
+        "scans": {"type": "integer", "minimum": 1},
+        "task_samples": {"type": "integer", "minimum": 0},
+        "in_flight": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["mean", "max", *STATE_NAMES, "requests", "background"],
+            "properties": {
+                name: IN_FLIGHT for name in ("mean", "max", *STATE_NAMES, "requests", "background")
+            },
+        },
+        "shares": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": STATE_NAMES,
+            "properties": dict.fromkeys(STATE_NAMES, SHARE),
+        },
+        "requests": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["task_samples", "ready_share"],
+            "properties": {"task_samples": {"type": "integer", "minimum": 0}, "ready_share": SHARE},
+        },
+        "await_sites": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["site", "awaits", "task_samples", "share"],
+                "properties": {
+                    "site": {"type": "string"},
+                    "awaits": {"type": "string"},
+                    "task_samples": {"type": "integer", "minimum": 1},
+                    "share": SHARE,
+                },
+            },
+        },
+    },
+}
 #: DESIGN.md's `stats --json` shape, nothing more.
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -56,6 +102,7 @@ SCHEMA: dict[str, Any] = {
                     "framework": FRAMEWORK,
                     "loop": {"enum": ["asyncio", "uvloop", "unknown"]},
                     **SHARES,
+                    "tasks": TASKS,
                 },
             },
         },
@@ -205,6 +252,8 @@ def test_plain_py_spy_profile_is_estimated(spawn: Spawner, tmp_path: Path) -> No
         (("x.folded", "--duration", "2"), 2, "--duration needs --pid"),
         (("/nonexistent/profile.folded",), 1, "cannot read /nonexistent/profile.folded"),
         (("--pid", "999999999"), 1, "PID 999999999"),
+        (("x.folded", "--tasks"), 2, "--tasks needs --pid"),
+        (("--pid", "1", "--tasks", "--task-rate", "0"), 2, "--task-rate must be positive"),
     ],
 )
 def test_usage_and_input_errors_are_one_line(

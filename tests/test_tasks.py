@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import time
 from pathlib import Path
 
@@ -29,6 +30,26 @@ def await_lines(path: Path) -> dict[str, int]:
         if match:
             lines[match[1]] = number
     return lines
+
+
+def record_tasks(pid: int, out: Path, duration: float) -> subprocess.CompletedProcess[str]:
+    """``sidecar record --tasks`` of ``pid`` into ``out`` as folded stacks (the task profile
+    beside it, ``NAME.tasks.folded``), scanning at 47 Hz: a rate that the targets' cycles
+    (40 ms requests, 10 Hz tickers) do not divide."""
+    return sidecar(
+        "record",
+        "--pid",
+        str(pid),
+        "--duration",
+        f"{duration:g}",
+        "--tasks",
+        "--task-rate",
+        "47",
+        "--format",
+        "folded",
+        "-o",
+        str(out),
+    )
 
 
 @pytest.mark.parametrize("version", SCANNED)
@@ -101,20 +122,7 @@ def test_record_tasks_shares_the_awaits_of_requests(
     time.sleep(0.5)
     before = json.loads(target.get("/stages-time"))
     out = tmp_path / "profile.folded"
-    result = sidecar(
-        "record",
-        "--pid",
-        str(target.pid),
-        "--duration",
-        "5",
-        "--tasks",
-        "--task-rate",
-        "47",
-        "--format",
-        "folded",
-        "-o",
-        str(out),
-    )
+    result = record_tasks(target.pid, out, duration=5)
     after = json.loads(target.get("/stages-time"))
     assert result.returncode == 0, result.stderr
     assert out.read_text().strip(), "the thread profile is written too"
@@ -187,20 +195,7 @@ def test_task_churn_reads_only_frames_the_target_runs(
     a state's leaf, and the tasks that tore are counted in the summary."""
     target = spawn.target("tasks_churn", python=interpreter(version))
     out = tmp_path / "churn.folded"
-    result = sidecar(
-        "record",
-        "--pid",
-        str(target.pid),
-        "--duration",
-        "2",
-        "--tasks",
-        "--task-rate",
-        "47",
-        "--format",
-        "folded",
-        "-o",
-        str(out),
-    )
+    result = record_tasks(target.pid, out, duration=2)
     assert result.returncode == 0, result.stderr
     summary = re.search(
         r"tasks: ([\d,]+) scans .* of ([\d,]+) task-samples · torn (\d+)", result.stderr

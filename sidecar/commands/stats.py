@@ -14,12 +14,15 @@ from dataclasses import replace
 from types import FrameType
 from typing import Any
 
+from sidecar import defaults
 from sidecar.analyze import LAYERS, Analysis, Ranked, analyze, stats_document
 from sidecar.discover import ProcessInfo, describe, refine
 from sidecar.errors import NoSamples, UsageError
 from sidecar.inputs import load_profile
 from sidecar.profile import Profile
 from sidecar.sample import record
+from sidecar.tasks import snapshot
+from sidecar.taskstats import InFlight, task_block, task_lines
 
 #: How a role in a pre-fork server reads in the header line.
 ROLE_NAMES = {
@@ -46,6 +49,19 @@ def add_parser(sub: Any) -> None:
         metavar="S",
         help=f"seconds to sample with --pid (default {DEFAULT_DURATION:g}; Ctrl-C stops early)",
     )
+    parser.add_argument(
+        "--tasks",
+        action="store_true",
+        help="with --pid, also scan the asyncio tasks (CPython 3.11+): tasks in flight, their "
+        "states, where requests wait",
+    )
+    parser.add_argument(
+        "--task-rate",
+        type=float,
+        default=defaults.TASK_RATE_HZ,
+        metavar="HZ",
+        help=f"task scans per second with --tasks (default {defaults.TASK_RATE_HZ:g})",
+    )
     parser.add_argument("--json", action="store_true", help="print the stats as JSON")
     parser.add_argument(
         "--top", type=int, default=10, metavar="N", help="rows of the tables (default 10)"
@@ -57,12 +73,16 @@ def _terminate_as_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def _live(pid: int, duration: float) -> tuple[Profile, ProcessInfo]:
+def _live(
+    pid: int, duration: float, tasks_hz: float
+) -> tuple[Profile, ProcessInfo, dict[str, Any] | None]:
     info = describe(pid)
+    if tasks_hz:
+        snapshot(pid)  # a target whose tasks cannot be read is refused before sampling
     print(f"sampling PID {pid} for {duration:g} s", file=sys.stderr)
     previous = signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     try:
-        rec = record(pid, duration=duration)
+        rec = record(pid, duration=duration, tasks_hz=tasks_hz)
     finally:
         signal.signal(signal.SIGTERM, previous)
     profile = rec.counts.to_profile()
@@ -85,7 +105,14 @@ def _live(pid: int, duration: float) -> tuple[Profile, ProcessInfo]:
         )
     if rec.target.python_version:
         info = replace(info, python_version=rec.target.python_version)
-    return profile, refine(info, profile.stacks)
+    tasks = None
+    if tasks_hz:
+        if not rec.counts.task_scans:
+            raise NoSamples(f"no task scan of PID {pid} succeeded: {rec.stats['task_last_error']}")
+        stacks = rec.counts.task_profile().stacks
+        counts = rec.counts
+        tasks = task_block(stacks, InFlight.of(stacks, counts.task_scans, counts.task_peak))
+    return profile, refine(info, profile.stacks), tasks
 
 
 def run(args: argparse.Namespace) -> int:
@@ -95,9 +122,16 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--duration needs --pid and must be positive")
     if args.top < 1:
         raise UsageError("--top must be at least 1")
+    if args.tasks and (args.pid is None or not 0 < args.task_rate <= defaults.RATE_HZ):
+        raise UsageError(
+            f"--tasks needs --pid, and --task-rate must be positive and at most "
+            f"{defaults.RATE_HZ:g}"
+        )
     info: ProcessInfo | None = None
+    tasks: dict[str, Any] | None = None
     if args.pid is not None:
-        profile, info = _live(args.pid, args.duration or DEFAULT_DURATION)
+        rate = args.task_rate if args.tasks else 0.0
+        profile, info, tasks = _live(args.pid, args.duration or DEFAULT_DURATION, rate)
     else:
         profile = load_profile(args.profile)
     analysis = analyze(profile, info)
@@ -108,9 +142,14 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     if args.json:
-        print(json.dumps(stats_document([analysis]), indent=2))
+        document = stats_document([analysis])
+        document["targets"][0]["tasks"] = tasks  # None unless scanned, as /api/stats says
+        print(json.dumps(document, indent=2))
     else:
-        print("\n".join(table(analysis, profile, info, args.top)))
+        lines = table(analysis, profile, info, args.top)
+        if tasks is not None:
+            lines += task_lines(tasks)
+        print("\n".join(lines))
     return 0
 
 
