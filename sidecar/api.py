@@ -60,6 +60,14 @@ Kind = Annotated[
         description="threads: the thread samples; tasks: the asyncio tasks (task-samples)",
     ),
 ]
+TasksOf = Annotated[
+    str,
+    Query(
+        alias="tasks",
+        pattern=f"^({'|'.join(WHICH)})$",
+        description="with kind=tasks: all tasks, requests' tasks or background ones",
+    ),
+]
 
 
 def error_response(status: int, code: str, message: str) -> JSONResponse:
@@ -171,9 +179,12 @@ def create_app(service: Service) -> FastAPI:
         end: To = None,
         step: Annotated[int | None, Query(ge=1, le=86_400)] = None,
         kind: Kind = "threads",
+        tasks_of: TasksOf = "all",
     ) -> dict[str, Any]:
         if kind == "tasks":
-            return tasks.timeline(target, _span(start, end), step)
+            return tasks.timeline(target, _span(start, end), step, tasks_of)
+        if tasks_of != "all":
+            raise QueryError("'tasks' picks tasks of kind=tasks")
         result: dict[str, Any] = reader.timeline(target, _span(start, end), step)
         return result
 
@@ -190,14 +201,7 @@ def create_app(service: Service) -> FastAPI:
         thread: Annotated[str | None, Query(max_length=200)] = None,
         inverted: bool = False,
         kind: Kind = "threads",
-        tasks_of: Annotated[
-            str,
-            Query(
-                alias="tasks",
-                pattern=f"^({'|'.join(WHICH)})$",
-                description="with kind=tasks: all tasks, requests' tasks or background ones",
-            ),
-        ] = "all",
+        tasks_of: TasksOf = "all",
     ) -> Response:
         states = set(state.split(",")) if state else None
         if kind == "tasks":

@@ -40,6 +40,17 @@ def _means(scans: int, sums: tuple[Any, ...]) -> tuple[dict[str, float], float]:
     return states, requests
 
 
+def _of_kind(scans: int, sums: tuple[Any, ...], which: str) -> dict[str, float]:
+    """Tasks in flight per state of requests' (or background) tasks of one span's sums."""
+    values = dict(zip((column for column, _, _ in TASK_COLUMNS), sums, strict=True))
+    out: dict[str, float] = {}
+    for state in STATES:
+        requests = int(values[f"requests_{state}"] or 0)
+        part = requests if which == "requests" else int(values[f"tasks_{state}"] or 0) - requests
+        out[state] = max(0, part) / scans
+    return out
+
+
 class TaskReader:
     """The tasks' side of a ``Reader``: same database, same connections."""
 
@@ -121,9 +132,14 @@ class TaskReader:
         )
         return InFlight(scans, sum(states.values()), float(peak[0][0] or 0.0), states, requests)
 
-    def timeline(self, target: int | None, span: Range, step: int | None = None) -> dict[str, Any]:
+    def timeline(
+        self, target: int | None, span: Range, step: int | None = None, which: str = "all"
+    ) -> dict[str, Any]:
         """Mean tasks in flight per bucket of ``step`` seconds: by state (running, ready,
-        waiting) and by kind (requests, background); buckets without scans are left out."""
+        waiting; of requests' or background tasks only with ``which``) and by kind (requests,
+        background); buckets without scans are left out."""
+        if which not in WHICH:
+            raise QueryError(f"unknown tasks {which!r}; use all, requests or background")
         if step is None:
             step = max(
                 self.reader.window,
@@ -145,18 +161,22 @@ class TaskReader:
         buckets: dict[int, dict[str, float]] = {}
         for bucket, scans, *sums in rows:
             states, requests = _means(int(scans), tuple(sums))
+            total = sum(states.values())
+            if which != "all":
+                states = _of_kind(int(scans), tuple(sums), which)
             entry = buckets.setdefault(
                 int(bucket), dict.fromkeys((*STATES, "requests", "background"), 0.0)
             )
             for state, mean in states.items():
                 entry[state] += mean
             entry["requests"] += requests
-            entry["background"] += max(0.0, sum(states.values()) - requests)
+            entry["background"] += max(0.0, total - requests)
         return {
             "from": span.start,
             "to": span.end,
             "step": step,
             "kind": "tasks",
+            "tasks": which,
             "buckets": [
                 {"t": t, **{k: round(v, 3) for k, v in sums.items()}}
                 for t, sums in sorted(buckets.items())

@@ -172,6 +172,11 @@ def test_requests_of_a_loaded_aiohttp_server_are_told_from_background(
     ], block["await_sites"]
     assert block["await_sites"][0]["awaits"].startswith("sleep (asyncio/tasks.py:")
     assert block["await_sites"][0]["share"] > 0.5, block
+    line = server.json(f"/api/timeline?target={row['id']}&kind=tasks&tasks=requests&from=0")
+    assert line["tasks"] == "requests"
+    for bucket in line["buckets"]:  # the states of requests' tasks add up to the requests
+        states = bucket["running"] + bucket["ready"] + bucket["waiting"]
+        assert abs(states - bucket["requests"]) < 0.01, bucket
     cli = stats_cli(target.pid)
     assert [s["site"] for s in cli["await_sites"][:2]] == sites[:2], (cli, block)
     assert abs(cli["in_flight"]["requests"] - flight["requests"]) < 1, (cli, block)

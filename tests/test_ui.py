@@ -545,3 +545,45 @@ def test_with_a_token_the_ui_loads_and_keeps_the_token_out_of_the_url(
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_the_tasks_view_shows_tasks_in_flight_await_chains_and_sites(ui: UI) -> None:
+    """The Tasks view of the loaded aiohttp target: its chart draws the API's task timeline,
+    its flamegraph the API's task profile (every chain ending in a state's leaf), its table
+    the API's top await sites of requests; Requests keeps only the request handlers' tasks."""
+    start, end = ui.window()
+    target = ui.aiohttp["id"]
+    span = f"&from={start}&to={end}"
+    page = ui.page()
+    page.goto(f"{ui.base}/?view=tasks&target={target}{span}")
+    wait_loaded(page, "#view-tasks")
+    line = ui.api(f"/api/timeline?target={target}&kind=tasks{span}")
+    assert line["buckets"], line
+    chart = page.eval_on_selector("#tasks-timeline", "el => el.dataset.buckets")
+    assert chart == str(len(line["buckets"]))
+    total = sum(int(row.rpartition(" ")[2]) for row in task_folded(ui, target, span).splitlines())
+    samples = page.eval_on_selector("#tasks-flame", "el => el.dataset.samples")
+    assert samples == str(total) and total > 0
+    stats = ui.api(f"/api/stats?target={target}{span}")
+    sites = stats["targets"][0]["tasks"]["await_sites"]
+    assert sites, stats
+    first = page.locator("#await-sites tbody tr").first.locator("code").inner_text()
+    assert first == sites[0]["site"]
+    shot(page, "tasks")
+    page.locator('#tasks-filter button[data-tasks="requests"]').click()
+    page.wait_for_function(
+        "() => new URLSearchParams(location.search).get('tasks') === 'requests'"
+        " && document.querySelector('#view-tasks').dataset.loading === '0'"
+    )
+    requests = task_folded(ui, target, span + "&tasks=requests")
+    total = sum(int(row.rpartition(" ")[2]) for row in requests.splitlines())
+    assert page.eval_on_selector("#tasks-flame", "el => el.dataset.samples") == str(total)
+    assert all("RequestHandler._handle_request" in row for row in requests.splitlines())
+    assert not page.errors  # type: ignore[attr-defined]
+
+
+def task_folded(ui: UI, target: int, span: str) -> str:
+    with urllib.request.urlopen(
+        f"{ui.base}/api/profile?target={target}&kind=tasks&format=folded{span}", timeout=30
+    ) as response:
+        return str(response.read().decode())

@@ -4,6 +4,7 @@
 // Frames narrower than MIN_WIDTH pixels are not drawn, and neither is anything above them, so a
 // profile with many thousands of frames lays out and paints in a few milliseconds.
 
+import { createCanvas, fitCanvas, startPaint, stripes } from "./canvas.js";
 import { count, esc, pct, signedPct } from "./format.js";
 
 const ROW = 18;
@@ -11,6 +12,8 @@ const MIN_WIDTH = 1;
 const MARKS = 7; // the strip under the graph that shows where search matches are
 const FONT = '12px "DejaVu Sans", system-ui, -apple-system, "Segoe UI", sans-serif';
 const FOCUS = "#1746c6";
+/** The leaves of task stacks, as the Tasks view's chart draws their states. */
+export const TASK_COLOURS = { running: "#e69f00", ready: "#d55e00", waiting: "#56b4e9" };
 
 function hash(text) {
   let h = 2166136261;
@@ -35,6 +38,12 @@ function layerColour(info) {
       return "#56b4e9";
     case "blocked":
       return "#c84f00";
+    case "running":
+      return TASK_COLOURS.running;
+    case "ready":
+      return TASK_COLOURS.ready;
+    case "waiting":
+      return TASK_COLOURS.waiting;
     default:
       return `hsl(210, 8%, ${76 + v * 6}%)`;
   }
@@ -71,16 +80,17 @@ export class FlameGraph {
     this.hidden = 0;
     this.diffScale = 1;
 
-    this.canvas = document.createElement("canvas");
-    this.canvas.className = "flame-canvas";
-    this.canvas.tabIndex = 0;
-    this.canvas.setAttribute("role", "img");
-    this.tip = document.createElement("div");
-    this.tip.className = "tooltip";
-    this.tip.hidden = true;
-    host.append(this.canvas, this.tip);
-    this.ctx = this.canvas.getContext("2d");
-    this.stripes = this.makeStripes();
+    Object.assign(this, createCanvas(host, "flame-canvas"));
+    this.stripes = stripes(this.ctx, "#c84f00", {
+      size: 8,
+      alpha: 0.28,
+      lineWidth: 2,
+      lines: [
+        [-2, 10, 10, -2],
+        [-2, 2, 2, -2],
+        [6, 10, 10, 6],
+      ],
+    });
 
     this.canvas.addEventListener("mousemove", (e) => this.onMove(e));
     this.canvas.addEventListener("mouseleave", () => this.setHover(null));
@@ -99,26 +109,6 @@ export class FlameGraph {
         if (this.tree && Math.round(this.host.clientWidth) !== this.width) this.render();
       });
     }).observe(host);
-  }
-
-  makeStripes() {
-    const tile = document.createElement("canvas");
-    tile.width = 8;
-    tile.height = 8;
-    const t = tile.getContext("2d");
-    t.fillStyle = "#c84f00";
-    t.fillRect(0, 0, 8, 8);
-    t.strokeStyle = "rgba(255,255,255,0.28)";
-    t.lineWidth = 2;
-    t.beginPath();
-    t.moveTo(-2, 10);
-    t.lineTo(10, -2);
-    t.moveTo(-2, 2);
-    t.lineTo(2, -2);
-    t.moveTo(6, 10);
-    t.lineTo(10, 6);
-    t.stroke();
-    return this.ctx.createPattern(tile, "repeat");
   }
 
   /** New data: a tree from stacks.buildTree; `kind` is "profile" or "diff". */
@@ -242,11 +232,7 @@ export class FlameGraph {
     const t0 = performance.now();
     this.layout();
     const height = (this.depth + 1) * ROW + MARKS;
-    const dpr = window.devicePixelRatio || 1;
-    this.canvas.width = Math.round(this.width * dpr);
-    this.canvas.height = Math.round(height * dpr);
-    this.canvas.style.width = `${this.width}px`;
-    this.canvas.style.height = `${height}px`;
+    fitCanvas(this.canvas, this.width, height);
     this.height = height;
     this.paint();
     const d = this.host.dataset;
@@ -265,9 +251,7 @@ export class FlameGraph {
 
   paint() {
     const ctx = this.ctx;
-    const dpr = window.devicePixelRatio || 1;
-    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-    ctx.clearRect(0, 0, this.width, this.height);
+    startPaint(ctx, this.width, this.height);
     ctx.font = FONT;
     ctx.textBaseline = "middle";
     if (!this.charWidth) {

@@ -7,7 +7,7 @@ import { FlameGraph } from "./flame.js";
 import * as fmt from "./format.js";
 import { renderFrameworks, renderStatsTargets } from "./frameworks.js";
 import { renderFunctions } from "./functions.js";
-import { DEFAULTS, fromUrl, STATE_FILTERS, toUrl } from "./state.js";
+import { DEFAULTS, fromUrl, STATE_FILTERS, toUrl, VIEWS } from "./state.js";
 import {
   blockingSites,
   buildTree,
@@ -20,6 +20,7 @@ import {
   setRules,
 } from "./stacks.js";
 import { renderTargets, shortCommand } from "./targets.js";
+import { TasksView } from "./tasks.js";
 import { Timeline } from "./timeline.js";
 
 const $ = (selector) => document.querySelector(selector);
@@ -110,6 +111,20 @@ const flame = new FlameGraph($("#flame"), {
   },
   onFocus: (node) => showDetails($("#flame-details"), flame, node),
 });
+const tasksView = new TasksView(
+  {
+    root: $("#view-tasks"),
+    timeline: $("#tasks-timeline"),
+    scope: $("#tasks-scope"),
+    message: $("#tasks-message"),
+    flame: $("#tasks-flame"),
+    details: $("#tasks-details"),
+    summary: $("#tasks-summary"),
+    sites: $("#await-sites"),
+    sitesSummary: $("#sites-summary"),
+  },
+  { onSelect: onTimelineSelect, showDetails },
+);
 const callers = new FlameGraph($("#callers"), { label: "Callers" });
 const callees = new FlameGraph($("#callees"), { label: "Callees" });
 callers.icicle = false;
@@ -498,7 +513,14 @@ async function loadCompare() {
 function loadView() {
   if (state.view === "flame") return loadFlame();
   if (state.view === "frameworks") return loadFrameworks();
+  if (state.view === "tasks") return loadTasks();
   return loadCompare();
+}
+
+function loadTasks() {
+  const [from, to] = windowRange();
+  timeline.setSelection(state.sel);
+  return tasksView.load({ target: state.target, from, to, sel: state.sel, tasks: state.tasks });
 }
 
 /** How frames are read (leaves, grammar, layers), from the API once. */
@@ -543,7 +565,12 @@ function syncControls() {
     tab.setAttribute("aria-selected", String(on));
     tab.tabIndex = on ? 0 : -1;
   }
-  for (const view of ["flame", "frameworks", "compare"]) $(`#view-${view}`).hidden = state.view !== view;
+  for (const view of VIEWS) $(`#view-${view}`).hidden = state.view !== view;
+  for (const button of $$("#tasks-filter button")) {
+    const on = button.dataset.tasks === state.tasks;
+    button.setAttribute("aria-checked", String(on));
+    button.tabIndex = on ? 0 : -1;
+  }
   const span = state.live ? state.range : state.to - state.from;
   for (const button of $$(".quick button")) {
     button.setAttribute("aria-pressed", String(Number(button.dataset.range) === span));
@@ -749,6 +776,15 @@ function wire() {
   };
   for (const button of $$("#state-filter button")) button.addEventListener("click", () => chooseState(button));
   radioKeys($("#state-filter"), chooseState);
+
+  const chooseTasks = (button) => {
+    state.tasks = button.dataset.tasks;
+    saveUrl();
+    syncControls();
+    loadTasks();
+  };
+  for (const button of $$("#tasks-filter button")) button.addEventListener("click", () => chooseTasks(button));
+  radioKeys($("#tasks-filter"), chooseTasks);
 
   const thread = $("#thread");
   thread.addEventListener("change", () => {

@@ -1,6 +1,6 @@
 // The view's state and its address: everything a shared link must restore lives in the URL.
 //
-//   view       flame | frameworks | compare
+//   view       flame | tasks | frameworks | compare
 //   target     target id (absent: all targets)
 //   range      live window in seconds (live mode follows the present)
 //   from, to   a fixed window in unix seconds (live mode off)
@@ -9,8 +9,10 @@
 //   q          search;  fn: highlighted function;  zoom: frame path joined by ";"
 //   icicle     1 for root at the top;  sort: column-direction of the functions table
 //   cmp        ranges | targets;  a, b: compare ranges "from~to";  ta, tb: compare targets
+//   tasks      all | requests | background: the tasks the Tasks view shows
 
-export const VIEWS = ["flame", "frameworks", "compare"];
+export const VIEWS = ["flame", "tasks", "frameworks", "compare"];
+export const TASK_FILTERS = ["all", "requests", "background"];
 export const STATE_FILTERS = { all: null, busy: "busy", offcpu: "idle,blocked", blocked: "blocked" };
 
 export const DEFAULTS = Object.freeze({
@@ -34,6 +36,7 @@ export const DEFAULTS = Object.freeze({
   b: null,
   ta: null,
   tb: null,
+  tasks: "all",
 });
 
 function pair(text) {
@@ -84,6 +87,7 @@ export function fromUrl(search, nowSeconds) {
   s.b = pair(p.get("b"));
   s.ta = id(p.get("ta"));
   s.tb = id(p.get("tb"));
+  if (TASK_FILTERS.includes(p.get("tasks"))) s.tasks = p.get("tasks");
   return s;
 }
 
@@ -106,6 +110,7 @@ export function toUrl(s) {
   if (s.zoom.length) put("zoom", s.zoom.join(";"));
   if (s.icicle) put("icicle", "1");
   if (s.sort !== DEFAULTS.sort || s.dir !== DEFAULTS.dir) put("sort", `${s.sort}-${s.dir}`);
+  if (s.view === "tasks" && s.tasks !== DEFAULTS.tasks) put("tasks", s.tasks);
   if (s.view === "compare") {
     if (s.cmp !== DEFAULTS.cmp) put("cmp", s.cmp);
     if (s.a) put("a", `${s.a[0]}~${s.a[1]}`);

@@ -1,11 +1,20 @@
 // The timeline: busy / blocked / idle samples of the event loop per bucket, stacked, with a
 // drag-to-select range (or arrow keys), hover details and marked bands for the compare view.
+// Other series stack the same way (the Tasks view's tasks in flight by state): `series` names
+// them, bottom first.
 
+import { createCanvas, fitCanvas, startPaint, stripes } from "./canvas.js";
 import { clock, count, duration, esc, pct, span } from "./format.js";
 
 const PAD = { left: 48, right: 10, top: 10, bottom: 22 };
 const HEIGHT = 150;
 export const STATE_COLOURS = { busy: "#e69f00", blocked: "#c84f00", idle: "#56b4e9" };
+/** The event loop's states, bottom first; blocked is striped. */
+const LOOP_SERIES = [
+  { key: "busy", colour: STATE_COLOURS.busy },
+  { key: "blocked", colour: STATE_COLOURS.blocked, striped: true },
+  { key: "idle", colour: STATE_COLOURS.idle },
+];
 const TICKS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
 
 /** A round number at or above `value` whose half is round too: the chart's top. */
@@ -16,9 +25,16 @@ function niceCeil(value) {
 }
 
 export class Timeline {
-  constructor(host, { onSelect = () => {} } = {}) {
+  constructor(
+    host,
+    { onSelect = () => {}, series = LOOP_SERIES, label = "Event-loop timeline", unit = "samples", value = count } = {},
+  ) {
     this.host = host;
     this.onSelect = onSelect;
+    this.series = series;
+    this.label = label;
+    this.unit = unit;
+    this.value = value;
     this.data = null;
     this.from = 0;
     this.to = 1;
@@ -26,16 +42,10 @@ export class Timeline {
     this.marks = [];
     this.drag = null;
     this.hoverBucket = null;
-    this.canvas = document.createElement("canvas");
-    this.canvas.className = "timeline-canvas";
-    this.canvas.tabIndex = 0;
-    this.canvas.setAttribute("role", "img");
-    this.tip = document.createElement("div");
-    this.tip.className = "tooltip";
-    this.tip.hidden = true;
-    host.append(this.canvas, this.tip);
-    this.ctx = this.canvas.getContext("2d");
-    this.stripes = this.makeStripes();
+    Object.assign(this, createCanvas(host, "timeline-canvas"));
+    this.fills = Object.fromEntries(
+      series.map((s) => [s.key, s.striped ? stripes(this.ctx, s.colour) : s.colour]),
+    );
     this.canvas.addEventListener("pointerdown", (e) => this.onDown(e));
     this.canvas.addEventListener("pointermove", (e) => this.onMove(e));
     this.canvas.addEventListener("pointerup", (e) => this.onUp(e));
@@ -47,22 +57,6 @@ export class Timeline {
     this.canvas.addEventListener("focus", () => this.render());
     this.canvas.addEventListener("blur", () => this.render());
     new ResizeObserver(() => requestAnimationFrame(() => this.render())).observe(host);
-  }
-
-  makeStripes() {
-    const tile = document.createElement("canvas");
-    tile.width = 6;
-    tile.height = 6;
-    const t = tile.getContext("2d");
-    t.fillStyle = STATE_COLOURS.blocked;
-    t.fillRect(0, 0, 6, 6);
-    t.strokeStyle = "rgba(255,255,255,0.35)";
-    t.lineWidth = 1.5;
-    t.beginPath();
-    t.moveTo(-1, 7);
-    t.lineTo(7, -1);
-    t.stroke();
-    return this.ctx.createPattern(tile, "repeat");
   }
 
   setRange(from, to) {
@@ -102,21 +96,16 @@ export class Timeline {
   render() {
     const width = Math.max(200, Math.round(this.host.clientWidth));
     this.width = width;
-    const dpr = window.devicePixelRatio || 1;
-    this.canvas.width = Math.round(width * dpr);
-    this.canvas.height = Math.round(HEIGHT * dpr);
-    this.canvas.style.width = `${width}px`;
-    this.canvas.style.height = `${HEIGHT}px`;
+    fitCanvas(this.canvas, width, HEIGHT);
     const ctx = this.ctx;
-    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-    ctx.clearRect(0, 0, width, HEIGHT);
+    startPaint(ctx, width, HEIGHT);
     ctx.font = '11px "DejaVu Sans", system-ui, sans-serif';
     const bottom = HEIGHT - PAD.bottom;
     const plotH = bottom - PAD.top;
     const buckets = this.data ? this.data.buckets : [];
     const step = this.data ? this.data.step : 1;
     let max = 0;
-    for (const b of buckets) max = Math.max(max, b.busy + b.idle + b.blocked);
+    for (const b of buckets) max = Math.max(max, this.total(b));
     const yMax = niceCeil(max || 1);
 
     // grid and y labels
@@ -134,17 +123,17 @@ export class Timeline {
       if (max) ctx.fillText(count(f * yMax), PAD.left - 6, y);
     }
 
-    // bars: busy at the bottom, then blocked, then idle
+    // bars: the first series at the bottom (busy, then blocked, then idle)
     for (const b of buckets) {
       const x0 = this.xOf(b.t);
       const x1 = this.xOf(b.t + step);
       if (x1 < PAD.left || x0 > width - PAD.right) continue;
       const w = Math.max(1, x1 - x0 - (x1 - x0 > 4 ? 1 : 0));
       let y = bottom;
-      for (const state of ["busy", "blocked", "idle"]) {
-        const h = (b[state] / yMax) * plotH;
+      for (const { key } of this.series) {
+        const h = (b[key] / yMax) * plotH;
         if (h <= 0) continue;
-        ctx.fillStyle = state === "blocked" ? this.stripes : STATE_COLOURS[state];
+        ctx.fillStyle = this.fills[key];
         ctx.fillRect(x0, y - h, w, h);
         y -= h;
       }
@@ -175,7 +164,7 @@ export class Timeline {
       ctx.textAlign = "center";
       ctx.textBaseline = "middle";
       ctx.font = '13px "DejaVu Sans", system-ui, sans-serif';
-      ctx.fillText("No samples in this range", PAD.left + this.plotWidth / 2, PAD.top + plotH / 2);
+      ctx.fillText(`No ${this.unit} in this range`, PAD.left + this.plotWidth / 2, PAD.top + plotH / 2);
     }
 
     // compare bands
@@ -223,17 +212,22 @@ export class Timeline {
     this.describe(buckets, sel);
   }
 
+  /** A bucket's height: the sum of its series. */
+  total(bucket) {
+    return this.series.reduce((sum, { key }) => sum + bucket[key], 0);
+  }
+
   describe(buckets, sel) {
-    const sum = { busy: 0, idle: 0, blocked: 0 };
+    const sum = Object.fromEntries(this.series.map(({ key }) => [key, 0]));
     for (const b of buckets) for (const k in sum) sum[k] += b[k];
-    const all = sum.busy + sum.idle + sum.blocked;
+    const all = Object.values(sum).reduce((a, b) => a + b, 0);
     const shares = all
-      ? `busy ${pct(sum.busy / all)}, idle ${pct(sum.idle / all)}, blocked ${pct(sum.blocked / all)}`
-      : "no samples";
+      ? this.series.map(({ key }) => `${key} ${pct(sum[key] / all)}`).join(", ")
+      : `no ${this.unit}`;
     const selected = sel ? ` Selected ${span(sel[0], sel[1])}.` : "";
     this.canvas.setAttribute(
       "aria-label",
-      `Event-loop timeline ${span(this.from, this.to)}: ${shares}.${selected} ` +
+      `${this.label} ${span(this.from, this.to)}: ${shares}.${selected} ` +
         "Drag, or use the arrow keys, to select a range; Escape clears it.",
     );
   }
@@ -318,12 +312,12 @@ export class Timeline {
       this.tip.hidden = true;
       return;
     }
-    const all = b.busy + b.idle + b.blocked || 1;
+    const all = this.total(b) || 1;
     const row = (state) =>
-      `<div><span class="swatch ${state}"></span>${state} ${count(b[state])} <span class="muted">(${pct(b[state] / all)})</span></div>`;
+      `<div><span class="swatch ${state}"></span>${state} ${this.value(b[state])} <span class="muted">(${pct(b[state] / all)})</span></div>`;
     this.tip.innerHTML =
       `<div><strong>${esc(clock(b.t))}</strong> <span class="muted">· ${duration(step)}</span></div>` +
-      row("busy") + row("blocked") + row("idle");
+      this.series.map(({ key }) => row(key)).join("");
     this.tip.hidden = false;
     const box = this.host.getBoundingClientRect();
     const tw = this.tip.offsetWidth;
