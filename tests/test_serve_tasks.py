@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import pytest
 from helpers import ROOT, LoadDriver, Spawner, sidecar, wait_until
 from prometheus_client.parser import text_string_to_metric_families
+from pythons import interpreter
 from test_serve import serve
 from test_stats import SCHEMA
 from test_tasks import await_lines
@@ -145,6 +147,27 @@ def test_a_target_not_scanned_is_told_so(spawn: Spawner, serve: Any) -> None:
         assert f"the asyncio tasks of target {row['id']} were not scanned" in error["message"]
     (entry,) = server.json(f"/api/stats?target={row['id']}&from=0")["targets"]
     assert entry["tasks"] is None
+
+
+@pytest.mark.parametrize("version", ["3.8", "3.10"])
+def test_a_python_without_task_scans_keeps_its_threads(
+    spawn: Spawner, serve: Any, version: str
+) -> None:
+    """serve scans tasks by default; a target before 3.11 (py-spy's reader on 3.8, the own
+    walker on 3.10) has no task to scan: its threads are stored as ever, its tasks refused."""
+    target = spawn.target("spin", "--sleep", python=interpreter(version))
+    server = serve(pids=(target.pid,))
+
+    def sampled() -> bool:
+        rows = server.targets()
+        return bool(rows) and rows[0]["samples"] > 100
+
+    assert wait_until(sampled, timeout=30)
+    (row,) = server.targets()
+    assert row["alive"] and not row["problem"], row
+    status, body, _ = server.request(f"/api/profile?target={row['id']}&kind=tasks&from=0")
+    assert (status, json.loads(body)["error"]["code"]) == (404, "no_task_scans"), body
+    assert server.status(f"/api/profile?target={row['id']}&from=0") == 200
 
 
 def test_requests_of_a_loaded_aiohttp_server_are_told_from_background(
