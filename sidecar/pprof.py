@@ -2,8 +2,10 @@
 
 Each sample is one folded stack (its ``[idle]`` / ``[blocked]`` leaf kept as a frame, so the
 flamegraph shows where the loop waited) with a ``state`` label (busy, idle, blocked) and, where
-the sampler saw it, a ``thread_name`` label. Frames are parsed here by the one frame grammar
-(``function (file:line)``); the message itself is built and compressed in the native core.
+the sampler saw it, a ``thread_name`` label. A task sample (leaf ``[running]``, ``[ready]`` or
+``[waiting]``) has its state and a ``task`` label: ``request`` or ``background``. Frames are
+parsed here by the one frame grammar (``function (file:line)``); the message itself is built
+and compressed in the native core.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from sidecar import _native
 from sidecar.errors import NoSamples
 from sidecar.profile import Profile, parse_frame, state_of
+from sidecar.tasks import TASK_LEAVES, task_kind
 
 MEDIA_TYPE = "application/vnd.google.protobuf+gzip"
 #: What a value measures: pprof's (type, unit).
@@ -30,26 +33,27 @@ DEFAULT_RATE_HZ = 100.0
 
 @dataclass(frozen=True)
 class Sample:
-    """One folded stack (root first, synthetic leaf kept), its state, thread and count."""
+    """One folded stack (root first, synthetic leaf kept), its state, thread and count; a task
+    sample's ``task`` says whether the task serves a request (``request`` / ``background``)."""
 
     stack: str
     state: str
     count: int
     thread: str = ""
-
-
-#: The leaves of task profiles: a task sample's state is its leaf's word.
-TASK_LEAVES = ("[running]", "[ready]", "[waiting]")
+    task: str = ""
 
 
 def samples_of(profile: Profile) -> list[Sample]:
-    """A Profile's stacks as samples; their state comes from their leaf."""
-    return [Sample(stack, _state(stack), count) for stack, count in profile.stacks.items()]
-
-
-def _state(stack: str) -> str:
-    leaf = stack.rsplit(";", 1)[-1]
-    return leaf[1:-1] if leaf in TASK_LEAVES else state_of(stack)
+    """A Profile's stacks as samples; their state comes from their leaf, and a task stack's
+    ``task`` from its root (``sidecar.tasks.is_request``)."""
+    out: list[Sample] = []
+    for stack, count in profile.stacks.items():
+        leaf = stack.rsplit(";", 1)[-1]
+        if leaf in TASK_LEAVES:
+            out.append(Sample(stack, leaf[1:-1], count, task=task_kind(stack)))
+        else:
+            out.append(Sample(stack, state_of(stack), count))
+    return out
 
 
 def period_ns(rate_hz: float | None) -> int:
@@ -77,6 +81,8 @@ def encode(
         labels = [("state", sample.state)]
         if sample.thread:
             labels.append(("thread_name", sample.thread))
+        if sample.task:
+            labels.append(("task", sample.task))
         amounts = [sample.count if name == "samples" else sample.count * period for name in values]
         rows.append((sample.stack, amounts, labels))
     if not rows:

@@ -62,6 +62,7 @@ class Service:
             self.pusher = Pusher(
                 Client(config.push),
                 rate_hz=config.rate_hz,
+                task_rate_hz=config.task_rate_hz,
                 service_name=config.service_name,
                 extra_labels=pod_labels(),
             )

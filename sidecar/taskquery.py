@@ -20,7 +20,7 @@ from sidecar.profile import Profile, Target
 from sidecar.query import MAX_BUCKETS, QueryError, Range, Reader, StoreUnavailable
 from sidecar.store import counts
 from sidecar.store.schema import COUNT_TABLES, TASK_COLUMNS, TASK_STATE_CODES, TASK_STATE_NAMES
-from sidecar.tasks import STATES, is_request
+from sidecar.tasks import STATES, is_request, task_leaf
 from sidecar.taskstats import InFlight
 
 #: Which tasks a task profile keeps.
@@ -110,7 +110,7 @@ class TaskReader:
             text = texts[stack]
             if which != "all" and is_request(text) != (which == "requests"):
                 continue
-            profile.add(f"{text};[{TASK_STATE_NAMES[state]}]", count)
+            profile.add(f"{text};{task_leaf(TASK_STATE_NAMES[state])}", count)
         if info is not None:
             profile.target = Target(
                 pid=info["pid"], cmdline=info["cmdline"], python_version=info["python_version"]

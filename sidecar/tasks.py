@@ -8,9 +8,9 @@ from __future__ import annotations
 from sidecar import _native
 from sidecar.errors import PermissionDenied, TargetError, TargetGone
 
-#: The leaves of task stacks, one per state.
-TASK_LEAVES = ("[running]", "[ready]", "[waiting]")
 STATES = ("running", "ready", "waiting")
+#: The leaves of task stacks, one per state.
+TASK_LEAVES = tuple(f"[{state}]" for state in STATES)
 #: The root coroutines of request tasks, as frames begin (``function (file:``): aiohttp runs
 #: each request's handler in a task of ``RequestHandler._handle_request`` (awaited by the
 #: connection's ``RequestHandler.start`` task, whose chain comes first in a folded stack),
@@ -25,6 +25,16 @@ REQUEST_ROOTS = (
 def is_request(stack: str) -> bool:
     """The folded task stack is a request's: one of its frames is a request task's root."""
     return any(frame.startswith(root) for frame in stack.split(";") for root in REQUEST_ROOTS)
+
+
+def task_leaf(state: str) -> str:
+    """The leaf of a task stack in ``state`` (``running`` → ``[running]``)."""
+    return f"[{state}]"
+
+
+def task_kind(stack: str) -> str:
+    """``request`` or ``background``, as ``is_request`` tells."""
+    return "request" if is_request(stack) else "background"
 
 
 def task_rows(stacks: list[tuple[str, int]]) -> list[tuple[str, str, int]]:
@@ -45,7 +55,7 @@ def in_flight(rows: list[tuple[str, str, int]], scans: int) -> dict[tuple[str, s
     ``request`` or ``background``)."""
     out = {(state, kind): 0.0 for state in STATES for kind in ("request", "background")}
     for stack, state, count in rows:
-        out[(state, "request" if is_request(stack) else "background")] += count / scans
+        out[(state, task_kind(stack))] += count / scans
     return out
 
 

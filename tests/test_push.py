@@ -22,9 +22,11 @@ from test_serve import Serve
 from sidecar.push import Client, Pusher, endpoint
 from sidecar.query import Range, Reader
 from sidecar.store import ProcessRecord, WindowBatch
+from sidecar.taskquery import TaskReader
 
 CPU = "process_cpu:cpu:nanoseconds:cpu:nanoseconds"
 WALL = "wall:wall:nanoseconds:wall:nanoseconds"
+TASKS = "asyncio_tasks:wall:nanoseconds:wall:nanoseconds"
 
 
 @pytest.fixture(scope="module")
@@ -144,6 +146,48 @@ def test_an_outage_is_sent_when_pyroscope_is_back(
             pyroscope.total(WALL, selector, down_at, end) == stored(db, down_at, end) * PERIOD_NS
         )
     )
+
+
+def test_task_windows_arrive_as_asyncio_tasks_with_the_stores_counts(
+    spawn: Spawner, load: LoadDriver, pyroscope: Pyroscope, tmp_path: Path
+) -> None:
+    """With task scans on (20 Hz here), each window's tasks go out as a third profile type,
+    ``asyncio_tasks``: one scan period of wall time per task-sample, labelled with the task's
+    state and kind, the totals those of the store."""
+    target = spawn.target("aiohttp_app")
+    load.start(target.url + "/stages", seconds=40, connections=4)
+    db = tmp_path / "s.db"
+    server = pushing(db, target.pid, pyroscope.url, "--service-name", "tasks", "--task-rate", "20")
+    assert wait_until(lambda: health(server)["push"]["pushed_windows"] >= 4, timeout=40)
+    assert server.stop() == 0
+    start, end = stored_span(db)
+    scan_ns = 1_000_000_000 // 20
+    selector = '{service_name="tasks"}'
+
+    def stored_tasks(which: str = "all", states: set[str] | None = None) -> int:
+        return TaskReader(Reader(db, 1)).profile(None, Range(start, end), states, which).total
+
+    assert stored_tasks() > 0
+    assert wait_pushed(
+        lambda: pyroscope.total(TASKS, selector, start, end) == stored_tasks() * scan_ns
+    ), (
+        pyroscope.total(TASKS, selector, start, end) // scan_ns,
+        stored_tasks(),
+    )
+    assert pyroscope.label_values("task", selector, start, end) == {"request", "background"}
+    requests = pyroscope.total(TASKS, '{service_name="tasks", task="request"}', start, end)
+    assert requests == stored_tasks("requests") * scan_ns > 0
+    states = pyroscope.label_values("state", selector, start, end)
+    assert "waiting" in states and states <= {"running", "ready", "waiting"} | {
+        "busy",
+        "idle",
+        "blocked",
+    }
+    waiting = pyroscope.total(TASKS, '{service_name="tasks", state="waiting"}', start, end)
+    assert waiting == stored_tasks(states={"waiting"}) * scan_ns
+    # the requests' await chains: the handler and the awaits it is parked on
+    names = pyroscope.names(TASKS, '{service_name="tasks", task="request"}', start, end)
+    assert {"stages_handler", "fetch", "[waiting]"} <= {n.split(" (")[0] for n in names}, names
 
 
 class _Hanging:

@@ -78,6 +78,7 @@ class Pusher:
         client: Client,
         *,
         rate_hz: float,
+        task_rate_hz: float = 0.0,
         service_name: str | None = None,
         extra_labels: Labels = (),
         max_backlog: int = 2000,
@@ -87,6 +88,8 @@ class Pusher:
     ) -> None:
         self.client = client
         self.rate_hz = rate_hz
+        #: The task scans' rate: a window's task-samples stand for that period each.
+        self.task_rate_hz = task_rate_hz
         self.service_name = service_name
         self.extra_labels = extra_labels
         self.max_backlog = max_backlog
@@ -192,7 +195,7 @@ class Pusher:
         series: list[Series] = []
         for item in items:
             if item.series is None:
-                item.series = series_of(item.labels, item.batch, self.rate_hz)
+                item.series = series_of(item.labels, item.batch, self.rate_hz, self.task_rate_hz)
             series.extend(item.series)
         if not series:  # windows with no samples: nothing to send
             self.health.pushed_windows += len(items)

@@ -1,8 +1,12 @@
-"""Windows into Pyroscope series: the series labels, two profile types, Pyroscope's limits.
+"""Windows into Pyroscope series: the series labels, three profile types, Pyroscope's limits.
 
 Each window becomes two gzipped pprof profiles: ``process_cpu`` (the busy samples, in CPU
 nanoseconds at one period per sample) and ``wall`` (every sample, in wall nanoseconds). Every
-sample is labelled with its ``state`` and its ``thread_name`` (``sidecar.pprof``). A series is
+sample is labelled with its ``state`` and its ``thread_name`` (``sidecar.pprof``). A window with
+task scans adds a third, ``asyncio_tasks``: each task-sample stands for one scan period of one
+task, in wall nanoseconds, so a stack's value is the time tasks spent in that await chain; its
+samples are labelled with the task's ``state`` (running, ready, waiting) and ``task`` (request,
+background). A series is
 named by ``service_name`` (``--service-name``, else a short name of the target's command line)
 and labelled with the target's ``framework``, ``loop`` and ``python_version``, and with the pod's
 name and namespace where the manifests pass them in (``POD_NAME``, ``POD_NAMESPACE``).
@@ -14,14 +18,16 @@ totals stay exact), 4 MiB per profile, label names and values within their lengt
 
 from __future__ import annotations
 
+import functools
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from sidecar import _native, pprof
 from sidecar.classify import leaf_for
 from sidecar.discover import gunicorn_title
 from sidecar.store import ProcessRecord, WindowBatch
+from sidecar.tasks import task_kind, task_leaf
 
 #: Pyroscope's default limits (distributor): samples per profile, bytes per profile, label sizes.
 MAX_SAMPLES = 16_000
@@ -34,6 +40,8 @@ TYPES: tuple[tuple[str, str, frozenset[str] | None], ...] = (
     ("process_cpu", "cpu", frozenset({"busy"})),
     ("wall", "wall", None),
 )
+#: The series of a window's asyncio tasks.
+TASKS = "asyncio_tasks"
 #: Environment variables (the Downward API in the manifests) that label every series.
 POD_ENV = (("POD_NAME", "pod"), ("POD_NAMESPACE", "namespace"))
 _LABEL_NAME = re.compile(r"[^A-Za-z0-9_]")
@@ -88,65 +96,98 @@ def series_labels(record: ProcessRecord, service: str | None, extra: Labels = ()
     return tuple(sorted(labels.items()))
 
 
-def _samples(batch: WindowBatch, states: frozenset[str] | None, limit: int) -> list[pprof.Sample]:
-    """The window's rows in ``states`` as pprof samples, at most ``limit`` of them: past it,
-    the rarest stacks become one ``[other stacks]`` sample per state and thread."""
-    rows = [row for row in batch.rows if states is None or row[2] in states]
-    keep = len(rows)
-    if keep > limit:
-        rows.sort(key=lambda row: row[3], reverse=True)
-        keep = max(0, limit - len({(row[2], row[1]) for row in rows}))
-    names = batch.thread_names
-    out = [
-        pprof.Sample(_marked(stack, state), state, count, names.get(tid, ""))
-        for stack, tid, state, count in rows[:keep]
+def _bounded(
+    samples: list[pprof.Sample], limit: int, leaf: Callable[[str], str | None]
+) -> list[pprof.Sample]:
+    """At most ``limit`` samples: past it, the rarest stacks become one ``[other stacks]``
+    sample per state, thread and task kind (ended by the state's ``leaf``), so totals stay."""
+    if len(samples) <= limit:
+        return samples
+    samples = sorted(samples, key=lambda sample: sample.count, reverse=True)
+    keep = max(0, limit - len({(s.state, s.thread, s.task) for s in samples}))
+    other: dict[tuple[str, str, str], int] = {}
+    for sample in samples[keep:]:
+        key = (sample.state, sample.thread, sample.task)
+        other[key] = other.get(key, 0) + sample.count
+    return samples[:keep] + [
+        pprof.Sample(_marked(OTHER, leaf(state)), state, count, thread, task)
+        for (state, thread, task), count in other.items()
     ]
-    other: dict[tuple[str, str], int] = {}
-    for _stack, tid, state, count in rows[keep:]:
-        key = (state, names.get(tid, ""))
-        other[key] = other.get(key, 0) + count
-    out.extend(
-        pprof.Sample(_marked(OTHER, state), state, count, name)
-        for (state, name), count in other.items()
-    )
-    return out
 
 
-def _marked(stack: str, state: str) -> str:
+def _samples(batch: WindowBatch, states: frozenset[str] | None, limit: int) -> list[pprof.Sample]:
+    """The window's rows in ``states`` as pprof samples, at most ``limit`` of them."""
+    names = batch.thread_names
+    samples = [
+        pprof.Sample(_marked(stack, leaf_for(state)), state, count, names.get(tid, ""))
+        for stack, tid, state, count in batch.rows
+        if states is None or state in states
+    ]
+    return _bounded(samples, limit, leaf_for)
+
+
+def _task_samples(batch: WindowBatch, limit: int) -> list[pprof.Sample]:
+    """The window's task rows as pprof samples, at most ``limit`` of them."""
+    samples = [
+        pprof.Sample(_marked(stack, task_leaf(state)), state, count, task=task_kind(stack))
+        for stack, state, count in batch.tasks
+    ]
+    return _bounded(samples, limit, task_leaf)
+
+
+def _marked(stack: str, leaf: str | None) -> str:
     """The stack with its state's synthetic leaf, as sidecar's own profiles show it."""
-    leaf = leaf_for(state)
     return f"{stack};{leaf}" if leaf else stack
 
 
-def profiles(batch: WindowBatch, rate_hz: float) -> list[tuple[str, bytes]]:
-    """(series name, gzipped pprof) of a window; a profile type with no samples is left out."""
+def profiles(
+    batch: WindowBatch, rate_hz: float, task_rate_hz: float = 0.0
+) -> list[tuple[str, bytes]]:
+    """(series name, gzipped pprof) of a window, its task profile too when its tasks were
+    scanned (at ``task_rate_hz``); a profile type with no samples is left out."""
     out: list[tuple[str, bytes]] = []
     for name, measure, states in TYPES:
-        limit = MAX_SAMPLES
-        while True:
-            samples = _samples(batch, states, limit)
-            if not samples:
-                break
-            data = pprof.encode(
-                samples,
-                rate_hz=rate_hz,
-                start=batch.start,
-                end=batch.start + batch.width,
-                values=(measure,),
-            )
-            if len(data) <= MAX_PROFILE_BYTES or limit <= 100:
-                out.append((name, data))
-                break
-            limit //= 2  # fewer, larger stacks until it fits
+        data = _fitted(batch, functools.partial(_samples, batch, states), measure, rate_hz)
+        if data is not None:
+            out.append((name, data))
+    if batch.tasks and task_rate_hz > 0:
+        data = _fitted(batch, functools.partial(_task_samples, batch), "wall", task_rate_hz)
+        if data is not None:
+            out.append((TASKS, data))
     return out
+
+
+def _fitted(
+    batch: WindowBatch, samples_of: Callable[[int], list[pprof.Sample]], measure: str, rate: float
+) -> bytes | None:
+    """The samples as one gzipped pprof within Pyroscope's limits: at most MAX_SAMPLES, and
+    fewer, larger stacks until it fits in MAX_PROFILE_BYTES; None without samples."""
+    limit = MAX_SAMPLES
+    while True:
+        samples = samples_of(limit)
+        if not samples:
+            return None
+        data = pprof.encode(
+            samples,
+            rate_hz=rate,
+            start=batch.start,
+            end=batch.start + batch.width,
+            values=(measure,),
+        )
+        if len(data) <= MAX_PROFILE_BYTES or limit <= 100:
+            return data
+        limit //= 2
 
 
 Series = tuple[list[tuple[str, str]], list[bytes]]
 
 
-def series_of(labels: Labels, batch: WindowBatch, rate_hz: float) -> list[Series]:
+def series_of(
+    labels: Labels, batch: WindowBatch, rate_hz: float, task_rate_hz: float = 0.0
+) -> list[Series]:
     """A window's series, one per profile type: (labels with ``__name__``, [gzipped pprof])."""
-    return [([("__name__", name), *labels], [data]) for name, data in profiles(batch, rate_hz)]
+    made = profiles(batch, rate_hz, task_rate_hz)
+    return [([("__name__", name), *labels], [data]) for name, data in made]
 
 
 def request(series: Iterable[Series]) -> bytes:
