@@ -12,6 +12,7 @@ import json
 import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -254,7 +255,8 @@ def test_unquoted_label_values_are_reported(checker: Path, tmp_path: Path) -> No
     ]
 
 
-# The container build: it cannot be run here (no container engine), so its structure is read.
+# The container build's structure (tests/test_image.py builds nothing: it runs what `make image`
+# built); here, what each stage may install and copy.
 
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
 
@@ -276,46 +278,113 @@ def dockerfile_stages() -> list[tuple[str, str, list[str]]]:
     return stages
 
 
-def test_dockerfile_builds_with_the_makefile_in_a_rust_stage_and_runs_slim() -> None:
-    stages = dockerfile_stages()
-    assert [name for _, name, _ in stages] == ["rust", "build", "runtime"]
-    (rust_image, _, _), (build_image, _, build), (runtime_image, _, runtime) = stages
-    assert rust_image == "${RUST_IMAGE}" and build_image == runtime_image == "${PYTHON_IMAGE}"
+def run_commands(instructions: list[str]) -> list[str]:
+    """The shell commands of a stage's RUN instructions, split at && and ;."""
+    return [
+        command.strip()
+        for run in instructions
+        if run.startswith("RUN ")
+        for command in re.split(r"&&|;", re.sub(r"^RUN\s+(--mount=\S+\s+)*", "", run))
+    ]
+
+
+def test_dockerfile_builds_the_wheel_with_the_makefile_and_installs_the_runtime_lock_only() -> None:
+    stages = {name: (image, instructions) for image, name, instructions in dockerfile_stages()}
+    assert list(stages) == ["rust", "build", "install", "runtime", "demo"]
+    assert stages["rust"][0] == "${RUST_IMAGE}"
+    for name in ("build", "install", "runtime"):
+        assert stages[name][0] == "${PYTHON_IMAGE}", name
+    assert stages["demo"][0] == "runtime"
     args = dict(re.findall(r"^ARG (\w+)=(\S+)$", DOCKERFILE.read_text(), re.MULTILINE))
     assert args["RUST_IMAGE"].startswith("rust:") and "slim" in args["RUST_IMAGE"]
     assert args["PYTHON_IMAGE"].startswith("python:3.11-slim")
 
-    runs = [i for i in build if i.startswith("RUN ")]
-    commands = [
-        command.strip()
-        for run in runs
-        for command in re.split(r"&&|;", re.sub(r"^RUN\s+(--mount=\S+\s+)*", "", run))
-    ]
-    make_targets = [c.split()[1] for c in commands if c.startswith("make ")]
-    assert make_targets == [".venv/.deps", "install"]
-    # The install steps live in the Makefile only: no second copy of them here.
-    for command in commands:
+    # build: the Makefile's own steps make the wheel; no second copy of them here.
+    build = run_commands(stages["build"][1])
+    make_targets = [c.split()[1] for c in build if c.startswith("make ")]
+    assert make_targets == [".venv/.deps", "wheel"]
+    for command in build:
         assert not re.search(r"\b(pip|maturin|cargo|rustup)\b", command), command
     for target in make_targets:
         dry = subprocess.run(["make", "-n", target], cwd=ROOT, capture_output=True, text=True)
         assert dry.returncode == 0, dry.stderr
 
-    assert "COPY --from=build /opt/sidecar /opt/sidecar" in runtime
+    # install: the runtime lock and the wheel, nothing else.
+    install_stage = stages["install"][1]
+    assert "COPY --from=build /src/out/wheels /tmp/install/wheels" in install_stage
+    assert "COPY requirements.lock /tmp/install/" in install_stage
+    pips = [c for c in run_commands(install_stage) if re.search(r"\bpip\b", c)]
+    assert pips == [
+        "/opt/sidecar/bin/pip install -q -r /tmp/install/requirements.lock "
+        "/tmp/install/wheels/sidecar-*.whl"
+    ]
+
+    # runtime: the virtualenv, copied whole; it runs nothing.
+    runtime = stages["runtime"][1]
+    assert [i for i in runtime if i.startswith(("COPY", "ADD"))] == [
+        "COPY --from=install /opt/sidecar /opt/sidecar"
+    ]
     assert not any(i.startswith("RUN ") for i in runtime), "the runtime stage installs nothing"
     assert 'ENTRYPOINT ["sidecar"]' in runtime
 
+    # demo: the demo lock on top, and the targets.
+    demo = stages["demo"][1]
+    assert [c for c in run_commands(demo) if re.search(r"\bpip\b", c)] == [
+        "pip install -q -r /tmp/demo/requirements-demo.lock"
+    ]
+    # The development lock goes into the build stage only.
+    for name, (_, instructions) in stages.items():
+        if name != "build":
+            assert not any("requirements-dev.lock" in i for i in instructions), name
 
-def test_dockerfile_copies_every_directory_the_package_needs() -> None:
-    copied = {
-        i.split()[1].split("/")[0]
-        for _, _, instructions in dockerfile_stages()
-        for i in instructions
-        if i.startswith("COPY ") and not i.startswith("COPY --from")
-    }
-    needed = {d for d in ("native", "sidecar", "targets", "web") if (ROOT / d).is_dir()}
-    assert needed <= copied, f"add COPY lines to deploy/Dockerfile for {needed - copied}"
+
+def test_dockerfile_copies_every_directory_the_image_needs() -> None:
+    stages = {name: instructions for _, name, instructions in dockerfile_stages()}
+
+    def copied(stage: str) -> set[str]:
+        return {
+            path.split("/")[0]
+            for i in stages[stage]
+            if i.startswith("COPY ") and not i.startswith("COPY --from")
+            for path in i.split()[1:-1]
+        }
+
+    # The wheel is made of the package and its native core; the demo adds the targets.
+    wheel = {d for d in ("native", "sidecar", "web") if (ROOT / d).is_dir()}
+    assert wheel <= copied("build"), (
+        f"add COPY lines to the build stage for {wheel - copied('build')}"
+    )
+    assert "targets" in copied("demo") and "targets" not in copied("build")
+    every = set().union(*(copied(stage) for stage in stages))
+    for name in every:
+        assert (ROOT / name).exists(), f"deploy/Dockerfile copies {name}, which is not in the tree"
     ignore = (ROOT / "deploy" / "Dockerfile.dockerignore").read_text().splitlines()
-    for directory in needed:
-        assert f"!{directory}" in ignore or any(
-            line.startswith(f"!{directory}/") for line in ignore
-        ), f"deploy/Dockerfile.dockerignore keeps {directory}/ out of the build context"
+    for name in every:
+        assert f"!{name}" in ignore or any(line.startswith(f"!{name}/") for line in ignore), (
+            f"deploy/Dockerfile.dockerignore keeps {name} out of the build context"
+        )
+
+
+def test_the_examples_run_the_demo_image_beside_the_sidecar_image(checker: Path) -> None:
+    """The images the examples name are the ones `make image` tags (deploy/image.sh)."""
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    script = (ROOT / "deploy" / "image.sh").read_text()
+    assert 'image="sidecar:$version"' in script and 'demo="sidecar-demo:$version"' in script
+    for example in ("aiohttp", "tornado", "no-capability"):
+        done = subprocess.run(
+            [str(checker), "-print", str(K8S / "examples" / example)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        docs = [d for d in yaml.safe_load_all(done.stdout) if d]
+        pod = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+        images = {c["name"]: c["image"] for c in pod["containers"] + pod["initContainers"]}
+        assert images == {"app": f"sidecar-demo:{version}", "sidecar": f"sidecar:{version}"}
+        app = next(c for c in pod["containers"] if c["name"] == "app")
+        assert app["command"][:3] == [
+            "python",
+            "-m",
+            f"targets.{example.replace('no-capability', 'aiohttp')}_app",
+        ]

@@ -1,5 +1,6 @@
-"""The two lock files: the runtime lock is exactly what the package needs, pinned as the
-development lock pins it, and the development lock holds every dependency of what it pins.
+"""The lock files: the runtime lock is exactly what the package needs, pinned as the development
+lock pins it, and the development lock holds every dependency of what it pins; the demo lock
+(the demo image's) is exactly what the demo services need on top of the runtime lock.
 
 Dependencies are read from the metadata of the distributions installed here (``make install``
 installs both lock files), so a dependency added to pyproject.toml or pulled in by an upgrade
@@ -18,6 +19,9 @@ from packaging.requirements import Requirement
 ROOT = Path(__file__).resolve().parent.parent
 RUNTIME = ROOT / "requirements.lock"
 DEV = ROOT / "requirements-dev.lock"
+DEMO = ROOT / "requirements-demo.lock"
+#: What the demo services (targets/, the demo image) import beyond the package's dependencies.
+DEMO_ROOTS = {"aiohttp", "tornado"}
 #: The installer itself: every virtualenv has it; lock files leave it out.
 INSTALLER = {"pip", "setuptools"}
 
@@ -88,3 +92,15 @@ def test_dev_lock_is_closed_and_installed_as_pinned() -> None:
         assert installed == version, f"{name} {installed} installed, {version} locked"
     missing = closure(set(dev)) - set(dev)
     assert not missing, f"requirements-dev.lock lacks dependencies {sorted(missing)}"
+
+
+def test_demo_lock_is_what_the_demo_services_add_to_the_runtime_lock() -> None:
+    runtime, demo, dev = pins(RUNTIME), pins(DEMO), pins(DEV)
+    assert not set(demo) & set(runtime), "requirements-demo.lock repeats requirements.lock"
+    needed = closure(DEMO_ROOTS) - set(runtime)
+    assert not needed - set(demo), f"requirements-demo.lock lacks {sorted(needed - set(demo))}"
+    assert not set(demo) - needed, (
+        f"requirements-demo.lock has what nothing needs: {sorted(set(demo) - needed)}"
+    )
+    differ = {name: (v, dev.get(name)) for name, v in demo.items() if dev.get(name) != v}
+    assert not differ, f"pinned differently (demo, dev): {differ}"
