@@ -4,9 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(BIN)):$(PATH)
-NATIVE_SRC := $(shell find native/src -name "*.rs") native/Cargo.toml native/Cargo.lock
+NATIVE_SRC := $(shell find native/src -name "*.rs" 2>/dev/null) native/Cargo.toml native/Cargo.lock
 
-.PHONY: install wheel pythons pyroscope demo test soak lint fmt bench clean
+.PHONY: install wheel image pythons pyroscope demo test soak lint fmt bench clean
 
 install: $(VENV)/.installed
 
@@ -25,6 +25,14 @@ $(VENV)/.installed: $(VENV)/.deps pyproject.toml $(NATIVE_SRC)
 # The wheel users install (out/wheels): the package, its native core and the web UI.
 wheel: $(VENV)/.deps
 	$(BIN)/maturin build --release --quiet --out out/wheels
+
+# The container images (deploy/Dockerfile): sidecar:VERSION (runtime lock and wheel only) and
+# sidecar-demo:VERSION (plus the demo services), with docker or else buildah, from local base
+# images deploy/bases.sh makes where no registry serves them; written as OCI archives to
+# out/sidecar-image.tar and out/sidecar-demo-image.tar, with their sizes printed. Minutes the
+# first time; the bases and unchanged steps are cached after that.
+image:
+	deploy/image.sh
 
 # CPython 3.14 and 3.15 from Debian unstable's packages into .cache/pythons, for the version
 # tests (3.8-3.13 come from pyenv); prints where each interpreter is.
