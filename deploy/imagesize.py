@@ -14,7 +14,6 @@ import gzip
 import hashlib
 import json
 import subprocess
-import sys
 import tarfile
 from typing import IO, Any
 
@@ -36,12 +35,19 @@ def base_layers(engine: str, image: str) -> list[str]:
     return list(data[0]["RootFS"]["Layers"])
 
 
+def _member(archive: tarfile.TarFile, name: str) -> IO[bytes]:
+    try:
+        member = archive.extractfile(name)
+    except KeyError:
+        member = None
+    if member is None:
+        raise SystemExit(f"imagesize: no {name} in the archive (not an OCI archive?)")
+    return member
+
+
 def _blob(archive: tarfile.TarFile, digest: str) -> IO[bytes]:
     algorithm, value = digest.split(":", 1)
-    member = archive.extractfile(f"blobs/{algorithm}/{value}")
-    if member is None:
-        raise SystemExit(f"imagesize: blob {digest} missing from the archive")
-    return member
+    return _member(archive, f"blobs/{algorithm}/{value}")
 
 
 def _json(archive: tarfile.TarFile, digest: str) -> Any:
@@ -51,7 +57,7 @@ def _json(archive: tarfile.TarFile, digest: str) -> Any:
 def layers(path: str) -> tuple[str, list[tuple[str, int]]]:
     """The image's reference name and its layers as (diff ID, uncompressed size), base first."""
     with tarfile.open(path) as archive:
-        index = json.load(archive.extractfile("index.json") or sys.exit("no index.json"))
+        index = json.load(_member(archive, "index.json"))
         (entry,) = index["manifests"]
         name = entry.get("annotations", {}).get("org.opencontainers.image.ref.name", "")
         manifest = _json(archive, entry["digest"])
