@@ -22,9 +22,16 @@ $(VENV)/.installed: $(VENV)/.deps pyproject.toml $(NATIVE_SRC)
 	$(BIN)/maturin develop --release --quiet
 	touch $@
 
-# The wheel users install (out/wheels): the package, its native core and the web UI.
-wheel: $(VENV)/.deps
+# The wheel users install (out/wheels): the package, its native core and the web UI. It needs
+# maturin only, at the development lock's pin (the image's build stage installs nothing more).
+wheel: $(VENV)/.build-tools
 	$(BIN)/maturin build --release --quiet --out out/wheels
+
+$(VENV)/.build-tools: requirements-dev.lock
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q $$(grep -E '^maturin==' requirements-dev.lock)
+	touch $@
 
 # The container images (deploy/Dockerfile): sidecar:VERSION (runtime lock and wheel only) and
 # sidecar-demo:VERSION (plus the demo services), with docker or else buildah, from local base

@@ -302,7 +302,7 @@ def test_dockerfile_builds_the_wheel_with_the_makefile_and_installs_the_runtime_
     # build: the Makefile's own steps make the wheel; no second copy of them here.
     build = run_commands(stages["build"][1])
     make_targets = [c.split()[1] for c in build if c.startswith("make ")]
-    assert make_targets == [".venv/.deps", "wheel"]
+    assert make_targets == [".venv/.build-tools", "wheel"]
     for command in build:
         assert not re.search(r"\b(pip|maturin|cargo|rustup)\b", command), command
     for target in make_targets:
