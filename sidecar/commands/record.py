@@ -58,9 +58,10 @@ def add_parser(sub: Any) -> None:
     parser.add_argument(
         "--task-rate",
         type=float,
-        default=defaults.TASK_RATE_HZ,
+        default=None,
         metavar="HZ",
-        help=f"task scans per second with --tasks (default {defaults.TASK_RATE_HZ:g})",
+        help=f"task scans per second with --tasks (default {defaults.TASK_RATE_HZ:g}, or --rate "
+        "if lower)",
     )
     parser.add_argument(
         "--format", choices=FORMATS, default="svg", help="output format (default svg)"
@@ -165,6 +166,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--duration must be positive")
     if not 0 < args.rate <= 10_000:
         raise UsageError("--rate must be between 0 and 10000 Hz")
+    if args.task_rate is None:
+        args.task_rate = min(defaults.TASK_RATE_HZ, args.rate)
     if args.tasks and not 0 < args.task_rate <= args.rate:
         raise UsageError("--task-rate must be positive and at most --rate")
     if args.tasks and args.output == "-":

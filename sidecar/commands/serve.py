@@ -89,10 +89,11 @@ def add_parser(sub: Any) -> None:
         "--task-rate",
         type=float,
         # a string default goes through ``type``: a bad one is a usage error like the option's
-        default=os.environ.get("SIDECAR_TASK_RATE") or defaults.TASK_RATE_HZ,
+        default=os.environ.get("SIDECAR_TASK_RATE") or None,
         metavar="HZ",
         help="asyncio task scans per second per process (CPython 3.11+), stored beside the "
-        f"threads; 0 turns them off (default {defaults.TASK_RATE_HZ:g}) [SIDECAR_TASK_RATE]",
+        f"threads; 0 turns them off (default {defaults.TASK_RATE_HZ:g}, or --rate if lower) "
+        "[SIDECAR_TASK_RATE]",
     )
     parser.add_argument(
         "--blocking", action="store_true", help="pause each target during each read"
@@ -216,6 +217,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--rate must be between 0 and 10000 Hz")
     if not 0 <= args.port <= 65535:
         raise UsageError("--port must be between 0 and 65535 (0: any free port)")
+    if args.task_rate is None:  # the default, never above the thread sampling's rate
+        args.task_rate = min(defaults.TASK_RATE_HZ, args.rate)
     if not 0 <= args.task_rate <= args.rate:
         raise UsageError("--task-rate must be between 0 (no task scans) and --rate")
     if not 1 <= args.window <= 3600:
