@@ -136,7 +136,9 @@ def task_summary(rec: Recording) -> list[str]:
         leaf = stack.rsplit(";", 1)[-1]
         states[leaf] = states.get(leaf, 0) + count
     total = sum(states.values())
-    mean = total / counts.task_scans if counts.task_scans else 0.0
+    unread = stats["task_unread"]
+    # tasks past a scan's bound are in flight too, though the profile holds no sample of them
+    mean = (total + unread) / counts.task_scans if counts.task_scans else 0.0
     line = (
         f"tasks: {counts.task_scans:,} scans · {mean:.1f} in flight on average · "
         + " · ".join(f"{leaf[1:-1]} {percent(n, total)}" for leaf, n in states.items())
@@ -144,8 +146,12 @@ def task_summary(rec: Recording) -> list[str]:
         f"failed scans {stats['task_errors']}"
     )
     lines = [line]
-    if stats["task_unread"]:
-        lines.append(f"tasks past a scan's bound, not read: {stats['task_unread']:,}")
+    if unread:
+        lines.append(
+            f"tasks past a scan's bound, not read: {unread:,}; the task profile is a sample, "
+            f"{percent(total, total + unread)} of the task-samples in flight (a different slice "
+            "of the tasks each scan), its counts not scaled"
+        )
     if stats["task_last_error"] and stats["task_errors"]:
         lines.append(f"last task scan error: {stats['task_last_error']}")
     return lines

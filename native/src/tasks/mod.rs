@@ -35,9 +35,12 @@ use registry::{asyncio_debug, find_sets, list_tasks, set_tasks, Sets};
 use rustc_hash::FxBuildHasher as FxBuild;
 pub(crate) use ticks::{count, TaskTicks};
 
-/// Tasks read per scan at most: past it, a sample of them (the first found) and a count of
-/// the rest.
+/// Tasks read per scan at most: past it, a slice of them (a different one each scan, so that
+/// every task is read in turn) and a count of the rest.
 pub const MAX_TASKS: usize = 20_000;
+/// Tasks found per scan at most (their addresses only): past it, the lists of 3.14+ are not
+/// followed further, and what they still hold is neither read nor counted.
+const MAX_FOUND: usize = 200_000;
 /// How deep one task's awaiting tasks are followed for its folded stack.
 const MAX_AWAITERS: usize = 32;
 const CODE_CACHE_BYTES: usize = 16 << 20;
@@ -80,6 +83,8 @@ pub struct TaskScanner {
     code_bytes: usize,
     serial: u64,
     files: ShortFiles,
+    /// Scans so far: where the slice of a scan past `MAX_TASKS` starts.
+    scans: usize,
 }
 
 /// The one line an older Python gets.
@@ -120,6 +125,7 @@ impl TaskScanner {
             code_bytes: 0,
             serial: 0,
             files: ShortFiles::new(spy.pid, spy.dockerized),
+            scans: 0,
         };
         scanner.find_registry()?;
         Ok(scanner)
@@ -149,17 +155,23 @@ impl TaskScanner {
     pub fn scan_with(&mut self, names: bool) -> Result<Scan> {
         self.find_registry()?;
         let (mut addresses, mut torn) = match &self.sets {
-            Some(sets) => set_tasks(self.pid, &self.layout, &mut self.types, sets, MAX_TASKS + 1)?,
+            Some(sets) => set_tasks(self.pid, &self.layout, &mut self.types, sets, MAX_FOUND)?,
             None => list_tasks(
                 self.pid,
                 &self.layout,
                 &self.tl,
                 self.interpreter,
-                MAX_TASKS + 1,
+                MAX_FOUND,
             )?,
         };
-        let unread = addresses.len().saturating_sub(MAX_TASKS) as u64;
-        addresses.truncate(MAX_TASKS);
+        let found = addresses.len();
+        if found > MAX_TASKS {
+            // a different slice each scan (the addresses are sorted): over scans, all of them
+            addresses.rotate_left(self.scans.wrapping_mul(MAX_TASKS) % found);
+            addresses.truncate(MAX_TASKS);
+        }
+        self.scans += 1;
+        let unread = (found - addresses.len()) as u64;
         let (raw, torn_tasks) = read_tasks(
             self.pid,
             &self.layout,
