@@ -63,6 +63,38 @@ impl Batch {
         batch
     }
 
+    /// A batch of `pieces`, read as spans: pieces less than `gap` bytes apart (at most a page,
+    /// so that a span touches only the pages its pieces do) are read as one remote piece, the
+    /// bytes between them too. The kernel pins each remote piece's pages in turn, so many small
+    /// objects of the same pages (tasks, coroutines) cost a pin per page instead of one each.
+    pub fn read_merged(pid: i32, pieces: &[(usize, usize)], gap: usize) -> Batch {
+        let gap = gap.min(4096);
+        let mut sorted: Vec<(usize, usize)> = pieces.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        let mut spans: Vec<(usize, usize)> = Vec::new();
+        let mut span_of: Vec<usize> = Vec::with_capacity(sorted.len());
+        for &(address, len) in &sorted {
+            match spans.last_mut() {
+                Some((start, span_len)) if address <= (*start + *span_len).saturating_add(gap) => {
+                    *span_len = (*span_len).max(address + len - *start);
+                }
+                _ => spans.push((address, len)),
+            }
+            span_of.push(spans.len() - 1);
+        }
+        let mut batch = Batch::read(pid, &spans);
+        let mut at = HashMap::with_capacity_and_hasher(sorted.len(), FxBuildHasher);
+        for (&(address, len), &span) in sorted.iter().zip(&span_of) {
+            let (start, span_len) = spans[span];
+            if let Some(&offset) = batch.at.get(&(start, span_len)) {
+                at.insert((address, len), offset + (address - start));
+            }
+        }
+        batch.at = at;
+        batch
+    }
+
     /// Reads `self.pieces`, replacing what the batch held.
     pub fn fill(&mut self, pid: i32) {
         let pieces = &self.pieces;

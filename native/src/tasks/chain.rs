@@ -2,17 +2,33 @@
 //! innermost one waits on; and its state. Every object's type is checked before its fields
 //! are used; a task whose reads tore is left out of the scan and counted, never given frames
 //! it was not in.
+//!
+//! All tasks are read together, one level of their chains at a time, each step of a level one
+//! batch of reads for all of them. A parked task whose chain is unchanged since the last scan
+//! (the same coroutine and awaited future, each coroutine of its chain where it was) is not
+//! walked again: its coroutines are read in one batch with the other parked tasks' and checked
+//! against the chain kept from the last scan.
+
+use std::collections::HashMap;
 
 use anyhow::{bail, Result};
+use rustc_hash::FxBuildHasher as FxBuild;
 
 use super::layout::{StackTop, TaskLayout, YieldFrom};
 use super::objects::{Kind, Types};
-use crate::memory::{read, usize_at, Batch};
+use crate::memory::{usize_at, Batch};
 use crate::walker::Layout;
 
 /// Sanity bounds against torn or garbage reads.
 const MAX_CHAIN: usize = 256;
 const MAX_STACK_SLOTS: usize = 1 << 16;
+/// What of an awaited object is read: its type, and a future iterator's future.
+const AWAITED_HEAD: usize = 24;
+/// FutureObj: its first done callback, the same in every version read.
+const FUT_CALLBACK0: usize = 24;
+/// Pieces closer than this are read as one (see `Batch::read_merged`): objects of the same
+/// pool then cost one remote piece.
+pub const MERGE_GAP: usize = 1024;
 
 /// A task's state in one scan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,15 +63,79 @@ pub struct RawTask {
     /// The task it waits on (`fut_waiter` or the awaited future, when that is a task).
     pub awaits: Option<usize>,
     pub state: TaskState,
+    /// The task that awaits it, as the task says (3.14+: set by `await`, `gather` and
+    /// `TaskGroup`), or as found from a `gather` it is a child of.
+    pub awaited_by: Option<usize>,
+    /// Whether it waits on the future of a `gather`.
+    pub waits_gathering: bool,
+    /// Its first done callback (a `TaskGroup`'s, in a task of the group).
+    pub callback: usize,
+    /// Each coroutine of its chain as read: where it is, its frame state and instruction.
+    gens: Vec<Gen>,
+    /// Its coroutine and the future it waits on, as read from the task.
+    coro: usize,
+    waiter: usize,
+}
+
+impl RawTask {
+    /// Its coroutine.
+    pub fn coro(&self) -> usize {
+        self.coro
+    }
+
+    /// The future it waits on (0: none).
+    pub fn waiter(&self) -> usize {
+        self.waiter
+    }
+}
+
+/// One coroutine of a chain as read: what tells that it has not moved since.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Gen {
+    address: usize,
+    state: i8,
+    code: usize,
+    instr: usize,
+}
+
+/// The chains of the last scan's parked tasks, by task address; off, every chain is walked.
+pub struct ChainCache {
+    enabled: bool,
+    chains: HashMap<usize, RawTask, FxBuild>,
+}
+
+impl ChainCache {
+    pub fn new(enabled: bool) -> ChainCache {
+        ChainCache {
+            enabled,
+            chains: HashMap::default(),
+        }
+    }
 }
 
 /// What one scan's reads of a task found so far.
 struct Cursor {
     task: RawTask,
-    waiter: usize,
     /// The coroutine or generator read next, 0 once the chain ended.
     next: usize,
     outermost_running: Option<bool>,
+    /// Read next in this level: the instruction after the frame's last (3.11, 3.12) and the
+    /// stack slot of what the coroutine awaits.
+    probe: Option<(usize, usize)>,
+    /// What the innermost coroutine read so far awaits, and a future iterator's future.
+    awaited: usize,
+    iter_future: usize,
+    torn: bool,
+}
+
+impl Cursor {
+    fn tear(&mut self) {
+        self.torn = true;
+        self.next = 0;
+        self.probe = None;
+        self.awaited = 0;
+        self.iter_future = 0;
+    }
 }
 
 /// Reads the tasks at `addresses`: the live ones (pending) with their chains, and how many
@@ -65,12 +145,14 @@ pub fn read_tasks(
     layout: &Layout,
     tl: &TaskLayout,
     types: &mut Types,
+    cache: &mut ChainCache,
     addresses: &[usize],
 ) -> (Vec<RawTask>, u64) {
     let mut torn = 0u64;
     let pieces: Vec<(usize, usize)> = addresses.iter().map(|&a| (a, tl.task_size)).collect();
-    let batch = Batch::read(pid, &pieces);
+    let batch = Batch::read_merged(pid, &pieces, MERGE_GAP);
     let mut cursors = Vec::with_capacity(addresses.len());
+    let mut kept: Vec<RawTask> = Vec::new();
     for &(address, len) in &pieces {
         let Some(raw) = batch.get(address, len) else {
             torn += 1; // freed since the registry was read
@@ -86,21 +168,165 @@ pub fn read_tasks(
         if usize_at(raw, tl.fut_state) as u32 != 0 {
             continue; // done: no longer in flight
         }
+        let (coro, waiter) = (
+            usize_at(raw, tl.task_coro),
+            usize_at(raw, tl.task_fut_waiter),
+        );
+        let name = usize_at(raw, tl.task_name);
+        let awaited_by = tl
+            .task_awaited_by
+            .filter(|&(_, is_set)| raw.get(is_set) == Some(&0))
+            .map(|(at, _)| usize_at(raw, at))
+            .filter(|&a| a != 0);
+        if let Some(mut last) = cache.chains.remove(&address) {
+            if last.coro == coro && last.waiter == waiter && waiter != 0 {
+                last.name = name;
+                last.awaited_by = awaited_by;
+                last.callback = usize_at(raw, FUT_CALLBACK0);
+                kept.push(last);
+                continue;
+            }
+        }
         cursors.push(Cursor {
             task: RawTask {
                 address,
-                name: usize_at(raw, tl.task_name),
+                name,
                 frames: Vec::new(),
                 future: None,
                 awaits: None,
                 state: TaskState::Ready,
+                awaited_by,
+                waits_gathering: false,
+                callback: usize_at(raw, FUT_CALLBACK0),
+                gens: Vec::new(),
+                coro,
+                waiter,
             },
-            waiter: usize_at(raw, tl.task_fut_waiter),
-            next: usize_at(raw, tl.task_coro),
+            next: coro,
             outermost_running: None,
+            probe: None,
+            awaited: 0,
+            iter_future: 0,
+            torn: false,
         });
     }
-    // one level of every chain per batch
+    // the kept chains' coroutines, in one batch: each where it was, or the task is walked
+    let pieces: Vec<(usize, usize)> = kept
+        .iter()
+        .flat_map(|t| t.gens.iter().map(|g| (g.address, tl.gen_size())))
+        .collect();
+    let batch = Batch::read_merged(pid, &pieces, MERGE_GAP);
+    let mut out = Vec::with_capacity(addresses.len());
+    for task in kept {
+        let unmoved = task.gens.iter().all(|g| {
+            batch
+                .get(g.address, tl.gen_size())
+                .and_then(|raw| read_gen(pid, layout, tl, types, g.address, raw).ok())
+                == Some(*g)
+        });
+        if unmoved {
+            out.push(task);
+            continue;
+        }
+        cursors.push(Cursor {
+            next: task.coro,
+            outermost_running: None,
+            probe: None,
+            awaited: 0,
+            iter_future: 0,
+            torn: false,
+            task: RawTask {
+                frames: Vec::new(),
+                future: None,
+                awaits: None,
+                gens: Vec::new(),
+                ..task
+            },
+        });
+    }
+    walk(pid, layout, tl, types, &mut cursors);
+    for cursor in cursors {
+        if cursor.torn || cursor.next != 0 || cursor.task.frames.is_empty() {
+            torn += 1;
+            continue;
+        }
+        let mut task = cursor.task;
+        if cursor.outermost_running == Some(true) {
+            task.state = TaskState::Running;
+        }
+        out.push(task);
+    }
+    // states: each waiter's type and state, in one batch
+    let pieces: Vec<(usize, usize)> = out
+        .iter()
+        .filter(|t| t.state != TaskState::Running && t.waiter != 0)
+        .map(|t| (t.waiter, tl.fut_state + 8))
+        .collect();
+    let batch = Batch::read_merged(pid, &pieces, MERGE_GAP);
+    let mut read = Vec::with_capacity(out.len());
+    for mut task in out {
+        match state(pid, tl, types, &batch, &task) {
+            Ok((state, awaits, gathering)) => {
+                task.state = state;
+                task.waits_gathering = gathering;
+                task.awaits = task.awaits.or(awaits);
+                read.push(task);
+            }
+            Err(_) => torn += 1,
+        }
+    }
+    (read, torn)
+}
+
+impl ChainCache {
+    /// Keeps the chains of a scan's tasks (its `read_tasks`) for the next scan, but those of
+    /// running tasks, which move; chains of tasks no longer read are forgotten.
+    pub fn keep(&mut self, tasks: Vec<RawTask>) {
+        self.chains.clear();
+        if self.enabled {
+            for task in tasks {
+                if task.state != TaskState::Running {
+                    self.chains.insert(task.address, task);
+                }
+            }
+        }
+    }
+}
+
+/// One coroutine's header as read: its type checked, its frame state within bounds.
+fn read_gen(
+    pid: i32,
+    layout: &Layout,
+    tl: &TaskLayout,
+    types: &mut Types,
+    gen: usize,
+    raw: &[u8],
+) -> Result<Gen> {
+    let kind = types.of(pid, gen, Some(raw))?.kind;
+    if !matches!(kind, Kind::Coroutine | Kind::Generator) {
+        bail!("a {kind:?} where a coroutine was expected");
+    }
+    let state = raw[tl.gen_frame_state] as i8;
+    // every version numbers its states from created up to completed and cleared
+    if state >= tl.state_completed || state < tl.state_created {
+        bail!("a coroutine that finished as it was read");
+    }
+    let frame = &raw[tl.gen_iframe..];
+    let code = usize_at(frame, layout.frame_code) & !layout.code_tags;
+    let instr = usize_at(frame, layout.frame_instr);
+    if code == 0 || !code.is_multiple_of(8) {
+        bail!("a coroutine frame without code");
+    }
+    Ok(Gen {
+        address: gen,
+        state,
+        code,
+        instr,
+    })
+}
+
+/// Walks the cursors' chains, one level of all of them at a time.
+fn walk(pid: i32, layout: &Layout, tl: &TaskLayout, types: &mut Types, cursors: &mut [Cursor]) {
     for _ in 0..MAX_CHAIN {
         let pieces: Vec<(usize, usize)> = cursors
             .iter()
@@ -110,34 +336,87 @@ pub fn read_tasks(
         if pieces.is_empty() {
             break;
         }
-        let batch = Batch::read(pid, &pieces);
+        let batch = Batch::read_merged(pid, &pieces, MERGE_GAP);
         for cursor in cursors.iter_mut().filter(|c| c.next != 0) {
             if step(pid, layout, tl, types, &batch, cursor).is_err() {
-                cursor.next = 0;
-                cursor.task.frames.clear();
-                cursor.task.address = 0; // torn: left out below
+                cursor.tear();
+            }
+        }
+        // where each awaits, and the slot of what it awaits
+        let mut pieces = Vec::new();
+        for (next, top) in cursors.iter().filter_map(|c| c.probe) {
+            if let YieldFrom::Resume(_) = tl.yield_from {
+                pieces.push((next, 2));
+            }
+            pieces.push((top, 8));
+        }
+        let batch = Batch::read_merged(pid, &pieces, MERGE_GAP);
+        for cursor in cursors.iter_mut() {
+            let Some((next, top)) = cursor.probe.take() else {
+                continue;
+            };
+            match awaited(tl, &batch, next, top) {
+                Ok(Some(awaited)) => cursor.awaited = awaited,
+                Ok(None) => {}
+                Err(_) => cursor.tear(),
+            }
+        }
+        // what each awaits: a coroutine, a future, or a future iterator
+        let pieces: Vec<(usize, usize)> = cursors
+            .iter()
+            .filter(|c| c.awaited != 0)
+            .map(|c| (c.awaited, AWAITED_HEAD))
+            .collect();
+        let batch = Batch::read_merged(pid, &pieces, MERGE_GAP);
+        for cursor in cursors.iter_mut().filter(|c| c.awaited != 0) {
+            let at = std::mem::take(&mut cursor.awaited);
+            let Some(raw) = batch.get(at, AWAITED_HEAD) else {
+                cursor.tear();
+                continue;
+            };
+            match types.of(pid, at, Some(raw)).map(|info| info.kind) {
+                Ok(Kind::Coroutine | Kind::Generator) => cursor.next = at,
+                Ok(Kind::FutureIter) => cursor.iter_future = usize_at(raw, 16),
+                Ok(kind @ (Kind::Future | Kind::Task)) => cursor.settle(at, kind),
+                // another awaitable (a C extension's): the chain ends at the coroutine that
+                // awaits it
+                Ok(_) => {}
+                Err(_) => cursor.tear(),
+            }
+        }
+        // a future iterator's future
+        let pieces: Vec<(usize, usize)> = cursors
+            .iter()
+            .filter(|c| c.iter_future != 0)
+            .map(|c| (c.iter_future, 16))
+            .collect();
+        let batch = Batch::read_merged(pid, &pieces, MERGE_GAP);
+        for cursor in cursors.iter_mut().filter(|c| c.iter_future != 0) {
+            let at = std::mem::take(&mut cursor.iter_future);
+            let kind = batch
+                .get(at, 16)
+                .and_then(|raw| types.of(pid, at, Some(raw)).ok())
+                .map(|info| info.kind);
+            match kind {
+                Some(kind @ (Kind::Future | Kind::Task)) => cursor.settle(at, kind),
+                _ => cursor.tear(), // a future iterator without its future
             }
         }
     }
-    let mut out = Vec::with_capacity(cursors.len());
-    for mut cursor in cursors {
-        if cursor.task.address == 0 || cursor.next != 0 || cursor.task.frames.is_empty() {
-            torn += 1;
-            continue;
-        }
-        match state(pid, tl, types, &cursor) {
-            Ok((state, awaits)) => {
-                cursor.task.state = state;
-                cursor.task.awaits = cursor.task.awaits.or(awaits);
-                out.push(cursor.task);
-            }
-            Err(_) => torn += 1,
-        }
-    }
-    (out, torn)
 }
 
-/// Reads the coroutine `cursor.next` (its bytes in `batch`): its frame, and what it awaits.
+impl Cursor {
+    /// The chain ends at the future `at` (a task, when `kind` says so).
+    fn settle(&mut self, at: usize, kind: Kind) {
+        self.task.future = Some((at, kind));
+        if kind == Kind::Task {
+            self.task.awaits = Some(at);
+        }
+    }
+}
+
+/// Reads the coroutine `cursor.next` (its bytes in `batch`): its frame, and where to read
+/// what it awaits.
 fn step(
     pid: i32,
     layout: &Layout,
@@ -151,33 +430,25 @@ fn step(
     let Some(raw) = batch.get(gen, tl.gen_size()) else {
         bail!("a coroutine freed as it was read");
     };
-    let kind = types.of(pid, gen, Some(raw))?.kind;
-    if !matches!(kind, Kind::Coroutine | Kind::Generator) {
-        bail!("a {kind:?} where a coroutine was expected");
-    }
     if cursor.task.frames.len() >= MAX_CHAIN {
         bail!("an await chain of more than {MAX_CHAIN} coroutines");
     }
-    let state = raw[tl.gen_frame_state] as i8;
-    let frame = &raw[tl.gen_iframe..];
-    let running = state == tl.state_executing;
+    let read = read_gen(pid, layout, tl, types, gen, raw)?;
+    let running = read.state == tl.state_executing;
     cursor.outermost_running.get_or_insert(running);
-    // every version numbers its states from created up to completed and cleared
-    if state >= tl.state_completed || state < tl.state_created {
-        bail!("a coroutine that finished as it was read");
-    }
-    let code = usize_at(frame, layout.frame_code) & !layout.code_tags;
-    let instr = usize_at(frame, layout.frame_instr);
-    if code == 0 || !code.is_multiple_of(8) {
-        bail!("a coroutine frame without code");
-    }
-    let offset = instr as i64 - (code + layout.code_adaptive) as i64;
-    cursor.task.frames.push((code, offset));
-    if running || state == tl.state_created || !in_await(pid, tl, state, instr)? {
+    let offset = read.instr as i64 - (read.code + layout.code_adaptive) as i64;
+    cursor.task.frames.push((read.code, offset));
+    cursor.task.gens.push(read);
+    if running || read.state == tl.state_created {
         return Ok(());
     }
-    let frame_at = gen + tl.gen_iframe;
-    let slots = frame_at + tl.frame_localsplus;
+    if let YieldFrom::State(yield_from) = tl.yield_from {
+        if read.state != yield_from {
+            return Ok(()); // a bare yield
+        }
+    }
+    let frame = &raw[tl.gen_iframe..];
+    let slots = gen + tl.gen_iframe + tl.frame_localsplus;
     let top = match tl.stack_top {
         StackTop::Index => {
             let count = usize_at(frame, tl.frame_stack_top) as u32 as usize;
@@ -198,73 +469,66 @@ fn step(
             pointer - depth
         }
     };
-    let mut word = [0u8; 8];
-    read(pid, top, &mut word)?;
-    // tagged references (3.14+) keep their tags in the low bits
-    let awaited = usize_at(&word, 0) & !7;
-    if awaited == 0 {
-        bail!("an await without an awaitable");
-    }
-    match types.of(pid, awaited, None)?.kind {
-        Kind::Coroutine | Kind::Generator => cursor.next = awaited,
-        Kind::FutureIter => {
-            read(pid, awaited + 16, &mut word)?;
-            let future = usize_at(&word, 0);
-            let kind = types.of(pid, future, None)?.kind;
-            if !matches!(kind, Kind::Future | Kind::Task) {
-                bail!("a future iterator without its future");
-            }
-            cursor.task.future = Some((future, kind));
-        }
-        kind @ (Kind::Future | Kind::Task) => cursor.task.future = Some((awaited, kind)),
-        // another awaitable (a C extension's): the chain ends at the coroutine that awaits it
-        _ => {}
-    }
-    if let Some((future, Kind::Task)) = cursor.task.future {
-        cursor.task.awaits = Some(future);
-    }
+    cursor.probe = Some((read.instr + 2, top));
     Ok(())
 }
 
-/// Whether a suspended coroutine waits in `await` (rather than in a bare `yield`).
-fn in_await(pid: i32, tl: &TaskLayout, state: i8, instr: usize) -> Result<bool> {
-    Ok(match tl.yield_from {
-        YieldFrom::State(yield_from) => state == yield_from,
-        YieldFrom::Resume(opcodes) => {
-            // the instruction after the last one run: RESUME with an argument of 2 or 3
-            let mut next = [0u8; 2];
-            read(pid, instr + 2, &mut next)?;
-            opcodes.contains(&next[0]) && next[1] >= 2
+/// What a suspended coroutine awaits: the object in its stack slot `top`, when it waits in
+/// `await` (rather than in a bare `yield`: told by the instruction after its last, `next`, on
+/// 3.11 and 3.12, a RESUME with an argument of 2 or 3).
+fn awaited(tl: &TaskLayout, batch: &Batch, next: usize, top: usize) -> Result<Option<usize>> {
+    if let YieldFrom::Resume(opcodes) = tl.yield_from {
+        let Some(op) = batch.get(next, 2) else {
+            bail!("a frame's code freed as it was read");
+        };
+        if !(opcodes.contains(&op[0]) && op[1] >= 2) {
+            return Ok(None);
         }
-    })
+    }
+    let Some(word) = batch.get(top, 8) else {
+        bail!("a frame's stack freed as it was read");
+    };
+    // tagged references (3.14+) keep their tags in the low bits
+    let awaited = usize_at(word, 0) & !7;
+    if awaited == 0 {
+        bail!("an await without an awaitable");
+    }
+    Ok(Some(awaited))
 }
 
-/// The task's state, and the task it waits on through `fut_waiter`.
+/// The task's state, and the task it waits on through `fut_waiter` (its head in `batch`).
 fn state(
     pid: i32,
     tl: &TaskLayout,
     types: &mut Types,
-    cursor: &Cursor,
-) -> Result<(TaskState, Option<usize>)> {
-    if cursor.outermost_running == Some(true) {
-        return Ok((TaskState::Running, None));
+    batch: &Batch,
+    task: &RawTask,
+) -> Result<(TaskState, Option<usize>, bool)> {
+    if task.state == TaskState::Running {
+        return Ok((TaskState::Running, None, false));
     }
-    if cursor.waiter == 0 {
+    if task.waiter == 0 {
         // nothing to wait on: its step is queued (first step, a bare yield, a wakeup)
-        return Ok((TaskState::Ready, None));
+        return Ok((TaskState::Ready, None, false));
     }
-    let kind = types.of(pid, cursor.waiter, None)?.kind;
+    let Some(raw) = batch.get(task.waiter, tl.fut_state + 8) else {
+        bail!("a waiter freed as it was read");
+    };
+    let info = types.of(pid, task.waiter, Some(raw))?;
+    let kind = info.kind;
     if !matches!(kind, Kind::Future | Kind::Task) {
         bail!("a task waiting on a {kind:?}");
     }
-    let mut word = [0u8; 8];
-    read(pid, cursor.waiter + tl.fut_state, &mut word)?;
-    let pending = usize_at(&word, 0) as u32 == 0;
+    let pending = usize_at(raw, tl.fut_state) as u32 == 0;
     // a done future has queued the task's wakeup: ready
     let state = if pending {
         TaskState::Waiting
     } else {
         TaskState::Ready
     };
-    Ok((state, (kind == Kind::Task).then_some(cursor.waiter)))
+    Ok((
+        state,
+        (kind == Kind::Task).then_some(task.waiter),
+        info.gathering,
+    ))
 }

@@ -55,6 +55,11 @@ pub struct TaskLayout {
     /// The heads of the task lists in a thread state and in the interpreter state (3.14+).
     pub thread_tasks_head: Option<usize>,
     pub interp_tasks_head: Option<usize>,
+    /// TaskObj (3.14+): the task or set of tasks that await it, and the flag telling which.
+    pub task_awaited_by: Option<(usize, usize)>,
+    /// Where a future's dict is (3.11–3.13), from the object: `gather`'s future keeps its
+    /// children there.
+    pub fut_dict: Option<isize>,
     /// A coroutine object: its frame state (int8) and where its frame starts.
     pub gen_frame_state: usize,
     pub gen_iframe: usize,
@@ -91,6 +96,8 @@ impl TaskLayout {
                 task_node: None,
                 thread_tasks_head: None,
                 interp_tasks_head: None,
+                task_awaited_by: None,
+                fut_dict: Some(104),
                 gen_frame_state: if minor == 11 { 75 } else { 67 },
                 gen_iframe: if minor == 11 { 80 } else { 72 },
                 state_executing: 0,
@@ -114,6 +121,9 @@ impl TaskLayout {
                 task_node: None,
                 thread_tasks_head: None,
                 interp_tasks_head: None,
+                task_awaited_by: None,
+                // a managed dict, before the object's GC header
+                fut_dict: Some(-24),
                 gen_frame_state: 67,
                 gen_iframe: 72,
                 state_executing: 0,
@@ -136,6 +146,8 @@ impl TaskLayout {
                 task_node: None,
                 thread_tasks_head: None,
                 interp_tasks_head: None,
+                task_awaited_by: None,
+                fut_dict: None,
                 gen_frame_state: 67,
                 gen_iframe: 72,
                 state_executing: if minor == 14 { 0 } else { 4 },
@@ -165,10 +177,13 @@ impl TaskLayout {
         }
         let word = |i: usize| usize_at(raw, i * 8);
         let (size, name, coro, node) = (word(0), word(1), word(5), word(6));
+        let (awaited_by, awaited_by_is_set) = (word(2), word(4));
         let (interp_size, interp_head) = (word(7), word(8));
         let (thread_size, thread_head) = (word(9), word(12));
         let plausible = (64..=1024).contains(&size)
             && node + 16 <= size
+            && awaited_by + 8 <= size
+            && awaited_by_is_set < size
             && interp_head + 16 <= interp_size
             && interp_size < 1 << 22
             && thread_head + 16 <= thread_size
@@ -184,6 +199,7 @@ impl TaskLayout {
         }
         self.task_size = size;
         self.task_node = Some(node);
+        self.task_awaited_by = Some((awaited_by, awaited_by_is_set));
         self.thread_tasks_head = Some(thread_head);
         self.interp_tasks_head = Some(interp_head);
         Ok(self)

@@ -6,18 +6,23 @@
 //! The pieces, by concern: `layout` (where each version keeps the task, future and coroutine
 //! fields, and where its registry is), `objects` (types, dicts, sets and names in the target),
 //! `registry` (finding the live tasks: `asyncio.tasks`' registry up to 3.13, the `_asyncio`
-//! module's task lists from 3.14), `chain` (one task's await chain and state), `ticks` (scans
+//! module's task lists from 3.14), `chain` (the tasks' await chains and states, kept from one
+//! scan to the next while unchanged), `running` (the coroutines a running task is in, from its
+//! thread's frames), `gather` (the tasks a `gather` or a `TaskGroup` waits for, on 3.11–3.13,
+//! whose tasks do not say which task awaits them), `ticks` (scans
 //! on the sampler's schedule, counted into its windows). Code objects
 //! and frames are formatted by the walker's `objects`, so a task's frames read like a
 //! thread's.
 
 mod chain;
+mod gather;
 mod layout;
 mod objects;
 mod registry;
+mod running;
 mod ticks;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Result};
@@ -27,7 +32,7 @@ use crate::memory::{read, Batch};
 use crate::walker::objects::{Code, ShortFiles};
 use crate::walker::{layout_of, Layout};
 pub use chain::TaskState;
-use chain::{read_tasks, RawTask};
+use chain::{read_tasks, ChainCache, RawTask};
 pub use layout::TaskLayout;
 use layout::{Registry, ASYNCIO_DEBUG_WORDS};
 use objects::{task_name, Types};
@@ -59,6 +64,8 @@ pub struct Task {
     pub future: Option<&'static str>,
     /// The task it awaits.
     pub awaits: Option<usize>,
+    /// The task that awaits it when it does not say so itself (`gather`, `TaskGroup`).
+    pub awaited_by: Option<usize>,
 }
 
 /// What one scan found, and what it left out.
@@ -85,6 +92,9 @@ pub struct TaskScanner {
     files: ShortFiles,
     /// Scans so far: where the slice of a scan past `MAX_TASKS` starts.
     scans: usize,
+    chains: ChainCache,
+    /// The tasks the last scan found in the lists of 3.14+.
+    found: Vec<usize>,
 }
 
 /// The one line an older Python gets.
@@ -126,6 +136,9 @@ impl TaskScanner {
             serial: 0,
             files: ShortFiles::new(spy.pid, spy.dockerized),
             scans: 0,
+            found: Vec::new(),
+            // on unless SIDECAR_TASK_CACHE=off (the benchmark's legs without it)
+            chains: ChainCache::new(std::env::var("SIDECAR_TASK_CACHE").as_deref() != Ok("off")),
         };
         scanner.find_registry()?;
         Ok(scanner)
@@ -162,9 +175,13 @@ impl TaskScanner {
                 &self.tl,
                 self.interpreter,
                 MAX_FOUND,
+                &self.found,
             )?,
         };
         let found = addresses.len();
+        if self.tl.registry == Registry::Lists {
+            self.found.clone_from(&addresses);
+        }
         if found > MAX_TASKS {
             // a different slice each scan (the addresses are sorted): over scans, all of them
             addresses.rotate_left(self.scans.wrapping_mul(MAX_TASKS) % found);
@@ -177,12 +194,24 @@ impl TaskScanner {
             &self.layout,
             &self.tl,
             &mut self.types,
+            &mut self.chains,
             &addresses,
         );
         torn += torn_tasks;
+        let mut raw = raw;
+        running::add_running_chains(
+            self.pid,
+            &self.layout,
+            &self.tl,
+            &mut self.types,
+            self.interpreter,
+            &mut raw,
+        );
+        gather::link_gathered(self.pid, &self.layout, &self.tl, &mut self.types, &mut raw);
+        gather::link_task_groups(self.pid, &self.layout, &self.tl, &mut self.types, &mut raw);
         self.load_codes(&raw)?;
         let mut tasks = Vec::with_capacity(raw.len());
-        for task in raw {
+        for task in &raw {
             let name = if names {
                 match task_name(self.pid, &self.layout, &mut self.types, task.name) {
                     Ok(name) => name,
@@ -212,8 +241,10 @@ impl TaskScanner {
                     _ => "Future",
                 }),
                 awaits: task.awaits,
+                awaited_by: task.awaited_by,
             });
         }
+        self.chains.keep(raw);
         Ok(Scan {
             tasks,
             torn,
@@ -235,7 +266,7 @@ impl TaskScanner {
         codes.sort_unstable();
         codes.dedup();
         let pieces: Vec<(usize, usize)> = codes.iter().map(|&c| (c + first, size)).collect();
-        let batch = Batch::read(self.pid, &pieces);
+        let batch = Batch::read_merged(self.pid, &pieces, chain::MERGE_GAP);
         for (&code, &(at, len)) in codes.iter().zip(&pieces) {
             let Some(header) = batch.get(at, len) else {
                 continue; // freed: its frames read "? (?:0)" only if it is not cached
@@ -260,21 +291,26 @@ impl TaskScanner {
 /// The folded stack of every task of a scan, in the scan's order: the chains of the tasks
 /// that await it (outermost first), its own chain, and its state's leaf.
 pub fn fold(tasks: &[Task]) -> Vec<String> {
-    let by_id: HashMap<usize, &Task> = tasks.iter().map(|t| (t.id, t)).collect();
-    let mut awaited_by: HashMap<usize, usize> = HashMap::new();
+    let by_id: HashMap<usize, &Task, FxBuild> = tasks.iter().map(|t| (t.id, t)).collect();
+    let mut awaited_by: HashMap<usize, usize, FxBuild> = HashMap::default();
     for task in tasks {
         if let Some(awaited) = task.awaits {
             awaited_by.entry(awaited).or_insert(task.id);
+        }
+    }
+    // what a task says awaits it (3.14+), or the task whose gather holds it
+    for task in tasks {
+        if let Some(awaiter) = task.awaited_by {
+            awaited_by.entry(task.id).or_insert(awaiter);
         }
     }
     tasks
         .iter()
         .map(|task| {
             let mut chain = vec![task];
-            let mut seen: HashSet<usize> = HashSet::from([task.id]);
             let mut at = task.id;
             while let Some(&up) = awaited_by.get(&at) {
-                if chain.len() > MAX_AWAITERS || !seen.insert(up) {
+                if chain.len() > MAX_AWAITERS || chain.iter().any(|t| t.id == up) {
                     break;
                 }
                 let Some(&awaiter) = by_id.get(&up) else {
@@ -334,6 +370,7 @@ mod tests {
             frames: frames.iter().map(|f| Arc::from(*f)).collect(),
             future: None,
             awaits,
+            awaited_by: None,
         }
     }
 

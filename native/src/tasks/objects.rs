@@ -36,7 +36,10 @@ pub enum Kind {
     Int,
     Dict,
     Set,
+    List,
     Module,
+    Method,
+    TaskGroup,
     WeakRef,
     WeakSet,
     None,
@@ -49,6 +52,8 @@ pub struct TypeInfo {
     pub kind: Kind,
     pub basicsize: usize,
     pub flags: u64,
+    /// asyncio's `_GatheringFuture`, the future `gather` returns (a Future).
+    pub gathering: bool,
 }
 
 /// The kinds of the types met so far, by address.
@@ -83,7 +88,9 @@ impl Types {
         read(pid, ty, &mut raw)?;
         let basicsize = usize_at(&raw, TP_BASICSIZE);
         let flags = usize_at(&raw, TP_FLAGS) as u64;
-        let mut kind = kind_of(&type_name(pid, usize_at(&raw, TP_NAME))?);
+        let name = type_name(pid, usize_at(&raw, TP_NAME))?;
+        let gathering = name == "_GatheringFuture";
+        let mut kind = kind_of(&name);
         // a subclass of Task or Future (say asyncio's _GatheringFuture) is one
         let mut base = usize_at(&raw, TP_BASE);
         for _ in 0..MAX_BASES {
@@ -103,6 +110,7 @@ impl Types {
             kind,
             basicsize,
             flags,
+            gathering,
         };
         if self.known.len() > TYPE_CACHE {
             self.known.clear();
@@ -141,6 +149,9 @@ fn kind_of(name: &str) -> Kind {
         "int" => Kind::Int,
         "dict" => Kind::Dict,
         "set" => Kind::Set,
+        "list" => Kind::List,
+        "method" => Kind::Method,
+        "TaskGroup" => Kind::TaskGroup,
         "module" => Kind::Module,
         "weakref.ReferenceType" | "weakref" => Kind::WeakRef,
         "WeakSet" => Kind::WeakSet,
@@ -158,7 +169,8 @@ const KEYS_NENTRIES: usize = 24;
 const KEYS_INDICES: usize = 32;
 
 /// The value under the string key `wanted` in the dict at `dict` (a combined table, as module
-/// and `sys.modules` dicts are); None when it is not there.
+/// and `sys.modules` dicts are, or a split one, as an instance's may be); None when it is not
+/// there.
 pub fn dict_get(
     pid: i32,
     layout: &Layout,
@@ -170,8 +182,9 @@ pub fn dict_get(
     let mut head = [0u8; 48];
     read(pid, dict, &mut head)?;
     let keys = usize_at(&head, DICT_KEYS);
-    if usize_at(&head, DICT_VALUES) != 0 || keys == 0 {
-        bail!("a dict of split keys where a module's dict was expected");
+    let split = usize_at(&head, DICT_VALUES);
+    if keys == 0 {
+        bail!("a dict without keys: a torn read");
     }
     let mut kh = [0u8; 32];
     read(pid, keys, &mut kh)?;
@@ -184,12 +197,26 @@ pub fn dict_get(
     let size = if unicode { 16 } else { 24 };
     let mut raw = vec![0u8; entries * size];
     read(pid, keys + KEYS_INDICES + index_bytes, &mut raw)?;
-    for entry in raw.chunks_exact(size) {
-        let (key, value) = if unicode {
+    // a split table (an instance's dict of its type's shared keys) keeps its values apart,
+    // in the order of the keys' entries (after a word of sizes and flags from 3.13)
+    let mut values = Vec::new();
+    if split != 0 {
+        values = vec![0u8; entries * 8];
+        read(
+            pid,
+            split + if layout.minor >= 13 { 8 } else { 0 },
+            &mut values,
+        )?;
+    }
+    for (i, entry) in raw.chunks_exact(size).enumerate() {
+        let (key, mut value) = if unicode {
             (usize_at(entry, 0), usize_at(entry, 8))
         } else {
             (usize_at(entry, 8), usize_at(entry, 16))
         };
+        if split != 0 {
+            value = usize_at(&values, i * 8);
+        }
         if key == 0 || value == 0 {
             continue;
         }

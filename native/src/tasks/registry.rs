@@ -6,8 +6,9 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 
+use super::chain::MERGE_GAP;
 use super::layout::{Registry, TaskLayout, ASYNCIO_DEBUG_WORDS};
-use super::objects::{dict_get, set_members, Kind, Types};
+use super::objects::{dict_get, set_members, Kind, TypeInfo, Types};
 use crate::memory::{read, usize_at, Batch};
 use crate::walker::Layout;
 
@@ -80,7 +81,7 @@ pub fn set_tasks(
         let refs = set_members(pid, types, data, limit)?;
         // each member is a weak reference: its referent follows the header
         let pieces: Vec<(usize, usize)> = refs.iter().map(|&r| (r, 24)).collect();
-        let batch = Batch::read(pid, &pieces);
+        let batch = Batch::read_merged(pid, &pieces, MERGE_GAP);
         for &(r, len) in &pieces {
             let Some(raw) = batch.get(r, len) else {
                 torn += 1;
@@ -102,6 +103,21 @@ pub fn set_tasks(
 /// instance's values (where each version keeps them) or, once materialized, in its dict.
 fn weakset_data(pid: i32, layout: &Layout, types: &mut Types, weak: usize) -> Result<usize> {
     let info = types.expect(pid, weak, Kind::WeakSet)?;
+    first_attribute(pid, layout, types, (weak, info), ("data", Kind::Set), 4)
+}
+
+/// The attribute `name` of the Python instance `object` (of type `info`), known to be the
+/// first of kind `kind` among the first `scan` attributes its `__init__` sets: found in the
+/// instance's values (where each version keeps them) as that, or by name in its dict once
+/// materialized.
+pub fn first_attribute(
+    pid: i32,
+    layout: &Layout,
+    types: &mut Types,
+    (weak, info): (usize, TypeInfo),
+    (name, kind): (&str, Kind),
+    scan: usize,
+) -> Result<usize> {
     let mut pre = [0u8; 16];
     read(pid, weak - 32, &mut pre)?;
     let (values, dict) = match layout.minor {
@@ -131,17 +147,17 @@ fn weakset_data(pid: i32, layout: &Layout, types: &mut Types, weak: usize) -> Re
         }
     };
     if values != 0 {
-        let mut words = [0u8; 32];
+        let mut words = vec![0u8; scan * 8];
         read(pid, values, &mut words)?;
-        for i in 0..4 {
+        for i in 0..scan {
             let value = usize_at(&words, i * 8);
-            if value != 0 && types.of(pid, value, None)?.kind == Kind::Set {
+            if value != 0 && types.of(pid, value, None)?.kind == kind {
                 return Ok(value);
             }
         }
-        bail!("a WeakSet without its data");
+        bail!("an object without its {name}");
     }
-    dict_get(pid, layout, types, dict, "data")?.ok_or_else(|| anyhow!("a WeakSet without data"))
+    dict_get(pid, layout, types, dict, name)?.ok_or_else(|| anyhow!("an object without {name}"))
 }
 
 /// The address of the `_asyncio` module's `AsyncioDebug` section in the target (3.14+): in
@@ -204,13 +220,16 @@ fn section_in(pid: i32, path: &str, start: usize) -> Option<usize> {
 }
 
 /// The tasks in the per-thread and per-interpreter lists (3.14+), up to `limit`, and how many
-/// lists ended early on a torn read.
+/// lists ended early on a torn read. The links of the tasks `known` (the last scan's) are read
+/// first, in one batch, so that a list of tasks already seen is followed without a read per
+/// task; a task new since is read on its own.
 pub fn list_tasks(
     pid: i32,
     layout: &Layout,
     tasks: &TaskLayout,
     interpreter: usize,
     limit: usize,
+    known: &[usize],
 ) -> Result<(Vec<usize>, u64)> {
     let (Some(node), Some(thread_head), Some(interp_head)) = (
         tasks.task_node,
@@ -231,6 +250,8 @@ pub fn list_tasks(
         read(pid, thread + layout.tstate_next, &mut word)?;
         thread = usize_at(&word, 0);
     }
+    let pieces: Vec<(usize, usize)> = known.iter().map(|&t| (t + node, 8)).collect();
+    let links = Batch::read_merged(pid, &pieces, MERGE_GAP);
     let mut out = Vec::new();
     let mut torn = 0;
     for head in heads {
@@ -242,6 +263,10 @@ pub fn list_tasks(
                 break;
             }
             out.push(next - node);
+            if let Some(link) = links.get(next, 8) {
+                next = usize_at(link, 0);
+                continue;
+            }
             if read(pid, next, &mut word).is_err() {
                 torn += 1;
                 break;

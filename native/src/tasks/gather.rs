@@ -1,0 +1,154 @@
+//! The tasks a `gather` or a `TaskGroup` waits for, on 3.11–3.13 (3.14+ tasks say which task
+//! awaits them). A task that awaits a `gather` waits on its `_GatheringFuture`, which keeps the
+//! futures it gathers in its `_children` (a list, in the future's dict): each child that is a
+//! task of the scan is awaited by that task. A task of a `TaskGroup` has the group's
+//! `_on_task_done` as its first done callback: the group's `_parent_task` awaits it.
+
+use std::collections::HashMap;
+
+use anyhow::{bail, Result};
+use rustc_hash::FxBuildHasher as FxBuild;
+
+use super::chain::RawTask;
+use super::chain::MERGE_GAP;
+use super::layout::TaskLayout;
+use super::objects::{dict_get, Kind, Types};
+use super::registry::first_attribute;
+use crate::memory::{read, usize_at, Batch};
+use crate::walker::Layout;
+
+/// Sanity bound against torn or garbage reads.
+const MAX_CHILDREN: usize = 1 << 16;
+/// `PyListObject`: its size and its items.
+const LIST_SIZE: usize = 16;
+const LIST_ITEMS: usize = 24;
+
+/// Marks the children of each `gather` a task of the scan awaits as awaited by that task; a
+/// `gather` whose reads tore links none of them.
+pub fn link_gathered(
+    pid: i32,
+    layout: &Layout,
+    tl: &TaskLayout,
+    types: &mut Types,
+    tasks: &mut [RawTask],
+) {
+    let Some(dict_at) = tl.fut_dict else {
+        return;
+    };
+    let gathering: Vec<(usize, usize)> = tasks
+        .iter()
+        .filter(|t| t.waits_gathering)
+        .map(|t| (t.address, t.waiter()))
+        .collect();
+    if gathering.is_empty() {
+        return;
+    }
+    let index: HashMap<usize, usize, FxBuild> = tasks
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.address, i))
+        .collect();
+    for (parent, future) in gathering {
+        let Ok(children) = children(pid, layout, types, future, dict_at) else {
+            continue;
+        };
+        for child in children {
+            if let Some(&i) = index.get(&child) {
+                let task = &mut tasks[i];
+                if task.address != parent {
+                    task.awaited_by.get_or_insert(parent);
+                }
+            }
+        }
+    }
+}
+
+/// Marks each task whose first done callback is a `TaskGroup`'s bound method as awaited by
+/// the group's parent task; a group whose reads tore links none.
+pub fn link_task_groups(
+    pid: i32,
+    layout: &Layout,
+    tl: &TaskLayout,
+    types: &mut Types,
+    tasks: &mut [RawTask],
+) {
+    if tl.fut_dict.is_none() {
+        return;
+    }
+    // each callback's type and, for a bound method, its `__self__`, in one batch
+    let pieces: Vec<(usize, usize)> = tasks
+        .iter()
+        .filter(|t| t.awaited_by.is_none() && t.callback != 0)
+        .map(|t| (t.callback, METHOD_SELF + 8))
+        .collect();
+    if pieces.is_empty() {
+        return;
+    }
+    let batch = Batch::read_merged(pid, &pieces, MERGE_GAP);
+    let mut parents: HashMap<usize, Option<usize>, FxBuild> = HashMap::default();
+    for task in tasks.iter_mut() {
+        if task.awaited_by.is_some() || task.callback == 0 {
+            continue;
+        }
+        let Some(raw) = batch.get(task.callback, METHOD_SELF + 8) else {
+            continue;
+        };
+        if !matches!(types.of(pid, task.callback, Some(raw)), Ok(info) if info.kind == Kind::Method)
+        {
+            continue;
+        }
+        let group = usize_at(raw, METHOD_SELF);
+        let parent = *parents
+            .entry(group)
+            .or_insert_with(|| group_parent(pid, layout, types, group).ok());
+        if parent != Some(task.address) {
+            task.awaited_by = task.awaited_by.or(parent);
+        }
+    }
+}
+
+/// `PyMethodObject`: its `__self__`.
+const METHOD_SELF: usize = 24;
+
+/// The `_parent_task` of the `TaskGroup` at `group`: the first task among its attributes.
+fn group_parent(pid: i32, layout: &Layout, types: &mut Types, group: usize) -> Result<usize> {
+    let info = types.expect(pid, group, Kind::TaskGroup)?;
+    first_attribute(
+        pid,
+        layout,
+        types,
+        (group, info),
+        ("_parent_task", Kind::Task),
+        8,
+    )
+}
+
+/// The `_children` of the gathering future at `future`.
+fn children(
+    pid: i32,
+    layout: &Layout,
+    types: &mut Types,
+    future: usize,
+    dict_at: isize,
+) -> Result<Vec<usize>> {
+    let mut word = [0u8; 8];
+    read(pid, future.wrapping_add_signed(dict_at), &mut word)?;
+    let dict = usize_at(&word, 0);
+    if dict == 0 {
+        bail!("a gather without its dict");
+    }
+    let Some(list) = dict_get(pid, layout, types, dict, "_children")? else {
+        bail!("a gather without its children");
+    };
+    types.expect(pid, list, Kind::List)?;
+    let mut head = [0u8; LIST_ITEMS + 8];
+    read(pid, list, &mut head)?;
+    let size = usize_at(&head, LIST_SIZE);
+    let items = usize_at(&head, LIST_ITEMS);
+    if size > MAX_CHILDREN || (size > 0 && items == 0) {
+        bail!("a list of {size} children: a torn read");
+    }
+    let mut raw = vec![0u8; size * 8];
+    read(pid, items, &mut raw)?;
+    Ok(raw.chunks_exact(8).map(|w| usize_at(w, 0)).collect())
+}

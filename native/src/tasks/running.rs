@@ -1,0 +1,126 @@
+//! The coroutines a running task is in. A running coroutine's frame holds no trace of what it
+//! awaits (its value stack is not saved while it runs), but the thread that runs it does: its
+//! frames, innermost first, lead down to the task's coroutine, and the coroutine frames above
+//! that one, each resumed by the one below it, are the task's await chain.
+
+use anyhow::{bail, Result};
+
+use super::chain::{RawTask, TaskState};
+use super::layout::TaskLayout;
+use super::objects::{Kind, Types};
+use crate::memory::{read, usize_at};
+use crate::walker::Layout;
+
+/// Sanity bounds against torn or garbage reads.
+const MAX_THREADS: usize = 4096;
+const MAX_FRAMES: usize = 1024;
+/// `_PyInterpreterFrame.owner` of a generator's or coroutine's frame, in every version read.
+const OWNED_BY_GENERATOR: u8 = 1;
+/// Where 3.11 keeps a frame's owner (the walker, which does not need it there, has none).
+const OWNER_311: usize = 69;
+
+/// One frame of a thread as read: its address, code, instruction and owner.
+struct Frame {
+    address: usize,
+    code: usize,
+    instr: usize,
+    owner: u8,
+}
+
+/// Appends to each running task's chain the coroutines it is in, read from the frames of the
+/// thread that runs it; a task whose thread's frames could not be read keeps its outermost
+/// coroutine alone.
+pub fn add_running_chains(
+    pid: i32,
+    layout: &Layout,
+    tl: &TaskLayout,
+    types: &mut Types,
+    interpreter: usize,
+    tasks: &mut [RawTask],
+) {
+    if !tasks.iter().any(|t| t.state == TaskState::Running) {
+        return;
+    }
+    let Ok(threads) = thread_frames(pid, layout, interpreter) else {
+        return;
+    };
+    let hidden = layout.owner_hidden.unwrap_or(u8::MAX);
+    for task in tasks.iter_mut().filter(|t| t.state == TaskState::Running) {
+        let outermost = task.coro() + tl.gen_iframe;
+        for frames in &threads {
+            let Some(at) = frames.iter().position(|f| f.address == outermost) else {
+                continue;
+            };
+            // from the task's coroutine up: the coroutines each resumed, until a function
+            for frame in frames[..at].iter().rev() {
+                if frame.owner >= hidden {
+                    continue; // the C stack's entry into a coroutine resumed from C
+                }
+                if frame.owner != OWNED_BY_GENERATOR || frame.code == 0 {
+                    break;
+                }
+                // the frame lies in its coroutine object: checked, or the chain ends here
+                let gen = frame.address.wrapping_sub(tl.gen_iframe);
+                let kind = types.of(pid, gen, None).map(|info| info.kind);
+                if !matches!(kind, Ok(Kind::Coroutine | Kind::Generator)) {
+                    break;
+                }
+                let offset = frame.instr as i64 - (frame.code + layout.code_adaptive) as i64;
+                task.frames.push((frame.code, offset));
+            }
+            break;
+        }
+    }
+}
+
+/// The frames of every Python thread, innermost first.
+fn thread_frames(pid: i32, layout: &Layout, interpreter: usize) -> Result<Vec<Vec<Frame>>> {
+    let owner_at = match layout.frame_owner {
+        Some(at) => at,
+        None if layout.minor == 11 => OWNER_311,
+        None => bail!("no frame owner in Python 3.{}", layout.minor),
+    };
+    let size = [
+        layout.frame_code,
+        layout.frame_previous,
+        layout.frame_instr,
+        owner_at,
+    ]
+    .into_iter()
+    .max()
+    .unwrap_or(0)
+        + 8;
+    let mut word = [0u8; 8];
+    read(pid, interpreter + layout.interp_threads_head, &mut word)?;
+    let mut thread = usize_at(&word, 0);
+    let mut out = Vec::new();
+    let mut raw = vec![0u8; size];
+    while thread != 0 {
+        if out.len() > MAX_THREADS {
+            bail!("more than {MAX_THREADS} Python threads: a torn read");
+        }
+        read(pid, thread + layout.tstate_frame, &mut word)?;
+        let mut frame = usize_at(&word, 0);
+        if let (Some(at), true) = (layout.cframe_current, frame != 0) {
+            read(pid, frame + at, &mut word)?;
+            frame = usize_at(&word, 0);
+        }
+        let mut frames = Vec::new();
+        while frame != 0 && frames.len() < MAX_FRAMES {
+            if read(pid, frame, &mut raw).is_err() {
+                break; // the thread moved on as it was read: what was read stands
+            }
+            frames.push(Frame {
+                address: frame,
+                code: usize_at(&raw, layout.frame_code) & !layout.code_tags,
+                instr: usize_at(&raw, layout.frame_instr),
+                owner: raw[owner_at],
+            });
+            frame = usize_at(&raw, layout.frame_previous);
+        }
+        out.push(frames);
+        read(pid, thread + layout.tstate_next, &mut word)?;
+        thread = usize_at(&word, 0);
+    }
+    Ok(out)
+}

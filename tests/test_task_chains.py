@@ -1,0 +1,102 @@
+"""The await chains the task scan follows past a task's own coroutine, read from real targets
+(``targets/tasks_chains.py``) under each CPython version from 3.11 by the real native scanner:
+the coroutines a running task is in, the tasks a ``gather`` or a ``TaskGroup`` waits for (each
+after the chain of the task that awaits them), and an old-school Tornado ``@gen.coroutine``
+awaited by a task. Every assert is on the folded lines' exact frames and leaves.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from helpers import ROOT, Spawner
+from pythons import interpreter
+from test_tasks import await_lines
+
+from sidecar.tasks import snapshot
+
+TARGET = ROOT / "targets" / "tasks_chains.py"
+SCANNED = ("3.11", "3.12", "3.13", "3.14", "3.15")
+#: Snapshots taken at most to catch a task running.
+TRIES = 200
+
+
+def frame(function: str, line: int) -> str:
+    return f"{function} (targets/tasks_chains.py:{line})"
+
+
+def sleep_leaf(stack: str) -> str:
+    """The stack with asyncio's sleep frame, whose line differs by version, named ``sleep``."""
+    return re.sub(r";sleep \(asyncio/tasks\.py:\d+\);", ";sleep;", stack)
+
+
+@pytest.mark.parametrize("version", SCANNED)
+def test_a_running_task_shows_the_coroutines_it_is_in(spawn: Spawner, version: str) -> None:
+    """``cruncher`` runs ``crunch``, which runs ``burn``: while it runs, its chain is both
+    coroutines (not the task's own alone), after ``main``'s, which gathers it."""
+    target = spawn.target("tasks_chains", python=interpreter(version))
+    at = await_lines(TARGET)
+    expected = ";".join(
+        [
+            frame("main", at["main"]),
+            frame("cruncher", at["cruncher"]),
+            frame("crunch", at["crunching"]),
+            "[running]",
+        ]
+    )
+    seen: list[str] = []
+    for _ in range(TRIES):
+        folded = snapshot(target.pid)["folded"]
+        running = [s for s in folded if "cruncher (" in s and s.endswith("[running]")]
+        seen.extend(running)
+        if running:
+            break
+    assert seen, "cruncher was never seen running"
+    assert seen[0] == expected
+
+
+@pytest.mark.parametrize("version", SCANNED)
+def test_gathered_tasks_follow_the_task_that_gathers_them(spawn: Spawner, version: str) -> None:
+    target = spawn.target("tasks_chains", python=interpreter(version))
+    at = await_lines(TARGET)
+    folded = {sleep_leaf(s) for s in snapshot(target.pid)["folded"]}
+    gatherer = [frame("main", at["main"]), frame("gatherer", at["gatherer"])]
+    for child in ("gathered_a", "gathered_b"):
+        chain = [frame(child, at[child]), frame("leaf", at["leaf"]), "sleep", "[waiting]"]
+        assert ";".join(gatherer + chain) in folded, sorted(folded)
+    assert ";".join([*gatherer, "[waiting]"]) in folded, sorted(folded)
+
+
+@pytest.mark.parametrize("version", SCANNED)
+def test_a_task_groups_tasks_follow_the_task_in_it(spawn: Spawner, version: str) -> None:
+    """``grouper`` waits in the ``TaskGroup``'s exit for ``member``: ``member``'s chain comes
+    after ``grouper``'s, which ends in asyncio's own frames of the group's exit."""
+    target = spawn.target("tasks_chains", python=interpreter(version))
+    at = await_lines(TARGET)
+    folded = [sleep_leaf(s) for s in snapshot(target.pid)["folded"]]
+    tail = ";".join(
+        [frame("member", at["member"]), frame("leaf", at["leaf"]), "sleep", "[waiting]"]
+    )
+    members = [s for s in folded if s.endswith(tail)]
+    assert len(members) == 1, folded
+    head = ";".join([frame("main", at["main"]), frame("grouper", at["grouper"])]) + ";"
+    assert members[0].startswith(head), members[0]
+    between = members[0][len(head) : -len(tail)].rstrip(";").split(";")
+    assert between and all(
+        re.fullmatch(r"TaskGroup\.\w+ \(asyncio/taskgroups\.py:\d+\)", f) for f in between
+    ), members[0]
+
+
+def test_an_old_school_tornado_coroutine_is_a_task_waiting_on_a_future(spawn: Spawner) -> None:
+    """``old_request`` awaits the Tornado Future of a ``@gen.coroutine`` (under the venv's
+    Python, which has Tornado): its chain ends at its own coroutine, waiting."""
+    target = spawn.target("tasks_chains", "--tornado")
+    at = await_lines(TARGET)
+    scan = snapshot(target.pid)
+    expected = ";".join(
+        [frame("main", at["main"]), frame("old_request", at["old_request"]), "[waiting]"]
+    )
+    assert expected in scan["folded"], scan["folded"]
+    (task,) = [t for t in scan["tasks"] if t["name"] == "old_request"]
+    assert (task["state"], task["future"]) == ("waiting", "Future")
