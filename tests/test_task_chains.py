@@ -2,7 +2,8 @@
 (``targets/tasks_chains.py``) under each CPython version from 3.11 by the real native scanner:
 the coroutines a running task is in, the tasks a ``gather`` or a ``TaskGroup`` waits for (each
 after the chain of the task that awaits them), and an old-school Tornado ``@gen.coroutine``
-awaited by a task. Every assert is on the folded lines' exact frames and leaves.
+awaited by a task, through Tornado's Runner. Every assert is on the folded lines' exact frames
+and leaves.
 """
 
 from __future__ import annotations
@@ -88,14 +89,20 @@ def test_a_task_groups_tasks_follow_the_task_in_it(spawn: Spawner, version: str)
     ), members[0]
 
 
-def test_an_old_school_tornado_coroutine_is_a_task_waiting_on_a_future(spawn: Spawner) -> None:
+def test_an_old_school_tornado_coroutine_follows_the_task_awaiting_it(spawn: Spawner) -> None:
     """``old_request`` awaits the Tornado Future of a ``@gen.coroutine`` (under the venv's
-    Python, which has Tornado): its chain ends at its own coroutine, waiting."""
+    Python, which has Tornado): the task waits on that Future, and its chain goes on through
+    Tornado's Runner to the generator's frame, parked where it yields ``gen.sleep``."""
     target = spawn.target("tasks_chains", "--tornado")
     at = await_lines(TARGET)
     scan = snapshot(target.pid)
     expected = ";".join(
-        [frame("main", at["main"]), frame("old_request", at["old_request"]), "[waiting]"]
+        [
+            frame("main", at["main"]),
+            frame("old_request", at["old_request"]),
+            frame("old_school.<locals>.old_work", at["old_work"]),
+            "[waiting]",
+        ]
     )
     assert expected in scan["folded"], scan["folded"]
     (task,) = [t for t in scan["tasks"] if t["name"] == "old_request"]

@@ -87,15 +87,22 @@ impl RawTask {
     pub fn waiter(&self) -> usize {
         self.waiter
     }
+
+    /// Its chain back to the coroutines it was walked through, without what a scan added
+    /// after them (a Tornado generator's frames).
+    pub fn walked_frames(&mut self) -> &mut Vec<(usize, i64)> {
+        self.frames.truncate(self.gens.len());
+        &mut self.frames
+    }
 }
 
 /// One coroutine of a chain as read: what tells that it has not moved since.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Gen {
+pub struct Gen {
     address: usize,
     state: i8,
-    code: usize,
-    instr: usize,
+    pub code: usize,
+    pub instr: usize,
 }
 
 /// The chains of the last scan's parked tasks, by task address; off, every chain is walked.
@@ -294,7 +301,7 @@ impl ChainCache {
 }
 
 /// One coroutine's header as read: its type checked, its frame state within bounds.
-fn read_gen(
+pub fn read_gen(
     pid: i32,
     layout: &Layout,
     tl: &TaskLayout,

@@ -21,6 +21,7 @@ mod objects;
 mod registry;
 mod running;
 mod ticks;
+mod tornado;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -209,6 +210,7 @@ impl TaskScanner {
         );
         gather::link_gathered(self.pid, &self.layout, &self.tl, &mut self.types, &mut raw);
         gather::link_task_groups(self.pid, &self.layout, &self.tl, &mut self.types, &mut raw);
+        tornado::add_runner_chains(self.pid, &self.layout, &self.tl, &mut self.types, &mut raw);
         self.load_codes(&raw)?;
         let mut tasks = Vec::with_capacity(raw.len());
         for task in &raw {

@@ -114,9 +114,23 @@ pub fn first_attribute(
     pid: i32,
     layout: &Layout,
     types: &mut Types,
+    object: (usize, TypeInfo),
+    wanted: (&str, Kind),
+    scan: usize,
+) -> Result<usize> {
+    nth_attribute(pid, layout, types, object, wanted, scan, 0)
+}
+
+/// As `first_attribute`, for the first value of its kind other than `other` (another
+/// attribute of the same kind, set before it).
+pub fn nth_attribute(
+    pid: i32,
+    layout: &Layout,
+    types: &mut Types,
     (weak, info): (usize, TypeInfo),
     (name, kind): (&str, Kind),
     scan: usize,
+    other: usize,
 ) -> Result<usize> {
     let mut pre = [0u8; 16];
     read(pid, weak - 32, &mut pre)?;
@@ -151,7 +165,7 @@ pub fn first_attribute(
         read(pid, values, &mut words)?;
         for i in 0..scan {
             let value = usize_at(&words, i * 8);
-            if value != 0 && types.of(pid, value, None)?.kind == kind {
+            if value != 0 && value != other && types.of(pid, value, None)?.kind == kind {
                 return Ok(value);
             }
         }
