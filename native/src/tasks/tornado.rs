@@ -46,6 +46,15 @@ pub fn add_runner_chains(
     // the futures' first callbacks, in one batch: most are no function at all
     let pieces: Vec<(usize, usize)> = awaited.iter().map(|&f| (f, FUT_CALLBACK0 + 8)).collect();
     let batch = Batch::read_merged(pid, &pieces, MERGE_GAP);
+    let callbacks: Vec<usize> = awaited
+        .iter()
+        .filter_map(|&f| batch.get(f, FUT_CALLBACK0 + 8))
+        .map(|raw| usize_at(raw, FUT_CALLBACK0))
+        .filter(|&c| c != 0)
+        .collect();
+    // and their types, in one more: a task's wakeup is no function
+    let pieces: Vec<(usize, usize)> = callbacks.iter().map(|&c| (c, 16)).collect();
+    let heads = Batch::read_merged(pid, &pieces, MERGE_GAP);
     for task in tasks.iter_mut() {
         let Some((future, Kind::Future)) = task.future else {
             continue;
@@ -55,6 +64,13 @@ pub fn add_runner_chains(
             continue;
         };
         let mut callback = usize_at(raw, FUT_CALLBACK0);
+        let function = heads
+            .get(callback, 16)
+            .and_then(|head| types.of(pid, callback, Some(head)).ok())
+            .is_some_and(|info| info.kind == Kind::Function);
+        if !function {
+            continue;
+        }
         for _ in 0..MAX_RUNNERS {
             let Ok((frame, next)) = runner_step(pid, layout, tl, types, callback) else {
                 break;
