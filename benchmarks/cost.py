@@ -33,6 +33,7 @@ from typing import Any
 
 from benchmarks import floor, pauses
 from benchmarks.procs import PYTHON, Procs, load_average
+from sidecar import _native
 from sidecar.classify import classify
 from sidecar.query import Reader
 from sidecar.sessions import Selection, Session, Sessions, scan
@@ -244,7 +245,16 @@ def stored_windows(db: Path) -> list[tuple[int, dict[str, Any]]]:
             {"start": float(window), "end": float(window + WINDOW), "stacks": []},
         )
         entry["samples"] = ticks.get(key, 0)
-        entry["stacks"].append((thread, "", state == "busy", False, texts[stack], count))
+        entry["stacks"].append(
+            _native.Row(
+                thread_id=thread,
+                thread_name="",
+                on_cpu=state == "busy",
+                gil=False,
+                stack=texts[stack],
+                count=count,
+            )
+        )
     return [(target, windows[(start, target)]) for start, target in sorted(windows)]
 
 

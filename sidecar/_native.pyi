@@ -10,6 +10,7 @@ from typing import Literal, TypedDict, final
 __all__ = [
     "DEFAULT_RATE_HZ",
     "DEFAULT_WINDOW_S",
+    "Row",
     "Sampler",
     "SamplerError",
     "diff_shares",
@@ -30,14 +31,40 @@ DEFAULT_WINDOW_S: float
 class SamplerError(RuntimeError):
     """The sampler could not read the target (not a Python process, unsupported version, ...)."""
 
-#: (thread id, thread name, on CPU, holds the GIL, folded stack root first, count)
-StackRow = tuple[int, str, bool, bool, str, int]
+@final
+class Row:
+    """One row of a window: one thread's stack in one state, with its samples."""
+
+    def __new__(
+        cls,
+        *,
+        thread_id: int,
+        thread_name: str,
+        on_cpu: bool,
+        gil: bool,
+        stack: str,
+        count: int,
+    ) -> Row: ...
+    @property
+    def thread_id(self) -> int: ...
+    @property
+    def thread_name(self) -> str:
+        """Empty until the target's threading module names the thread"""
+    @property
+    def on_cpu(self) -> bool: ...
+    @property
+    def gil(self) -> bool: ...
+    @property
+    def stack(self) -> str:
+        """folded, root first"""
+    @property
+    def count(self) -> int: ...
 
 class Window(TypedDict):
     start: float
     end: float
     samples: int
-    stacks: list[StackRow]
+    stacks: list[Row]
     #: task stacks (folded, leaf [running], [ready] or [waiting]) with their task-samples
     tasks: list[tuple[str, int]]
     #: task scans in the window (each counts one task-sample per live task)

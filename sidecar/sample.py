@@ -23,11 +23,48 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class ClassifiedWindow:
+    """A sampler's window decoded once, for ``record`` and ``serve`` alike: its rows with
+    their state, summed per (folded stack, thread id, state)."""
+
+    start: float
+    end: float
+    ticks: int
+    #: (folded stack, thread id, state, samples): the store's rows
+    rows: list[tuple[str, int, str, int]]
+    thread_names: dict[int, str]
+    #: busy / idle / blocked samples of every thread
+    states: dict[str, int]
+
+
+def classify_window(window: Window) -> ClassifiedWindow:
+    """Each row of ``window`` classified busy, idle or blocked (once per unique stack)."""
+    counts: dict[tuple[str, int, str], int] = {}
+    states = {"busy": 0, "idle": 0, "blocked": 0}
+    names: dict[int, str] = {}
+    for row in window["stacks"]:
+        state = classify(row.stack, row.on_cpu)
+        at = (row.stack, row.thread_id, state)
+        counts[at] = counts.get(at, 0) + row.count
+        states[state] += row.count
+        if row.thread_name:
+            names[row.thread_id] = row.thread_name
+    return ClassifiedWindow(
+        start=float(window["start"]),
+        end=float(window["end"]),
+        ticks=int(window["samples"]),
+        rows=[(stack, tid, state, count) for (stack, tid, state), count in counts.items()],
+        thread_names=names,
+        states=states,
+    )
+
+
+@dataclass(frozen=True)
 class SampleKey:
     """One thread's stack in one state, the unit that windows count."""
 
     thread_id: int
-    on_cpu: bool
+    state: str
     stack: str
 
 
@@ -47,15 +84,14 @@ class Counts:
     end: float | None = None
 
     def add_window(self, window: Window) -> None:
-        self.ticks += int(window["samples"])
-        start, end = float(window["start"]), float(window["end"])
-        self.start = start if self.start is None else min(self.start, start)
-        self.end = end if self.end is None else max(self.end, end)
-        for thread_id, name, on_cpu, _gil, stack, count in window["stacks"]:
-            key = SampleKey(thread_id, on_cpu, stack)
+        classified = classify_window(window)
+        self.ticks += classified.ticks
+        self.start = classified.start if self.start is None else min(self.start, classified.start)
+        self.end = classified.end if self.end is None else max(self.end, classified.end)
+        for stack, thread_id, state, count in classified.rows:
+            key = SampleKey(thread_id, state, stack)
             self.stacks[key] = self.stacks.get(key, 0) + count
-            if name:
-                self.thread_names[thread_id] = name
+        self.thread_names.update(classified.thread_names)
         for stack, count in window.get("tasks", ()):
             self.tasks[stack] = self.tasks.get(stack, 0) + count
         scans = int(window.get("task_scans", 0))
@@ -80,7 +116,7 @@ class Counts:
         """Each counted stack with its state leaf, its state and its thread's name."""
         out: list[Sample] = []
         for key, count in self.stacks.items():
-            state = classify(key.stack, key.on_cpu)
+            state = key.state
             if cpu_only and state != "busy":
                 continue
             parts = [key.stack]

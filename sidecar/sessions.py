@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sidecar import _native
-from sidecar.classify import classify
 from sidecar.discover import (
     framework_and_loop,
     group_of,
@@ -33,7 +32,7 @@ from sidecar.discover import (
     settle_role,
 )
 from sidecar.errors import TargetError
-from sidecar.sample import on_cpu_source, open_sampler
+from sidecar.sample import classify_window, on_cpu_source, open_sampler
 from sidecar.store import Gone, ProcessRecord, WindowBatch
 from sidecar.tasks import in_flight, task_rows
 
@@ -311,16 +310,9 @@ class Sessions:
         self._finish(key, session)
 
     def _batch(self, session: Session, window: Window) -> WindowBatch:
-        rows: dict[tuple[str, int, str], int] = {}
-        states = {"busy": 0, "idle": 0, "blocked": 0}
-        names: dict[int, str] = {}
-        for thread_id, name, on_cpu, _gil, stack, count in window["stacks"]:
-            state = classify(stack, on_cpu)
-            rows[(stack, thread_id, state)] = rows.get((stack, thread_id, state), 0) + count
-            states[state] += count
-            if name:
-                names[thread_id] = name
-        start = int(window["start"])
+        classified = classify_window(window)
+        start = int(classified.start)
+        states = classified.states
         tasks, scans = task_rows(window.get("tasks", [])), int(window.get("task_scans", 0))
         if scans:
             session.tasks = in_flight(tasks, scans)
@@ -329,9 +321,9 @@ class Sessions:
             process=session.key,
             start=start,
             width=self.window,
-            ticks=int(window["samples"]),
-            rows=[(stack, tid, state, count) for (stack, tid, state), count in rows.items()],
-            thread_names=names,
+            ticks=classified.ticks,
+            rows=classified.rows,
+            thread_names=classified.thread_names,
             tasks=tasks,
             task_scans=scans,
         )

@@ -196,8 +196,8 @@ def stack_counts(windows: Iterable[Window]) -> Counter[tuple[str, str]]:
     """Samples per (thread name, folded stack) in a sampler's windows."""
     counts: Counter[tuple[str, str]] = Counter()
     for window in windows:
-        for _tid, name, _on_cpu, _gil, stack, count in window["stacks"]:
-            counts[(name, stack)] += count
+        for row in window["stacks"]:
+            counts[(row.thread_name, row.stack)] += row.count
     return counts
 
 

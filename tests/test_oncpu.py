@@ -36,8 +36,8 @@ def on_cpu_shares(windows: list[_native.Window]) -> dict[int, tuple[float, int]]
     """Per thread id: the share of its samples on CPU, and how many samples."""
     counts: dict[int, list[int]] = {}
     for window in windows:
-        for thread_id, _name, on_cpu, _gil, _stack, count in window["stacks"]:
-            counts.setdefault(thread_id, [0, 0])[int(on_cpu)] += count
+        for row in window["stacks"]:
+            counts.setdefault(row.thread_id, [0, 0])[int(row.on_cpu)] += row.count
     return {tid: (on / (off + on), off + on) for tid, (off, on) in counts.items()}
 
 

@@ -33,16 +33,16 @@ def test_windows_count_every_tick_of_a_busy_process(spawn: Spawner, clock: Clock
     assert stats["samples"] >= 200, stats
     assert sum(w["samples"] for w in windows) == stats["samples"]
     # one thread: every tick produced exactly one stack row count
-    assert sum(row[5] for w in windows for row in w["stacks"]) == stats["traces"]
+    assert sum(row.count for w in windows for row in w["stacks"]) == stats["traces"]
     for w in windows:
         assert w["end"] - w["start"] == pytest.approx(0.5)
         assert w["start"] % 0.5 == pytest.approx(0.0, abs=1e-6)
     rows = [row for w in windows for row in w["stacks"]]
-    thread_id, name, on_cpu, gil, stack, _ = max(rows, key=lambda r: r[5])
+    row = max(rows, key=lambda r: r.count)
     # names come from the target's threading module, which this plain script never imports
-    assert thread_id == target.pid and name in ("", "MainThread")
-    assert on_cpu and gil
-    assert stack.endswith("spin (targets/spin.py:19)") or "spin (targets/spin.py" in stack
+    assert row.thread_id == target.pid and row.thread_name in ("", "MainThread")
+    assert row.on_cpu and row.gil
+    assert row.stack.endswith("spin (targets/spin.py:19)") or "spin (targets/spin.py" in row.stack
     assert sampler.python_version.startswith("3.")
 
 
@@ -274,7 +274,7 @@ def test_samplers_on_the_shared_clock_tick_on_one_thread(spawn: Spawner) -> None
     for sampler in samplers[1:]:
         windows = sampler.drain(flush=True)
         assert sum(w["samples"] for w in windows) == sampler.stats()["samples"]
-        stacks = Counter({row[4]: row[5] for w in windows for row in w["stacks"]})
+        stacks = Counter({row.stack: row.count for w in windows for row in w["stacks"]})
         assert "spin (targets/spin.py" in stacks.most_common(1)[0][0]
 
 

@@ -181,10 +181,10 @@ def test_a_thread_in_a_known_wait_costs_no_run_state_read(spawn: Spawner, versio
     # 21 Python threads a tick (the main one waits too); only the two spinning ones are read
     assert 1.5 <= stats["state_reads"] <= 2.5, stats["state_reads"]
     parked = [
-        row for w in windows for row in w["stacks"] if "parked (targets/threads.py:" in row[4]
+        row for w in windows for row in w["stacks"] if "parked (targets/threads.py:" in row.stack
     ]
-    assert sum(row[5] for row in parked) > 0
-    assert not any(row[2] for row in parked), "a parked thread was reported on CPU"
+    assert sum(row.count for row in parked) > 0
+    assert not any(row.on_cpu for row in parked), "a parked thread was reported on CPU"
 
 
 @each_version

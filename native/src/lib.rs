@@ -19,7 +19,9 @@ mod windows;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple};
+use std::collections::HashMap;
+
+use pyo3::types::{PyDict, PyList, PyString};
 
 use errors::SamplerError;
 use render::RenderOptions;
@@ -33,30 +35,76 @@ struct Sampler {
     session: Session,
 }
 
+/// One row of a window: one thread's stack in one state, with its samples.
+#[pyclass(module = "sidecar._native", frozen, get_all)]
+struct Row {
+    thread_id: u64,
+    /// empty until the target's threading module names the thread
+    thread_name: Py<PyString>,
+    on_cpu: bool,
+    gil: bool,
+    /// folded, root first
+    stack: Py<PyString>,
+    count: u64,
+}
+
+#[pymethods]
+impl Row {
+    #[new]
+    #[pyo3(signature = (*, thread_id, thread_name, on_cpu, gil, stack, count))]
+    fn new(
+        thread_id: u64,
+        thread_name: Py<PyString>,
+        on_cpu: bool,
+        gil: bool,
+        stack: Py<PyString>,
+        count: u64,
+    ) -> Self {
+        Row {
+            thread_id,
+            thread_name,
+            on_cpu,
+            gil,
+            stack,
+            count,
+        }
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!(
+            "Row(thread_id={}, thread_name={:?}, on_cpu={}, gil={}, stack={:?}, count={})",
+            self.thread_id,
+            self.thread_name.bind(py).to_string(),
+            if self.on_cpu { "True" } else { "False" },
+            if self.gil { "True" } else { "False" },
+            self.stack.bind(py).to_string(),
+            self.count
+        )
+    }
+}
+
 fn window_to_py<'py>(py: Python<'py>, window: &Window) -> PyResult<Bound<'py, PyDict>> {
     let dict = PyDict::new(py);
     dict.set_item("start", window.start)?;
     dict.set_item("end", window.end)?;
     dict.set_item("samples", window.samples)?;
     let stacks = PyList::empty(py);
+    let unnamed = PyString::new(py, "").unbind();
+    let names: HashMap<u64, Py<PyString>> = window
+        .thread_names
+        .iter()
+        .map(|(&tid, name)| (tid, PyString::new(py, name).unbind()))
+        .collect();
     for (thread_id, on_cpu, gil, text, count) in window.rows() {
-        let name = window
-            .thread_names
-            .get(&thread_id)
-            .map(String::as_str)
-            .unwrap_or("");
-        let row = PyTuple::new(
-            py,
-            [
-                thread_id.into_pyobject(py)?.into_any(),
-                name.into_pyobject(py)?.into_any(),
-                pyo3::types::PyBool::new(py, on_cpu).to_owned().into_any(),
-                pyo3::types::PyBool::new(py, gil).to_owned().into_any(),
-                text.into_pyobject(py)?.into_any(),
-                count.into_pyobject(py)?.into_any(),
-            ],
-        )?;
-        stacks.append(row)?;
+        let row = Row {
+            thread_id,
+            thread_name: names.get(&thread_id).unwrap_or(&unnamed).clone_ref(py),
+            on_cpu,
+            gil,
+            stack: PyString::new(py, text).unbind(),
+            count,
+        };
+        stacks.append(Bound::new(py, row)?)?;
     }
     dict.set_item("stacks", stacks)?;
     let tasks = PyList::empty(py);
@@ -336,6 +384,7 @@ fn process_start_time(pid: i32) -> Option<u64> {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Sampler>()?;
+    m.add_class::<Row>()?;
     m.add("DEFAULT_RATE_HZ", DEFAULT_RATE_HZ)?;
     m.add("DEFAULT_WINDOW_S", DEFAULT_WINDOW_S)?;
     m.add("SamplerError", m.py().get_type::<SamplerError>())?;
