@@ -250,7 +250,6 @@ def stored_windows(db: Path) -> list[tuple[int, dict[str, Any]]]:
                 thread_id=thread,
                 thread_name="",
                 on_cpu=state == "busy",
-                gil=False,
                 stack=texts[stack],
                 count=count,
             )

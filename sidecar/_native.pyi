@@ -41,7 +41,6 @@ class Row:
         thread_id: int,
         thread_name: str,
         on_cpu: bool,
-        gil: bool,
         stack: str,
         count: int,
     ) -> Row: ...
@@ -52,8 +51,6 @@ class Row:
         """Empty until the target's threading module names the thread"""
     @property
     def on_cpu(self) -> bool: ...
-    @property
-    def gil(self) -> bool: ...
     @property
     def stack(self) -> str:
         """folded, root first"""

@@ -41,7 +41,7 @@ def test_windows_count_every_tick_of_a_busy_process(spawn: Spawner, clock: Clock
     row = max(rows, key=lambda r: r.count)
     # names come from the target's threading module, which this plain script never imports
     assert row.thread_id == target.pid and row.thread_name in ("", "MainThread")
-    assert row.on_cpu and row.gil
+    assert row.on_cpu
     assert row.stack.endswith("spin (targets/spin.py:19)") or "spin (targets/spin.py" in row.stack
     assert sampler.python_version.startswith("3.")
 

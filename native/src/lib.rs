@@ -42,7 +42,6 @@ struct Row {
     /// empty until the target's threading module names the thread
     thread_name: Py<PyString>,
     on_cpu: bool,
-    gil: bool,
     /// folded, root first
     stack: Py<PyString>,
     count: u64,
@@ -51,12 +50,11 @@ struct Row {
 #[pymethods]
 impl Row {
     #[new]
-    #[pyo3(signature = (*, thread_id, thread_name, on_cpu, gil, stack, count))]
+    #[pyo3(signature = (*, thread_id, thread_name, on_cpu, stack, count))]
     fn new(
         thread_id: u64,
         thread_name: Py<PyString>,
         on_cpu: bool,
-        gil: bool,
         stack: Py<PyString>,
         count: u64,
     ) -> Self {
@@ -64,7 +62,6 @@ impl Row {
             thread_id,
             thread_name,
             on_cpu,
-            gil,
             stack,
             count,
         }
@@ -72,11 +69,10 @@ impl Row {
 
     fn __repr__(&self, py: Python<'_>) -> String {
         format!(
-            "Row(thread_id={}, thread_name={:?}, on_cpu={}, gil={}, stack={:?}, count={})",
+            "Row(thread_id={}, thread_name={:?}, on_cpu={}, stack={:?}, count={})",
             self.thread_id,
             self.thread_name.bind(py).to_string(),
             if self.on_cpu { "True" } else { "False" },
-            if self.gil { "True" } else { "False" },
             self.stack.bind(py).to_string(),
             self.count
         )
@@ -95,12 +91,11 @@ fn window_to_py<'py>(py: Python<'py>, window: &Window) -> PyResult<Bound<'py, Py
         .iter()
         .map(|(&tid, name)| (tid, PyString::new(py, name).unbind()))
         .collect();
-    for (thread_id, on_cpu, gil, text, count) in window.rows() {
+    for (thread_id, on_cpu, text, count) in window.rows() {
         let row = Row {
             thread_id,
             thread_name: names.get(&thread_id).unwrap_or(&unnamed).clone_ref(py),
             on_cpu,
-            gil,
             stack: PyString::new(py, text).unbind(),
             count,
         };

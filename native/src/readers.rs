@@ -239,7 +239,6 @@ fn spy_read(
             }
             Trace {
                 tid,
-                owns_gil: trace.owns_gil,
                 active,
                 stack: (!trace.frames.is_empty()).then(|| cache.fold(trace)),
             }

@@ -241,7 +241,6 @@ impl Runner {
                 let key = StackKey {
                     thread_id: trace.tid,
                     on_cpu: trace.active,
-                    gil: trace.owns_gil,
                     stack: stack.clone(),
                 };
                 folded.push((trace.tid, key));

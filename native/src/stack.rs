@@ -50,7 +50,6 @@ impl Hash for Stack {
 pub struct Trace {
     /// OS thread id as the interpreter knows it.
     pub tid: u64,
-    pub owns_gil: bool,
     /// On CPU: the OS says running and the innermost frame is not a known wait.
     pub active: bool,
     /// Folded, outermost frame first; None when the thread runs no Python code.

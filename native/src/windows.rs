@@ -31,12 +31,11 @@ pub struct Options {
 pub struct StackKey {
     pub thread_id: u64,
     pub on_cpu: bool,
-    pub gil: bool,
     pub stack: Stack,
 }
 
-/// A window's row as handed out: thread, on CPU, holds the GIL, folded text, samples.
-pub type Row<'a> = (u64, bool, bool, &'a str, u64);
+/// A window's row as handed out: thread, on CPU, folded text, samples.
+pub type Row<'a> = (u64, bool, &'a str, u64);
 
 /// Unique stacks with counts over `[start, end)` (unix seconds).
 #[derive(Debug, Clone)]
@@ -69,13 +68,13 @@ impl Window {
     /// Its counts by thread, state and folded text: keys whose stacks are twins (the same
     /// text cached twice) are one row.
     pub fn rows(&self) -> Vec<Row<'_>> {
-        let mut rows: HashMap<(u64, bool, bool, &str), u64, FxBuildHasher> = HashMap::default();
+        let mut rows: HashMap<(u64, bool, &str), u64, FxBuildHasher> = HashMap::default();
         for (key, &count) in &self.stacks {
-            let at = (key.thread_id, key.on_cpu, key.gil, key.stack.text());
+            let at = (key.thread_id, key.on_cpu, key.stack.text());
             *rows.entry(at).or_insert(0) += count;
         }
         rows.into_iter()
-            .map(|((thread, on_cpu, gil, text), count)| (thread, on_cpu, gil, text, count))
+            .map(|((thread, on_cpu, text), count)| (thread, on_cpu, text, count))
             .collect()
     }
 }
@@ -198,7 +197,6 @@ mod tests {
         let key = |stack: &Stack, on_cpu: bool| StackKey {
             thread_id: 7,
             on_cpu,
-            gil: false,
             stack: stack.clone(),
         };
         let mut window = Window::new(0.0, 1.0);
@@ -211,9 +209,9 @@ mod tests {
         assert_eq!(
             rows,
             vec![
-                (7, false, false, "main (app.py:1);work (app.py:9)", 1),
-                (7, true, false, "main (app.py:1)", 4),
-                (7, true, false, "main (app.py:1);work (app.py:9)", 5),
+                (7, false, "main (app.py:1);work (app.py:9)", 1),
+                (7, true, "main (app.py:1)", 4),
+                (7, true, "main (app.py:1);work (app.py:9)", 5),
             ]
         );
     }

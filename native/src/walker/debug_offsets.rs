@@ -58,10 +58,6 @@ impl Layout {
             source: "_Py_DebugOffsets",
             interp_threads_head: word(row.threads_head),
             interp_modules: word(row.imports_modules),
-            interp_gil: Some(word(row.ceval_gil)),
-            // given from the interpreter state, whose own GIL state they lie in
-            gil_holder: word(row.gil_holder).wrapping_sub(word(row.gil_state)),
-            gil_locked: word(row.gil_locked).wrapping_sub(word(row.gil_state)),
             tstate_next: word(row.tstate_next),
             tstate_frame: word(row.tstate_current_frame),
             cframe_current: None,
@@ -103,8 +99,6 @@ impl Layout {
             && layout.frame_first + layout.frame_size <= frame_size
             && layout.code_first + layout.code_size <= code_size
             && layout.code_adaptive <= code_size
-            && layout.gil_holder < 256
-            && layout.gil_locked < 256
             && layout.interp_threads_head < MAX_STRUCT
             && layout.interp_modules < MAX_STRUCT
             && (32..=64).contains(&ascii)
@@ -142,10 +136,6 @@ struct DebugRow {
     words: usize,
     threads_head: usize,
     imports_modules: usize,
-    ceval_gil: usize,
-    gil_state: usize,
-    gil_locked: usize,
-    gil_holder: usize,
     tstate_size: usize,
     tstate_next: usize,
     tstate_current_frame: usize,
@@ -179,10 +169,6 @@ impl DebugRow {
                 words: 73,
                 threads_head: 9,
                 imports_modules: 11,
-                ceval_gil: 14,
-                gil_state: 15,
-                gil_locked: 17,
-                gil_holder: 18,
                 tstate_size: 19,
                 tstate_next: 21,
                 tstate_current_frame: 23,
@@ -212,10 +198,6 @@ impl DebugRow {
                 words: 95,
                 threads_head: 9,
                 imports_modules: 12,
-                ceval_gil: 15,
-                gil_state: 16,
-                gil_locked: 18,
-                gil_holder: 19,
                 tstate_size: 22,
                 tstate_next: 24,
                 tstate_current_frame: 26,
@@ -245,10 +227,6 @@ impl DebugRow {
                 words: 111,
                 threads_head: 9,
                 imports_modules: 12,
-                ceval_gil: 15,
-                gil_state: 16,
-                gil_locked: 18,
-                gil_holder: 19,
                 tstate_size: 22,
                 tstate_next: 24,
                 tstate_current_frame: 26,
@@ -321,7 +299,6 @@ mod tests {
         assert_eq!(l13.interp_threads_head, 7344);
         // sys.modules, where the task scan of 3.13 finds asyncio
         assert_eq!(l13.interp_modules, 7656);
-        assert_eq!((l13.gil_holder, l13.gil_locked), (8, 16));
         assert_eq!((l13.tstate_frame, l13.tstate_thread_id), (72, 152));
         assert_eq!(
             (l13.tstate_datastack_chunk, l13.tstate_datastack_top),

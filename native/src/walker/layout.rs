@@ -19,11 +19,6 @@ pub struct Layout {
     pub interp_threads_head: usize,
     /// The interpreter state's `sys.modules` (`modules`, 3.12+ `imports.modules`).
     pub interp_modules: usize,
-    /// The interpreter state's pointer to its GIL state (3.12+), and the holder's and the
-    /// locked flag's offsets in that state.
-    pub interp_gil: Option<usize>,
-    pub gil_holder: usize,
-    pub gil_locked: usize,
     pub tstate_next: usize,
     /// The thread state's field that leads to the current frame: the frame's address itself
     /// (3.13+), or that of a `_PyCFrame` whose field at `cframe_current` holds it.
@@ -79,9 +74,6 @@ impl Layout {
                 source: "table",
                 interp_threads_head: 16,
                 interp_modules: 888,
-                interp_gil: None,
-                gil_holder: 0,
-                gil_locked: 0,
                 tstate_next: 8,
                 tstate_frame: 56,
                 cframe_current: Some(8),
@@ -119,9 +111,6 @@ impl Layout {
                 source: "table",
                 interp_threads_head: 72,
                 interp_modules: 944,
-                interp_gil: Some(384),
-                gil_holder: 8,
-                gil_locked: 16,
                 tstate_next: 8,
                 tstate_frame: 56,
                 cframe_current: Some(0),

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use anyhow::{bail, Result};
 use py_spy::PythonSpy;
 
-use crate::memory::{read, u32_at, usize_at, Batch, MemoryReads};
+use crate::memory::{read, usize_at, Batch, MemoryReads};
 use crate::procfs::ThreadStates;
 use crate::stack::{RunState, Stack, Trace};
 use ahead::{AheadStack, Recent};
@@ -44,9 +44,9 @@ const MAX_THREADS: usize = 4096;
 const CODE_CACHE_BYTES: usize = 16 << 20;
 const STACK_CACHE_BYTES: usize = 32 << 20;
 
-/// A thread as read: OS thread id, holds the GIL, where its frames (innermost first) are in
-/// the sample's list of frames.
-type RawThread = (u64, bool, Range<usize>);
+/// A thread as read: OS thread id, where its frames (innermost first) are in the sample's
+/// list of frames.
+type RawThread = (u64, Range<usize>);
 
 /// What a sample builds and lets go, kept between samples so that one allocates nothing once
 /// the walker has met the target's threads and stacks.
@@ -67,14 +67,6 @@ struct Scratch {
     key: Vec<(u64, i64)>,
 }
 
-/// Where the walker learns which thread holds the GIL: the word that holds its thread state,
-/// and from 3.12 the GIL state's locked flag (a released GIL keeps its last holder).
-#[derive(Clone, Copy)]
-struct GilAt {
-    holder: usize,
-    locked: Option<usize>,
-}
-
 /// Why the walker does not read a target.
 #[derive(Debug)]
 pub struct Unsupported {
@@ -88,7 +80,6 @@ pub struct Walker {
     pid: i32,
     layout: Layout,
     interpreter: usize,
-    gil: Option<GilAt>,
     codes: HashMap<usize, Code, FxBuildHasher>,
     code_bytes: usize,
     serial: u64,
@@ -158,28 +149,10 @@ impl Walker {
                 layout.frame_size
             )));
         }
-        let gil = match layout.interp_gil {
-            // 3.11: py-spy found the runtime's word for the thread holding the GIL
-            None => (spy.addresses.threadstate_address != 0).then_some(GilAt {
-                holder: spy.addresses.threadstate_address,
-                locked: None,
-            }),
-            Some(field) => {
-                let mut word = [0u8; 8];
-                read(spy.pid, interpreter + field, &mut word)
-                    .map_err(|err| unsupported(format!("cannot read the GIL's state: {err}")))?;
-                let state = usize_at(&word, 0);
-                (state != 0).then_some(GilAt {
-                    holder: state + layout.gil_holder,
-                    locked: Some(state + layout.gil_locked),
-                })
-            }
-        };
         Ok(Walker {
             pid: spy.pid,
             layout,
             interpreter,
-            gil,
             codes: HashMap::default(),
             code_bytes: 0,
             serial: 0,
@@ -235,18 +208,6 @@ impl Walker {
         self.guessed
     }
 
-    /// The GIL's piece in the batch: from the holder's word through the locked flag.
-    fn gil_piece(&self) -> Option<(usize, usize)> {
-        let gil = self.gil?;
-        Some(match gil.locked {
-            None => (gil.holder, 8),
-            Some(locked) => {
-                let start = gil.holder.min(locked);
-                (start, gil.holder.max(locked) + 8 - start)
-            }
-        })
-    }
-
     fn read_all(
         &mut self,
         run_state: RunState<'_>,
@@ -262,8 +223,6 @@ impl Walker {
         let pieces = &mut batch.pieces;
         pieces.clear();
         pieces.push(head);
-        let gil_piece = self.gil_piece();
-        pieces.extend(gil_piece);
         pieces.extend(self.ahead_threads.iter().map(|&t| (t, layout.tstate_size)));
         pieces.extend(
             self.ahead_frames
@@ -289,20 +248,6 @@ impl Walker {
             bail!("failed to read the interpreter's list of threads");
         };
         let mut thread = usize_at(first, 0);
-        let gil_holder = match (gil_piece, self.gil) {
-            (Some(piece), Some(gil)) => {
-                let Some(bytes) = batch.get(piece.0, piece.1) else {
-                    bail!("failed to read which thread holds the GIL");
-                };
-                let locked = gil.locked.is_none_or(|at| u32_at(bytes, at - piece.0) != 0);
-                if locked {
-                    usize_at(bytes, gil.holder - piece.0)
-                } else {
-                    0
-                }
-            }
-            _ => 0,
-        };
 
         let Scratch {
             threads,
@@ -341,7 +286,7 @@ impl Walker {
             let ahead = self.previous_stacks.remove(&thread);
             let start = frames.len();
             self.frames(thread, ahead, bytes, batch, frames, outside)?;
-            threads.push((tid, thread == gil_holder, start..frames.len()));
+            threads.push((tid, start..frames.len()));
             thread = next;
         }
         self.previous_stacks.clear();
@@ -350,8 +295,8 @@ impl Walker {
         self.ahead_frames.seen(&scratch.outside, self.samples);
         let mut traces = Vec::with_capacity(scratch.threads.len());
         self.guessed = false;
-        for (tid, owns_gil, range) in &scratch.threads {
-            let (tid, owns_gil) = (*tid, *owns_gil);
+        for (tid, range) in &scratch.threads {
+            let tid = *tid;
             let frames = &scratch.frames[range.clone()];
             // the innermost frame of the program (3.13+ entry trampolines are not)
             let innermost = frames
@@ -374,7 +319,6 @@ impl Walker {
             self.guessed |= running.is_none();
             traces.push(Trace {
                 tid,
-                owns_gil,
                 // A thread this sidecar cannot see counts as running, as in py-spy.
                 active: running.unwrap_or(true),
                 stack: self.fold(frames, &mut scratch.key),
