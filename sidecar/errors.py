@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sidecar import _native
+
 
 class SidecarError(Exception):
     """Something sidecar cannot do; the message is shown to the user as is."""
@@ -37,3 +42,16 @@ class ProfileFormatError(SidecarError):
 
 class StoreError(SidecarError):
     """The database cannot be opened or written."""
+
+
+@contextmanager
+def native_errors() -> Iterator[None]:
+    """The native core's errors on reading a process, as the domain errors above."""
+    try:
+        yield
+    except ProcessLookupError as err:
+        raise TargetGone(str(err)) from err
+    except PermissionError as err:
+        raise PermissionDenied(str(err)) from err
+    except _native.SamplerError as err:
+        raise TargetError(str(err)) from err

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Literal
 from sidecar import _native, defaults
 from sidecar.classify import classify, leaf_for, state_counts
 from sidecar.discover import read_cmdline
-from sidecar.errors import PermissionDenied, TargetError, TargetGone
+from sidecar.errors import native_errors
 from sidecar.pprof import Sample
 from sidecar.profile import Profile, Target
 
@@ -158,16 +158,10 @@ def open_sampler(
     """Attaches to ``pid``; native errors become sidecar's domain errors. ``clock="shared"``
     ticks it on the one sampling thread of every sampler that asks for it (``serve``);
     ``tasks_hz`` > 0 scans its asyncio tasks too, at that rate."""
-    try:
+    with native_errors():
         return _native.Sampler(
             pid, rate_hz=rate_hz, blocking=blocking, window=window, clock=clock, tasks_hz=tasks_hz
         )
-    except ProcessLookupError as err:
-        raise TargetGone(str(err)) from err
-    except PermissionError as err:
-        raise PermissionDenied(str(err)) from err
-    except _native.SamplerError as err:
-        raise TargetError(str(err)) from err
 
 
 @dataclass

@@ -108,7 +108,7 @@ class Service:
 
     def health(self) -> dict[str, Any]:
         """Liveness plus what needs attention: untraceable processes now, and the store's
-        problems now or in its recent past (``WriterHealth.degraded``)."""
+        problems now or in its recent past (``SinkHealth.degraded``)."""
         health = self.writer.health
         now = self.clock()
         problems = [

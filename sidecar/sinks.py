@@ -12,11 +12,40 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
-from sidecar.store.writer import Message
+if TYPE_CHECKING:
+    from sidecar.store.writer import Message
 
 log = logging.getLogger("sidecar.sinks")
+#: Seconds a past problem of a sink (a window dropped or given up, the database started anew,
+#: a full disk) keeps it reported as degraded; the counters stay cumulative.
+RECENT = 300.0
+
+
+def recent(at: float | None, now: float) -> bool:
+    """``at`` lies within the ``RECENT`` seconds before ``now``."""
+    return at is not None and now - at < RECENT
+
+
+@dataclass
+class SinkHealth:
+    """What /healthz and /metrics report about a sink, and the one rule for "degraded"."""
+
+    #: Windows queued and not yet handed over.
+    backlog: int = 0
+    #: The sink's last attempt failed (it keeps its backlog and tries again).
+    failing: bool = False
+    last_error: str | None = None
+
+    def problems_at(self) -> tuple[float | None, ...]:
+        """When each kind of past problem last happened (None: never)."""
+        return ()
+
+    def degraded(self, now: float) -> bool:
+        """It fails now, or had a problem within the last ``RECENT`` seconds."""
+        return self.failing or any(recent(at, now) for at in self.problems_at())
 
 
 class Sink(Protocol):

@@ -6,7 +6,7 @@ another awaits under it).
 from __future__ import annotations
 
 from sidecar import _native
-from sidecar.errors import PermissionDenied, TargetError, TargetGone
+from sidecar.errors import native_errors
 
 STATES = ("running", "ready", "waiting")
 #: The leaves of task stacks, one per state.
@@ -70,14 +70,8 @@ def split_leaf(stack: str) -> tuple[str, str]:
 
 def snapshot(pid: int) -> _native.TaskScan:
     """One scan of the tasks of ``pid`` (CPython 3.11+); native errors become domain errors."""
-    try:
+    with native_errors():
         return _native.scan_tasks(pid)
-    except ProcessLookupError as err:
-        raise TargetGone(str(err)) from err
-    except PermissionError as err:
-        raise PermissionDenied(str(err)) from err
-    except _native.SamplerError as err:
-        raise TargetError(str(err)) from err
 
 
 def _awaited_by(tasks: list[_native.TaskRow]) -> dict[int, int]:

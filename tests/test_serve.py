@@ -434,8 +434,8 @@ def test_health_is_degraded_for_a_recent_problem_only(tmp_path: Path, problem: s
     it (by the service's clock), not forever; /metrics keeps counting it."""
     from sidecar.metrics import registry_for
     from sidecar.service import ServeConfig, Service
+    from sidecar.sinks import RECENT
     from sidecar.store import WindowBatch
-    from sidecar.store.writer import RECENT
 
     db = tmp_path / "health.db"
     clock = Clock()
@@ -489,3 +489,36 @@ def test_a_database_of_a_newer_sidecar_is_refused_in_one_line(tmp_path: Path) ->
         "upgrade sidecar or use another --db"
     ]
     assert db.read_bytes() == before
+
+
+def test_push_options_default_to_their_environment_variables(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each of serve's push options takes its default from the variable its help names; unset
+    or empty means none."""
+    import argparse
+
+    from sidecar.commands import serve
+
+    variables = {
+        "push": "SIDECAR_PUSH_URL",
+        "push_token_file": "SIDECAR_PUSH_TOKEN_FILE",
+        "push_tenant": "SIDECAR_PUSH_TENANT",
+        "service_name": "SIDECAR_SERVICE_NAME",
+    }
+
+    def parsed() -> argparse.Namespace:
+        parser = argparse.ArgumentParser()
+        serve.add_parser(parser.add_subparsers())
+        return parser.parse_args(["serve"])
+
+    for variable in variables.values():
+        monkeypatch.delenv(variable, raising=False)
+    assert all(getattr(parsed(), dest) is None for dest in variables)
+    for variable in variables.values():
+        monkeypatch.setenv(variable, f"from {variable}")
+    args = parsed()
+    assert all(getattr(args, dest) == f"from {variable}" for dest, variable in variables.items())
+    for variable in variables.values():
+        monkeypatch.setenv(variable, "")
+    assert all(getattr(parsed(), dest) is None for dest in variables)

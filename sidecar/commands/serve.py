@@ -102,31 +102,28 @@ def add_parser(sub: Any) -> None:
         "pushing to Grafana Pyroscope",
         "each option's default comes from the environment variable named in brackets",
     )
-    push.add_argument(
+    env = _from_environment
+    env(
+        push,
         "--push",
-        metavar="URL",
-        default=os.environ.get("SIDECAR_PUSH_URL") or None,
-        help="also push every window to this Pyroscope, e.g. http://pyroscope:4040 "
-        "[SIDECAR_PUSH_URL]",
+        "URL",
+        "SIDECAR_PUSH_URL",
+        "also push every window to this Pyroscope, e.g. http://pyroscope:4040",
     )
-    push.add_argument(
+    env(
+        push,
         "--push-token-file",
-        metavar="PATH",
-        default=os.environ.get("SIDECAR_PUSH_TOKEN_FILE") or None,
-        help="file with a bearer token, or USER:PASSWORD for basic auth [SIDECAR_PUSH_TOKEN_FILE]",
+        "PATH",
+        "SIDECAR_PUSH_TOKEN_FILE",
+        "file with a bearer token, or USER:PASSWORD for basic auth",
     )
-    push.add_argument(
-        "--push-tenant",
-        metavar="ID",
-        default=os.environ.get("SIDECAR_PUSH_TENANT") or None,
-        help="tenant (X-Scope-OrgID) [SIDECAR_PUSH_TENANT]",
-    )
-    push.add_argument(
+    env(push, "--push-tenant", "ID", "SIDECAR_PUSH_TENANT", "tenant (X-Scope-OrgID)")
+    env(
+        push,
         "--service-name",
-        metavar="NAME",
-        default=os.environ.get("SIDECAR_SERVICE_NAME") or None,
-        help="service_name of the pushed series, by default from each target's command line "
-        "[SIDECAR_SERVICE_NAME]",
+        "NAME",
+        "SIDECAR_SERVICE_NAME",
+        "service_name of the pushed series, by default from each target's command line",
     )
     parser.add_argument(
         "--log-level", default="info", choices=("debug", "info", "warning", "error")
@@ -205,6 +202,16 @@ def listen(host: str, port: int) -> socket.socket:
         raise SidecarError(f"cannot listen on {host}:{port}: {err.strerror or err}") from err
     sock.set_inheritable(True)
     return sock
+
+
+def _from_environment(
+    group: argparse._ArgumentGroup, flag: str, metavar: str, variable: str, text: str
+) -> None:
+    """An option whose default is the environment variable ``variable`` (unset or empty: none),
+    named in brackets at the end of its help."""
+    group.add_argument(
+        flag, metavar=metavar, default=os.environ.get(variable) or None, help=f"{text} [{variable}]"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 
 from sidecar.push.client import Client, PushFailed
 from sidecar.push.series import Labels, Series, request, series_labels, series_of
+from sidecar.sinks import SinkHealth
 from sidecar.store import Gone, ProcessRecord, WindowBatch
 from sidecar.store.db import ProcessKey
-from sidecar.store.writer import RECENT, Message
+from sidecar.store.writer import Message
 
 log = logging.getLogger("sidecar.push")
 
@@ -32,18 +33,15 @@ REASONS = ("rejected", "expired", "overflow", "shutdown")
 
 
 @dataclass
-class PushHealth:
+class PushHealth(SinkHealth):
     """What /healthz and /metrics report about pushing."""
 
-    backlog: int = 0
     pushed_windows: int = 0
     requests: int = 0
     bytes_sent: int = 0
     #: Pushes that failed and were (or will be) tried again.
     retries: int = 0
     given_up: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REASONS, 0))
-    failing: bool = False
-    last_error: str | None = None
     last_error_at: float | None = None
     last_success_at: float | None = None
     #: When a window was last given up.
@@ -53,11 +51,9 @@ class PushHealth:
         self.given_up[reason] += count
         self.given_up_at = time.time()
 
-    def degraded(self, now: float) -> bool:
-        """Pushes fail now, or a window was given up within the last ``RECENT`` seconds (as
-        the store's health counts its dropped windows)."""
-        recent = self.given_up_at is not None and now - self.given_up_at < RECENT
-        return self.failing or recent
+    def problems_at(self) -> tuple[float | None, ...]:
+        """A window given up."""
+        return (self.given_up_at,)
 
 
 @dataclass

@@ -20,14 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from sidecar.sinks import SinkHealth, recent
 from sidecar.store.db import CORRUPT, ProcessKey, ProcessRecord, Store, WindowBatch, is_corrupt
 
 log = logging.getLogger("sidecar.store")
 #: Windows written per transaction.
 CHUNK = 50
-#: Seconds a past problem of the store (a window dropped, the database started anew, a write
-#: refused by a full disk) keeps the store reported as degraded; the counters stay cumulative.
-RECENT = 300.0
 
 
 @dataclass(frozen=True)
@@ -40,16 +38,13 @@ Message = ProcessRecord | Gone | WindowBatch
 
 
 @dataclass
-class WriterHealth:
+class WriterHealth(SinkHealth):
     """What /healthz and /metrics report about the store."""
 
-    backlog: int = 0
     windows_written: int = 0
     write_errors: int = 0
     dropped_windows: int = 0
     evicted_windows: int = 0
-    last_error: str | None = None
-    failing: bool = False
     #: When a write last failed because the disk (not --max-db-size) was full.
     disk_full_at: float | None = None
     #: When a window was last dropped.
@@ -63,21 +58,11 @@ class WriterHealth:
     def disk_full(self, now: float) -> bool:
         """The disk was full within the last ``RECENT`` seconds: while it is, writes succeed
         now and then as the oldest windows are evicted."""
-        return _recent(self.disk_full_at, now)
+        return recent(self.disk_full_at, now)
 
-    def degraded(self, now: float) -> bool:
-        """Writes fail now, or within the last ``RECENT`` seconds the disk was full, a window
-        was dropped or the database was started anew."""
-        return (
-            self.failing
-            or self.disk_full(now)
-            or _recent(self.dropped_at, now)
-            or _recent(self.recreated_at, now)
-        )
-
-
-def _recent(at: float | None, now: float) -> bool:
-    return at is not None and now - at < RECENT
+    def problems_at(self) -> tuple[float | None, ...]:
+        """The disk full, a window dropped, the database started anew."""
+        return (self.disk_full_at, self.dropped_at, self.recreated_at)
 
 
 class Writer:
