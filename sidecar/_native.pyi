@@ -10,6 +10,7 @@ from typing import Literal, TypedDict, final
 __all__ = [
     "DEFAULT_RATE_HZ",
     "DEFAULT_WINDOW_S",
+    "TASK_SCAN_BUDGET",
     "Row",
     "Sampler",
     "SamplerError",
@@ -27,6 +28,8 @@ __all__ = [
 DEFAULT_RATE_HZ: float
 #: Seconds per window of a sampler when none is asked for.
 DEFAULT_WINDOW_S: float
+#: The share of the sampler thread's time task scans may take: a longer scan puts the next off.
+TASK_SCAN_BUDGET: float
 
 class SamplerError(RuntimeError):
     """The sampler could not read the target (not a Python process, unsupported version, ...)."""

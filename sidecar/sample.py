@@ -175,6 +175,8 @@ class Recording:
     exited: bool
     interrupted: bool
     elapsed: float
+    #: Task scans per second asked for (0: none).
+    task_rate_hz: float = 0.0
 
 
 Progress = Callable[[float, "SamplerStats"], None]
@@ -236,4 +238,5 @@ def record(
         exited=sampler.exited,
         interrupted=interrupted,
         elapsed=time.monotonic() - begin,
+        task_rate_hz=tasks_hz,
     )

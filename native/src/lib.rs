@@ -382,6 +382,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Row>()?;
     m.add("DEFAULT_RATE_HZ", DEFAULT_RATE_HZ)?;
     m.add("DEFAULT_WINDOW_S", DEFAULT_WINDOW_S)?;
+    m.add("TASK_SCAN_BUDGET", tasks::TASK_SCAN_BUDGET)?;
     m.add("SamplerError", m.py().get_type::<SamplerError>())?;
     m.add_function(wrap_pyfunction!(render_svg, m)?)?;
     m.add_function(wrap_pyfunction!(process_start_time, m)?)?;

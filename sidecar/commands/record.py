@@ -10,7 +10,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from sidecar import defaults, pprof
+from sidecar import _native, defaults, pprof
 from sidecar.errors import NoSamples, UsageError
 from sidecar.output import percent, write_bytes, write_text
 from sidecar.render import FORMATS, RenderOptions, export
@@ -146,6 +146,13 @@ def task_summary(rec: Recording) -> list[str]:
         f"failed scans {stats['task_errors']}"
     )
     lines = [line]
+    asked = rec.task_rate_hz * rec.elapsed
+    if counts.task_scans and counts.task_scans < 0.8 * asked:
+        lines.append(
+            f"task scans: {counts.task_scans:,} of the {asked:,.0f} asked "
+            f"({counts.task_scans / rec.elapsed:.1f} Hz): a scan of this many tasks is long, "
+            f"and scans are held to {_native.TASK_SCAN_BUDGET:.0%} of the sampler's time"
+        )
     if unread:
         lines.append(
             f"tasks past a scan's bound, not read: {unread:,}; the task profile is a sample, "

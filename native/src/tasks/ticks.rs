@@ -2,6 +2,11 @@
 //! own rate (a tick is due when the scan's period has passed), folds each scan into the
 //! window's task stacks and keeps the counters. The scanner is made on the first due tick and
 //! made again, at most once a second, while it cannot be (asyncio not imported yet).
+//!
+//! Scans share the sampler's thread with the thread samples of every target, so they are held
+//! to `BUDGET` of its time: a scan that took 25 ms (10,000 tasks) is followed by the next no
+//! sooner than 500 ms later, whatever the rate asked. Each scan still reads every task (up to
+//! the scanner's bound), so tasks in flight per scan stay exact; only the scans are fewer.
 
 use std::time::{Duration, Instant};
 
@@ -11,6 +16,14 @@ use crate::windows::{Stats, Window};
 
 /// How long a scanner that could not be made waits before the next try.
 const RETRY: Duration = Duration::from_secs(1);
+/// The share of the sampler thread's time task scans may take.
+pub const BUDGET: f64 = 0.05;
+
+/// When the next scan may start: at its period's tick, or later when the last scan, begun at
+/// `began` and lasting `spent`, would otherwise take more than `BUDGET` of the time.
+fn next_due(due: Instant, began: Instant, spent: Duration) -> Instant {
+    due.max(began + spent.div_f64(BUDGET))
+}
 
 /// A runner's task scans: the scanner, its period and when the next scan is due.
 pub(crate) struct TaskTicks {
@@ -52,15 +65,16 @@ impl TaskTicks {
             }
         }
         let scanner = self.scanner.as_mut()?;
-        Some(
-            scanner
-                .scan_with(false)
-                .map(|scan| {
-                    let folded = fold(&scan.tasks);
-                    (scan, folded)
-                })
-                .map_err(|err| format!("{err:#}")),
-        )
+        let began = Instant::now();
+        let result = scanner
+            .scan_with(false)
+            .map(|scan| {
+                let folded = fold(&scan.tasks);
+                (scan, folded)
+            })
+            .map_err(|err| format!("{err:#}"));
+        self.next = next_due(self.next, began, began.elapsed());
+        Some(result)
     }
 }
 
@@ -81,5 +95,25 @@ pub(crate) fn count(result: ScanResult, window: &mut Window, stats: &mut Stats) 
             stats.task_errors += 1;
             stats.task_last_error = Some(err);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scan_within_the_budget_keeps_the_rate_asked() {
+        let began = Instant::now();
+        let due = began + Duration::from_millis(100); // 10 Hz
+        assert_eq!(next_due(due, began, Duration::from_millis(2)), due);
+    }
+
+    #[test]
+    fn a_long_scan_puts_the_next_off_to_keep_the_budget() {
+        let began = Instant::now();
+        let due = began + Duration::from_millis(100);
+        let next = next_due(due, began, Duration::from_millis(25));
+        assert_eq!(next - began, Duration::from_millis(500)); // 25 ms is 5% of 500 ms
     }
 }
