@@ -20,7 +20,9 @@ from concurrent.futures import ProcessPoolExecutor
 from aiohttp import web
 
 from targets.handlers import (
+    FETCH_TIME,
     SLEEP_TIME,
+    STORE_TIME,
     PretendService,
     announce,
     blocking_fetch,
@@ -37,11 +39,6 @@ async def work() -> None:
 async def sleep_handler(request: web.Request) -> web.Response:
     await work()
     return web.Response(text="slept\n")
-
-
-#: The awaits of /stages, in seconds: a request waits three times as long on fetch as on store.
-FETCH_TIME = 0.03
-STORE_TIME = 0.01
 
 
 async def fetch() -> None:

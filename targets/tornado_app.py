@@ -3,7 +3,8 @@
 
 Each handler of "Tornado vs Aiohttp" (Avito) comes twice: new school (``async def``/``await``)
 and old school (``@gen.coroutine``/``yield``). Routes: /sleep, /sleep-old, /hard, /hard-old, /cpu,
-/blocking, /blocking-fetch, /health.
+/blocking, /blocking-fetch, /health; and /stages (two awaits in turn: a 30 ms fetch, a 10 ms
+store; /stages-time says how long requests spent in each so far), as the aiohttp service has.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import json
+import time
 from collections.abc import Generator
 from typing import Any
 
@@ -23,7 +26,9 @@ import tornado.web
 from tornado.httpserver import HTTPServer
 
 from targets.handlers import (
+    FETCH_TIME,
     SLEEP_TIME,
+    STORE_TIME,
     PretendService,
     announce,
     blocking_fetch,
@@ -80,6 +85,35 @@ class OldHardWorkHandler(tornado.web.RequestHandler):
         self.write("worked\n")
 
 
+async def fetch() -> None:
+    await asyncio.sleep(FETCH_TIME)  # await: fetch
+
+
+async def store() -> None:
+    await asyncio.sleep(STORE_TIME)  # await: store
+
+
+#: Seconds requests to /stages spent in each await so far, the loop's delays included.
+STAGE_TIME = {"fetch": 0.0, "store": 0.0}
+
+
+class StagesHandler(tornado.web.RequestHandler):
+    async def get(self) -> None:
+        began = time.perf_counter()
+        await fetch()  # await: stages_fetch
+        fetched = time.perf_counter()
+        await store()  # await: stages_store
+        STAGE_TIME["fetch"] += fetched - began
+        STAGE_TIME["store"] += time.perf_counter() - fetched
+        self.write("stored\n")
+
+
+class StagesTimeHandler(tornado.web.RequestHandler):
+    def get(self) -> None:
+        self.set_header("Content-Type", "application/json")
+        self.write(json.dumps(STAGE_TIME))
+
+
 class CpuHandler(tornado.web.RequestHandler):
     async def get(self) -> None:
         repeat = int(self.get_query_argument("repeat", "200"))
@@ -113,6 +147,8 @@ def make_app() -> tornado.web.Application:
             (r"/sleep-old", OldSleepHandler),
             (r"/hard", HardWorkHandler),
             (r"/hard-old", OldHardWorkHandler),
+            (r"/stages", StagesHandler),
+            (r"/stages-time", StagesTimeHandler),
             (r"/cpu", CpuHandler),
             (r"/blocking", BlockingHandler),
             (r"/blocking-fetch", BlockingFetchHandler, {"url": pretend.url}),

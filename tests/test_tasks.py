@@ -1,19 +1,17 @@
 """The asyncio task scan: real targets with a known tree of tasks under each CPython version
-from 3.11, read by the real native scanner through the real CLI (``sidecar tasks``); the task
-profile of ``sidecar record --tasks`` on a real aiohttp service under load; and the one-line
-refusal of older versions, which leaves the target running.
+from 3.11, read by the real native scanner through the real CLI (``sidecar tasks``); a churn of
+short tasks; and the one-line refusal of older versions, which leaves the target running. The
+task profiles of real aiohttp and Tornado services under load are in test_task_shares.py.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, LoadDriver, Spawner, proc_status, sidecar
+from helpers import ROOT, Spawner, proc_status, sidecar
 from pythons import interpreter
 
 from sidecar.tasks import TASK_LEAVES
@@ -105,59 +103,6 @@ def test_a_missing_process_is_one_line() -> None:
     result = sidecar("tasks", "--pid", "4194305")
     assert result.returncode == 1
     assert result.stderr == "sidecar: error: no process with PID 4194305 (or it exited)\n"
-
-
-@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
-def test_record_tasks_shares_the_awaits_of_requests(
-    spawn: Spawner, load: LoadDriver, tmp_path: Path, loop: str
-) -> None:
-    """aiohttp requests under load wait 30 ms on fetch, then 10 ms on store: of the
-    task-samples of requests at either await, fetch holds the share of the time the requests
-    spent there, as the service measured it (about three quarters; the loop's delays count
-    in both), within 0.08. The scans run at 47 Hz, a rate the 40 ms request cycle does not
-    divide, for about 750 task-samples. Each request task follows the task that awaits it, and
-    every stack ends in a state's leaf."""
-    target = spawn.target("aiohttp_app", *(["--uvloop"] if loop == "uvloop" else []))
-    load.start(target.url + "/stages", seconds=10, connections=4)
-    time.sleep(0.5)
-    before = json.loads(target.get("/stages-time"))
-    out = tmp_path / "profile.folded"
-    result = record_tasks(target.pid, out, duration=5)
-    after = json.loads(target.get("/stages-time"))
-    assert result.returncode == 0, result.stderr
-    assert out.read_text().strip(), "the thread profile is written too"
-    tasks_file = tmp_path / "profile.tasks.folded"
-    counts: dict[str, int] = {}
-    for line in tasks_file.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        counts[stack] = int(count)
-        assert stack.rsplit(";", 1)[-1] in TASK_LEAVES, line
-    total = sum(counts.values())
-    assert f"of {total:,} task-samples" in result.stderr, result.stderr
-    at = await_lines(ROOT / "targets" / "aiohttp_app.py")
-    frame = "{} (targets/aiohttp_app.py:{})"
-    fetch = ";".join(
-        [frame.format("stages_handler", at["stages_fetch"]), frame.format("fetch", at["fetch"])]
-    )
-    store = ";".join(
-        [frame.format("stages_handler", at["stages_store"]), frame.format("store", at["store"])]
-    )
-    at_fetch = sum(n for stack, n in counts.items() if fetch in stack)
-    at_store = sum(n for stack, n in counts.items() if store in stack)
-    assert at_fetch + at_store > 300, (at_fetch, at_store)
-    spent = {stage: after[stage] - before[stage] for stage in ("fetch", "store")}
-    expected = spent["fetch"] / (spent["fetch"] + spent["store"])
-    share = at_fetch / (at_fetch + at_store)
-    assert abs(share - expected) <= 0.08, (share, expected, at_fetch, at_store)
-    # a request's task is awaited by its connection's handler task, whose chain comes first
-    for stack in counts:
-        if fetch in stack or store in stack:
-            assert stack.startswith("RequestHandler.start (aiohttp/web_protocol.py:"), stack
-            # parked in asyncio.sleep, or caught running in it as it resumes (a running task's
-            # chain holds the coroutines it is in)
-            assert re.search(
-                r";sleep \(asyncio/tasks\.py:\d+\);\[(waiting|ready|running)\]$", stack
-            ), stack
 
 
 def test_record_tasks_refuses_an_older_python(spawn: Spawner, tmp_path: Path) -> None:
