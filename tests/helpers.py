@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import select
 import shutil
@@ -65,12 +66,15 @@ class Spawner:
         *args: str,
         timeout: float = 20.0,
         python: str | Path = PYTHON,
+        path: Path | None = None,
     ) -> Proc:
         """Starts ``python -m targets.MODULE ARGS`` and waits for its ready line; ``python`` is
-        the interpreter, the venv's unless told."""
+        the interpreter, the venv's unless told, and ``path`` a folder of packages for it."""
+        env = {**os.environ, "PYTHONPATH": str(path)} if path is not None else None
         popen = subprocess.Popen(
             [str(python), "-m", f"targets.{module}", *args],
             cwd=ROOT,
+            env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

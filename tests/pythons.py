@@ -2,12 +2,17 @@
 
 3.8 to 3.13 come from pyenv (the newest patch release of each); 3.14 and 3.15 from Debian's
 packages, which tests/pythons.sh (``make pythons``, run by CI) unpacks into .cache/pythons.
+``frameworks_site`` gives each of them aiohttp, Tornado and uvloop, for the demo services.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,6 +21,7 @@ from helpers import ROOT
 VERSIONS = ("3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "3.14", "3.15")
 PYENV_VERSIONS = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
 CACHE = ROOT / ".cache" / "pythons"
+SITES = ROOT / ".cache" / "sites"
 
 #: Parametrizes a test over the versions: ``@each_version`` then ``python = interpreter(version)``.
 each_version = pytest.mark.parametrize("version", VERSIONS)
@@ -72,3 +78,39 @@ def interpreter(version: str) -> Path:
     if in_ci():
         pytest.fail(reason, pytrace=False)
     pytest.skip(reason)
+
+
+#: What the demo services take from the runtime lock (requirements-demo.lock holds the rest).
+_FROM_RUNTIME = ("idna", "typing_extensions", "uvloop")
+
+
+def _pins() -> list[str]:
+    """What the demo services need, and uvloop, at the locks' pins."""
+    demo = (ROOT / "requirements-demo.lock").read_text().splitlines()
+    runtime = (ROOT / "requirements.lock").read_text().splitlines()
+    pins = [line for line in demo if line and not line.startswith("#")]
+    return pins + [line for line in runtime if line.split("==")[0] in _FROM_RUNTIME]
+
+
+def frameworks_site(version: str) -> Path:
+    """A folder with aiohttp, Tornado and uvloop for Python ``version`` (for its
+    ``PYTHONPATH``): the locks' pins, as wheels from PyPI for that version, installed into
+    .cache/sites/VERSION the first time and kept."""
+    site = SITES / version
+    if (site / "ready").is_file():
+        return site
+    SITES.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=SITES) as tmp:
+        done = subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+             "--no-deps", "--only-binary=:all:", "--implementation", "cp",
+             "--python-version", version, "--target", tmp, *_pins()],
+            capture_output=True, text=True, timeout=600, check=False,
+        )  # fmt: skip
+        if done.returncode != 0:
+            pytest.fail(f"aiohttp and Tornado for Python {version}: {done.stderr.strip()}")
+        shutil.rmtree(site, ignore_errors=True)
+        Path(tmp).rename(site)
+        (site / "ready").write_text(" ".join(_pins()) + "\n")
+        Path(tmp).mkdir()  # for the context's own clean-up
+    return site

@@ -1,7 +1,8 @@
 """The task profile of ``sidecar record --tasks`` on real aiohttp and Tornado services (asyncio
 and uvloop) under load, against what the services measure themselves: the shares of
 task-samples at each await site of /stages, and the ready share of requests, which rises when
-CPU work saturates the loop.
+CPU work saturates the loop. Under the venv's Python (3.11) on both loops, and under 3.12 to
+3.15 on asyncio (their aiohttp and Tornado from ``pythons.frameworks_site``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, LoadDriver, Proc, Spawner
+from helpers import PYTHON, ROOT, LoadDriver, Proc, Spawner
+from pythons import frameworks_site, interpreter
 from test_tasks import await_lines, record_tasks
 
 from sidecar.tasks import TASK_LEAVES, is_request
@@ -24,7 +26,10 @@ APPS = {
     "aiohttp": ("aiohttp_app", "stages_handler", "RequestHandler.start (aiohttp/web_protocol.py:"),
     "tornado": ("tornado_app", "StagesHandler.get", "RequestHandler._execute (tornado/web.py:"),
 }
-VARIANTS = [(app, loop) for app in APPS for loop in ("asyncio", "uvloop")]
+#: (framework, loop, Python version): both loops under the venv's 3.11, asyncio under the rest.
+VARIANTS = [(app, loop, "3.11") for app in APPS for loop in ("asyncio", "uvloop")] + [
+    (app, "asyncio", version) for version in ("3.12", "3.13", "3.14", "3.15") for app in APPS
+]
 
 
 def task_counts(path: Path) -> dict[str, int]:
@@ -37,13 +42,18 @@ def task_counts(path: Path) -> dict[str, int]:
     return counts
 
 
-def start(spawn: Spawner, app: str, loop: str) -> Proc:
-    return spawn.target(APPS[app][0], *(["--uvloop"] if loop == "uvloop" else []))
+def start(spawn: Spawner, app: str, loop: str, version: str = "3.11") -> Proc:
+    """The demo service of ``app`` on ``loop`` under Python ``version`` (3.11: the venv's)."""
+    args = ["--uvloop"] if loop == "uvloop" else []
+    if version == "3.11":
+        return spawn.target(APPS[app][0], *args, python=PYTHON)
+    python = interpreter(version)
+    return spawn.target(APPS[app][0], *args, python=python, path=frameworks_site(version))
 
 
-@pytest.mark.parametrize(("app", "loop"), VARIANTS)
+@pytest.mark.parametrize(("app", "loop", "version"), VARIANTS)
 def test_the_shares_of_await_sites_are_the_time_requests_spent_there(
-    spawn: Spawner, load: LoadDriver, tmp_path: Path, app: str, loop: str
+    spawn: Spawner, load: LoadDriver, tmp_path: Path, app: str, loop: str, version: str
 ) -> None:
     """Requests to /stages wait 30 ms on fetch, then 10 ms on store: of the task-samples of
     requests at either await, fetch holds the share of the time the requests spent there, as
@@ -51,7 +61,7 @@ def test_the_shares_of_await_sites_are_the_time_requests_spent_there(
     0.08. The scans run at 47 Hz, a rate the 40 ms request cycle does not divide, for about
     750 task-samples. Every request's chain begins as its framework runs requests."""
     module, handler, root = APPS[app]
-    target = start(spawn, app, loop)
+    target = start(spawn, app, loop, version)
     load.start(target.url + "/stages", seconds=10, connections=4)
     time.sleep(0.5)
     before = json.loads(target.get("/stages-time"))
