@@ -4,7 +4,10 @@ attached.
 
 Per variant, scenario and rate: achieved requests per second, p50/p99 latency (locust via
 ``targets/load.py``), and from a live sidecar recording of the same window the event loop's
-busy / idle / blocked shares and the stack depth of its busy samples.
+busy / idle / blocked shares and the stack depth of its busy samples; and the task level, from
+the same recording's asyncio task scans: tasks and requests in flight, and the share of the
+requests' time they sat ready to run, queued behind other work (the article's "many coroutines
+in the scheduler").
 
     python benchmarks/frameworks.py [--rates sleep=300,600,900 hard=150,350,550]
                                     [--duration 4] [--rounds 2] [--rate-hz 200]
@@ -32,10 +35,13 @@ sys.path.insert(0, str(ROOT))
 from sidecar.analyze import Analysis, analyze  # noqa: E402
 from sidecar.discover import describe  # noqa: E402
 from sidecar.sample import record  # noqa: E402
+from sidecar.tasks import in_flight, task_rows  # noqa: E402
 
 REPORT = ROOT / "benchmarks" / "REPORT-frameworks.md"
 CHART = ROOT / "benchmarks" / "frameworks.png"
 WARMUP = 1.5
+#: Task scans per second during a recording (a rate the handlers' 50 ms cycles do not divide).
+TASK_HZ = 23.0
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -80,6 +86,21 @@ class Result:
     cpu_ms: float
     #: the machine's 1-minute load average when the run started.
     loadavg: float
+    #: mean tasks in flight per scan, by (state, ``request`` / ``background``).
+    tasks: dict[tuple[str, str], float]
+
+    @property
+    def in_flight(self) -> float:
+        return sum(self.tasks.values())
+
+    @property
+    def requests(self) -> float:
+        return sum(n for (_, kind), n in self.tasks.items() if kind == "request")
+
+    @property
+    def ready(self) -> float:
+        """The share of the requests' time in flight that they sat ready to run."""
+        return self.tasks.get(("ready", "request"), 0.0) / self.requests if self.requests else 0.0
 
     @property
     def held(self) -> bool:
@@ -188,7 +209,7 @@ def run_one(
         if not line.startswith("measuring "):
             raise RuntimeError(f"the load tool did not start: {line!r}")
         cpu = cpu_seconds(target.pid)
-        rec = record(target.pid, duration=duration - 0.6, rate_hz=rate_hz)
+        rec = record(target.pid, duration=duration - 0.6, rate_hz=rate_hz, tasks_hz=TASK_HZ)
         cpu = cpu_seconds(target.pid) - cpu
         out, _ = load.communicate(timeout=duration + 60)
         measured = json.loads(out)
@@ -196,6 +217,8 @@ def run_one(
         info = describe(target.pid, profile.stacks)
         analysis = analyze(profile, info)
         requests = max(1.0, float(measured["rps"]) * rec.elapsed)
+        scans = max(1, rec.counts.task_scans)
+        tasks = in_flight(task_rows(list(rec.counts.tasks.items())), scans)
         return Result(
             variant,
             scenario,
@@ -205,6 +228,7 @@ def run_one(
             rec.target.python_version,
             cpu_ms=round(1000 * cpu / requests, 3),
             loadavg=loadavg,
+            tasks=tasks,
         )
     finally:
         stop(target)
@@ -221,8 +245,10 @@ def _table(results: list[Result], scenario: str) -> list[str]:
     lines = [
         "| variant | asked req/s | achieved req/s | p50 ms | p99 ms | failed | CPU ms/req | busy |"
         " idle | blocked | depth mean | p50 | p95 | max | above loop mean |"
-        " busy in framework+loop | load avg |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        " busy in framework+loop | tasks in flight | request tasks | ready (requests) |"
+        " load avg |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "---:|---:|",
     ]
     for r in results:
         if r.scenario != scenario:
@@ -236,7 +262,8 @@ def _table(results: list[Result], scenario: str) -> list[str]:
             f"{_pct(a.share('idle'))} | {_pct(a.share('blocked'))} | "
             f"{d.mean if d.mean is not None else '-'} | {d.p50 or '-'} | {d.p95 or '-'} | "
             f"{d.max or '-'} | {a.loop_depth.mean if a.loop_depth.mean is not None else '-'} | "
-            f"{_pct(fw)} | {r.loadavg:.1f} |"
+            f"{_pct(fw)} | {r.in_flight:.1f} | {r.requests:.1f} | {_pct(r.ready)} | "
+            f"{r.loadavg:.1f} |"
         )
     return lines
 
@@ -374,8 +401,30 @@ def comparison(results: list[Result]) -> list[str]:
                 f"CPU per request (over all rates) by {_pct(gain_a)} for aiohttp and by "
                 f"{_pct(gain_t)} for Tornado async."
             )
+        lines.append(_scheduler(results, scenario))
         lines.append("")
     return lines
+
+
+def _scheduler(results: list[Result], scenario: str) -> str:
+    """The article's "many coroutines in the scheduler", as the task scans measured it: at the
+    highest asked rate, how long each variant's requests sat ready to run."""
+    top = max(r.rate for r in results if r.scenario == scenario)
+    at_top = sorted(
+        (r for r in results if r.scenario == scenario and r.rate == top), key=lambda r: r.ready
+    )
+    if not any(r.requests for r in at_top):
+        return "- *many coroutines in the scheduler*: no request task was scanned."
+    listed = ", ".join(
+        f"{r.variant.name} {_pct(r.ready)} ({r.requests:.1f} request tasks in flight)"
+        for r in at_top
+    )
+    return (
+        f"- *many coroutines in the scheduler*: at {top:g} req/s the requests of "
+        f"{at_top[-1].variant.name} sat ready to run, queued behind other work, for the largest "
+        f"share of their time in flight and those of {at_top[0].variant.name} for the smallest: "
+        f"{listed}."
+    )
 
 
 def _cpu_of(results: list[Result]) -> float:
@@ -468,7 +517,11 @@ def write_report(
         "Method: each run starts a fresh target (`targets/`), drives one route at a fixed "
         f"rate for {args.duration:g} s after a {WARMUP:g} s warm-up with `targets/load.py` "
         "(locust, keep-alive users sharing the rate), and records the target with sidecar's "
-        f"sampler at {args.rate_hz:g} Hz during the measured window. Runs are interleaved "
+        f"sampler at {args.rate_hz:g} Hz during the measured window, its asyncio tasks "
+        f"scanned at {TASK_HZ:g} Hz (*tasks in flight* and *request tasks* are means per scan; "
+        "a request's tasks are its handler's and those it gathers, the rest are connections' "
+        "and background tasks; *ready (requests)* is the share of the request tasks' time in "
+        "flight that they sat ready to run, queued behind other work). Runs are interleaved "
         f"(every variant at one rate, then the next rate), {args.rounds} round(s); of the runs "
         "of one point the least disturbed is shown: of those that kept the asked rate, the one "
         "whose loop was least busy (other work on the machine only adds to busy). "
@@ -529,7 +582,8 @@ def row(result: Result) -> str:
         f"cpu {result.cpu_ms:.2f} ms/req · busy {_pct(a.share('busy')):>6} idle "
         f"{_pct(a.share('idle')):>6} blocked {_pct(a.share('blocked')):>5} · depth "
         f"{a.depth.mean} (above loop {a.loop_depth.mean}) · {a.framework}/{a.loop} · "
-        f"load {result.loadavg:.1f}"
+        f"tasks {result.in_flight:.1f} (of requests {result.requests:.1f}, ready "
+        f"{_pct(result.ready)}) · load {result.loadavg:.1f}"
     )
 
 
