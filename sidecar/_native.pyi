@@ -197,6 +197,9 @@ class TaskRow(TypedDict):
     future: Literal["Task", "Future"] | None
     #: the id of the task it awaits
     awaits: int | None
+    #: the id of the task awaiting it (the first that awaits it, else the task whose
+    #: ``gather`` or ``TaskGroup`` holds it), as its folded stack follows; maybe not in the scan
+    awaited_by: int | None
 
 class TaskScan(TypedDict):
     python_version: str

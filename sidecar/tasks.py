@@ -74,16 +74,6 @@ def snapshot(pid: int) -> _native.TaskScan:
         return _native.scan_tasks(pid)
 
 
-def _awaited_by(tasks: list[_native.TaskRow]) -> dict[int, int]:
-    """Each awaited task's first awaiting task, as the folded stacks follow it."""
-    out: dict[int, int] = {}
-    for task in tasks:
-        awaited = task["awaits"]
-        if awaited is not None and awaited not in out:
-            out[awaited] = task["id"]
-    return out
-
-
 def _header(task: _native.TaskRow, by_id: dict[int, _native.TaskRow]) -> str:
     text = f"{task['name']!r} [{task['state']}]"
     awaited = by_id.get(task["awaits"]) if task["awaits"] is not None else None
@@ -94,36 +84,44 @@ def _header(task: _native.TaskRow, by_id: dict[int, _native.TaskRow]) -> str:
     return text
 
 
+def _order(task: _native.TaskRow) -> tuple[str, int]:
+    return task["name"], task["id"]
+
+
 def tree_lines(scan: _native.TaskScan) -> list[str]:
     """The scan as a tree: a task, its await chain (outermost coroutine first) indented under
-    it, and the task it awaits under that chain; tasks nobody awaits are the roots."""
+    it, and under that chain the tasks it awaits (the task it awaits, the tasks of its
+    ``gather`` or its ``TaskGroup``); tasks that no task of the scan awaits are the roots."""
     tasks = scan["tasks"]
     by_id = {task["id"]: task for task in tasks}
-    awaited_by = _awaited_by(tasks)
+    children: dict[int, list[_native.TaskRow]] = {}
+    for task in sorted(tasks, key=_order):
+        parent = task["awaited_by"]
+        if parent is not None and parent in by_id and parent != task["id"]:
+            children.setdefault(parent, []).append(task)
     shown: set[int] = set()
     lines: list[str] = []
 
-    def show(task: _native.TaskRow, indent: str, branch: str) -> None:
+    def show(task: _native.TaskRow, indent: str, branch: str, last: bool) -> None:
         shown.add(task["id"])
         lines.append(f"{indent}{branch}{_header(task, by_id)}")
-        inner = indent + " " * len(branch)
+        inner = indent + ("│  " if branch and not last else " " * len(branch))
         for frame in task["frames"]:
             lines.append(f"{inner}    {frame}")
-        awaited = by_id.get(task["awaits"]) if task["awaits"] is not None else None
-        mine = awaited is not None and awaited_by.get(awaited["id"]) == task["id"]
-        if awaited is not None and mine and awaited["id"] not in shown:
-            show(awaited, inner + "    ", "└─ ")
+        # a child already shown closes a loop of tasks awaiting each other (a torn scan)
+        mine = [child for child in children.get(task["id"], []) if child["id"] not in shown]
+        for i, child in enumerate(mine):
+            final = i == len(mine) - 1
+            show(child, inner + "    ", "└─ " if final else "├─ ", final)
 
-    def order(task: _native.TaskRow) -> tuple[str, int]:
-        return task["name"], task["id"]
-
-    for task in sorted(tasks, key=order):
-        if task["id"] not in awaited_by:
-            show(task, "", "")
+    for task in sorted(tasks, key=_order):
+        parent = task["awaited_by"]
+        if parent is None or parent not in by_id or parent == task["id"]:
+            show(task, "", "", True)
     # tasks that await each other in a loop (a scan torn between them) have no root
-    for task in sorted(tasks, key=order):
+    for task in sorted(tasks, key=_order):
         if task["id"] not in shown:
-            show(task, "", "")
+            show(task, "", "", True)
     return lines
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from helpers import ROOT, Spawner
+from helpers import ROOT, Spawner, sidecar
 from pythons import interpreter
 from test_tasks import await_lines
 
@@ -87,6 +87,51 @@ def test_a_task_groups_tasks_follow_the_task_in_it(spawn: Spawner, version: str)
     assert between and all(
         re.fullmatch(r"TaskGroup\.\w+ \(asyncio/taskgroups\.py:\d+\)", f) for f in between
     ), members[0]
+
+
+@pytest.mark.parametrize("version", SCANNED)
+def test_tasks_nests_gathered_and_grouped_tasks_under_the_task_awaiting_them(
+    spawn: Spawner, version: str
+) -> None:
+    """``sidecar tasks`` prints ``main``'s gathered tasks under it, ``gatherer``'s gathered
+    tasks under it, and ``member`` under ``grouper``, whose ``TaskGroup`` holds it: each task
+    header with the branches of the tree, and no gathered task at the top level."""
+    target = spawn.target("tasks_chains", python=interpreter(version))
+    at = await_lines(TARGET)
+    result = sidecar("tasks", "--pid", str(target.pid))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()[1:]
+    headers = [
+        re.sub(r"'cruncher' \[\w+\].*", "'cruncher' [...]", re.sub(r"'Task-\d+'", "'Task-N'", line))
+        for line in lines
+        if re.match(r"[ │]*(?:[├└]─ )?'", line)
+    ]
+    assert headers == [
+        "'Task-N' [waiting] awaits a Future",
+        "    ├─ 'cruncher' [...]",
+        "    ├─ 'gatherer' [waiting] awaits a Future",
+        "    │      ├─ 'Task-N' [waiting] awaits a Future",
+        "    │      └─ 'Task-N' [waiting] awaits a Future",
+        "    └─ 'grouper' [waiting] awaits a Future",
+        "           └─ 'member' [waiting] awaits a Future",
+    ], result.stdout
+    assert lines[1] == "    " + frame("main", at["main"])
+    gatherer = lines.index("    ├─ 'gatherer' [waiting] awaits a Future")
+    assert lines[gatherer + 1] == "    │      " + frame("gatherer", at["gatherer"])
+    # the gathered tasks, in the order of their names (Task-N): each with its own chain
+    first = [i for i, line in enumerate(lines) if re.match(r" +│ +[├└]─ 'Task-\d+'", line)]
+    assert {lines[i + 1].lstrip(" │") for i in first} == {
+        frame("gathered_a", at["gathered_a"]),
+        frame("gathered_b", at["gathered_b"]),
+    }, result.stdout
+    assert lines[first[0] + 1].startswith("    │      │      gathered_")
+    assert lines[first[1] + 1].startswith("    │             gathered_")
+    member = lines.index("           └─ 'member' [waiting] awaits a Future")
+    assert lines[member + 1 : member + 3] == [
+        "                  " + frame("member", at["member"]),
+        "                  " + frame("leaf", at["leaf"]),
+    ]
+    assert lines[member - 1].startswith("           TaskGroup.")
 
 
 def test_an_old_school_tornado_coroutine_follows_the_task_awaiting_it(spawn: Spawner) -> None:

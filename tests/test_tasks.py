@@ -14,7 +14,8 @@ import pytest
 from helpers import ROOT, Spawner, proc_status, sidecar
 from pythons import interpreter
 
-from sidecar.tasks import TASK_LEAVES
+from sidecar import _native
+from sidecar.tasks import TASK_LEAVES, tree_lines
 
 TARGET = ROOT / "targets" / "tasks_tree.py"
 SCANNED = ("3.11", "3.12", "3.13", "3.14", "3.15")
@@ -62,27 +63,75 @@ def test_tasks_prints_the_known_tree(spawn: Spawner, version: str) -> None:
     # main, parent, child, spinner; the spinner is on the loop or queued behind its sleep(0)
     assert re.search(r"4 tasks: running [01] · ready [01] · waiting 3\b", summary), summary
     frame = "{} (targets/tasks_tree.py:{})"
-    parent = lines.index("'parent' [waiting] awaits task 'child'")
-    assert lines[parent + 1 : parent + 6] == [
-        "    " + frame.format("parent", at["parent"]),
-        "    └─ 'child' [waiting] awaits a Future",
-        "           " + frame.format("worker", at["worker"]),
-        "           " + frame.format("leaf_sleep", at["leaf_sleep"]),
-        lines[parent + 5],
+    # main gathers parent and spinner: both under it, spinner last by name
+    assert lines[1:4] == [
+        "'Task-1' [waiting] awaits a Future",
+        "    " + frame.format("main", at["main"]),
+        "    ├─ 'parent' [waiting] awaits task 'child'",
     ]
-    assert re.fullmatch(r" {11}sleep \(asyncio/tasks\.py:\d+\)", lines[parent + 5])
-    main = lines.index("'Task-1' [waiting] awaits a Future")
-    assert lines[main + 1] == "    " + frame.format("main", at["main"])
-    spinner = [i for i, line in enumerate(lines) if line.startswith("'spinner' [")]
-    assert len(spinner) == 1
+    assert lines[4:9] == [
+        "    │      " + frame.format("parent", at["parent"]),
+        "    │      └─ 'child' [waiting] awaits a Future",
+        "    │             " + frame.format("worker", at["worker"]),
+        "    │             " + frame.format("leaf_sleep", at["leaf_sleep"]),
+        lines[8],
+    ]
+    assert re.fullmatch(r" {4}│ {13}sleep \(asyncio/tasks\.py:\d+\)", lines[8])
+    assert len(lines) == 11
     # running: in burn(), or going into or out of its sleep(0); ready: queued behind it
     where = {
-        "'spinner' [running]": (at["spinning"], at["spinner"]),
-        "'spinner' [ready]": (at["spinner"],),
+        "    └─ 'spinner' [running]": (at["spinning"], at["spinner"]),
+        "    └─ 'spinner' [ready]": (at["spinner"],),
     }
-    assert lines[spinner[0]] in where, lines[spinner[0]]
-    shown = ["    " + frame.format("spinner", line) for line in where[lines[spinner[0]]]]
-    assert lines[spinner[0] + 1] in shown, lines[spinner[0] + 1]
+    assert lines[9] in where, lines[9]
+    shown = [" " * 11 + frame.format("spinner", line) for line in where[lines[9]]]
+    assert lines[10] in shown, lines[10]
+
+
+def row(id: int, name: str, awaited_by: int | None, awaits: int | None = None) -> _native.TaskRow:
+    return {
+        "id": id,
+        "name": name,
+        "state": "waiting",
+        "frames": [f"{name} (m.py:{id})"],
+        "future": "Future" if awaits is None else "Task",
+        "awaits": awaits,
+        "awaited_by": awaited_by,
+    }
+
+
+def test_the_tree_keeps_loops_and_tasks_awaited_from_outside_the_scan() -> None:
+    """A task whose awaiting task the scan left out is a root; tasks awaiting each other in a
+    loop (a torn scan) are printed once each, from the first by name; a task awaiting another
+    has it under its chain, beside the tasks of its gather."""
+    scan: _native.TaskScan = {
+        "python_version": "3.12.0",
+        "tasks": [
+            row(1, "main", None, awaits=2),
+            row(2, "awaited", 1),
+            row(3, "gathered", 1),
+            row(4, "orphan", 99),
+            row(5, "loop_b", 6),
+            row(6, "loop_a", 5),
+        ],
+        "folded": [],
+        "torn": 0,
+        "unread": 0,
+    }
+    assert tree_lines(scan) == [
+        "'main' [waiting] awaits task 'awaited'",
+        "    main (m.py:1)",
+        "    ├─ 'awaited' [waiting] awaits a Future",
+        "    │      awaited (m.py:2)",
+        "    └─ 'gathered' [waiting] awaits a Future",
+        "           gathered (m.py:3)",
+        "'orphan' [waiting] awaits a Future",
+        "    orphan (m.py:4)",
+        "'loop_a' [waiting] awaits a Future",
+        "    loop_a (m.py:6)",
+        "    └─ 'loop_b' [waiting] awaits a Future",
+        "           loop_b (m.py:5)",
+    ]
 
 
 @pytest.mark.parametrize("version", ["3.9", "3.10"])

@@ -340,7 +340,7 @@ fn render_svg(
 }
 
 /// One snapshot of the asyncio tasks of `pid` (CPython 3.11+): `{python_version, tasks, folded,
-/// torn, unread}`, each task `{id, name, state, frames, future, awaits}`.
+/// torn, unread}`, each task `{id, name, state, frames, future, awaits, awaited_by}`.
 #[pyfunction]
 fn scan_tasks(py: Python<'_>, pid: i32) -> PyResult<Bound<'_, PyDict>> {
     if pid <= 0 {
@@ -352,6 +352,7 @@ fn scan_tasks(py: Python<'_>, pid: i32) -> PyResult<Bound<'_, PyDict>> {
     let dict = PyDict::new(py);
     dict.set_item("python_version", version)?;
     let rows = PyList::empty(py);
+    let awaiters = tasks::awaiters(&scan.tasks);
     for task in &scan.tasks {
         let row = PyDict::new(py);
         row.set_item("id", task.id)?;
@@ -361,6 +362,7 @@ fn scan_tasks(py: Python<'_>, pid: i32) -> PyResult<Bound<'_, PyDict>> {
         row.set_item("frames", frames)?;
         row.set_item("future", task.future)?;
         row.set_item("awaits", task.awaits)?;
+        row.set_item("awaited_by", awaiters.get(&task.id))?;
         rows.append(row)?;
     }
     dict.set_item("tasks", rows)?;

@@ -290,22 +290,29 @@ impl TaskScanner {
     }
 }
 
-/// The folded stack of every task of a scan, in the scan's order: the chains of the tasks
-/// that await it (outermost first), its own chain, and its state's leaf.
-pub fn fold(tasks: &[Task]) -> Vec<String> {
-    let by_id: HashMap<usize, &Task, FxBuild> = tasks.iter().map(|t| (t.id, t)).collect();
+/// The task awaiting each awaited task of a scan, by id: the first task that awaits it, else
+/// what the task says awaits it (3.14+) or the task whose `gather` or `TaskGroup` holds it.
+/// The awaiting task may be one the scan left out.
+pub fn awaiters(tasks: &[Task]) -> HashMap<usize, usize, FxBuild> {
     let mut awaited_by: HashMap<usize, usize, FxBuild> = HashMap::default();
     for task in tasks {
         if let Some(awaited) = task.awaits {
             awaited_by.entry(awaited).or_insert(task.id);
         }
     }
-    // what a task says awaits it (3.14+), or the task whose gather holds it
     for task in tasks {
         if let Some(awaiter) = task.awaited_by {
             awaited_by.entry(task.id).or_insert(awaiter);
         }
     }
+    awaited_by
+}
+
+/// The folded stack of every task of a scan, in the scan's order: the chains of the tasks
+/// that await it (outermost first), its own chain, and its state's leaf.
+pub fn fold(tasks: &[Task]) -> Vec<String> {
+    let by_id: HashMap<usize, &Task, FxBuild> = tasks.iter().map(|t| (t.id, t)).collect();
+    let awaited_by = awaiters(tasks);
     tasks
         .iter()
         .map(|task| {
