@@ -67,8 +67,10 @@ class Window(TypedDict):
     stacks: list[Row]
     #: task stacks (folded, leaf [running], [ready] or [waiting]) with their task-samples
     tasks: list[tuple[str, int]]
-    #: task scans in the window (each counts one task-sample per live task)
+    #: task scans in the window (each counts one task-sample per task it read)
     task_scans: int
+    #: tasks those scans found past their bound (20,000 a scan) and did not read, summed
+    task_unread: int
 
 class SamplerStats(TypedDict):
     samples: int

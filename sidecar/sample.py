@@ -77,7 +77,9 @@ class Counts:
     #: task stacks with task-samples, and the task scans that counted them
     tasks: dict[str, int] = field(default_factory=dict)
     task_scans: int = 0
-    #: the most tasks in flight of one window (its task-samples / its scans)
+    #: tasks the scans found past their bound and did not read, summed over the scans
+    task_unread: int = 0
+    #: the most tasks in flight of one window ((its task-samples + unread) / its scans)
     task_peak: float = 0.0
     ticks: int = 0
     start: float | None = None
@@ -96,8 +98,11 @@ class Counts:
             self.tasks[stack] = self.tasks.get(stack, 0) + count
         scans = int(window.get("task_scans", 0))
         self.task_scans += scans
+        unread = int(window.get("task_unread", 0))
+        self.task_unread += unread
         if scans:
-            in_flight = sum(count for _, count in window.get("tasks", ())) / scans
+            read = sum(count for _, count in window.get("tasks", ()))
+            in_flight = (read + unread) / scans
             self.task_peak = max(self.task_peak, in_flight)
 
     def state_counts(self) -> dict[str, int]:

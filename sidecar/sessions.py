@@ -326,6 +326,7 @@ class Sessions:
             thread_names=classified.thread_names,
             tasks=tasks,
             task_scans=scans,
+            task_unread=int(window.get("task_unread", 0)),
         )
 
     def _finish(self, key: Key, session: Session) -> None:

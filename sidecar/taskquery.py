@@ -3,9 +3,10 @@ the stats block of a target is made of.
 
 The store keeps, per window and process, the task-samples of each task stack and state, and in
 ``windows`` the scans that counted them with their sums per state, of all tasks and of
-requests' tasks (``sidecar.tasks.is_request``). Tasks in flight over a span = task-samples /
-scans, pooled per process (a target runs one process at a time) and summed over the processes
-that run side by side (all targets). A range whose processes were never scanned (``serve
+requests' tasks (``sidecar.tasks.is_request``), and the tasks the scans found past their
+bound and did not read (``task_unread``). Tasks in flight over a span = (task-samples +
+unread) / scans, pooled per process (a target runs one process at a time) and summed over the
+processes that run side by side (all targets). A range whose processes were never scanned (``serve
 --task-rate 0``, a Python before 3.11) has no scans, and a question about its tasks is refused
 (``NoTaskScans``) rather than answered with an empty profile that would read as "no tasks".
 """
@@ -121,16 +122,26 @@ class TaskReader:
         """Tasks in flight of one target over a range (``NoTaskScans`` without scans)."""
         scans = self.require_scans(target, span)
         where, params = self._where(target, span)
-        (sums,) = self.reader.rows(f"SELECT {_SUMS} FROM windows WHERE {where}", params)
-        states, requests = _means(scans, sums)
+        (row,) = self.reader.rows(
+            f"SELECT {_SUMS}, SUM(task_unread) FROM windows WHERE {where}", params
+        )
+        states, requests = _means(scans, tuple(row[:-1]))
+        unread = int(row[-1] or 0) / scans
         peak = self.reader.rows(
             "SELECT MAX(total) FROM (SELECT 1.0 * ("
-            + " + ".join(f"SUM(tasks_{state})" for state in STATES)
+            + " + ".join((*(f"SUM(tasks_{state})" for state in STATES), "SUM(task_unread)"))
             + f") / SUM(task_scans) AS total FROM windows WHERE {where} "
             "GROUP BY window HAVING SUM(task_scans) > 0)",
             params,
         )
-        return InFlight(scans, sum(states.values()), float(peak[0][0] or 0.0), states, requests)
+        return InFlight(
+            scans,
+            sum(states.values()) + unread,
+            float(peak[0][0] or 0.0),
+            states,
+            requests,
+            unread,
+        )
 
     def timeline(
         self, target: int | None, span: Range, step: int | None = None, which: str = "all"

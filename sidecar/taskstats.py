@@ -7,6 +7,9 @@ leaf, counted in task-samples) and the scans that counted them, the same for ``s
 - tasks in flight: task-samples / scans, pooled over the range (``mean``), and the highest
   mean of one window (``max``: a stored window for the API, a sampler's window for the CLI);
   split by state and into requests' tasks (``sidecar.tasks.is_request``) and background ones;
+  the tasks the scans found past their bound and did not read (``unread``) count in ``mean``
+  and ``max``, in no state and neither requests' nor background; ``sampled`` is the share of
+  the tasks in flight that were read (1 when every task was), which the profile is made of;
 - the shares of task-samples running, ready (due to run, queued behind other work: the loop's
   scheduling delay) and waiting;
 - the share of their time requests' tasks sat ready;
@@ -31,22 +34,30 @@ from sidecar.tasks import STATES, is_request, split_leaf
 
 @dataclass(frozen=True)
 class InFlight:
-    """Tasks in flight over a range: pooled means (task-samples / scans) per state and of
-    requests' tasks, and the highest mean of one window."""
+    """Tasks in flight over a range: pooled means ((task-samples + unread) / scans) of all,
+    per state and of requests' tasks, the highest mean of one window, and the mean of the
+    tasks past the scans' bound, not read (in ``mean`` and ``max``, in no state)."""
 
     scans: int
     mean: float
     max: float
     states: dict[str, float]
     requests: float
+    unread: float = 0.0
 
     @property
     def background(self) -> float:
-        return max(0.0, self.mean - self.requests)
+        return max(0.0, self.mean - self.unread - self.requests)
+
+    @property
+    def sampled(self) -> float:
+        """The share of the tasks in flight that the scans read (1 when they read all)."""
+        return (self.mean - self.unread) / self.mean if self.mean > 0 else 1.0
 
     @classmethod
-    def of(cls, stacks: Mapping[str, int], scans: int, peak: float) -> InFlight:
-        """Pooled over ``scans`` scans of these task stacks (a recording's)."""
+    def of(cls, stacks: Mapping[str, int], scans: int, peak: float, unread: int = 0) -> InFlight:
+        """Pooled over ``scans`` scans of these task stacks (a recording's), which found
+        ``unread`` tasks past their bound in all."""
         states = dict.fromkeys(STATES, 0.0)
         requests = 0
         for stack, count in stacks.items():
@@ -55,7 +66,8 @@ class InFlight:
             requests += count if is_request(body) else 0
         per = 1 / scans if scans else 0.0
         means = {state: total * per for state, total in states.items()}
-        return cls(scans, sum(means.values()), peak, means, requests * per)
+        rest = unread * per
+        return cls(scans, sum(means.values()) + rest, peak, means, requests * per, rest)
 
 
 def await_site(body: str) -> tuple[str, str]:
@@ -92,7 +104,9 @@ def task_block(stacks: Mapping[str, int], flight: InFlight, top: int = 10) -> di
             **{state: round(flight.states[state], 3) for state in STATES},
             "requests": round(flight.requests, 3),
             "background": round(flight.background, 3),
+            "unread": round(flight.unread, 3),
         },
+        "sampled": round(flight.sampled, 4),
         "shares": {state: _share(states[state], total) for state in STATES},
         "requests": {
             "task_samples": requests,
@@ -129,6 +143,11 @@ def task_lines(block: Mapping[str, Any]) -> list[str]:
         + " · ".join(f"{state} {_pct(shares[state])}" for state in STATES)
         + f" of {block['task_samples']:,} task-samples in {block['scans']:,} scans",
     ]
+    if flight["unread"]:
+        lines.append(
+            f"  {flight['unread']:.1f} of them past a scan's bound, not read: the task profile "
+            f"is a sample, {_pct(block['sampled'])} of the tasks in flight"
+        )
     requests = block["requests"]
     if not requests["task_samples"]:
         lines.append("  no request task seen (aiohttp's or Tornado's request handlers)")

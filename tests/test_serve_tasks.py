@@ -227,3 +227,32 @@ def test_requests_of_a_loaded_tornado_server_are_told_by_execute(
     folded = server.request(f"/api/profile?target={row['id']}&kind=tasks&tasks=requests&from=0")
     for line in folded[1].decode().splitlines():
         assert "RequestHandler._execute (tornado/web.py:" in line, line
+
+
+def test_tasks_past_the_scans_bound_count_in_flight(
+    spawn: Spawner, serve: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """1,000 parked tasks (with the ticker and main's task, 1,002 live) scanned with a bound
+    of 200 tasks (``SIDECAR_TASK_BOUND``, which serve's scanners read): the stored windows
+    count the 802 unread tasks of each scan, so the stats block says 1,002 in flight, of
+    which 200 read, a sample of a fifth."""
+    many, bound = 1000, 200
+    live = many + 2
+    monkeypatch.setenv("SIDECAR_TASK_BOUND", str(bound))
+    target = spawn.target("tasks_many", "--tasks", str(many))
+    server = serve("--task-rate", "20", pids=(target.pid,))
+    assert wait_until(lambda: bool(server.targets()), timeout=20)
+    (row,) = server.targets()
+    assert wait_until(lambda: scanned(server.db, row["id"], 20), timeout=30)
+    span = Range(0, 2**33)
+    flight = TaskReader(Reader(server.db)).in_flight(row["id"], span)
+    assert abs(flight.mean - live) < 1, flight
+    assert abs(flight.unread - (live - bound)) < 1, flight
+    assert abs(sum(flight.states.values()) - bound) < 1, flight
+    stats = server.json(f"/api/stats?target={row['id']}&from={time.time() - 120:.0f}")
+    jsonschema.validate(stats, SCHEMA)
+    block = stats["targets"][0]["tasks"]
+    assert abs(block["in_flight"]["mean"] - live) < 1, block
+    assert abs(block["in_flight"]["unread"] - (live - bound)) < 1, block
+    assert abs(block["sampled"] - bound / live) < 0.002, block
+    assert abs(block["task_samples"] / block["scans"] - bound) < 1, block

@@ -44,18 +44,28 @@ STATE_NAMES = ["running", "ready", "waiting"]
 TASKS: dict[str, Any] = {
     "type": ["object", "null"],
     "additionalProperties": False,
-    "required": ["scans", "task_samples", "in_flight", "shares", "requests", "await_sites"],
+    "required": [
+        "scans",
+        "task_samples",
+        "in_flight",
+        "sampled",
+        "shares",
+        "requests",
+        "await_sites",
+    ],
     "properties": {
         "scans": {"type": "integer", "minimum": 1},
         "task_samples": {"type": "integer", "minimum": 0},
         "in_flight": {
             "type": "object",
             "additionalProperties": False,
-            "required": ["mean", "max", *STATE_NAMES, "requests", "background"],
+            "required": ["mean", "max", *STATE_NAMES, "requests", "background", "unread"],
             "properties": {
-                name: IN_FLIGHT for name in ("mean", "max", *STATE_NAMES, "requests", "background")
+                name: IN_FLIGHT
+                for name in ("mean", "max", *STATE_NAMES, "requests", "background", "unread")
             },
         },
+        "sampled": SHARE,
         "shares": {
             "type": "object",
             "additionalProperties": False,

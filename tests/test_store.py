@@ -411,7 +411,7 @@ def test_a_version_5_database_gains_tasks_and_keeps_its_threads(tmp_path: Path) 
     before = Reader(db).profile(1, Range(now - 100, now + 10)).stacks
     assert before == {"main (app.py:1)": 3}
     store, record = open_store(db)
-    assert query_one(db, "PRAGMA user_version") == len(MIGRATIONS) == 6
+    assert query_one(db, "PRAGMA user_version") == len(MIGRATIONS) == 7
     assert query_one(db, "PRAGMA integrity_check") == "ok"
     assert Reader(db).profile(1, Range(now - 100, now + 10)).stacks == before
     assert Reader(db).timeline(1, Range(now - 100, now + 10))["buckets"][0]["busy"] == 3
@@ -420,3 +420,64 @@ def test_a_version_5_database_gains_tasks_and_keeps_its_threads(tmp_path: Path) 
     store.write([task_batch(record, now)])
     store.close()
     assert TaskReader(Reader(db)).in_flight(1, Range(now - 100, now + 10)).mean == 3.5
+
+
+def test_a_version_6_database_gains_unread_tasks_and_keeps_its_tasks(tmp_path: Path) -> None:
+    """Schema 7 adds each window's tasks past the scans' bound: a window of schema 6 reads
+    the same (none unread, every task read), new windows count their unread tasks in flight,
+    and downsampling keeps them."""
+    from sidecar.taskquery import TaskReader
+
+    db = tmp_path / "v6.db"
+    conn = sqlite3.connect(db, isolation_level=None)
+    for number, step in enumerate(MIGRATIONS[:6]):
+        conn.execute("BEGIN")
+        if isinstance(step, str):
+            for statement in step.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+        else:
+            step(conn)
+        conn.execute(f"PRAGMA user_version = {number + 1}")
+        conn.execute("COMMIT")
+    old = (int(time.time()) // 3600 - 24) * 3600  # old enough to be downsampled, in one span
+    conn.execute(
+        "INSERT INTO targets VALUES "
+        "(1, 'python app.py', 'python app.py', 'aiohttp', 'asyncio', 1, 2, NULL)"
+    )
+    conn.execute("INSERT INTO processes VALUES (1, 1, 4242, 99, '3.11', 1, 2, 0, NULL)")
+    conn.execute(
+        "INSERT INTO frames VALUES (1, ?, 'main (app.py:1)')", (frame_hash("main (app.py:1)"),)
+    )
+    conn.execute("INSERT INTO nodes VALUES (1, 0, 1)")
+    conn.execute("INSERT INTO stacks VALUES (1, 0, 1)")
+    conn.execute(
+        "INSERT INTO windows (window, target_id, process_id, width, ticks, busy, task_scans, "
+        "tasks_waiting) VALUES (?, 1, 1, 10, 3, 3, 2, 8)",
+        (old,),
+    )
+    conn.execute("INSERT INTO task_counts VALUES (?, 1, 1, ?)", (old, counts.pack({(1, 0, 2): 8})))
+    conn.close()
+    store, record = open_store(db)
+    assert query_one(db, "PRAGMA user_version") == len(MIGRATIONS) == 7
+    assert query_one(db, "PRAGMA integrity_check") == "ok"
+    assert query_one(db, "SELECT task_unread FROM windows") == 0
+    before = TaskReader(Reader(db)).in_flight(1, Range(old, old + 10))
+    assert (before.scans, before.mean, before.unread, before.sampled) == (2, 4.0, 0.0, 1.0)
+    # two windows of the same minute, 3.5 tasks read and 10.5 unread a scan: 14 in flight
+    for window in (old + 10, old + 20):
+        batch = task_batch(record, window)
+        batch.task_unread = 21
+        store.write([batch])
+    later = Range(old + 10, old + 30)
+    flight = TaskReader(Reader(db)).in_flight(1, later)
+    assert (flight.mean, flight.max, flight.unread, flight.sampled) == (14.0, 14.0, 10.5, 0.25)
+    assert flight.background == 1.0  # of the tasks read: the unread are of no kind
+    while store.downsample(time.time()):
+        pass
+    assert query_one(db, "SELECT SUM(task_unread) FROM windows") == 42
+    assert query_one(db, "SELECT COUNT(*) FROM windows") == 1
+    whole = TaskReader(Reader(db)).in_flight(1, Range(old - 3600, old + 3600))
+    assert whole.unread == pytest.approx(42 / 6)
+    assert whole.mean == pytest.approx((8 + 2 * 7 + 42) / 6)
+    store.close()

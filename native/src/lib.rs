@@ -108,6 +108,7 @@ fn window_to_py<'py>(py: Python<'py>, window: &Window) -> PyResult<Bound<'py, Py
     }
     dict.set_item("tasks", tasks)?;
     dict.set_item("task_scans", window.task_scans)?;
+    dict.set_item("task_unread", window.task_unread)?;
     Ok(dict)
 }
 

@@ -50,6 +50,8 @@ pub struct Window {
     /// and the task scans that counted them.
     pub tasks: HashMap<String, u64, FxBuildHasher>,
     pub task_scans: u64,
+    /// Tasks those scans found past their bound and did not read, summed over the scans.
+    pub task_unread: u64,
 }
 
 impl Window {
@@ -62,6 +64,7 @@ impl Window {
             thread_names: HashMap::new(),
             tasks: HashMap::default(),
             task_scans: 0,
+            task_unread: 0,
         }
     }
 

@@ -111,7 +111,8 @@ def _live(
             raise NoSamples(f"no task scan of PID {pid} succeeded: {rec.stats['task_last_error']}")
         stacks = rec.counts.task_profile().stacks
         counts = rec.counts
-        tasks = task_block(stacks, InFlight.of(stacks, counts.task_scans, counts.task_peak))
+        flight = InFlight.of(stacks, counts.task_scans, counts.task_peak, counts.task_unread)
+        tasks = task_block(stacks, flight)
     return profile, refine(info, profile.stacks), tasks
 
 

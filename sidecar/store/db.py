@@ -94,7 +94,7 @@ class ProcessRecord:
 class WindowBatch:
     """One window of one process: rows of (stack, thread id, state, count), and of its asyncio
     tasks (task stack without its leaf, task state, task-samples) with the scans that counted
-    them."""
+    them and the tasks they found past their bound."""
 
     process: ProcessKey
     start: int
@@ -104,6 +104,8 @@ class WindowBatch:
     thread_names: dict[int, str] = field(default_factory=dict)
     tasks: list[tuple[str, str, int]] = field(default_factory=list)
     task_scans: int = 0
+    #: tasks the scans found past their bound and did not read, summed over them
+    task_unread: int = 0
 
 
 def is_corrupt(err: Exception) -> bool:
@@ -475,6 +477,7 @@ class Store:
                         *sums,
                         batch.task_scans,
                         *task_sums,
+                        batch.task_unread,
                     ),
                 )
                 if batch.thread_names:

@@ -28,6 +28,10 @@ without its state leaf; ``windows`` gains the window's task scans and its task-s
 state, of all tasks and of requests' tasks (``sidecar.tasks.is_request``), which the task
 timeline reads: tasks in flight = task-samples / scans.
 
+Version 7 adds to ``windows`` the tasks its scans found past their bound and did not read
+(``task_unread``, summed over the window's scans; 0 in older rows): tasks in flight =
+(task-samples + unread) / scans.
+
 Schema versions 1 to 3 kept one row per (window, process, stack, thread, state) in
 ``samples`` and per hour in ``rollups``; version 4 packs them.
 """
@@ -213,6 +217,10 @@ V6 = (
 """
 )
 
+V7 = """
+        ALTER TABLE windows ADD COLUMN task_unread INTEGER NOT NULL DEFAULT 0;
+"""
+
 #: The packed counts per window and per hour, of the threads and of the tasks.
 COUNT_TABLES: tuple[tuple[str, str], ...] = (
     ("window_counts", "hour_counts"),
@@ -249,6 +257,7 @@ WINDOW_SUMS: tuple[str, ...] = (
     *(c for c, _, _ in SUM_COLUMNS),
     "task_scans",
     *(c for c, _, _ in TASK_COLUMNS),
+    "task_unread",
 )
 
 
@@ -303,7 +312,7 @@ def v4(conn: sqlite3.Connection) -> None:
 
 #: Migrations in order (SQL scripts, or functions of a connection in a transaction); the
 #: database's ``user_version`` counts those applied.
-MIGRATIONS: tuple[str | Callable[[sqlite3.Connection], None], ...] = (V1, V2, V3, v4, V5, V6)
+MIGRATIONS: tuple[str | Callable[[sqlite3.Connection], None], ...] = (V1, V2, V3, v4, V5, V6, V7)
 
 
 def migrate(db: Database) -> int:

@@ -44,6 +44,16 @@ pub(crate) use ticks::{count, TaskTicks, BUDGET as TASK_SCAN_BUDGET};
 /// Tasks read per scan at most: past it, a slice of them (a different one each scan, so that
 /// every task is read in turn) and a count of the rest.
 pub const MAX_TASKS: usize = 20_000;
+
+/// The bound of a scanner made now: `MAX_TASKS`, or a lower one that the environment's
+/// `SIDECAR_TASK_BOUND` asks for (for tests: a few hundred tasks past it instead of 20,000).
+fn task_bound() -> usize {
+    std::env::var("SIDECAR_TASK_BOUND")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|&bound| bound > 0)
+        .map_or(MAX_TASKS, |bound| bound.min(MAX_TASKS))
+}
 /// Tasks found per scan at most (their addresses only): past it, the lists of 3.14+ are not
 /// followed further, and what they still hold is neither read nor counted.
 const MAX_FOUND: usize = 200_000;
@@ -75,7 +85,7 @@ pub struct Scan {
     pub tasks: Vec<Task>,
     /// Tasks left out because a read of them tore (freed or changed as they were read).
     pub torn: u64,
-    /// Tasks past `MAX_TASKS`, not read.
+    /// Tasks past the scan's bound (`MAX_TASKS`), not read.
     pub unread: u64,
 }
 
@@ -96,6 +106,8 @@ pub struct TaskScanner {
     chains: ChainCache,
     /// The tasks the last scan found in the lists of 3.14+.
     found: Vec<usize>,
+    /// Tasks read per scan at most (`task_bound`).
+    bound: usize,
 }
 
 /// The one line an older Python gets.
@@ -138,6 +150,7 @@ impl TaskScanner {
             files: ShortFiles::new(spy.pid, spy.dockerized),
             scans: 0,
             found: Vec::new(),
+            bound: task_bound(),
             // on unless SIDECAR_TASK_CACHE=off (the benchmark's legs without it)
             chains: ChainCache::new(std::env::var("SIDECAR_TASK_CACHE").as_deref() != Ok("off")),
         };
@@ -183,10 +196,10 @@ impl TaskScanner {
         if self.tl.registry == Registry::Lists {
             self.found.clone_from(&addresses);
         }
-        if found > MAX_TASKS {
+        if found > self.bound {
             // a different slice each scan (the addresses are sorted): over scans, all of them
-            addresses.rotate_left(self.scans.wrapping_mul(MAX_TASKS) % found);
-            addresses.truncate(MAX_TASKS);
+            addresses.rotate_left(self.scans.wrapping_mul(self.bound) % found);
+            addresses.truncate(self.bound);
         }
         self.scans += 1;
         let unread = (found - addresses.len()) as u64;

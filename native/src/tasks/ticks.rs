@@ -83,6 +83,7 @@ pub(crate) fn count(result: ScanResult, window: &mut Window, stats: &mut Stats) 
     match result {
         Ok((scan, folded)) => {
             window.task_scans += 1;
+            window.task_unread += scan.unread;
             stats.task_scans += 1;
             stats.task_torn += scan.torn;
             stats.task_unread += scan.unread;
