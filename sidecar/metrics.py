@@ -84,11 +84,19 @@ class ServiceCollector(Collector):
             "the last window with task scans (serve --task-rate)",
             labels=["pid", "framework", "loop", "role", "state", "kind"],
         )
+        unread = GaugeMetricFamily(
+            "sidecar_tasks_unread",
+            "asyncio tasks in flight past the task scans' bound (20,000 a scan), not read, the "
+            "mean over the last window with task scans: in no state nor kind of sidecar_tasks",
+            labels=["pid", "framework", "loop", "role"],
+        )
         for session, stats in live:
             labels = [str(session.key[0]), session.framework, session.loop, session.role or ""]
             lag.add_metric(labels, stats["lag_mean"])
             for (state, kind), mean in session.tasks.items():
                 tasks.add_metric([*labels, state, kind], mean)
+            if session.tasks:
+                unread.add_metric(labels, session.tasks_unread)
             recent = list(session.recent)
             total = sum(b + i + k for _, b, i, k in recent)
             if total:
@@ -98,6 +106,7 @@ class ServiceCollector(Collector):
         yield lag
         yield share
         yield tasks
+        yield unread
 
         targets = GaugeMetricFamily(
             "sidecar_targets", "Processes by sampling state", labels=["state"]

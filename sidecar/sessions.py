@@ -111,6 +111,8 @@ class Session:
     marks: frozenset[str] = frozenset()
     #: Tasks in flight per (state, request or background) in the last window with task scans.
     tasks: dict[tuple[str, str], float] = field(default_factory=dict)
+    #: Tasks in flight past the scans' bound, not read, in that window (of no state nor kind).
+    tasks_unread: float = 0.0
 
     def record(self, seen: float) -> ProcessRecord:
         """The process as the store keeps it."""
@@ -314,8 +316,10 @@ class Sessions:
         start = int(classified.start)
         states = classified.states
         tasks, scans = task_rows(window.get("tasks", [])), int(window.get("task_scans", 0))
+        unread = int(window.get("task_unread", 0))
         if scans:
             session.tasks = in_flight(tasks, scans)
+            session.tasks_unread = unread / scans
         session.recent.append((start, states["busy"], states["idle"], states["blocked"]))
         return WindowBatch(
             process=session.key,
@@ -326,7 +330,7 @@ class Sessions:
             thread_names=classified.thread_names,
             tasks=tasks,
             task_scans=scans,
-            task_unread=int(window.get("task_unread", 0)),
+            task_unread=unread,
         )
 
     def _finish(self, key: Key, session: Session) -> None:

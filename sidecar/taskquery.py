@@ -147,8 +147,9 @@ class TaskReader:
         self, target: int | None, span: Range, step: int | None = None, which: str = "all"
     ) -> dict[str, Any]:
         """Mean tasks in flight per bucket of ``step`` seconds: by state (running, ready,
-        waiting; of requests' or background tasks only with ``which``) and by kind (requests,
-        background); buckets without scans are left out."""
+        waiting; of requests' or background tasks only with ``which``), by kind (requests,
+        background), and those past the scans' bound, not read (``unread``: of no state nor
+        kind, whatever ``which``); buckets without scans are left out."""
         if which not in WHICH:
             raise QueryError(f"unknown tasks {which!r}; use all, requests or background")
         if step is None:
@@ -164,20 +165,22 @@ class TaskReader:
         self.require_scans(target, span)
         where, params = self._where(target, span)
         rows = self.reader.rows(
-            f"SELECT window / ? * ? AS bucket, SUM(task_scans), {_SUMS} FROM windows "
+            f"SELECT window / ? * ? AS bucket, SUM(task_scans), SUM(task_unread), {_SUMS} "
+            "FROM windows "
             f"WHERE {where} GROUP BY bucket, process_id HAVING SUM(task_scans) > 0 "
             "ORDER BY bucket",
             (step, step, *params),
         )
         buckets: dict[int, dict[str, float]] = {}
-        for bucket, scans, *sums in rows:
+        for bucket, scans, unread, *sums in rows:
             states, requests = _means(int(scans), tuple(sums))
             total = sum(states.values())
             if which != "all":
                 states = _of_kind(int(scans), tuple(sums), which)
             entry = buckets.setdefault(
-                int(bucket), dict.fromkeys((*STATES, "requests", "background"), 0.0)
+                int(bucket), dict.fromkeys((*STATES, "requests", "background", "unread"), 0.0)
             )
+            entry["unread"] += int(unread or 0) / int(scans)
             for state, mean in states.items():
                 entry[state] += mean
             entry["requests"] += requests

@@ -234,8 +234,8 @@ def test_tasks_past_the_scans_bound_count_in_flight(
 ) -> None:
     """1,000 parked tasks (with the ticker and main's task, 1,002 live) scanned with a bound
     of 200 tasks (``SIDECAR_TASK_BOUND``, which serve's scanners read): the stored windows
-    count the 802 unread tasks of each scan, so the stats block says 1,002 in flight, of
-    which 200 read, a sample of a fifth."""
+    count the 802 unread tasks of each scan, so the stats block and the timeline say 1,002 in
+    flight, of which 200 read, a sample of a fifth; ``stats --tasks`` says the same."""
     many, bound = 1000, 200
     live = many + 2
     monkeypatch.setenv("SIDECAR_TASK_BOUND", str(bound))
@@ -256,3 +256,21 @@ def test_tasks_past_the_scans_bound_count_in_flight(
     assert abs(block["in_flight"]["unread"] - (live - bound)) < 1, block
     assert abs(block["sampled"] - bound / live) < 0.002, block
     assert abs(block["task_samples"] / block["scans"] - bound) < 1, block
+    since = f"&from={time.time() - 120:.0f}"
+    timeline = server.json(f"/api/timeline?target={row['id']}&kind=tasks&step=1{since}")
+    for bucket in timeline["buckets"]:
+        read = sum(bucket[state] for state in ("running", "ready", "waiting"))
+        assert abs(read - bound) < 1 and abs(bucket["unread"] - (live - bound)) < 1, bucket
+    assert timeline["buckets"], timeline
+    # Prometheus: the last window's tasks read, by state and kind, and the unread beside them
+    families = {
+        family.name: [s for s in family.samples if s.labels.get("pid") == str(target.pid)]
+        for family in text_string_to_metric_families(server.request("/metrics")[1].decode())
+    }
+    assert abs(sum(s.value for s in families["sidecar_tasks"]) - bound) < 1, families
+    (gauge,) = families["sidecar_tasks_unread"]
+    assert abs(gauge.value - (live - bound)) < 1, gauge
+    # stats --tasks of a live recording counts them alike
+    live_block = stats_cli(target.pid)
+    assert abs(live_block["in_flight"]["mean"] - live) < 1, live_block
+    assert abs(live_block["sampled"] - bound / live) < 0.002, live_block

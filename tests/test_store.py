@@ -343,7 +343,15 @@ def test_tasks_are_stored_beside_threads_and_kept_alike(tmp_path: Path) -> None:
     assert flight.states == {"running": 1.0, "ready": 0.5, "waiting": 2.0}
     line = tasks.timeline(1, span, step=hour)["buckets"]
     assert line == [
-        {"t": t, "running": 1.0, "ready": 0.5, "waiting": 2.0, "requests": 2.5, "background": 1.0}
+        {
+            "t": t,
+            "running": 1.0,
+            "ready": 0.5,
+            "waiting": 2.0,
+            "requests": 2.5,
+            "background": 1.0,
+            "unread": 0.0,
+        }
         for t in (base, base + hour)
     ]
     assert store.roll_up(time.time()) == 2
