@@ -68,10 +68,23 @@ def split_leaf(stack: str) -> tuple[str, str]:
     return body, leaf[1:-1]
 
 
+#: Scans a snapshot takes at most to find one where no task changed as it was read.
+SNAPSHOT_TRIES = 3
+
+
 def snapshot(pid: int) -> _native.TaskScan:
-    """One scan of the tasks of ``pid`` (CPython 3.11+); native errors become domain errors."""
+    """The tasks of ``pid`` (CPython 3.11+) as one scan read them; native errors become domain
+    errors. A task that runs while it is read may tear (it is left out and counted): the scan
+    is taken again, up to ``SNAPSHOT_TRIES`` times, and the one that lost fewest is kept."""
     with native_errors():
-        return _native.scan_tasks(pid)
+        best = _native.scan_tasks(pid)
+        for _ in range(SNAPSHOT_TRIES - 1):
+            if not best["torn"]:
+                break
+            again = _native.scan_tasks(pid)
+            if again["torn"] < best["torn"]:
+                best = again
+        return best
 
 
 def _header(task: _native.TaskRow, by_id: dict[int, _native.TaskRow]) -> str:

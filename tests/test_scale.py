@@ -52,7 +52,7 @@ def test_thousand_threads_deep_recursion_and_unique_stacks(
             "/api/targets",
             "/healthz",
             f"/api/timeline?target={ids[fresh.pid]}&from={now - 60:.0f}&to={now:.0f}",
-            f"/api/profile?target={ids[fresh.pid]}&format=folded&from={now - 5:.0f}",
+            f"/api/profile?target={ids[fresh.pid]}&format=folded&from={now - 30:.0f}",
             f"/api/stats?target={ids[many.pid]}&from={now - 10:.0f}",
         ):
             status, body, _ = server.request(path, timeout=60)

@@ -77,7 +77,7 @@ def test_tasks_prints_the_known_tree(spawn: Spawner, version: str) -> None:
         lines[8],
     ]
     assert re.fullmatch(r" {4}│ {13}sleep \(asyncio/tasks\.py:\d+\)", lines[8])
-    assert len(lines) == 11
+    assert 11 <= len(lines) <= 13, lines
     # running: in burn(), or going into or out of its sleep(0); ready: queued behind it
     where = {
         "    └─ 'spinner' [running]": (at["spinning"], at["spinner"]),
@@ -86,6 +86,10 @@ def test_tasks_prints_the_known_tree(spawn: Spawner, version: str) -> None:
     assert lines[9] in where, lines[9]
     shown = [" " * 11 + frame.format("spinner", line) for line in where[lines[9]]]
     assert lines[10] in shown, lines[10]
+    # caught inside its sleep(0), asyncio's own frames of it follow (the chain goes on into the
+    # coroutines a task is in)
+    for line in lines[11:]:
+        assert re.fullmatch(r" {11}(sleep|__sleep0) \(asyncio/tasks\.py:\d+\)", line), lines
 
 
 def row(id: int, name: str, awaited_by: int | None, awaits: int | None = None) -> _native.TaskRow:
