@@ -197,11 +197,11 @@ def main() -> None:
         "|---|---:|---:|",
         *(f"| {name} | {wall:.3f} | {cpu:.3f} |" for name, (wall, cpu) in parts.items()),
         "",
-        "How the diff runs: inferno SVGs are read natively (native/src/svgread.rs: quick-xml, "
-        "the whole document checked as strictly as expat checks it, the frames folded into "
-        "stacks in Rust, the GIL released), the two in parallel in two threads when together "
-        "they are above 8 MB; anything the native reader is not sure of goes to the Python "
-        "reader (expat). The comparison counts self / total / caller-callee time per function "
+        "How the diff runs: SVGs are read natively (native/src/svgread.rs: quick-xml, the "
+        "whole document checked, the GIL released; inferno's frames folded into stacks in Rust, "
+        "other layouts' frames put together in Python), two inferno SVGs in parallel in two "
+        "threads when together they are above 8 MB. The comparison counts self / total / "
+        "caller-callee time per function "
         "natively for both profiles at once (native/src/shares.rs) and ranks the changes in "
         "Python. Both diff and render pay the same start-up (Python, the package); CPU time "
         "adds up the two reading threads.",

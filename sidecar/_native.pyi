@@ -19,7 +19,7 @@ __all__ = [
     "encode_push_request",
     "frame_names",
     "process_start_time",
-    "read_inferno_svg",
+    "read_svg",
     "render_svg",
     "scan_tasks",
 ]
@@ -241,10 +241,24 @@ class InfernoRead(TypedDict):
     #: the smallest positive count of a frame below the root, 0 if none
     smallest: int
 
-def read_inferno_svg(data: bytes, *, max_depth: int) -> InfernoRead | None:
-    """An inferno flamegraph SVG folded into stacks, or None unless the document is provably
-    well-formed, has no DTD subset, nests at most ``max_depth`` deep and has inferno's exact
-    frame structure (the Python reader then decides, errors included)."""
+class SvgRead(TypedDict):
+    #: the root element's name
+    root: str
+    #: each frame's title text and its <rect>'s x, y, width, fg:x and fg:w (those present),
+    #: empty when ``folded`` is given
+    frames: list[tuple[str, dict[str, str]]]
+    #: the first <svg id="frames">'s total_samples attribute
+    total_samples: str | None
+    #: the text of the scripts
+    script: str
+    #: inferno's frames folded into stacks, None for other layouts or an inconsistent graph
+    folded: InfernoRead | None
+
+def read_svg(data: bytes, *, max_depth: int, fold: bool = True) -> SvgRead:
+    """A flamegraph SVG read (quick-xml): its frames, folded when they are inferno's and
+    ``fold``. Raises ValueError, one line saying what is wrong and where, for a document that is
+    not well-formed UTF-8 XML, declares anything in a DTD (entities are not accepted), refers to
+    an entity other than XML's five, or nests deeper than ``max_depth``."""
 
 def frame_names(stacks: Iterable[str]) -> list[str]:
     """The distinct frames of folded stacks, in the order they first appear."""

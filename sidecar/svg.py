@@ -10,17 +10,12 @@ Self time of a frame = its count less its children's. Frames the renderer left o
 narrower than its minimum width cannot come back: their time stays with their parent as self
 time, and the profile's notes say so.
 
-The input is untrusted XML, parsed with expat in a hardened way (the same protections as
-defusedxml, without its 2x slower ElementTree front): any entity declaration is refused (billion
-laughs, external entities), external entity references and parameter entities are never
-resolved, nothing is fetched, nesting deeper than ``MAX_DEPTH`` is refused, and so is a document
-above ``MAX_SVG_BYTES``.
-
-inferno's SVGs (py-spy's, sidecar's) are read natively by ``read_svg``: the native reader
-(native/src/svgread.rs, quick-xml with checks at least as strict as the ones above) answers only
-for a document it proves well-formed, free of any DTD subset and of inferno's exact structure,
-and folds the frames into stacks as this module does; for anything else, and for every error,
-it steps aside and this module reads the document. The tests compare the two readers.
+The input is untrusted XML, read by the native reader (native/src/svgread.rs, quick-xml): no
+entity is declared or expanded, nothing outside the file is read, nesting deeper than
+``MAX_DEPTH`` is refused, and so is a document above ``MAX_SVG_BYTES``; every refusal is one line
+saying what is wrong and where. It folds inferno's frames (py-spy's, sidecar's) into stacks
+itself; other layouts' frames (flamegraph.pl's) come here to be put together from their geometry.
+expat's reading of the same documents is the test oracle (tests/svg_oracle.py).
 """
 
 from __future__ import annotations
@@ -30,8 +25,6 @@ import re
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NoReturn
-from xml.parsers import expat
 
 from sidecar import _native
 from sidecar.errors import ProfileFormatError
@@ -52,10 +45,6 @@ _TITLE = re.compile(
 )
 _INVERTED = re.compile(r"\bvar\s+inverted\s*=\s*(true|false|1|0)\b")
 _NUMBER = re.compile(r"\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(%|px)?\s*")
-
-
-class _Refused(Exception):
-    """Raised inside expat callbacks to stop parsing; turned into a ProfileFormatError."""
 
 
 @dataclass(slots=True)
@@ -92,109 +81,6 @@ class _Raw:
     script: str
 
 
-_G, _TITLE_MARK, _SCRIPT = object(), object(), object()
-
-
-def _scan(data: bytes, source: str) -> _Raw:
-    """One expat pass: every (title text, rect attributes) pair that makes a frame.
-
-    Per-element work is kept in C where it can be: text and ends go to list methods, and the one
-    Python callback (element starts) only records marks; the pairing happens after the parse.
-    """
-    parser = expat.ParserCreate()
-    parser.buffer_text = True
-    parser.buffer_size = 1 << 16
-    parser.SetParamEntityParsing(expat.XML_PARAM_ENTITY_PARSING_NEVER)
-    events: list[object] = []
-    record = events.append
-    stack: list[str] = []
-    push = stack.append
-    svgs: list[dict[str, str]] = []
-    roots: list[str] = []
-    frames_at: list[int] = []
-
-    def refuse(message: str) -> NoReturn:
-        raise _Refused(message)
-
-    def entity_decl(name: str, *_: object) -> None:
-        refuse(f"declares the XML entity {name!r}; flamegraph SVGs declare none")
-
-    def unparsed_entity(name: str, *_: object) -> None:
-        refuse(f"declares the unparsed XML entity {name!r}; flamegraph SVGs declare none")
-
-    def external_ref(*_: object) -> int:
-        refuse("refers to an external entity; nothing outside the file is read")
-
-    def start(name: str, attrs: dict[str, str]) -> None:
-        push(name)
-        if name == "rect":
-            record(attrs)
-        elif name == "g":
-            record(_G)
-        elif name == "title":
-            record(_TITLE_MARK)
-        elif name == "svg":
-            svgs.append(attrs)
-            if attrs.get("id") == "frames":
-                frames_at.append(parser.CurrentByteIndex)
-        elif name == "script":
-            record(_SCRIPT)
-        if len(stack) > MAX_DEPTH:
-            refuse(f"elements nest deeper than {MAX_DEPTH}; flamegraph SVGs are shallow")
-
-    def first(name: str, attrs: dict[str, str]) -> None:
-        roots.append(name)
-        parser.StartElementHandler = start
-        start(name, attrs)
-
-    parser.EntityDeclHandler = entity_decl
-    parser.UnparsedEntityDeclHandler = unparsed_entity
-    parser.ExternalEntityRefHandler = external_ref
-    parser.StartElementHandler = first
-    # Well-formed XML closes the most recently opened element of that name; removing any one
-    # entry of that name keeps len(stack) equal to the nesting depth.
-    parser.EndElementHandler = stack.remove
-    parser.CharacterDataHandler = record
-    try:
-        parser.Parse(data, True)
-    except _Refused as err:
-        raise ProfileFormatError(f"{source}: refused: {err}") from None
-    except expat.ExpatError as err:
-        raise ProfileFormatError(
-            f"{source}: not well-formed XML ({expat.ErrorString(err.code)} "
-            f"at line {err.lineno}, column {err.offset})"
-        ) from None
-    frames, script = _pair(events)
-    total_samples = next((a.get("total_samples") for a in svgs if a.get("id") == "frames"), None)
-    return _Raw(frames, roots[0] if roots else "", total_samples, script)
-
-
-def _pair(events: list[object]) -> tuple[list[tuple[str, dict[str, str]]], str]:
-    """Frames from the event marks: a <g>, then its <title>'s text, then its <rect>."""
-    frames: list[tuple[str, dict[str, str]]] = []
-    script: list[str] = []
-    title: list[str] | None = None
-    in_group = False
-    in_script = False
-    for event in events:
-        if event.__class__ is str:
-            if title is not None:
-                title.append(event)
-            elif in_script:
-                script.append(event)
-        elif event is _G:
-            in_group, title, in_script = True, None, False
-        elif event is _TITLE_MARK:
-            title = [] if in_group else None
-            in_script = False
-        elif event is _SCRIPT:
-            title, in_script = None, True
-        elif title is not None:
-            frames.append(("".join(title), event))  # type: ignore[arg-type]
-            title, in_group = None, False
-    return frames, "".join(script)
-
-
 def _number(text: str | None, what: str, source: str) -> tuple[float, bool]:
     """A coordinate: its value and whether it was a percentage."""
     match = _NUMBER.fullmatch(text or "")
@@ -223,11 +109,21 @@ def _parse_title(title: str) -> tuple[str, int | None, bool]:
 
 def read_flamegraph(data: bytes, source: str = "input") -> FlameGraph:
     """The frames of a flamegraph SVG, with parents, depths and counts; refuses anything else."""
+    return _graph(_read(data, source, fold=False), source)
+
+
+def _read(data: bytes, source: str, *, fold: bool) -> _native.SvgRead:
     _check_size(data, source)
-    raw = _scan(data, source)
+    try:
+        return _native.read_svg(data, max_depth=MAX_DEPTH, fold=fold)
+    except ValueError as err:
+        raise ProfileFormatError(f"{source}: {err}") from None
+
+
+def _graph(read: _native.SvgRead, source: str) -> FlameGraph:
+    raw = _Raw(read["frames"], read["root"], read["total_samples"], read["script"])
     if raw.root != "svg":
-        what = f"<{raw.root}>" if raw.root else "no element"
-        raise ProfileFormatError(f"{source}: not an SVG (the document's root is {what})")
+        raise ProfileFormatError(f"{source}: not an SVG (the document's root is <{raw.root}>)")
     if not raw.frames:
         raise ProfileFormatError(
             f"{source}: an SVG but not a flamegraph (no frames: <g> elements with a <title> "
@@ -564,15 +460,14 @@ def _pruning_note(total: int, smallest: int, threshold: float, root_self: int) -
 def read_svg(data: bytes, source: str = "input") -> Profile:
     """A flamegraph SVG (bytes) as a Profile; ProfileFormatError for anything else.
 
-    inferno's SVGs are read natively when the document is provably inferno's (see
-    native/src/svgread.rs); anything else, including every error, comes from the Python
-    reader.
+    The native reader folds inferno's frames itself; other layouts' frames are put together
+    here.
     """
-    _check_size(data, source)
-    read = _native.read_inferno_svg(data, max_depth=MAX_DEPTH)
-    if read is not None:
-        return _inferno_profile(read)
-    return to_profile(read_flamegraph(data, source), source)
+    read = _read(data, source, fold=True)
+    folded = read["folded"]
+    if folded is not None:
+        return _inferno_profile(folded)
+    return to_profile(_graph(read, source), source)
 
 
 def _inferno_profile(read: _native.InfernoRead) -> Profile:

@@ -390,7 +390,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(render_svg, m)?)?;
     m.add_function(wrap_pyfunction!(process_start_time, m)?)?;
     m.add_function(wrap_pyfunction!(scan_tasks, m)?)?;
-    m.add_function(wrap_pyfunction!(svgread::read_inferno_svg, m)?)?;
+    m.add_function(wrap_pyfunction!(svgread::read_svg, m)?)?;
     shares::register(m)?;
     pprof::register(m)?;
     Ok(())

@@ -1,45 +1,44 @@
-//! inferno's flamegraph SVGs (py-spy's, sidecar's) back into folded stacks, natively.
+//! Flamegraph SVGs read natively: the one production reader of `sidecar/svg.py`.
 //!
-//! This is the fast path of `sidecar/svg.py`, not a general reader: it answers only for a
-//! document it can prove is well-formed XML with inferno's exact frame structure, and returns
-//! `None` for anything else, so the Python reader (expat, hardened) reads it and gives its own
-//! answer or error. Being stricter than expat costs only time; it must never be more lenient.
-//!
-//! What is checked, over the whole document, before an answer is given:
+//! The document is untrusted XML. It is tokenized by quick-xml and checked here, and any
+//! problem is one line naming what is wrong and where (line and column):
 //! - UTF-8 (with an optional BOM; a declared encoding must be UTF-8), no character XML forbids;
-//! - an XML declaration only at the start, no processing instructions, comments without `--`;
-//! - a DOCTYPE only before the root and only without an internal subset: no entity can be
-//!   declared, so nothing is expanded; an external subset is never read;
-//! - ASCII names, attributes quoted, separated and not repeated, no `<` in their values;
-//! - references: only `&lt;` `&gt;` `&amp;` `&quot;` `&apos;` and character references to
-//!   characters XML allows; no `]]>` in text; one root element named `svg`, tags matched, no
-//!   text outside it; nesting no deeper than the caller's limit (the Python reader refuses it).
+//! - an XML declaration only at the start; processing instructions and comments are skipped;
+//! - a DOCTYPE only before the root and without an internal subset: no entity can be declared,
+//!   so nothing is expanded, and an external subset is never read; references are XML's five
+//!   (`&lt;` `&gt;` `&amp;` `&quot;` `&apos;`) and character references to characters XML allows;
+//! - names, attributes quoted, separated and not repeated, tags matched, one root element and no
+//!   text outside it, nesting no deeper than the caller's limit.
 //!
-//! inferno's structure: one `<svg id="frames">` holding nothing but frames, each
-//! `<g>[<a ...>]<title>NAME (COUNT UNIT, PCT%[; DELTA%])</title><rect ... y fg:x fg:w/>`
-//! `[<text ...>...</text>][</a>]</g>`, and no `<g>` anywhere else. The frames are then put
-//! together as the Python reader does (rows by `y`, the root row found, parents by sample
-//! range) and folded; any inconsistency, or a case the Python reader decides from the SVG's
-//! script, is left to it.
+//! Text and attribute values are read as XML says (line ends normalized, white space in
+//! attribute values made spaces). A frame is a `<title>`'s text inside a `<g>` followed by a
+//! `<rect>`, paired as the test oracle (expat, tests/svg_oracle.py) pairs them. When every frame
+//! has inferno's exact `fg:x` / `fg:w` and the graph is consistent, the frames are folded into
+//! stacks here (rows by `y`, the root row found, parents by sample range); otherwise the frames
+//! go to `sidecar/svg.py`, which reads their geometry (flamegraph.pl's layout) or says what is
+//! inconsistent.
 
 use std::collections::HashMap;
 
 use rustc_hash::FxBuildHasher;
 
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyList};
 use quick_xml::events::{BytesStart, Event};
 use quick_xml::Reader;
 
-/// Integers above this are not exact as floats; the Python reader takes them.
+/// Integers above this are not exact as floats; the Python side takes them.
 const EXACT: u64 = 1 << 53;
 const PRUNED_FRAME: &str = "[pruned]";
 const SEMICOLON_STANDIN: &str = "\u{ff1b}";
+/// The attributes of a frame's `<rect>` that the readers use.
+const RECT_ATTRIBUTES: [&[u8]; 5] = [b"x", b"y", b"width", b"fg:x", b"fg:w"];
 
 /// What the Python side needs to make the profile and its notes.
 pub struct Read {
     /// Folded stacks (frames root first, ';' in names replaced) with their self counts,
-    /// in the order the Python reader inserts them.
+    /// in the order the Python side inserts them.
     pub stacks: Vec<(String, u64)>,
     /// The root frame's count: the graph's total.
     pub total: u64,
@@ -70,21 +69,88 @@ struct Frame {
     width: u64,
 }
 
-/// The frames of an inferno SVG, folded; `None` when the Python reader must decide.
-pub fn read(data: &[u8], max_depth: usize) -> Option<Read> {
-    let doc = data.strip_prefix(b"\xef\xbb\xbf").unwrap_or(data);
-    if !characters_allowed(doc) {
-        return None;
-    }
-    let (frames, total_samples, differential) = Scanner::new(doc, max_depth).scan()?;
-    fold(frames, total_samples, differential)
+/// One drawn frame as the document has it: its title's text and its `<rect>`'s attributes
+/// (those of `RECT_ATTRIBUTES` present, decoded).
+pub struct RawFrame {
+    pub title: String,
+    pub rect: Vec<(&'static str, String)>,
 }
 
-/// Valid UTF-8 holding only characters XML allows (no C0 controls but tab, LF, CR; no
-/// U+FFFE / U+FFFF; surrogates cannot be UTF-8).
-fn characters_allowed(doc: &[u8]) -> bool {
-    if std::str::from_utf8(doc).is_err() {
-        return false;
+/// What the document holds: its root element's name, its frames, the `total_samples` of its
+/// `<svg id="frames">`, the text of its scripts, and the frames folded when they are inferno's.
+pub struct Scan {
+    pub root: String,
+    pub frames: Vec<RawFrame>,
+    pub total_samples: Option<String>,
+    pub script: String,
+    pub folded: Option<Read>,
+}
+
+/// Reads a flamegraph SVG, folding inferno's frames when `fold`; the error is one line: what
+/// is wrong and where.
+pub fn read(data: &[u8], max_depth: usize, fold_frames: bool) -> Result<Scan, String> {
+    let doc = data.strip_prefix(b"\xef\xbb\xbf").unwrap_or(data);
+    if let Some(at) = forbidden_character(doc) {
+        return Err(format!(
+            "not well-formed XML at {}: not UTF-8 text or a character XML forbids",
+            place(doc, at)
+        ));
+    }
+    let mut scan = Scanner::new(doc, max_depth).scan()?;
+    if fold_frames && !scan.frames.is_empty() {
+        if let Some(frames) = exact_frames(&scan.frames) {
+            scan.folded = fold(frames.0, scan.total_samples.clone(), frames.1);
+            if scan.folded.is_some() {
+                scan.frames.clear();
+            }
+        }
+    }
+    Ok(scan)
+}
+
+/// `line L, column C` (both from 1, the column in characters) of a byte offset.
+fn place(doc: &[u8], at: usize) -> String {
+    let before = &doc[..at.min(doc.len())];
+    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+    let start = before
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |i| i + 1);
+    let column = String::from_utf8_lossy(&before[start..]).chars().count() + 1;
+    format!("line {line}, column {column}")
+}
+
+/// inferno's frames: every one with integer `y`, `fg:x` and `fg:w` and a title with a count.
+fn exact_frames(raw: &[RawFrame]) -> Option<(Vec<Frame>, bool)> {
+    let mut differential = false;
+    let mut frames = Vec::with_capacity(raw.len());
+    for frame in raw {
+        let get = |name: &str| {
+            frame
+                .rect
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.as_bytes())
+        };
+        let (name, title_count, delta) = parse_title(&frame.title)?;
+        differential |= delta;
+        frames.push(Frame {
+            name: name.to_owned(),
+            semicolon: name.contains(';'),
+            title_count,
+            y: integer(get("y")?)?,
+            start: integer(get("fg:x")?)?,
+            width: integer(get("fg:w")?)?,
+        });
+    }
+    Some((frames, differential))
+}
+
+/// The offset of the first byte that is not UTF-8 or is a character XML forbids (C0 controls
+/// but tab, LF, CR; U+FFFE / U+FFFF; surrogates cannot be UTF-8).
+fn forbidden_character(doc: &[u8]) -> Option<usize> {
+    if let Err(err) = std::str::from_utf8(doc) {
+        return Some(err.valid_up_to());
     }
     // Blocks without a control byte or 0xEF (the lead byte of U+FFFE / U+FFFF) pass at once;
     // the flag is computed without branches so that it vectorizes.
@@ -97,36 +163,45 @@ fn characters_allowed(doc: &[u8]) -> bool {
             continue;
         }
         for (i, &b) in block.iter().enumerate() {
-            if b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r') {
-                return false;
-            }
             let at = number * BLOCK + i;
+            if b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r') {
+                return Some(at);
+            }
             if b == 0xEF
                 && doc.get(at + 1) == Some(&0xBF)
                 && matches!(doc.get(at + 2), Some(0xBE | 0xBF))
             {
-                return false;
+                return Some(at);
             }
         }
     }
-    true
+    None
 }
 
 fn is_space(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\n' | b'\r')
 }
 
-/// An XML name, restricted to ASCII (anything else goes to the Python reader).
+/// An XML name (XML 1.0, fifth edition).
 fn is_name(name: &[u8]) -> bool {
-    match name.split_first() {
-        Some((first, rest)) => {
-            (first.is_ascii_alphabetic() || matches!(first, b'_' | b':'))
-                && rest
-                    .iter()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b':' | b'.' | b'-'))
-        }
-        None => false,
-    }
+    let Ok(name) = std::str::from_utf8(name) else {
+        return false;
+    };
+    let mut chars = name.chars();
+    chars.next().is_some_and(is_name_start) && chars.all(|c| is_name_start(c) || is_name_rest(c))
+}
+
+fn is_name_start(c: char) -> bool {
+    c.is_ascii_alphabetic()
+        || matches!(c, ':' | '_' | '\u{C0}'..='\u{D6}' | '\u{D8}'..='\u{F6}' | '\u{F8}'..='\u{2FF}')
+        || matches!(c, '\u{370}'..='\u{37D}' | '\u{37F}'..='\u{1FFF}' | '\u{200C}'..='\u{200D}')
+        || matches!(c, '\u{2070}'..='\u{218F}' | '\u{2C00}'..='\u{2FEF}' | '\u{3001}'..='\u{D7FF}')
+        || matches!(c, '\u{F900}'..='\u{FDCF}' | '\u{FDF0}'..='\u{FFFD}' | '\u{10000}'..='\u{EFFFF}')
+}
+
+fn is_name_rest(c: char) -> bool {
+    c.is_ascii_digit()
+        || matches!(c, '-' | '.' | '\u{B7}' | '\u{300}'..='\u{36F}' | '\u{203F}'..='\u{2040}')
 }
 
 fn is_xml_char(code: u32) -> bool {
@@ -159,30 +234,72 @@ fn resolve(reference: &[u8]) -> Option<char> {
     }
 }
 
-/// An attribute value: no '<', every '&' a reference XML allows.
-fn value_ok(value: &[u8]) -> bool {
-    if !value.iter().any(|&b| b == b'<' || b == b'&') {
-        return true;
-    }
-    if value.contains(&b'<') {
-        return false;
-    }
-    let mut rest = value;
-    while let Some(at) = rest.iter().position(|&b| b == b'&') {
-        let tail = &rest[at + 1..];
-        let Some(end) = tail.iter().position(|&b| b == b';') else {
-            return false;
-        };
-        if resolve(&tail[..end]).is_none() {
-            return false;
-        }
-        rest = &tail[end + 1..];
-    }
-    true
+/// Why a reference is refused.
+fn unknown_reference(reference: &[u8]) -> String {
+    format!(
+        "the reference &{}; is neither one of XML's five nor a character XML allows \
+         (entity declarations are not accepted)",
+        String::from_utf8_lossy(reference)
+    )
 }
 
-/// The attributes of a start tag, checked: `(S name S? = S? "value")* S?`, no name twice.
-fn attributes<'a>(raw: &'a [u8], out: &mut Vec<(&'a [u8], &'a [u8])>) -> bool {
+/// Appends an attribute value decoded: references resolved, white space made spaces (CR LF as
+/// one); `out` is left alone when the value is not allowed.
+fn decode_value(value: &[u8], out: &mut String) -> Result<(), String> {
+    let special = |b: &u8| matches!(b, b'<' | b'&' | b'\r' | b'\n' | b'\t');
+    if !value.iter().any(special) {
+        out.push_str(std::str::from_utf8(value).map_err(|_| "an attribute value not UTF-8")?);
+        return Ok(());
+    }
+    let mut bytes = Vec::with_capacity(value.len());
+    let mut i = 0;
+    while i < value.len() {
+        match value[i] {
+            b'<' => return Err("'<' in an attribute value".to_owned()),
+            b'&' => {
+                let tail = &value[i + 1..];
+                let end = tail
+                    .iter()
+                    .position(|&b| b == b';')
+                    .ok_or("an '&' that starts no reference in an attribute value")?;
+                let ch = resolve(&tail[..end]).ok_or_else(|| unknown_reference(&tail[..end]))?;
+                bytes.extend_from_slice(ch.encode_utf8(&mut [0; 4]).as_bytes());
+                i += end + 2;
+                continue;
+            }
+            b'\r' => {
+                bytes.push(b' ');
+                if value.get(i + 1) == Some(&b'\n') {
+                    i += 1;
+                }
+            }
+            b'\n' | b'\t' => bytes.push(b' '),
+            b => bytes.push(b),
+        }
+        i += 1;
+    }
+    out.push_str(std::str::from_utf8(&bytes).map_err(|_| "an attribute value not UTF-8")?);
+    Ok(())
+}
+
+/// Appends text with its line ends normalized (CR LF and CR as LF).
+fn push_text(text: &[u8], out: &mut String) -> Result<(), String> {
+    let text = std::str::from_utf8(text).map_err(|_| "text not UTF-8")?;
+    if !text.contains('\r') {
+        out.push_str(text);
+        return Ok(());
+    }
+    out.push_str(&text.replace("\r\n", "\n").replace('\r', "\n"));
+    Ok(())
+}
+
+/// The attributes of a start tag, checked: `(S name S? = S? "value")* S?`, no name twice,
+/// values allowed (`scratch` holds the last one decoded).
+fn attributes<'a>(
+    raw: &'a [u8],
+    out: &mut Vec<(&'a [u8], &'a [u8])>,
+    scratch: &mut String,
+) -> Result<(), String> {
     out.clear();
     let mut i = 0;
     loop {
@@ -191,41 +308,55 @@ fn attributes<'a>(raw: &'a [u8], out: &mut Vec<(&'a [u8], &'a [u8])>) -> bool {
             i += 1;
         }
         if i == raw.len() {
-            return true;
+            return Ok(());
         }
         if i == before {
-            return false; // attributes are separated by white space
+            return Err("attributes not separated by white space".to_owned());
         }
         let name_start = i;
         while i < raw.len() && !is_space(raw[i]) && raw[i] != b'=' {
             i += 1;
         }
         let name = &raw[name_start..i];
+        if !is_name(name) {
+            return Err(format!(
+                "{:?} is not an attribute name",
+                String::from_utf8_lossy(name)
+            ));
+        }
         while i < raw.len() && is_space(raw[i]) {
             i += 1;
         }
-        if i == raw.len() || raw[i] != b'=' {
-            return false;
-        }
-        i += 1;
-        while i < raw.len() && is_space(raw[i]) {
+        let quote = if raw.get(i) == Some(&b'=') {
             i += 1;
-        }
-        let Some(&quote) = raw.get(i) else {
-            return false;
+            while i < raw.len() && is_space(raw[i]) {
+                i += 1;
+            }
+            raw.get(i).copied().filter(|&q| q == b'"' || q == b'\'')
+        } else {
+            None
         };
-        if quote != b'"' && quote != b'\'' {
-            return false;
-        }
-        let Some(len) = raw[i + 1..].iter().position(|&b| b == quote) else {
-            return false;
+        let unquoted = || {
+            format!(
+                "the attribute {} has no '=' and quoted value",
+                String::from_utf8_lossy(name)
+            )
         };
+        let quote = quote.ok_or_else(unquoted)?;
+        let len = raw[i + 1..]
+            .iter()
+            .position(|&b| b == quote)
+            .ok_or_else(unquoted)?;
         let value = &raw[i + 1..i + 1 + len];
         i += len + 2;
-        let repeated = out.iter().any(|(n, _)| same(n, name));
-        if !is_name(name) || !value_ok(value) || repeated {
-            return false;
+        if out.iter().any(|(n, _)| same(n, name)) {
+            return Err(format!(
+                "the attribute {} given twice",
+                String::from_utf8_lossy(name)
+            ));
         }
+        scratch.clear();
+        decode_value(value, scratch)?;
         out.push((name, value));
     }
 }
@@ -234,17 +365,16 @@ fn attribute<'a>(attrs: &[(&'a [u8], &'a [u8])], name: &[u8]) -> Option<&'a [u8]
     attrs.iter().find(|(n, _)| same(n, name)).map(|(_, v)| *v)
 }
 
+/// An attribute's value decoded, if it is there.
+fn decoded(attrs: &[(&[u8], &[u8])], name: &[u8]) -> Option<String> {
+    let mut out = String::new();
+    decode_value(attribute(attrs, name)?, &mut out).ok()?;
+    Some(out)
+}
+
 /// Short names compared in line (a call to memcmp costs more than they do).
 fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
-}
-
-/// A value read as is: no reference and no white space that expat would normalize.
-fn plain(value: &[u8]) -> Option<&str> {
-    if value.iter().any(|&b| b == b'&' || is_space(b)) {
-        return None;
-    }
-    std::str::from_utf8(value).ok()
 }
 
 /// An unsigned decimal integer below 2^53.
@@ -320,6 +450,7 @@ fn trim_start(bytes: &[u8]) -> &[u8] {
     &bytes[at..]
 }
 
+/// `svg`, optionally `PUBLIC "pubid" "system"` or `SYSTEM "system"`, and no internal subset.
 fn literal(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
     let (&quote, rest) = bytes.split_first()?;
     if quote != b'"' && quote != b'\'' {
@@ -329,11 +460,17 @@ fn literal(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((&rest[..len], &rest[len + 1..]))
 }
 
-/// `svg`, optionally `PUBLIC "pubid" "system"` or `SYSTEM "system"`, and no internal subset.
+/// A name, optionally `PUBLIC "pubid" "system"` or `SYSTEM "system"`, and no internal subset.
 fn doctype_ok(content: &[u8]) -> bool {
-    let Some(rest) = content.strip_prefix(b"svg") else {
+    let content = trim_start(content);
+    let end = content
+        .iter()
+        .position(|&b| is_space(b))
+        .unwrap_or(content.len());
+    let (name, rest) = content.split_at(end);
+    if !is_name(name) {
         return false;
-    };
+    }
     let trimmed = trim_start(rest);
     if trimmed.is_empty() {
         return true;
@@ -375,7 +512,7 @@ fn doctype_ok(content: &[u8]) -> bool {
 
 /// What the scanner saw of one frame group's title.
 fn parse_title(title: &str) -> Option<(&str, u64, bool)> {
-    // The Python reader splits at the last " (" (a later one would put '(' in the counts).
+    // The Python side splits at the last " (" (a later one would put '(' in the counts).
     let at = title.rfind(" (")?;
     let (name, tail) = (&title[..at], &title[at + 2..]);
     let tail = tail.strip_suffix(')')?;
@@ -413,42 +550,21 @@ fn parse_title(title: &str) -> Option<(&str, u64, bool)> {
     Some((name, integer(&digits)?, delta.is_some()))
 }
 
-/// Where the scanner is in inferno's frame template.
-#[derive(Clone, Copy, PartialEq)]
-enum At {
-    /// Outside the frames container.
-    Outside,
-    /// In the container, between frames.
-    Frames,
-    /// After `<g>`: an `<a>` or the `<title>`.
-    Group,
-    /// After `<a>`: the `<title>`.
-    Link,
-    /// In the `<title>`.
-    Title,
-    /// After `</title>`: the `<rect/>`.
-    Rect,
-    /// After the `<rect/>`: a `<text>`, `</a>` or `</g>`.
-    AfterRect,
-    /// In the frame's `<text>`.
-    Label,
-    /// After the `<text>`: `</a>` or `</g>`.
-    AfterLabel,
-    /// After `</a>`: `</g>`.
-    Close,
-    /// After the container.
-    Done,
-}
-
 struct Scanner<'a> {
     doc: &'a [u8],
     reader: Reader<&'a [u8]>,
     max_depth: usize,
     open: Vec<&'a [u8]>,
-    root_seen: bool,
+    root: Option<&'a [u8]>,
 }
 
-type Scanned = (Vec<Frame>, Option<String>, bool);
+/// Where a frame is being read, as the oracle pairs a `<g>`, its `<title>` and its `<rect>`.
+#[derive(Default)]
+struct Pairing {
+    in_group: bool,
+    title: Option<String>,
+    in_script: bool,
+}
 
 impl<'a> Scanner<'a> {
     fn new(doc: &'a [u8], max_depth: usize) -> Self {
@@ -465,212 +581,248 @@ impl<'a> Scanner<'a> {
             reader,
             max_depth,
             open: Vec::with_capacity(16),
-            root_seen: false,
+            root: None,
         }
     }
 
-    fn scan(mut self) -> Option<Scanned> {
-        let mut frames: Vec<Frame> = Vec::new();
-        let mut total_samples: Option<String> = None;
-        let mut differential = false;
-        let mut at = At::Outside;
-        let mut container_depth = 0;
-        let mut title = String::new();
-        let mut has_link = false;
+    fn scan(mut self) -> Result<Scan, String> {
+        let mut scan = Scan {
+            root: String::new(),
+            frames: Vec::new(),
+            total_samples: None,
+            script: String::new(),
+            folded: None,
+        };
+        let mut pairing = Pairing::default();
+        let mut frames_container = false;
         let mut doctype_allowed = true;
         let mut attrs: Vec<(&[u8], &[u8])> = Vec::with_capacity(8);
+        let mut scratch = String::new();
         let mut first = true;
         loop {
             let position = self.reader.buffer_position() as usize;
-            let event = self.reader.read_event().ok()?;
-            let starts = |prefix: &[u8]| self.doc[position..].starts_with(prefix);
+            let event = match self.reader.read_event() {
+                Ok(event) => event,
+                Err(err) => {
+                    let at = self.reader.error_position() as usize;
+                    return Err(format!(
+                        "not well-formed XML at {}: {err}",
+                        place(self.doc, at)
+                    ));
+                }
+            };
+            let wrong = |what: &str| {
+                format!(
+                    "not well-formed XML at {}: {what}",
+                    place(self.doc, position)
+                )
+            };
             let is_first = std::mem::replace(&mut first, false);
+            let empty = matches!(event, Event::Empty(_));
+            let inside = !self.open.is_empty();
             match event {
                 Event::Decl(decl) => {
-                    if !is_first || position != 0 || !starts(b"<?xml") || !declaration_ok(&decl) {
-                        return None;
+                    if !is_first || position != 0 {
+                        return Err(wrong("an XML declaration after the start"));
+                    }
+                    if !declaration_ok(&decl) {
+                        return Err(wrong(
+                            "the XML declaration is not version 1.x in UTF-8 (only UTF-8 is read)",
+                        ));
                     }
                 }
-                Event::PI(_) => return None,
+                Event::PI(pi) => {
+                    let end = pi.iter().position(|&b| is_space(b)).unwrap_or(pi.len());
+                    let target = &pi[..end];
+                    if target.eq_ignore_ascii_case(b"xml") {
+                        return Err(wrong("an XML declaration after the start"));
+                    }
+                    if !is_name(target) {
+                        return Err(wrong("a processing instruction without a target name"));
+                    }
+                }
                 Event::DocType(doctype) => {
-                    if !doctype_allowed
-                        || self.root_seen
-                        || !self.open.is_empty()
-                        || !starts(b"<!DOCTYPE")
-                        || !self.doc.get(position + 9).is_some_and(|&b| is_space(b))
-                        || !doctype_ok(&doctype)
-                    {
-                        return None;
+                    if !doctype_allowed || self.root.is_some() {
+                        return Err(wrong("a DOCTYPE not before the root element, or twice"));
+                    }
+                    if doctype.contains(&b'[') {
+                        return Err(format!(
+                            "refused: the DOCTYPE at {} has declarations; entity declarations \
+                             are not accepted",
+                            place(self.doc, position)
+                        ));
+                    }
+                    if !doctype_ok(&doctype) {
+                        return Err(wrong("a DOCTYPE that is not a name and an external ID"));
                     }
                     doctype_allowed = false;
                 }
-                Event::Comment(comment) => {
-                    if (at != At::Outside && at != At::Done)
-                        || !starts(b"<!--")
-                        || comment.ends_with(b"-")
-                        || comment.windows(2).any(|w| w == b"--")
-                    {
-                        return None;
+                Event::Comment(_) => {}
+                Event::CData(text) => {
+                    if !inside {
+                        return Err(wrong("CDATA outside the root element"));
                     }
-                }
-                Event::CData(_) => {
-                    if self.open.is_empty() || at != At::Outside || !starts(b"<![CDATA[") {
-                        return None;
+                    if let Some(out) = pairing.text_out(&mut scan.script) {
+                        push_text(&text, out).map_err(|e| wrong(&e))?;
                     }
                 }
                 Event::Text(text) => {
-                    if self.open.is_empty() {
+                    if !inside {
                         if !text.iter().all(|&b| is_space(b)) {
-                            return None;
+                            return Err(wrong("text outside the root element"));
                         }
                         continue;
                     }
                     if text.windows(3).any(|w| w == b"]]>") {
-                        return None;
+                        return Err(wrong("']]>' in text"));
                     }
-                    match at {
-                        At::Outside | At::Done | At::Label => {}
-                        At::Title => {
-                            // expat turns CR and CR LF into LF; leave that to it.
-                            if text.contains(&b'\r') {
-                                return None;
-                            }
-                            title.push_str(std::str::from_utf8(&text).ok()?);
-                        }
-                        _ => return None,
+                    if let Some(out) = pairing.text_out(&mut scan.script) {
+                        push_text(&text, out).map_err(|e| wrong(&e))?;
                     }
                 }
                 Event::GeneralRef(reference) => {
-                    if self.open.is_empty() {
-                        return None;
+                    if !inside {
+                        return Err(wrong("a reference outside the root element"));
                     }
-                    let ch = resolve(&reference)?;
-                    match at {
-                        At::Outside | At::Done | At::Label => {}
-                        At::Title => title.push(ch),
-                        _ => return None,
-                    }
-                }
-                Event::Start(element) => {
-                    let name = self.open_element(position, &element, &mut attrs)?;
-                    self.open.push(name);
-                    match (at, name) {
-                        (At::Outside, b"g") | (At::Done, b"g") => return None,
-                        (At::Outside, b"svg") if attribute(&attrs, b"id") == Some(b"frames") => {
-                            total_samples = match attribute(&attrs, b"total_samples") {
-                                Some(value) => Some(plain(value)?.to_owned()),
-                                None => None,
-                            };
-                            container_depth = self.open.len();
-                            at = At::Frames;
-                        }
-                        (At::Outside, _) | (At::Done, _) => {
-                            if name == b"svg" && attribute(&attrs, b"id") == Some(b"frames") {
-                                return None; // a second container
-                            }
-                        }
-                        (At::Frames, b"g") => {
-                            has_link = false;
-                            at = At::Group;
-                        }
-                        (At::Group, b"a") => {
-                            has_link = true;
-                            at = At::Link;
-                        }
-                        (At::Group, b"title") | (At::Link, b"title") => {
-                            title.clear();
-                            at = At::Title;
-                        }
-                        (At::AfterRect, b"text") => at = At::Label,
-                        _ => return None,
+                    let ch = resolve(&reference).ok_or_else(|| {
+                        format!(
+                            "refused at {}: {}",
+                            place(self.doc, position),
+                            unknown_reference(&reference)
+                        )
+                    })?;
+                    if let Some(out) = pairing.text_out(&mut scan.script) {
+                        out.push(ch);
                     }
                 }
-                Event::Empty(element) => {
-                    let name = self.open_element(position, &element, &mut attrs)?;
-                    match (at, name) {
-                        (At::Outside, b"g") | (At::Done, b"g") => return None,
-                        (At::Outside, b"svg") | (At::Done, b"svg") => {
-                            if attribute(&attrs, b"id") == Some(b"frames") {
-                                return None;
+                Event::Start(element) | Event::Empty(element) => {
+                    let name = self
+                        .open_element(position, &element, &mut attrs, &mut scratch)
+                        .map_err(|e| wrong(&e))?;
+                    if self.open.len() + 1 > self.max_depth {
+                        return Err(format!(
+                            "refused: elements nest deeper than {} (at {}); flamegraph SVGs \
+                             are shallow",
+                            self.max_depth,
+                            place(self.doc, position)
+                        ));
+                    }
+                    match name {
+                        b"rect" => {
+                            if let Some(title) = pairing.title.take() {
+                                let rect = RECT_ATTRIBUTES
+                                    .iter()
+                                    .filter_map(|&n| {
+                                        let value = decoded(&attrs, n)?;
+                                        Some((std::str::from_utf8(n).unwrap_or_default(), value))
+                                    })
+                                    .collect();
+                                scan.frames.push(RawFrame { title, rect });
+                                pairing.in_group = false;
                             }
                         }
-                        (At::Outside, _) | (At::Done, _) => {}
-                        (At::Rect, b"rect") => {
-                            let (name, title_count, delta) = parse_title(&title)?;
-                            differential |= delta;
-                            frames.push(Frame {
-                                name: name.to_owned(),
-                                semicolon: name.contains(';'),
-                                title_count,
-                                y: integer(attribute(&attrs, b"y")?)?,
-                                start: integer(attribute(&attrs, b"fg:x")?)?,
-                                width: integer(attribute(&attrs, b"fg:w")?)?,
-                            });
-                            at = At::AfterRect;
+                        b"g" => {
+                            pairing = Pairing {
+                                in_group: true,
+                                ..Pairing::default()
+                            }
                         }
-                        (At::AfterRect, b"text") => at = At::AfterLabel,
-                        _ => return None,
+                        b"title" => {
+                            pairing.title = pairing.in_group.then(String::new);
+                            pairing.in_script = false;
+                        }
+                        b"script" => {
+                            pairing.title = None;
+                            pairing.in_script = true;
+                        }
+                        b"svg"
+                            if !frames_container && attribute(&attrs, b"id") == Some(b"frames") =>
+                        {
+                            frames_container = true;
+                            scan.total_samples = decoded(&attrs, b"total_samples");
+                        }
+                        _ => {}
                     }
-                    if self.open.is_empty() {
-                        self.root_seen = true;
+                    if self.root.is_none() {
+                        self.root = Some(name);
+                        scan.root = String::from_utf8_lossy(name).into_owned();
+                    }
+                    if !empty {
+                        self.open.push(name);
                     }
                 }
                 Event::End(element) => {
-                    let name = self.open.pop()?;
-                    if element.name().as_ref() != name || !is_name(name) {
-                        return None;
-                    }
-                    at = match (at, name) {
-                        (At::Outside, _) | (At::Done, _) => at,
-                        (At::Frames, b"svg") if self.open.len() + 1 == container_depth => At::Done,
-                        (At::Title, b"title") => At::Rect,
-                        (At::Label, b"text") => At::AfterLabel,
-                        (At::AfterRect, b"a") | (At::AfterLabel, b"a") if has_link => At::Close,
-                        (At::AfterRect, b"g") | (At::AfterLabel, b"g") | (At::Close, b"g")
-                            if !has_link || at == At::Close =>
-                        {
-                            At::Frames
-                        }
-                        _ => return None,
+                    let Some(name) = self.open.pop() else {
+                        return Err(wrong("an end tag that closes nothing"));
                     };
-                    if self.open.is_empty() {
-                        self.root_seen = true;
+                    if element.name().as_ref() != name {
+                        return Err(wrong(&format!(
+                            "</{}> closes <{}>",
+                            String::from_utf8_lossy(element.name().as_ref()),
+                            String::from_utf8_lossy(name)
+                        )));
                     }
                 }
                 Event::Eof => break,
             }
         }
-        if !self.root_seen || !self.open.is_empty() || at != At::Done || frames.is_empty() {
-            return None;
+        if let Some(name) = self.open.last() {
+            return Err(format!(
+                "not well-formed XML at {}: the document ends inside <{}>",
+                place(self.doc, self.doc.len()),
+                String::from_utf8_lossy(name)
+            ));
         }
-        Some((frames, total_samples, differential))
+        if self.root.is_none() {
+            return Err(format!(
+                "not well-formed XML at {}: no element",
+                place(self.doc, self.doc.len())
+            ));
+        }
+        Ok(scan)
     }
 
-    /// The name and attributes of an element that opens (or is empty), checked: one root
-    /// named `svg`, nothing after it, nesting within the limit.
+    /// The name and attributes of an element that opens (or is empty), checked: one root,
+    /// nothing after it.
     fn open_element(
         &mut self,
         position: usize,
         element: &BytesStart<'_>,
         attrs: &mut Vec<(&'a [u8], &'a [u8])>,
-    ) -> Option<&'a [u8]> {
+        scratch: &mut String,
+    ) -> Result<&'a [u8], String> {
         // The tag as a slice of the document (what follows its '<'), to keep its parts.
-        let tag: &'a [u8] = self.doc.get(position + 1..position + 1 + element.len())?;
-        if !std::ptr::eq(tag.as_ptr(), element.as_ptr()) {
-            return None;
-        }
+        let tag: &'a [u8] = self
+            .doc
+            .get(position + 1..position + 1 + element.len())
+            .filter(|tag| std::ptr::eq(tag.as_ptr(), element.as_ptr()))
+            .ok_or("a tag the tokenizer did not place")?;
         let (name, rest) = tag.split_at(element.name().as_ref().len());
-        if !is_name(name) || !attributes(rest, attrs) || self.open.len() + 1 > self.max_depth {
-            return None;
+        if !is_name(name) {
+            return Err(format!(
+                "{:?} is not an element name",
+                String::from_utf8_lossy(name)
+            ));
         }
-        if self.open.is_empty() && (self.root_seen || name != b"svg") {
-            return None;
+        attributes(rest, attrs, scratch)?;
+        if self.open.is_empty() && self.root.is_some() {
+            return Err("an element after the root element".to_owned());
         }
-        Some(name)
+        Ok(name)
     }
 }
 
-/// Rows, orientation, parents and self counts, as the Python reader computes them.
+impl Pairing {
+    /// Where character data goes: a frame's title, the scripts, or nowhere.
+    fn text_out<'s>(&'s mut self, script: &'s mut String) -> Option<&'s mut String> {
+        match self.title.as_mut() {
+            Some(title) => Some(title),
+            None => self.in_script.then_some(script),
+        }
+    }
+}
+
+/// Rows, orientation, parents and self counts, as the Python side computes them.
 fn fold(frames: Vec<Frame>, total_samples: Option<String>, differential: bool) -> Option<Read> {
     // Rows: distinct y values, a new row where the gap is more than 1 px.
     let mut levels: Vec<u64> = frames.iter().map(|f| f.y).collect();
@@ -693,7 +845,7 @@ fn fold(frames: Vec<Frame>, total_samples: Option<String>, differential: bool) -
         entry.1 = index;
     }
     // Orientation: the row holding only "all" is the root row; if that does not decide it,
-    // the Python reader asks the SVG's script.
+    // the Python side asks the SVG's script.
     let inverted = if rows == 1 {
         false
     } else {
@@ -720,7 +872,7 @@ fn fold(frames: Vec<Frame>, total_samples: Option<String>, differential: bool) -
     order.sort_by_key(|&(depth, start, _)| (depth, start)); // stable, like Python's sort
     let depths: Vec<usize> = order.iter().map(|o| o.0).collect();
     let sorted: Vec<&Frame> = order.iter().map(|o| &frames[o.2]).collect();
-    // One root frame named "all" (else the Python reader adds a synthetic one).
+    // One root frame named "all" (else the Python side adds a synthetic one).
     if depths.get(1) == Some(&0) || sorted[0].name != "all" {
         return None;
     }
@@ -773,7 +925,7 @@ fn fold(frames: Vec<Frame>, total_samples: Option<String>, differential: bool) -
         }
         let own = sorted[index].width;
         if own < children[index] {
-            return None; // wider children: the Python reader refuses the graph
+            return None; // wider children: the Python side refuses the graph
         }
         if own == children[index] {
             continue;
@@ -784,7 +936,7 @@ fn fold(frames: Vec<Frame>, total_samples: Option<String>, differential: bool) -
             chain.push(at);
             at = parent[at];
         }
-        // As the Python reader joins them: a parent's empty path adds no separator.
+        // As the Python side joins them: a parent's empty path adds no separator.
         let mut path = String::new();
         for &frame in chain.iter().rev() {
             if !path.is_empty() {
@@ -841,32 +993,53 @@ fn fold(frames: Vec<Frame>, total_samples: Option<String>, differential: bool) -
     })
 }
 
-/// The folded stacks of an inferno flamegraph SVG and what its notes need, or None when the
-/// document is not (provably) inferno's; `max_depth` is the nesting the caller allows.
+/// A flamegraph SVG read: the frames folded into stacks when they are inferno's, else the
+/// frames for the Python side; ValueError (one line: what and where) for anything else.
+/// `max_depth` is the nesting the caller allows; `fold=False` always gives the frames.
 #[pyfunction]
-#[pyo3(signature = (data, *, max_depth))]
-pub fn read_inferno_svg<'py>(
+#[pyo3(signature = (data, *, max_depth, fold = true))]
+pub fn read_svg<'py>(
     py: Python<'py>,
     data: &[u8],
     max_depth: usize,
-) -> PyResult<Option<Bound<'py, PyDict>>> {
-    let Some(read) = py.detach(|| read(data, max_depth)) else {
-        return Ok(None);
-    };
-    let stacks = PyDict::new(py);
-    for (stack, count) in &read.stacks {
-        stacks.set_item(stack, count)?;
-    }
+    fold: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    let scan = py
+        .detach(|| read(data, max_depth, fold))
+        .map_err(PyValueError::new_err)?;
     let out = PyDict::new(py);
-    out.set_item("stacks", stacks)?;
-    out.set_item("total", read.total)?;
-    out.set_item("root_title_count", read.root_title_count)?;
-    out.set_item("differential", read.differential)?;
-    out.set_item("off", read.off)?;
-    out.set_item("first_off", read.first_off)?;
-    out.set_item("total_samples", read.total_samples)?;
-    out.set_item("renamed", read.renamed)?;
-    out.set_item("root_self", read.root_self)?;
-    out.set_item("smallest", read.smallest)?;
-    Ok(Some(out))
+    out.set_item("root", scan.root)?;
+    out.set_item("total_samples", scan.total_samples)?;
+    out.set_item("script", scan.script)?;
+    let frames = PyList::empty(py);
+    for frame in &scan.frames {
+        let rect = PyDict::new(py);
+        for (name, value) in &frame.rect {
+            rect.set_item(name, value)?;
+        }
+        frames.append((&frame.title, rect))?;
+    }
+    out.set_item("frames", frames)?;
+    match scan.folded {
+        None => out.set_item("folded", py.None())?,
+        Some(read) => {
+            let stacks = PyDict::new(py);
+            for (stack, count) in &read.stacks {
+                stacks.set_item(stack, count)?;
+            }
+            let folded = PyDict::new(py);
+            folded.set_item("stacks", stacks)?;
+            folded.set_item("total", read.total)?;
+            folded.set_item("root_title_count", read.root_title_count)?;
+            folded.set_item("differential", read.differential)?;
+            folded.set_item("off", read.off)?;
+            folded.set_item("first_off", read.first_off)?;
+            folded.set_item("total_samples", read.total_samples)?;
+            folded.set_item("renamed", read.renamed)?;
+            folded.set_item("root_self", read.root_self)?;
+            folded.set_item("smallest", read.smallest)?;
+            out.set_item("folded", folded)?;
+        }
+    }
+    Ok(out)
 }
