@@ -80,21 +80,21 @@ def parse_profile(data: bytes, source: str = "input") -> Profile:
     return parse_folded(text, source=source)
 
 
-#: Above this many bytes together, two inputs the native reader reads are read at once.
+#: Above this many bytes together, two inputs are read at once.
 PARALLEL_BYTES = 8 * 1024 * 1024
 
 
 def load_profiles(first: str, second: str) -> tuple[Profile, Profile]:
-    """Reads two profiles; two large inferno SVGs at once.
+    """Reads two profiles; two large ones at once.
 
-    inferno SVGs are read natively with the GIL released, so a thread reads the first while
-    this one reads the second; anything else is read one after the other.
+    SVGs are read natively with the GIL released, so a thread reads the first while this one
+    reads the second.
     """
     sizes = _size(first), _size(second)
     for path, size in zip((first, second), sizes, strict=True):
         if size > MAX_INPUT_BYTES:  # refuse before any work on the other input
             read_input(path)
-    if sum(sizes) < PARALLEL_BYTES or not (_native_reads(first) and _native_reads(second)):
+    if sum(sizes) < PARALLEL_BYTES:
         return load_profile(first), load_profile(second)
     with ThreadPoolExecutor(max_workers=1) as threads:
         pending = threads.submit(load_profile, first)
@@ -104,23 +104,6 @@ def load_profiles(first: str, second: str) -> tuple[Profile, Profile]:
             pending.cancel()
             raise
         return pending.result(), other
-
-
-def _native_reads(path: str) -> bool:
-    """Whether the file looks like an inferno SVG (its frames container near the start), which
-    the native reader reads without the GIL; the reader itself decides."""
-    if path == "-":
-        return False
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(_HEAD_BYTES)
-    except OSError:
-        return False
-    return sniff(head) == "svg" and b'<svg id="frames"' in head
-
-
-#: inferno writes its script (about 30 KB) and header before the frames container.
-_HEAD_BYTES = 256 * 1024
 
 
 def _size(path: str) -> int:
