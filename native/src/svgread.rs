@@ -18,6 +18,7 @@
 //! go to `sidecar/svg.py`, which reads their geometry (flamegraph.pl's layout) or says what is
 //! inconsistent.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use rustc_hash::FxBuildHasher;
@@ -71,16 +72,17 @@ struct Frame {
 
 /// One drawn frame as the document has it: its title's text and its `<rect>`'s attributes
 /// (those of `RECT_ATTRIBUTES` present, decoded).
-pub struct RawFrame {
+pub struct RawFrame<'a> {
     pub title: String,
-    pub rect: Vec<(&'static str, String)>,
+    /// The values of `RECT_ATTRIBUTES`, in that order.
+    pub rect: [Option<Cow<'a, str>>; 5],
 }
 
 /// What the document holds: its root element's name, its frames, the `total_samples` of its
 /// `<svg id="frames">`, the text of its scripts, and the frames folded when they are inferno's.
-pub struct Scan {
+pub struct Scan<'a> {
     pub root: String,
-    pub frames: Vec<RawFrame>,
+    pub frames: Vec<RawFrame<'a>>,
     pub total_samples: Option<String>,
     pub script: String,
     pub folded: Option<Read>,
@@ -88,7 +90,7 @@ pub struct Scan {
 
 /// Reads a flamegraph SVG, folding inferno's frames when `fold`; the error is one line: what
 /// is wrong and where.
-pub fn read(data: &[u8], max_depth: usize, fold_frames: bool) -> Result<Scan, String> {
+pub fn read(data: &[u8], max_depth: usize, fold_frames: bool) -> Result<Scan<'_>, String> {
     let doc = data.strip_prefix(b"\xef\xbb\xbf").unwrap_or(data);
     if let Some(at) = forbidden_character(doc) {
         return Err(format!(
@@ -121,26 +123,21 @@ fn place(doc: &[u8], at: usize) -> String {
 }
 
 /// inferno's frames: every one with integer `y`, `fg:x` and `fg:w` and a title with a count.
-fn exact_frames(raw: &[RawFrame]) -> Option<(Vec<Frame>, bool)> {
+fn exact_frames(raw: &[RawFrame<'_>]) -> Option<(Vec<Frame>, bool)> {
     let mut differential = false;
     let mut frames = Vec::with_capacity(raw.len());
     for frame in raw {
-        let get = |name: &str| {
-            frame
-                .rect
-                .iter()
-                .find(|(n, _)| *n == name)
-                .map(|(_, v)| v.as_bytes())
-        };
+        let [_, y, _, start, width] = &frame.rect;
+        let get = |value: &Option<Cow<'_, str>>| integer(value.as_deref()?.as_bytes());
         let (name, title_count, delta) = parse_title(&frame.title)?;
         differential |= delta;
         frames.push(Frame {
             name: name.to_owned(),
             semicolon: name.contains(';'),
             title_count,
-            y: integer(get("y")?)?,
-            start: integer(get("fg:x")?)?,
-            width: integer(get("fg:w")?)?,
+            y: get(y)?,
+            start: get(start)?,
+            width: get(width)?,
         });
     }
     Some((frames, differential))
@@ -184,6 +181,14 @@ fn is_space(b: u8) -> bool {
 
 /// An XML name (XML 1.0, fifth edition).
 fn is_name(name: &[u8]) -> bool {
+    if name.is_ascii() {
+        return name
+            .first()
+            .is_some_and(|b| b.is_ascii_alphabetic() || matches!(b, b'_' | b':'))
+            && name
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b':' | b'.' | b'-'));
+    }
     let Ok(name) = std::str::from_utf8(name) else {
         return false;
     };
@@ -355,8 +360,10 @@ fn attributes<'a>(
                 String::from_utf8_lossy(name)
             ));
         }
-        scratch.clear();
-        decode_value(value, scratch)?;
+        if value.iter().any(|&b| matches!(b, b'<' | b'&')) {
+            scratch.clear();
+            decode_value(value, scratch)?;
+        }
         out.push((name, value));
     }
 }
@@ -366,10 +373,15 @@ fn attribute<'a>(attrs: &[(&'a [u8], &'a [u8])], name: &[u8]) -> Option<&'a [u8]
 }
 
 /// An attribute's value decoded, if it is there.
-fn decoded(attrs: &[(&[u8], &[u8])], name: &[u8]) -> Option<String> {
+fn decoded<'a>(attrs: &[(&'a [u8], &'a [u8])], name: &[u8]) -> Option<Cow<'a, str>> {
+    let value = attribute(attrs, name)?;
+    let special = |b: &u8| matches!(b, b'&' | b'\r' | b'\n' | b'\t');
+    if !value.iter().any(special) {
+        return std::str::from_utf8(value).ok().map(Cow::Borrowed);
+    }
     let mut out = String::new();
-    decode_value(attribute(attrs, name)?, &mut out).ok()?;
-    Some(out)
+    decode_value(value, &mut out).ok()?;
+    Some(Cow::Owned(out))
 }
 
 /// Short names compared in line (a call to memcmp costs more than they do).
@@ -585,7 +597,7 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    fn scan(mut self) -> Result<Scan, String> {
+    fn scan(mut self) -> Result<Scan<'a>, String> {
         let mut scan = Scan {
             root: String::new(),
             frames: Vec::new(),
@@ -710,13 +722,7 @@ impl<'a> Scanner<'a> {
                     match name {
                         b"rect" => {
                             if let Some(title) = pairing.title.take() {
-                                let rect = RECT_ATTRIBUTES
-                                    .iter()
-                                    .filter_map(|&n| {
-                                        let value = decoded(&attrs, n)?;
-                                        Some((std::str::from_utf8(n).unwrap_or_default(), value))
-                                    })
-                                    .collect();
+                                let rect = RECT_ATTRIBUTES.map(|n| decoded(&attrs, n));
                                 scan.frames.push(RawFrame { title, rect });
                                 pairing.in_group = false;
                             }
@@ -739,7 +745,8 @@ impl<'a> Scanner<'a> {
                             if !frames_container && attribute(&attrs, b"id") == Some(b"frames") =>
                         {
                             frames_container = true;
-                            scan.total_samples = decoded(&attrs, b"total_samples");
+                            scan.total_samples =
+                                decoded(&attrs, b"total_samples").map(Cow::into_owned);
                         }
                         _ => {}
                     }
@@ -1014,8 +1021,13 @@ pub fn read_svg<'py>(
     let frames = PyList::empty(py);
     for frame in &scan.frames {
         let rect = PyDict::new(py);
-        for (name, value) in &frame.rect {
-            rect.set_item(name, value)?;
+        for (name, value) in RECT_ATTRIBUTES.iter().zip(&frame.rect) {
+            if let Some(value) = value {
+                rect.set_item(
+                    std::str::from_utf8(name).unwrap_or_default(),
+                    value.as_ref(),
+                )?;
+            }
         }
         frames.append((&frame.title, rect))?;
     }
