@@ -299,6 +299,13 @@ def test_native_reader_folds_only_inferno_frames_and_refuses_hostile_input(
         _native.read_svg(svg, max_depth=3)
 
 
+def test_errors_stay_one_short_line_whatever_the_document_puts_in_them() -> None:
+    for svg in (b"<svg><style></style&\n?></svg>", b"<svg><" + b"a" * 5000 + b"></b></svg>"):
+        with pytest.raises(ProfileFormatError) as info:
+            read_svg(svg)
+        assert "\n" not in str(info.value) and len(str(info.value)) < 400, info.value
+
+
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(stacks=STACKS, inverted=st.booleans(), min_width=st.sampled_from([0.1, 1.0, 5.0]))
 def test_inferno_round_trip_with_pruning_keeps_the_total(

@@ -98,7 +98,7 @@ pub fn read(data: &[u8], max_depth: usize, fold_frames: bool) -> Result<Scan<'_>
             place(doc, at)
         ));
     }
-    let mut scan = Scanner::new(doc, max_depth).scan()?;
+    let mut scan = Scanner::new(doc, max_depth).scan().map_err(one_line)?;
     if fold_frames && !scan.frames.is_empty() {
         if let Some(frames) = exact_frames(&scan.frames) {
             scan.folded = fold(frames.0, scan.total_samples.clone(), frames.1);
@@ -108,6 +108,25 @@ pub fn read(data: &[u8], max_depth: usize, fold_frames: bool) -> Result<Scan<'_>
         }
     }
     Ok(scan)
+}
+
+/// An error as one line of bounded length: what the document put in it (names, the
+/// tokenizer's quotes) may hold line ends or be long.
+fn one_line(message: String) -> String {
+    const LONG: usize = 300;
+    let mut line: String = message
+        .chars()
+        .take(LONG)
+        .flat_map(|c| {
+            let escaped = c.is_control().then(|| c.escape_default());
+            let plain = (!c.is_control()).then_some(c);
+            escaped.into_iter().flatten().chain(plain)
+        })
+        .collect();
+    if message.chars().nth(LONG).is_some() {
+        line.push_str("...");
+    }
+    line
 }
 
 /// `line L, column C` (both from 1, the column in characters) of a byte offset.
