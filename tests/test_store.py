@@ -378,15 +378,10 @@ def test_tasks_are_stored_beside_threads_and_kept_alike(tmp_path: Path) -> None:
     store.close()
 
 
-def test_a_version_5_database_gains_tasks_and_keeps_its_threads(tmp_path: Path) -> None:
-    """Schema 6 adds the tasks to a database of schema 5: its thread windows read the same,
-    they have no task scans (a clear refusal, not an empty task profile), and new windows
-    store tasks."""
-    from sidecar.taskquery import NoTaskScans, TaskReader
-
-    db = tmp_path / "v5.db"
+def at_schema(db: Path, version: int) -> sqlite3.Connection:
+    """A new database made by the first ``version`` migrations, as an older sidecar left it."""
     conn = sqlite3.connect(db, isolation_level=None)
-    for number, step in enumerate(MIGRATIONS[:5]):
+    for number, step in enumerate(MIGRATIONS[:version]):
         conn.execute("BEGIN")
         if isinstance(step, str):
             for statement in step.split(";"):
@@ -396,6 +391,17 @@ def test_a_version_5_database_gains_tasks_and_keeps_its_threads(tmp_path: Path) 
             step(conn)
         conn.execute(f"PRAGMA user_version = {number + 1}")
         conn.execute("COMMIT")
+    return conn
+
+
+def test_a_version_5_database_gains_tasks_and_keeps_its_threads(tmp_path: Path) -> None:
+    """Schema 6 adds the tasks to a database of schema 5: its thread windows read the same,
+    they have no task scans (a clear refusal, not an empty task profile), and new windows
+    store tasks."""
+    from sidecar.taskquery import NoTaskScans, TaskReader
+
+    db = tmp_path / "v5.db"
+    conn = at_schema(db, 5)
     now = int(time.time()) // 10 * 10
     conn.execute(
         "INSERT INTO targets VALUES "
@@ -437,17 +443,7 @@ def test_a_version_6_database_gains_unread_tasks_and_keeps_its_tasks(tmp_path: P
     from sidecar.taskquery import TaskReader
 
     db = tmp_path / "v6.db"
-    conn = sqlite3.connect(db, isolation_level=None)
-    for number, step in enumerate(MIGRATIONS[:6]):
-        conn.execute("BEGIN")
-        if isinstance(step, str):
-            for statement in step.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
-        else:
-            step(conn)
-        conn.execute(f"PRAGMA user_version = {number + 1}")
-        conn.execute("COMMIT")
+    conn = at_schema(db, 6)
     old = (int(time.time()) // 3600 - 24) * 3600  # old enough to be downsampled, in one span
     conn.execute(
         "INSERT INTO targets VALUES "
