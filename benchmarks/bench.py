@@ -1,4 +1,4 @@
-"""The performance harness of issue 8 (``make bench``): sidecar against no profiler and py-spy.
+"""The performance harness (``make bench``): sidecar against no profiler and against py-spy.
 
 Runs, in one go on one machine, each part interleaved in rounds so that other work on the
 machine hits every leg alike:
