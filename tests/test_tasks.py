@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -217,3 +218,45 @@ def test_task_churn_reads_only_frames_the_target_runs(
                 continue
             first, last = spans[match[1]]
             assert first <= int(match[2]) <= last, line
+
+
+def due_states(pid: int, scans: int = 60) -> dict[str, dict[str, int]]:
+    """The states each task of ``targets/tasks_due.py`` was read in over ``scans`` scans, 20 ms
+    apart (about two and a half of its 0.51 s cycles): sleepers by their common name."""
+    states: dict[str, dict[str, int]] = {}
+    for _ in range(scans):
+        for task in _native.scan_tasks(pid)["tasks"]:
+            name = re.sub(r"-\d+$", "", task["name"])
+            seen = states.setdefault(name, {"running": 0, "ready": 0, "waiting": 0})
+            seen[task["state"]] += 1
+        time.sleep(0.02)
+    return states
+
+
+def share(seen: dict[str, int], state: str) -> float:
+    return seen[state] / max(1, sum(seen.values()))
+
+
+@pytest.mark.parametrize("version", SCANNED)
+def test_a_task_whose_sleep_is_over_is_ready_while_the_loop_is_blocked(
+    spawn: Spawner, version: str
+) -> None:
+    """``blocker`` holds the loop 0.5 s of every 0.51 s: the sleepers' 50 ms sleeps end while
+    it blocks, and their timers wait for the loop, so they read ready (due to run), not
+    waiting, for most of the cycle (about 0.9 of it); ``far``, whose hour has not passed, is
+    never ready."""
+    target = spawn.target("tasks_due", python=interpreter(version))
+    states = due_states(target.pid)
+    assert share(states["blocker"], "running") > 0.5, states
+    assert share(states["sleeper"], "ready") > 0.6, states
+    assert states["far"]["ready"] == 0 and states["far"]["waiting"] > 0, states
+
+
+def test_on_uvloop_a_due_sleep_waits_for_its_timer(spawn: Spawner) -> None:
+    """uvloop keeps its timers in libuv, out of the scan's reach: the same sleepers, their
+    sleeps over while ``blocker`` holds the loop, read waiting until the loop runs their
+    timers (ready only in the moment their wakeups are queued)."""
+    target = spawn.target("tasks_due", "--loop", "uvloop")
+    states = due_states(target.pid)
+    assert share(states["blocker"], "running") > 0.5, states
+    assert share(states["sleeper"], "waiting") > 0.8, states

@@ -35,7 +35,8 @@ pub const MERGE_GAP: usize = 1024;
 pub enum TaskState {
     /// Its coroutine executes on a thread now.
     Running,
-    /// Due to run: its first step or its wakeup is queued on the loop.
+    /// Due to run: its first step or its wakeup is queued on the loop, or the timer that ends
+    /// its sleep is due (`timers`).
     Ready,
     /// Parked on a pending future.
     Waiting,

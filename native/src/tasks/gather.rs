@@ -12,7 +12,7 @@ use rustc_hash::FxBuildHasher as FxBuild;
 use super::chain::RawTask;
 use super::chain::MERGE_GAP;
 use super::layout::TaskLayout;
-use super::objects::{dict_get, Kind, Types};
+use super::objects::{dict_get, Kind, Types, METHOD_SELF};
 use super::registry::first_attribute;
 use crate::memory::{read, usize_at, Batch};
 use crate::walker::Layout;
@@ -106,9 +106,6 @@ pub fn link_task_groups(
         }
     }
 }
-
-/// `PyMethodObject`: its `__self__`.
-const METHOD_SELF: usize = 24;
 
 /// The `_parent_task` of the `TaskGroup` at `group`: the first task among its attributes.
 fn group_parent(pid: i32, layout: &Layout, types: &mut Types, group: usize) -> Result<usize> {

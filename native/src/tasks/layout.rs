@@ -75,6 +75,8 @@ pub struct TaskLayout {
     /// Where the awaited object lies on a suspended frame's stack, in slots from the top:
     /// the top itself up to 3.14; 3.15 keeps one more slot above it.
     pub awaited_slot: usize,
+    /// A tuple's first item: 3.14 put a cached hash before the items.
+    pub tuple_items: usize,
 }
 
 impl TaskLayout {
@@ -109,6 +111,7 @@ impl TaskLayout {
                 frame_localsplus: 72,
                 stack_top: StackTop::Index,
                 awaited_slot: 1,
+                tuple_items: 24,
             },
             13 => TaskLayout {
                 minor,
@@ -134,6 +137,7 @@ impl TaskLayout {
                 frame_localsplus: 72,
                 stack_top: StackTop::Index,
                 awaited_slot: 1,
+                tuple_items: 24,
             },
             14 | 15 => TaskLayout {
                 minor,
@@ -158,6 +162,7 @@ impl TaskLayout {
                 frame_localsplus: 80,
                 stack_top: StackTop::Pointer,
                 awaited_slot: if minor == 14 { 1 } else { 2 },
+                tuple_items: 32,
             },
             _ => return None,
         };

@@ -9,7 +9,8 @@
 //! module's task lists from 3.14), `chain` (the tasks' await chains and states, kept from one
 //! scan to the next while unchanged), `running` (the coroutines a running task is in, from its
 //! thread's frames), `gather` (the tasks a `gather` or a `TaskGroup` waits for, on 3.11–3.13,
-//! whose tasks do not say which task awaits them), `ticks` (scans
+//! whose tasks do not say which task awaits them), `timers` (tasks whose sleep is over, due
+//! to run while the loop is busy elsewhere), `ticks` (scans
 //! on the sampler's schedule, counted into its windows). Code objects
 //! and frames are formatted by the walker's `objects`, so a task's frames read like a
 //! thread's.
@@ -21,6 +22,7 @@ mod objects;
 mod registry;
 mod running;
 mod ticks;
+mod timers;
 mod tornado;
 
 use std::collections::HashMap;
@@ -108,6 +110,7 @@ pub struct TaskScanner {
     found: Vec<usize>,
     /// Tasks read per scan at most (`task_bound`).
     bound: usize,
+    timers: timers::Timers,
 }
 
 /// The one line an older Python gets.
@@ -151,6 +154,7 @@ impl TaskScanner {
             scans: 0,
             found: Vec::new(),
             bound: task_bound(),
+            timers: timers::Timers::default(),
             // on unless SIDECAR_TASK_CACHE=off (the benchmark's legs without it)
             chains: ChainCache::new(std::env::var("SIDECAR_TASK_CACHE").as_deref() != Ok("off")),
         };
@@ -213,7 +217,7 @@ impl TaskScanner {
         );
         torn += torn_tasks;
         let mut raw = raw;
-        running::add_running_chains(
+        torn += running::add_running_chains(
             self.pid,
             &self.layout,
             &self.tl,
@@ -221,6 +225,8 @@ impl TaskScanner {
             self.interpreter,
             &mut raw,
         );
+        self.timers
+            .mark_due(self.pid, &self.layout, &self.tl, &mut self.types, &mut raw);
         gather::link_gathered(self.pid, &self.layout, &self.tl, &mut self.types, &mut raw);
         gather::link_task_groups(self.pid, &self.layout, &self.tl, &mut self.types, &mut raw);
         tornado::add_runner_chains(self.pid, &self.layout, &self.tl, &mut self.types, &mut raw);

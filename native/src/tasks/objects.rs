@@ -44,6 +44,8 @@ pub enum Kind {
     Tuple,
     Cell,
     Runner,
+    TimerHandle,
+    Float,
     WeakRef,
     WeakSet,
     None,
@@ -133,9 +135,20 @@ impl Types {
     }
 }
 
+/// A bound method's `__self__` (the same in every version read).
+pub const METHOD_SELF: usize = 24;
+
 fn type_name(pid: i32, address: usize) -> Result<String> {
     if address == 0 {
         bail!("a type without a name: a torn read");
+    }
+    c_string(pid, address)
+}
+
+/// The NUL-terminated string at `address` (a type's or a member's name), up to 64 bytes.
+pub fn c_string(pid: i32, address: usize) -> Result<String> {
+    if address == 0 {
+        bail!("a name without its text: a torn read");
     }
     let raw = read_upto(pid, address, 64);
     let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
@@ -159,6 +172,8 @@ fn kind_of(name: &str) -> Kind {
         "tuple" => Kind::Tuple,
         "cell" => Kind::Cell,
         "Runner" => Kind::Runner,
+        "TimerHandle" => Kind::TimerHandle,
+        "float" => Kind::Float,
         "TaskGroup" => Kind::TaskGroup,
         "module" => Kind::Module,
         "weakref.ReferenceType" | "weakref" => Kind::WeakRef,

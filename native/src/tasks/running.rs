@@ -28,49 +28,54 @@ struct Frame {
 }
 
 /// Appends to each running task's chain the coroutines it is in, read from the frames of the
-/// thread that runs it; a task whose thread's frames could not be read keeps its outermost
-/// coroutine alone.
+/// thread that runs it. A running task whose coroutine no thread runs any more (it yielded
+/// between the read of the task and that of the threads), or whose threads could not be read,
+/// is a torn read: it is left out, and the count of those left out is returned.
 pub fn add_running_chains(
     pid: i32,
     layout: &Layout,
     tl: &TaskLayout,
     types: &mut Types,
     interpreter: usize,
-    tasks: &mut [RawTask],
-) {
+    tasks: &mut Vec<RawTask>,
+) -> u64 {
     if !tasks.iter().any(|t| t.state == TaskState::Running) {
-        return;
+        return 0;
     }
-    let Ok(threads) = thread_frames(pid, layout, interpreter) else {
-        return;
-    };
+    let threads = thread_frames(pid, layout, interpreter).unwrap_or_default();
     let hidden = layout.owner_hidden.unwrap_or(u8::MAX);
-    for task in tasks.iter_mut().filter(|t| t.state == TaskState::Running) {
-        let outermost = task.coro() + tl.gen_iframe;
-        for frames in &threads {
-            let Some(at) = frames.iter().position(|f| f.address == outermost) else {
-                continue;
-            };
-            // from the task's coroutine up: the coroutines each resumed, until a function
-            for frame in frames[..at].iter().rev() {
-                if frame.owner >= hidden {
-                    continue; // the C stack's entry into a coroutine resumed from C
-                }
-                if frame.owner != OWNED_BY_GENERATOR || frame.code == 0 {
-                    break;
-                }
-                // the frame lies in its coroutine object: checked, or the chain ends here
-                let gen = frame.address.wrapping_sub(tl.gen_iframe);
-                let kind = types.of(pid, gen, None).map(|info| info.kind);
-                if !matches!(kind, Ok(Kind::Coroutine | Kind::Generator)) {
-                    break;
-                }
-                let offset = frame.instr as i64 - (frame.code + layout.code_adaptive) as i64;
-                task.frames.push((frame.code, offset));
-            }
-            break;
+    let before = tasks.len();
+    tasks.retain_mut(|task| {
+        if task.state != TaskState::Running {
+            return true;
         }
-    }
+        let outermost = task.coro() + tl.gen_iframe;
+        let Some((frames, at)) = threads.iter().find_map(|frames| {
+            let at = frames.iter().position(|f| f.address == outermost)?;
+            Some((frames, at))
+        }) else {
+            return false;
+        };
+        // from the task's coroutine up: the coroutines each resumed, until a function
+        for frame in frames[..at].iter().rev() {
+            if frame.owner >= hidden {
+                continue; // the C stack's entry into a coroutine resumed from C
+            }
+            if frame.owner != OWNED_BY_GENERATOR || frame.code == 0 {
+                break;
+            }
+            // the frame lies in its coroutine object: checked, or the chain ends here
+            let gen = frame.address.wrapping_sub(tl.gen_iframe);
+            let kind = types.of(pid, gen, None).map(|info| info.kind);
+            if !matches!(kind, Ok(Kind::Coroutine | Kind::Generator)) {
+                break;
+            }
+            let offset = frame.instr as i64 - (frame.code + layout.code_adaptive) as i64;
+            task.frames.push((frame.code, offset));
+        }
+        true
+    });
+    (before - tasks.len()) as u64
 }
 
 /// The frames of every Python thread, innermost first.

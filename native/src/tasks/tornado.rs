@@ -16,11 +16,10 @@ use crate::walker::Layout;
 
 /// Sanity bound: runners followed per task.
 const MAX_RUNNERS: usize = 32;
-/// FutureObj: its first done callback; a function: its closure; a tuple: its first item; a
-/// cell: its object (the same in every version read).
+/// FutureObj: its first done callback; a function: its closure; a cell: its object (the same
+/// in every version read).
 const FUT_CALLBACK0: usize = 24;
 const FUNC_CLOSURE: usize = 72;
-const TUPLE_ITEMS: usize = 24;
 const CELL_REF: usize = 16;
 
 /// Appends to the chain of each task that awaits a Tornado coroutine's future the frames of
@@ -97,7 +96,7 @@ fn runner_step(
     if closure == 0 || types.of(pid, closure, None)?.kind != Kind::Tuple {
         bail!("no closure");
     }
-    let cell = word(pid, closure + TUPLE_ITEMS)?;
+    let cell = word(pid, closure + tl.tuple_items)?;
     types.expect(pid, cell, Kind::Cell)?;
     let runner = word(pid, cell + CELL_REF)?;
     let info = types.expect(pid, runner, Kind::Runner)?;
