@@ -107,12 +107,24 @@ class Session:
     recent: deque[tuple[int, int, int, int]] = field(default_factory=lambda: deque(maxlen=6))
     #: ``master`` / ``worker`` in a pre-fork server, None alone (checked at every scan).
     role: str | None = None
+    #: The role /proc suggests (``discover.prefork_role``), as read at the last scan.
+    candidate: str | None = None
     #: What its stacks said of its role so far (``discover.role_marks``).
     marks: frozenset[str] = frozenset()
     #: Tasks in flight per (state, request or background) in the last window with task scans.
     tasks: dict[tuple[str, str], float] = field(default_factory=dict)
     #: Tasks in flight past the scans' bound, not read, in that window (of no state nor kind).
     tasks_unread: float = 0.0
+
+    def unsettled(self) -> bool:
+        """Whether its stacks may still tell its role (``discover.settle_role``): a master's
+        until they show it waiting on its workers, a worker's until they show a process pool's
+        child; a lone process's never (its stacks are not read for marks)."""
+        if self.candidate == "master":
+            return "master" not in self.marks
+        if self.candidate == "worker":
+            return "pool" not in self.marks
+        return False
 
     def record(self, seen: float) -> ProcessRecord:
         """The process as the store keeps it."""
@@ -217,7 +229,8 @@ class Sessions:
         """A master forks its workers after it starts, and may be left alone: the role is
         read again at every scan and whenever its stacks tell more, and the store told when it
         changed."""
-        role = settle_role(prefork_role(session.key[0]), session.marks)
+        session.candidate = prefork_role(session.key[0])
+        role = settle_role(session.candidate, session.marks)
         if role != session.role:
             log.info("PID %d is now %s", session.key[0], role or "a lone process")
             session.role = role
@@ -227,7 +240,8 @@ class Sessions:
         pid, started = key
         cmdline, code = program(pid)
         framework, loop = self.describe(pid)
-        role = settle_role(prefork_role(pid), ())  # a master once its stacks show it
+        candidate = prefork_role(pid)
+        role = settle_role(candidate, ())  # a master once its stacks show it
         try:
             # one sampling thread for every target: one wakeup per tick for all of them
             sampler = open_sampler(
@@ -261,7 +275,7 @@ class Sessions:
             return
         reader = sampler.stats()["reader"]
         session = Session(key, cmdline, sampler, framework, loop, now, code, reader=reader)
-        session.role = role
+        session.role, session.candidate = role, candidate
         with self.lock:
             self.problems.pop(key, None)
             self.sessions[key] = session
@@ -287,10 +301,11 @@ class Sessions:
                 continue
             for window in session.sampler.drain():
                 batch = self._batch(session, window)
-                marks = session.marks
-                session.marks = marks.union(*(role_marks(row[0]) for row in batch.rows))
-                if session.marks != marks:  # the store has the role before these samples
-                    self._check_role(session, time.time())
+                if session.unsettled():
+                    marks = session.marks
+                    session.marks = marks.union(*(role_marks(row[0]) for row in batch.rows))
+                    if session.marks != marks:  # the store has the role before these samples
+                        self._check_role(session, time.time())
                 self.sink.submit(batch)
             clock = session.sampler.clock
             if clock != session.clock:

@@ -394,15 +394,9 @@ def at_schema(db: Path, version: int) -> sqlite3.Connection:
     return conn
 
 
-def test_a_version_5_database_gains_tasks_and_keeps_its_threads(tmp_path: Path) -> None:
-    """Schema 6 adds the tasks to a database of schema 5: its thread windows read the same,
-    they have no task scans (a clear refusal, not an empty task profile), and new windows
-    store tasks."""
-    from sidecar.taskquery import NoTaskScans, TaskReader
-
-    db = tmp_path / "v5.db"
-    conn = at_schema(db, 5)
-    now = int(time.time()) // 10 * 10
+def seed_one_stack(conn: sqlite3.Connection) -> None:
+    """Target 1 (aiohttp), its process 1 and one stored stack (id 1): ``main (app.py:1)``,
+    rows as every schema from 5 on keeps them."""
     conn.execute(
         "INSERT INTO targets VALUES "
         "(1, 'python app.py', 'python app.py', 'aiohttp', 'asyncio', 1, 2, NULL)"
@@ -413,6 +407,18 @@ def test_a_version_5_database_gains_tasks_and_keeps_its_threads(tmp_path: Path) 
     )
     conn.execute("INSERT INTO nodes VALUES (1, 0, 1)")
     conn.execute("INSERT INTO stacks VALUES (1, 0, 1)")
+
+
+def test_a_version_5_database_gains_tasks_and_keeps_its_threads(tmp_path: Path) -> None:
+    """Schema 6 adds the tasks to a database of schema 5: its thread windows read the same,
+    they have no task scans (a clear refusal, not an empty task profile), and new windows
+    store tasks."""
+    from sidecar.taskquery import NoTaskScans, TaskReader
+
+    db = tmp_path / "v5.db"
+    conn = at_schema(db, 5)
+    now = int(time.time()) // 10 * 10
+    seed_one_stack(conn)
     conn.execute(
         "INSERT INTO windows (window, target_id, process_id, width, ticks, busy) "
         "VALUES (?, 1, 1, 10, 3, 3)",
@@ -445,16 +451,7 @@ def test_a_version_6_database_gains_unread_tasks_and_keeps_its_tasks(tmp_path: P
     db = tmp_path / "v6.db"
     conn = at_schema(db, 6)
     old = (int(time.time()) // 3600 - 24) * 3600  # old enough to be downsampled, in one span
-    conn.execute(
-        "INSERT INTO targets VALUES "
-        "(1, 'python app.py', 'python app.py', 'aiohttp', 'asyncio', 1, 2, NULL)"
-    )
-    conn.execute("INSERT INTO processes VALUES (1, 1, 4242, 99, '3.11', 1, 2, 0, NULL)")
-    conn.execute(
-        "INSERT INTO frames VALUES (1, ?, 'main (app.py:1)')", (frame_hash("main (app.py:1)"),)
-    )
-    conn.execute("INSERT INTO nodes VALUES (1, 0, 1)")
-    conn.execute("INSERT INTO stacks VALUES (1, 0, 1)")
+    seed_one_stack(conn)
     conn.execute(
         "INSERT INTO windows (window, target_id, process_id, width, ticks, busy, task_scans, "
         "tasks_waiting) VALUES (?, 1, 1, 10, 3, 3, 2, 8)",
