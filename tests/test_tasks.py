@@ -34,8 +34,9 @@ def await_lines(path: Path) -> dict[str, int]:
 
 def record_tasks(pid: int, out: Path, duration: float) -> subprocess.CompletedProcess[str]:
     """``sidecar record --tasks`` of ``pid`` into ``out`` as folded stacks (the task profile
-    beside it, ``NAME.tasks.folded``), scanning at 47 Hz: a rate that the targets' cycles
-    (40 ms requests, 10 Hz tickers) do not divide."""
+    beside it, ``NAME.tasks.folded``), scanning at 47 Hz (each scan at a random instant of its
+    period, so the targets' cycles, 40 ms requests and 10 Hz tickers, meet them at every
+    phase)."""
     return sidecar(
         "record",
         "--pid",

@@ -1,6 +1,8 @@
-//! The task scan on the sampler's schedule: a runner with tasks asked for scans them at their
-//! own rate (a tick is due when the scan's period has passed), folds each scan into the
-//! window's task stacks and keeps the counters. The scanner is made on the first due tick and
+//! The task scan on the sampler's thread: a runner with tasks asked for scans them at their
+//! own rate, folds each scan into the window's task stacks and keeps the counters. Each scan
+//! falls at a random instant of its own period (stratified sampling), not on the sample
+//! ticks' grid: a request cycle close to a multiple of the period would otherwise meet the
+//! scans at the same few phases of it, run after run, and bias the shares of its awaits. The scanner is made on the first due tick and
 //! made again, at most once a second, while it cannot be (asyncio not imported yet).
 //!
 //! Scans share the sampler's thread with the thread samples of every target, so they are held
@@ -25,11 +27,14 @@ fn next_due(due: Instant, began: Instant, spent: Duration) -> Instant {
     due.max(began + spent.div_f64(BUDGET))
 }
 
-/// A runner's task scans: the scanner, its period and when the next scan is due.
+/// A runner's task scans: the scanner, its period, the start of the next scan's period and
+/// when in it the scan is due.
 pub(crate) struct TaskTicks {
     scanner: Option<TaskScanner>,
     period: Duration,
+    stratum: Instant,
     next: Instant,
+    random: fastrand::Rng,
 }
 
 /// What a due tick's scan found, to count into the window under the session's lock.
@@ -38,11 +43,28 @@ pub(crate) type ScanResult = Result<(Scan, Vec<String>), String>;
 impl TaskTicks {
     /// Task scans at `rate_hz`, or None when they are not asked for (a rate of 0).
     pub(crate) fn new(rate_hz: f64) -> Option<TaskTicks> {
-        (rate_hz > 0.0).then(|| TaskTicks {
-            scanner: None,
-            period: Duration::from_secs_f64(1.0 / rate_hz),
-            next: Instant::now(),
+        (rate_hz > 0.0).then(|| {
+            let period = Duration::from_secs_f64(1.0 / rate_hz);
+            let mut ticks = TaskTicks {
+                scanner: None,
+                period,
+                stratum: Instant::now(),
+                next: Instant::now(),
+                random: fastrand::Rng::new(),
+            };
+            ticks.next = ticks.within(ticks.stratum);
+            ticks
         })
+    }
+
+    /// When the next scan is due.
+    pub(crate) fn due(&self) -> Instant {
+        self.next
+    }
+
+    /// A random instant of the period that starts at `stratum`.
+    fn within(&mut self, stratum: Instant) -> Instant {
+        stratum + self.period.mul_f64(self.random.f64())
     }
 
     /// A scan when one is due now, folded; None otherwise.
@@ -51,15 +73,17 @@ impl TaskTicks {
         if now < self.next {
             return None;
         }
-        self.next += self.period;
-        if self.next < now {
-            self.next = now + self.period; // behind by a whole period: missed scans are skipped
+        self.stratum += self.period;
+        if self.stratum < now {
+            self.stratum = now; // behind by a whole period: missed scans are skipped
         }
+        self.next = self.within(self.stratum);
         if self.scanner.is_none() {
             match readers.task_scanner() {
                 Ok(scanner) => self.scanner = Some(scanner),
                 Err(err) => {
-                    self.next = now + RETRY.max(self.period);
+                    self.stratum = now + RETRY.max(self.period);
+                    self.next = self.stratum;
                     return Some(Err(format!("{err:#}")));
                 }
             }
@@ -74,6 +98,7 @@ impl TaskTicks {
             })
             .map_err(|err| format!("{err:#}"));
         self.next = next_due(self.next, began, began.elapsed());
+        self.stratum = self.stratum.max(self.next);
         Some(result)
     }
 }
@@ -108,6 +133,20 @@ mod tests {
         let began = Instant::now();
         let due = began + Duration::from_millis(100); // 10 Hz
         assert_eq!(next_due(due, began, Duration::from_millis(2)), due);
+    }
+
+    #[test]
+    fn scans_fall_at_every_phase_of_their_periods() {
+        let mut ticks = TaskTicks::new(10.0).expect("a rate");
+        let stratum = Instant::now();
+        let mut tenths = [0u32; 10];
+        for _ in 0..2000 {
+            let at = ticks.within(stratum) - stratum;
+            assert!(at < ticks.period);
+            tenths[(at.as_secs_f64() / ticks.period.as_secs_f64() * 10.0) as usize] += 1;
+        }
+        // uniform: about 200 in each tenth of the period (the odds of one under 100: < 1e-12)
+        assert!(tenths.iter().all(|&n| n > 100), "{tenths:?}");
     }
 
     #[test]
