@@ -115,6 +115,7 @@ const tasksView = new TasksView(
   {
     root: $("#view-tasks"),
     timeline: $("#tasks-timeline"),
+    unread: $("#tasks-unread"),
     scope: $("#tasks-scope"),
     message: $("#tasks-message"),
     flame: $("#tasks-flame"),

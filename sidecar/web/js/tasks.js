@@ -1,7 +1,8 @@
-// The Tasks view: asyncio tasks in flight over time by state (running, ready, waiting), the
-// flamegraph of their await chains, requests apart from background tasks, and where requests
-// wait. Everything comes from the API (kind=tasks); a target whose tasks were never scanned
-// is told so in words, not shown as an empty chart.
+// The Tasks view: asyncio tasks in flight over time by state (running, ready, waiting) and,
+// when some were past a scan's bound and not read, those on top (under All only: they are of
+// no kind); the flamegraph of their await chains, requests apart from background tasks, and
+// where requests wait. Everything comes from the API (kind=tasks); a target whose tasks were
+// never scanned is told so in words, not shown as an empty chart.
 
 import { ApiError, getJson, getText, isAbort, Slot } from "./api.js";
 import { FlameGraph, TASK_COLOURS } from "./flame.js";
@@ -14,6 +15,8 @@ const SERIES = [
   { key: "ready", colour: TASK_COLOURS.ready, striped: true },
   { key: "waiting", colour: TASK_COLOURS.waiting },
 ];
+/** Tasks in flight past a scan's bound, not read: of no state, hatched grey on top. */
+const UNREAD = { key: "unread", colour: "#8a8f96", hatched: true };
 const KINDS = { all: "tasks", requests: "requests' tasks", background: "background tasks" };
 
 export class TasksView {
@@ -27,6 +30,7 @@ export class TasksView {
       label: "Tasks in flight",
       unit: "task scans",
       value: (v) => num(v, 1),
+      totalLabel: "in flight",
     });
     this.flame = new FlameGraph(els.flame, {
       label: "Await chains",
@@ -61,10 +65,22 @@ export class TasksView {
     }
     this.els.root.dataset.loading = "0";
     this.message("");
-    this.timeline.setData(line);
-    this.els.scope.textContent = `mean ${KINDS[tasks]} in flight per ${duration(line.step)}`;
+    this.drawTimeline(line, tasks);
     this.drawFlame(folded, tasks, pFrom, pTo);
     this.drawSites(stats);
+  }
+
+  /** The chart of `line`, with the unread band when some bucket has tasks past the bound. */
+  drawTimeline(line, tasks) {
+    const unread = line.buckets.some((b) => b.unread > 0);
+    const shown = unread && tasks === "all";
+    this.timeline.setSeries(shown ? [...SERIES, UNREAD] : SERIES);
+    this.timeline.setData(line);
+    this.els.unread.hidden = !shown;
+    this.els.timeline.dataset.unread = shown ? "1" : "0";
+    const scope = `mean ${KINDS[tasks]} in flight per ${duration(line.step)}`;
+    this.els.scope.textContent =
+      unread && !shown ? `${scope}, of the tasks read (those past a scan's bound are of no kind)` : scope;
   }
 
   drawFlame(folded, tasks, from, to) {
@@ -120,6 +136,7 @@ export class TasksView {
   fail(err) {
     this.els.root.dataset.loading = "0";
     this.timeline.setData(null);
+    this.els.unread.hidden = true;
     this.flame.clear();
     this.els.flame.dataset.samples = "0";
     this.els.summary.textContent = "";

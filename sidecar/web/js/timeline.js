@@ -1,7 +1,7 @@
 // The timeline: busy / blocked / idle samples of the event loop per bucket, stacked, with a
 // drag-to-select range (or arrow keys), hover details and marked bands for the compare view.
 // Other series stack the same way (the Tasks view's tasks in flight by state): `series` names
-// them, bottom first.
+// them, bottom first, each filled plain, striped or hatched (crossed both ways).
 
 import { createCanvas, fitCanvas, startPaint, stripes } from "./canvas.js";
 import { clock, count, duration, esc, pct, span } from "./format.js";
@@ -15,6 +15,11 @@ const LOOP_SERIES = [
   { key: "blocked", colour: STATE_COLOURS.blocked, striped: true },
   { key: "idle", colour: STATE_COLOURS.idle },
 ];
+/** Crossing diagonals of a 6-pixel tile: a hatched fill. */
+const HATCH = [
+  [-1, 7, 7, -1],
+  [-1, -1, 7, 7],
+];
 const TICKS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
 
 /** A round number at or above `value` whose half is round too: the chart's top. */
@@ -24,17 +29,30 @@ function niceCeil(value) {
   return 10 * power;
 }
 
+/** The canvas fill of one series: its colour, striped or hatched when it says so. */
+function fillOf(ctx, { colour, striped, hatched }) {
+  if (hatched) return stripes(ctx, colour, { lines: HATCH });
+  return striped ? stripes(ctx, colour) : colour;
+}
+
 export class Timeline {
   constructor(
     host,
-    { onSelect = () => {}, series = LOOP_SERIES, label = "Event-loop timeline", unit = "samples", value = count } = {},
+    {
+      onSelect = () => {},
+      series = LOOP_SERIES,
+      label = "Event-loop timeline",
+      unit = "samples",
+      value = count,
+      totalLabel = "",
+    } = {},
   ) {
     this.host = host;
     this.onSelect = onSelect;
-    this.series = series;
     this.label = label;
     this.unit = unit;
     this.value = value;
+    this.totalLabel = totalLabel;
     this.data = null;
     this.from = 0;
     this.to = 1;
@@ -43,9 +61,7 @@ export class Timeline {
     this.drag = null;
     this.hoverBucket = null;
     Object.assign(this, createCanvas(host, "timeline-canvas"));
-    this.fills = Object.fromEntries(
-      series.map((s) => [s.key, s.striped ? stripes(this.ctx, s.colour) : s.colour]),
-    );
+    this.setSeries(series);
     this.canvas.addEventListener("pointerdown", (e) => this.onDown(e));
     this.canvas.addEventListener("pointermove", (e) => this.onMove(e));
     this.canvas.addEventListener("pointerup", (e) => this.onUp(e));
@@ -62,6 +78,12 @@ export class Timeline {
   setRange(from, to) {
     this.from = from;
     this.to = to;
+  }
+
+  /** What the bars stack, bottom first; drawn from the next render on. */
+  setSeries(series) {
+    this.series = series;
+    this.fills = Object.fromEntries(series.map((s) => [s.key, fillOf(this.ctx, s)]));
   }
 
   setData(data) {
@@ -212,6 +234,12 @@ export class Timeline {
     this.describe(buckets, sel);
   }
 
+  /** The tooltip's line of a bucket's height, when the chart names it (`totalLabel`). */
+  totalRow(bucket) {
+    if (!this.totalLabel) return "";
+    return `<div data-total>${esc(this.totalLabel)} ${this.value(this.total(bucket))}</div>`;
+  }
+
   /** A bucket's height: the sum of its series. */
   total(bucket) {
     return this.series.reduce((sum, { key }) => sum + bucket[key], 0);
@@ -314,9 +342,10 @@ export class Timeline {
     }
     const all = this.total(b) || 1;
     const row = (state) =>
-      `<div><span class="swatch ${state}"></span>${state} ${this.value(b[state])} <span class="muted">(${pct(b[state] / all)})</span></div>`;
+      `<div data-series="${state}"><span class="swatch ${state}"></span>${state} ${this.value(b[state])} <span class="muted">(${pct(b[state] / all)})</span></div>`;
     this.tip.innerHTML =
       `<div><strong>${esc(clock(b.t))}</strong> <span class="muted">· ${duration(step)}</span></div>` +
+      this.totalRow(b) +
       this.series.map(({ key }) => row(key)).join("");
     this.tip.hidden = false;
     const box = this.host.getBoundingClientRect();
