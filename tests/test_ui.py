@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import time
 import urllib.error
@@ -39,6 +40,9 @@ LOAD_SECONDS = 150
 MIN_WINDOW = 16
 
 
+#: Where timeline.js draws its plot in a chart's canvas, in CSS pixels.
+PLOT_LEFT, PLOT_RIGHT, PLOT_TOP, PLOT_BOTTOM = 48, 10, 10, 150 - 22
+
 #: The aiohttp handler the tests look for; it runs briefly between awaits.
 HANDLER = "hard_handler (targets/aiohttp_app.py:"
 
@@ -54,8 +58,7 @@ class UI:
     started: float
 
     def api(self, path: str) -> Any:
-        with urllib.request.urlopen(self.base + path, timeout=30) as response:
-            return json.loads(response.read())
+        return get_json(self.base + path)
 
     def folded(self, target: int, span: str = "") -> str:
         try:
@@ -94,6 +97,11 @@ class UI:
         page.on("pageerror", lambda err: errors.append(str(err)))
         page.errors = errors  # type: ignore[attr-defined]
         return page
+
+
+def get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return json.loads(response.read())
 
 
 def _wait_for_http(url: str, popen: subprocess.Popen[str]) -> bool:
@@ -587,3 +595,149 @@ def task_folded(ui: UI, target: int, span: str) -> str:
         f"{ui.base}/api/profile?target={target}&kind=tasks&format=folded{span}", timeout=30
     ) as response:
         return str(response.read().decode())
+
+
+def test_the_tasks_view_stacks_tasks_past_the_scans_bound_on_top(
+    ui: UI, spawn: Spawner, tmp_path: Path
+) -> None:
+    """1,000 parked tasks scanned with a bound of 200 (``SIDECAR_TASK_BOUND``): the Tasks chart
+    draws each bucket's unread tasks in grey on top of the tasks read, in the share of the bar
+    the API's timeline gives them; the legend names them, and the tooltip gives the bucket's
+    unread and in-flight (unread counted) means as the API does. Under Requests they are not
+    drawn (of no kind); the aiohttp target's scans read every task: no unread legend nor band."""
+    bound = 200
+    target = spawn.target("tasks_many", "--tasks", "1000")
+    port = free_port()
+    argv = ["serve", "--db", str(tmp_path / "u.db"), "--port", str(port), "--window", "1"]
+    server = subprocess.Popen(
+        [PYTHON, "-m", "sidecar", *argv, "--pid", str(target.pid)],
+        cwd=ROOT,
+        env={**os.environ, "SIDECAR_TASK_BOUND": str(bound)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        assert wait_until(lambda: _wait_for_http(base + "/healthz", server), timeout=20)
+        started = math.floor(time.time())
+        assert wait_until(lambda: bool(get_json(base + "/api/targets")), timeout=20)
+        (row,) = get_json(base + "/api/targets")
+        start, end, line = final_task_timeline(base, row["id"], started, buckets=8)
+        bucket = line["buckets"][len(line["buckets"]) // 2]
+        read = sum(bucket[state] for state in ("running", "ready", "waiting"))
+        assert abs(read - bound) < 1 and bucket["unread"] > 700, bucket
+        page = ui.page()
+        page.goto(f"{base}/?view=tasks&target={row['id']}&from={start}&to={end}")
+        wait_loaded(page, "#view-tasks")
+        legend = page.locator("#tasks-unread")
+        assert legend.is_visible()
+        assert " ".join(legend.inner_text().split()) == "unread (past the scan's bound)"
+        x = bucket_x(page, bucket["t"] + line["step"] / 2, start, end)
+        colours = column_colours(page, x)
+        grey = sum(colour == "grey" for colour in colours)
+        drawn = sum(colour != "paper" for colour in colours)
+        assert next(c for c in colours if c != "paper") == "grey", colours
+        assert abs(grey / drawn - bucket["unread"] / (read + bucket["unread"])) < 0.05, colours
+        tip = hover(page, x)
+        unread = tip.locator('[data-series="unread"]').inner_text()
+        assert abs(float(unread.split()[1]) - bucket["unread"]) <= 0.05, unread
+        total = tip.locator("[data-total]").inner_text()
+        assert abs(float(total.split()[2]) - (read + bucket["unread"])) <= 0.05, total
+        shot(page, "tasks-unread")
+        page.locator('#tasks-filter button[data-tasks="requests"]').click()
+        page.wait_for_function(
+            "() => new URLSearchParams(location.search).get('tasks') === 'requests'"
+            " && document.querySelector('#view-tasks').dataset.loading === '0'"
+        )
+        assert legend.is_hidden()
+        assert page.eval_on_selector("#tasks-timeline", "el => el.dataset.unread") == "0"
+        assert not page.errors  # type: ignore[attr-defined]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    # every task read: no unread band, legend nor tooltip line
+    start, end = ui.window()
+    target_id = ui.aiohttp["id"]
+    line = ui.api(f"/api/timeline?target={target_id}&kind=tasks&from={start}&to={end}")
+    assert line["buckets"] and not any(b["unread"] for b in line["buckets"]), line
+    page = ui.page()
+    page.goto(f"{ui.base}/?view=tasks&target={target_id}&from={start}&to={end}")
+    wait_loaded(page, "#view-tasks")
+    assert page.locator("#tasks-unread").is_hidden()
+    assert page.eval_on_selector("#tasks-timeline", "el => el.dataset.unread") == "0"
+    bucket = line["buckets"][len(line["buckets"]) // 2]
+    tip = hover(page, bucket_x(page, bucket["t"] + line["step"] / 2, start, end))
+    assert tip.locator("[data-total]").is_visible()
+    assert tip.locator('[data-series="unread"]').count() == 0
+    assert not page.errors  # type: ignore[attr-defined]
+
+
+def final_task_timeline(
+    base: str, target: int, start: int, buckets: int
+) -> tuple[int, int, dict[str, Any]]:
+    """A fixed range from ``start`` to a few seconds ago holding at least ``buckets`` buckets
+    of task scans, and its task timeline once its windows are all written."""
+
+    def line(end: int) -> dict[str, Any] | None:
+        path = f"/api/timeline?target={target}&kind=tasks&from={start}&to={end}"
+        try:
+            return dict(get_json(base + path))
+        except urllib.error.HTTPError:  # no task scans yet
+            return None
+
+    def enough() -> bool:
+        found = line(math.floor(time.time()) - 3)
+        return found is not None and len(found["buckets"]) >= buckets
+
+    assert wait_until(enough, timeout=40)
+    end = math.floor(time.time()) - 3
+    previous: dict[str, Any] | None = None
+    for _ in range(20):
+        current = line(end)
+        if current == previous:
+            break
+        previous = current
+        time.sleep(0.5)
+    assert previous is not None
+    return start, end, previous
+
+
+def bucket_x(page: Page, t: float, start: int, end: int) -> float:
+    """The x of time ``t`` in the Tasks chart's canvas, as timeline.js places it."""
+    width = page.eval_on_selector("#tasks-timeline canvas", "el => el.clientWidth")
+    return PLOT_LEFT + (t - start) / (end - start) * (width - PLOT_LEFT - PLOT_RIGHT)
+
+
+def column_colours(page: Page, x: float) -> list[str]:
+    """The Tasks chart's plot at ``x``, top to bottom, one word a pixel: ``grey`` (neutral, as
+    the unread band is), ``paper`` (the white background or a light grid line) or ``colour``."""
+    pixels: list[list[int]] = page.eval_on_selector(
+        "#tasks-timeline canvas",
+        """(el, [x, top, bottom]) => {
+            const dpr = el.width / el.clientWidth;
+            const ctx = el.getContext("2d");
+            const column = [];
+            for (let y = top; y < bottom; y += 1) {
+              const d = ctx.getImageData(Math.round(x * dpr), Math.round(y * dpr), 1, 1).data;
+              column.push([d[0], d[1], d[2]]);
+            }
+            return column;
+        }""",
+        [x, PLOT_TOP, PLOT_BOTTOM],
+    )
+    words = []
+    for rgb in pixels:
+        neutral = max(rgb) - min(rgb) <= 14
+        words.append("colour" if not neutral else "paper" if max(rgb) > 215 else "grey")
+    return words
+
+
+def hover(page: Page, x: float) -> Any:
+    """The Tasks chart's tooltip once the pointer rests at ``x`` halfway up the plot."""
+    box = page.locator("#tasks-timeline canvas").bounding_box()
+    assert box is not None
+    page.mouse.move(box["x"] + x, box["y"] + (PLOT_TOP + PLOT_BOTTOM) / 2)
+    tip = page.locator("#tasks-timeline .tooltip")
+    tip.wait_for(state="visible")
+    return tip
