@@ -98,7 +98,9 @@ impl TaskTicks {
             })
             .map_err(|err| format!("{err:#}"));
         self.next = next_due(self.next, began, began.elapsed());
-        self.stratum = self.stratum.max(self.next);
+        if self.next >= self.stratum + self.period {
+            self.stratum = self.next; // put off past its period: the periods start again there
+        }
         Some(result)
     }
 }
