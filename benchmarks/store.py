@@ -36,7 +36,8 @@ from benchmarks.common import cpu_seconds  # noqa: E402
 from benchmarks.sections import CPU_GOAL  # noqa: E402
 from sidecar.query import Range, Reader  # noqa: E402
 from sidecar.store import ProcessRecord, Store, WindowBatch  # noqa: E402
-from sidecar.store.db import DOWNSAMPLE_TIERS, WAL_PAGES  # noqa: E402
+from sidecar.store.file import WAL_PAGES  # noqa: E402
+from sidecar.store.retention import DOWNSAMPLE_TIERS  # noqa: E402
 from targets.demo import start_loads, start_service  # noqa: E402
 
 REPORT = ROOT / "benchmarks" / "REPORT-store.md"

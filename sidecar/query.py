@@ -21,8 +21,7 @@ from sidecar.classify import leaf_for
 from sidecar.errors import SidecarError
 from sidecar.profile import STATES, Profile, Target
 from sidecar.store import counts
-from sidecar.store.db import HOUR
-from sidecar.store.schema import COUNT_TABLES, STATE_CODES, STATE_NAMES, SUM_COLUMNS
+from sidecar.store.schema import COUNT_TABLES, HOUR, STATE_CODES, STATE_NAMES, SUM_COLUMNS
 
 MAX_BUCKETS = 2000
 

@@ -23,7 +23,7 @@ from sidecar.push.client import Client, PushFailed
 from sidecar.push.series import Labels, Series, request, series_labels, series_of
 from sidecar.sinks import SinkHealth
 from sidecar.store import Gone, ProcessRecord, WindowBatch
-from sidecar.store.db import ProcessKey
+from sidecar.store.records import ProcessKey
 from sidecar.store.writer import Message
 
 log = logging.getLogger("sidecar.push")

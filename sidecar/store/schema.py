@@ -221,6 +221,8 @@ V7 = """
         ALTER TABLE windows ADD COLUMN task_unread INTEGER NOT NULL DEFAULT 0;
 """
 
+#: Seconds in an hour: the key of ``hour_counts`` (and ``rollup_hours``) is a multiple of it.
+HOUR = 3600
 #: The packed counts per window and per hour, of the threads and of the tasks.
 COUNT_TABLES: tuple[tuple[str, str], ...] = (
     ("window_counts", "hour_counts"),

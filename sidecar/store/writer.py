@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sidecar.sinks import SinkHealth, recent
-from sidecar.store.db import CORRUPT, ProcessKey, ProcessRecord, Store, WindowBatch, is_corrupt
+from sidecar.store.db import Store
+from sidecar.store.file import CORRUPT, is_corrupt
+from sidecar.store.records import ProcessKey, ProcessRecord, WindowBatch
 
 log = logging.getLogger("sidecar.store")
 #: Windows written per transaction.

@@ -1,0 +1,211 @@
+"""The database file's life: opened under a lock, checked, started over, checkpointed, closed.
+
+``StoreFile`` is the base of ``Store`` (``sidecar.store.db``): one connection, WAL, every write
+in a short transaction (``transaction``). A lock file next to the database keeps a second
+sidecar from writing to it. When the file is deleted, replaced or corrupted under a running
+store, ``check_file`` says so and ``recreate`` starts over at the same path. What the store
+keeps in memory about the database (the hours rolled up, interned ids, attached processes)
+is read or emptied each time the file is opened.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+from sqlite_utils import Database
+
+from sidecar.errors import StoreError
+from sidecar.store.records import ProcessKey
+from sidecar.store.schema import migrate
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+#: WAL pages between checkpoints (SQLite's default: 1000). The WAL is a second copy of recent
+#: pages; kept small, a full disk leaves room to evict old windows and write on.
+WAL_PAGES = 128
+#: SQLite result codes (primary, the low byte) that mean the file is not a sound database.
+CORRUPT_CODES = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB
+#: What ``Store.check_file`` finds; each is a reason for ``Store.recreate``.
+DELETED = "the database file was deleted"
+REPLACED = "the database file was replaced by another file"
+CORRUPT = "the database file is corrupt"
+
+
+class StoreLocked(StoreError):
+    """Another sidecar already writes to this database."""
+
+
+def is_corrupt(err: Exception) -> bool:
+    """The error says the database file is damaged (not busy, not full, not an I/O hiccup)."""
+    return getattr(err, "sqlite_errorcode", 0) & 0xFF in CORRUPT_CODES
+
+
+def _file_id(path: Path) -> tuple[int, int]:
+    info = os.stat(path)
+    return info.st_dev, info.st_ino
+
+
+class StoreFile:
+    """The connection to one sidecar database, and the lock that makes it the only writer."""
+
+    def __init__(self, path: str | Path, *, max_bytes: int | None = None) -> None:
+        self.path = Path(path)
+        self.max_bytes = max_bytes
+        self._lock = self._acquire_lock()
+        try:
+            self._open()
+        except (sqlite3.DatabaseError, StoreError) as err:
+            self._release_lock()
+            fix = " (move the file aside or delete it)" if is_corrupt(err) else ""
+            raise StoreError(f"cannot open database {self.path}: {err}{fix}") from err
+        except Exception:
+            self._release_lock()
+            raise
+
+    def _open(self) -> None:
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self.db = Database(conn)
+        try:
+            self.db.execute("PRAGMA busy_timeout = 5000")
+            migrate(self.db)  # first: a database it cannot read is left as it was
+            self.db.execute("PRAGMA journal_mode = WAL")
+            self.db.execute("PRAGMA synchronous = NORMAL")
+            self.db.execute(f"PRAGMA wal_autocheckpoint = {WAL_PAGES}")
+            if self.max_bytes is not None:
+                page = int(self.db.execute("PRAGMA page_size").fetchone()[0])
+                self.db.execute(f"PRAGMA max_page_count = {max(16, self.max_bytes // page)}")
+            # Processes are re-attached as discovery finds them again.
+            with self.transaction():
+                self.db.execute("UPDATE processes SET alive = 0 WHERE alive = 1")
+            self._rolled: set[int] = {
+                int(r[0]) for r in self.db.execute("SELECT hour FROM rollup_hours").fetchall()
+            }
+            self.file_id = _file_id(self.path)
+        except BaseException:
+            with suppress(sqlite3.Error):
+                conn.close()
+            raise
+        # ids cached from this database: interned stacks, nodes and frames
+        # (``sidecar.store.windows``), and attached processes' (target id, process id)
+        self._stacks: dict[str, tuple[int, bool]] = {}
+        self._stack_chars = 0
+        self._nodes: dict[tuple[int, int], int] = {}
+        self._frames: dict[str, int] = {}
+        self._processes: dict[ProcessKey, tuple[int, int]] = {}
+
+    def check_file(self, probe: bool = False) -> str | None:
+        """What happened to the database file under this store, if anything (DELETED,
+        REPLACED or CORRUPT, as a message): a stat and a read of 16 bytes, and with ``probe``
+        a small query on a new read-only connection."""
+        try:
+            file_id = _file_id(self.path)
+            with open(self.path, "rb") as handle:
+                header = handle.read(len(SQLITE_HEADER))
+        except FileNotFoundError:
+            return DELETED
+        except OSError:
+            return None  # not something to start over for; writes will tell
+        if file_id != self.file_id:
+            return REPLACED
+        if header != SQLITE_HEADER:
+            return f"{CORRUPT} (its SQLite header is gone)"
+        if probe:  # what a new reader sees: the writer's own cache hides damage from it
+            try:
+                conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=1)
+                try:
+                    conn.execute("SELECT COUNT(*) FROM targets").fetchone()
+                    conn.execute("SELECT COUNT(*) FROM processes").fetchone()
+                finally:
+                    conn.close()
+            except sqlite3.Error as err:
+                if is_corrupt(err):
+                    return f"{CORRUPT} ({err})"
+        return None
+
+    def recreate(self, reason: str) -> Path | None:
+        """Starts over at the same path, keeping the lock: a corrupt file (and its WAL) is
+        moved aside to ``NAME.corrupt-TIME``, whose path is returned; the leftover WAL of a
+        deleted file is removed, so the new database never replays it. A replacement that is
+        a sound database is used as it is. Known processes must be attached again."""
+        with suppress(sqlite3.Error):
+            self.db.conn.close()
+        aside: Path | None = None
+        if self.path.exists() and reason == REPLACED:
+            try:
+                self._open()
+                return None
+            except (sqlite3.DatabaseError, StoreError):
+                pass  # not a database it can write: moved aside like a corrupt one
+        if self.path.exists():
+            aside = self.path.with_name(
+                f"{self.path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}"
+            )
+            for suffix in ("", "-wal", "-shm"):
+                with suppress(FileNotFoundError):
+                    os.rename(f"{self.path}{suffix}", f"{aside}{suffix}")
+        else:
+            for suffix in ("-wal", "-shm"):
+                with suppress(FileNotFoundError):
+                    os.unlink(f"{self.path}{suffix}")
+        self._open()
+        return aside
+
+    def checkpoint(self) -> None:
+        """Copies the WAL into the database and truncates it (frees its disk space)."""
+        with suppress(sqlite3.Error):
+            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def _acquire_lock(self) -> int:
+        # the real path: a symlink to a database must find the same lock as the database
+        lock_path = f"{self.path.resolve()}.lock"
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as err:
+            raise StoreError(f"cannot create {lock_path}: {err.strerror}") from err
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as err:
+            os.close(fd)
+            raise StoreLocked(
+                f"database {self.path} is in use by another sidecar (lock {lock_path}); "
+                "give each sidecar its own --db"
+            ) from err
+        return fd
+
+    def _release_lock(self) -> None:
+        if self._lock >= 0:
+            fcntl.flock(self._lock, fcntl.LOCK_UN)
+            os.close(self._lock)
+            self._lock = -1
+
+    def close(self) -> None:
+        with suppress(sqlite3.Error):
+            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self.db.conn.close()
+        self._release_lock()
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            with suppress(sqlite3.Error):
+                self.db.conn.rollback()
+            # ids cached inside the transaction name rows that no longer exist (and will be
+            # given to other rows): kept, they would tie stacks into loops
+            self._forget()
+            raise
+        self.db.execute("COMMIT")
+
+    def _forget(self) -> None:
+        """Empties the interning caches (bounded memory; the database still has it all)."""
+        self._stacks = {}
+        self._nodes = {}
+        self._frames = {}
+        self._stack_chars = 0
