@@ -124,11 +124,12 @@ def run(procs: Procs, *, rounds: int, seconds: float, rate_hz: float, log: Log) 
 
 
 def sampler_thread_seconds() -> float:
-    """CPU seconds of this process's sampling threads so far (scheduler statistics)."""
+    """CPU seconds of this process's sampling threads so far (scheduler statistics): the
+    thread samplers' and the task scans' (``sidecar-tasks``)."""
     total = 0.0
     for task in Path("/proc/self/task").iterdir():
         try:
-            if (task / "comm").read_text().startswith("sidecar-sampl"):
+            if (task / "comm").read_text().startswith(("sidecar-sampl", "sidecar-tasks")):
                 total += int((task / "schedstat").read_text().split()[0]) / 1e9
         except OSError:
             continue

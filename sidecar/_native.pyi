@@ -28,7 +28,8 @@ __all__ = [
 DEFAULT_RATE_HZ: float
 #: Seconds per window of a sampler when none is asked for.
 DEFAULT_WINDOW_S: float
-#: The share of the sampler thread's time task scans may take: a longer scan puts the next off.
+#: The share of the time task scans (on a thread of their own) may take: a longer scan puts the
+#: next off.
 TASK_SCAN_BUDGET: float
 
 class SamplerError(RuntimeError):
@@ -124,8 +125,9 @@ class SamplerStats(TypedDict):
 class Sampler:
     """Samples one Python process on a native thread, without holding the GIL.
 
-    ``tasks_hz`` > 0 also scans its asyncio tasks (CPython 3.11+) at that rate, on the same
-    schedule; each window then holds task stacks too.
+    ``tasks_hz`` > 0 also scans its asyncio tasks (CPython 3.11+) at that rate, on a thread of
+    its own (each scan at a random instant of its period); each window then holds the task
+    stacks of the scans done by its samples.
 
     ``clock="shared"`` ticks it on one native thread shared by every sampler that asks for it,
     on a common schedule: one wakeup per tick for all their targets instead of one each.

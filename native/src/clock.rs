@@ -85,7 +85,7 @@ fn tick_all(arrivals: Receiver<Box<Runner>>) {
         let now = Instant::now();
         let wait = runners
             .iter()
-            .map(|slot| slot.runner.due().saturating_duration_since(now))
+            .map(|slot| slot.runner.next.saturating_duration_since(now))
             .min()
             .unwrap_or(MAX_SLEEP)
             .min(MAX_SLEEP);
@@ -103,7 +103,7 @@ fn tick_all(arrivals: Receiver<Box<Runner>>) {
         }
         runners.retain_mut(|slot| {
             let began = Instant::now();
-            if slot.runner.due() > began {
+            if slot.runner.next > began {
                 return true;
             }
             if !slot.runner.tick() {

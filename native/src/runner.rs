@@ -130,10 +130,6 @@ pub(crate) struct Runner {
     process: Result<remoteprocess::Process, remoteprocess::Error>,
     liveness: Liveness,
     tasks: Option<TaskTicks>,
-    /// Task scans made between samples, counted into the next sample's window.
-    scans: Vec<crate::tasks::ScanResult>,
-    /// Whether the last sample read its target (scans between samples wait for one that did).
-    last_read: bool,
     _done: mpsc::Sender<()>,
 }
 
@@ -157,8 +153,6 @@ impl Runner {
             process: remoteprocess::Process::new(pid),
             liveness: Liveness::open(pid, started),
             tasks: TaskTicks::new(options.tasks_hz),
-            scans: Vec::new(),
-            last_read: false,
             started,
             shared,
             stop,
@@ -169,13 +163,6 @@ impl Runner {
 
     pub(crate) fn period(&self) -> Duration {
         self.period
-    }
-
-    /// When it is next due: its next sample's tick, or a task scan before it.
-    pub(crate) fn due(&self) -> Instant {
-        self.tasks
-            .as_ref()
-            .map_or(self.next, |tasks| self.next.min(tasks.due()))
     }
 
     pub(crate) fn stopped(&self) -> bool {
@@ -192,15 +179,9 @@ impl Runner {
         state.stats.clock = clock.to_string();
     }
 
-    /// One tick, due now: reads, folds and counts a sample, or, when only a task scan is due,
-    /// scans (counted with the next sample). False once the target is gone.
+    /// One tick, due now: reads, folds and counts a sample, and the task scans done since the
+    /// last. False once the target is gone.
     pub(crate) fn tick(&mut self) -> bool {
-        if Instant::now() < self.next {
-            if let (true, Some(tasks)) = (self.last_read, self.tasks.as_mut()) {
-                self.scans.extend(tasks.tick(&self.readers));
-            }
-            return true;
-        }
         let options = &self.options;
         let period_s = self.period.as_secs_f64();
         let now = Instant::now();
@@ -267,11 +248,10 @@ impl Runner {
             }
         }
         let fold = fold_start.elapsed().as_secs_f64();
-        let task_scan = match (&result, self.tasks.as_mut()) {
-            (Ok(_), Some(tasks)) => tasks.tick(readers),
-            _ => None,
+        let task_scans = match (&result, self.tasks.as_mut()) {
+            (Ok(_), Some(tasks)) => tasks.collect(readers),
+            _ => Vec::new(),
         };
-        self.last_read = result.is_ok();
 
         let mut guard = self.shared.lock().unwrap_or_else(|e| e.into_inner());
         let state = &mut *guard;
@@ -330,7 +310,7 @@ impl Runner {
         state.stats.empty += empty;
         state.stats.traces += folded.len() as u64;
         state.stats.fold_sum += fold;
-        for scan in self.scans.drain(..).chain(task_scan) {
+        for scan in task_scans {
             crate::tasks::count(scan, window, &mut state.stats);
         }
         for (thread_id, key) in folded.drain(..) {
@@ -365,9 +345,9 @@ pub(crate) fn run_alone(mut runner: Runner) {
     precise_sleeps();
     while !runner.stopped() {
         let now = Instant::now();
-        if now < runner.due() {
+        if now < runner.next {
             // Sleep in short slices so stop() is answered promptly even at low rates.
-            std::thread::sleep((runner.due() - now).min(MAX_SLEEP));
+            std::thread::sleep((runner.next - now).min(MAX_SLEEP));
             continue;
         }
         if !runner.tick() {

@@ -151,7 +151,7 @@ def task_summary(rec: Recording) -> list[str]:
         lines.append(
             f"task scans: {counts.task_scans:,} of the {asked:,.0f} asked "
             f"({counts.task_scans / rec.elapsed:.1f} Hz): a scan of this many tasks is long, "
-            f"and scans are held to {_native.TASK_SCAN_BUDGET:.0%} of the sampler's time"
+            f"and scans are held to {_native.TASK_SCAN_BUDGET:.0%} of the time"
         )
     if unread:
         lines.append(

@@ -41,7 +41,7 @@ use layout::{Registry, ASYNCIO_DEBUG_WORDS};
 use objects::{task_name, Types};
 use registry::{asyncio_debug, find_sets, list_tasks, set_tasks, Sets};
 use rustc_hash::FxBuildHasher as FxBuild;
-pub(crate) use ticks::{count, ScanResult, TaskTicks, BUDGET as TASK_SCAN_BUDGET};
+pub(crate) use ticks::{count, TaskTicks, BUDGET as TASK_SCAN_BUDGET};
 
 /// Tasks read per scan at most: past it, a slice of them (a different one each scan, so that
 /// every task is read in turn) and a count of the rest.

@@ -1,25 +1,33 @@
-//! The task scan on the sampler's thread: a runner with tasks asked for scans them at their
-//! own rate, folds each scan into the window's task stacks and keeps the counters. Each scan
-//! falls at a random instant of its own period (stratified sampling), not on the sample
-//! ticks' grid: a request cycle close to a multiple of the period would otherwise meet the
-//! scans at the same few phases of it, run after run, and bias the shares of its awaits. The scanner is made on the first due tick and
-//! made again, at most once a second, while it cannot be (asyncio not imported yet).
+//! The task scan on a thread of its own: a runner with tasks asked for makes the target's
+//! scanner (at most once a second while it cannot be, asyncio not imported yet) and hands it
+//! to a scan thread, which scans at the rate asked; at each sample the runner counts the scans
+//! done since into its window. The thread samples never wait for a scan, so their figures
+//! stay those of a sampler without scans.
 //!
-//! Scans share the sampler's thread with the thread samples of every target, so they are held
-//! to `BUDGET` of its time: a scan that took 25 ms (10,000 tasks) is followed by the next no
-//! sooner than 500 ms later, whatever the rate asked. Each scan still reads every task (up to
-//! the scanner's bound), so tasks in flight per scan stay exact; only the scans are fewer.
+//! Each scan falls at a random instant of its own period (stratified sampling): a request
+//! cycle close to a multiple of the period would otherwise meet the scans at the same few
+//! phases of it, run after run, and bias the shares of its awaits. Scans are held to `BUDGET`
+//! of the time: a scan that took 25 ms (10,000 tasks) is followed by the next no sooner than
+//! 500 ms later, whatever the rate asked. Each scan still reads every task (up to the
+//! scanner's bound), so tasks in flight per scan stay exact; only the scans are fewer.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::{fold, Scan, TaskScanner};
 use crate::readers::Readers;
+use crate::runner::MAX_SLEEP;
 use crate::windows::{Stats, Window};
 
 /// How long a scanner that could not be made waits before the next try.
 const RETRY: Duration = Duration::from_secs(1);
-/// The share of the sampler thread's time task scans may take.
+/// The share of the time task scans may take.
 pub const BUDGET: f64 = 0.05;
+/// Scans kept for the runner at most: past it (a runner that stopped counting), the oldest
+/// go.
+const MAX_KEPT: usize = 256;
 
 /// When the next scan may start: at its period's tick, or later when the last scan, begun at
 /// `began` and lasting `spent`, would otherwise take more than `BUDGET` of the time.
@@ -27,81 +35,127 @@ fn next_due(due: Instant, began: Instant, spent: Duration) -> Instant {
     due.max(began + spent.div_f64(BUDGET))
 }
 
-/// A runner's task scans: the scanner, its period, the start of the next scan's period and
-/// when in it the scan is due.
-pub(crate) struct TaskTicks {
-    scanner: Option<TaskScanner>,
-    period: Duration,
-    stratum: Instant,
-    next: Instant,
-    random: fastrand::Rng,
-}
-
-/// What a due tick's scan found, to count into the window under the session's lock.
+/// What a scan found, to count into the window under the session's lock.
 pub(crate) type ScanResult = Result<(Scan, Vec<String>), String>;
+
+/// A runner's task scans: their period, the scan thread once its scanner was made, and the
+/// scans it did that the runner has not counted yet.
+pub(crate) struct TaskTicks {
+    period: Duration,
+    retry_at: Instant,
+    thread: Option<(Arc<AtomicBool>, JoinHandle<()>)>,
+    done: Arc<Mutex<Vec<ScanResult>>>,
+}
 
 impl TaskTicks {
     /// Task scans at `rate_hz`, or None when they are not asked for (a rate of 0).
     pub(crate) fn new(rate_hz: f64) -> Option<TaskTicks> {
-        (rate_hz > 0.0).then(|| {
-            let period = Duration::from_secs_f64(1.0 / rate_hz);
-            let mut ticks = TaskTicks {
-                scanner: None,
-                period,
-                stratum: Instant::now(),
-                next: Instant::now(),
-                random: fastrand::Rng::new(),
-            };
-            ticks.next = ticks.within(ticks.stratum);
-            ticks
+        (rate_hz > 0.0).then(|| TaskTicks {
+            period: Duration::from_secs_f64(1.0 / rate_hz),
+            retry_at: Instant::now(),
+            thread: None,
+            done: Arc::default(),
         })
     }
 
-    /// When the next scan is due.
-    pub(crate) fn due(&self) -> Instant {
-        self.next
-    }
-
-    /// A random instant of the period that starts at `stratum`.
-    fn within(&mut self, stratum: Instant) -> Instant {
-        stratum + self.period.mul_f64(self.random.f64())
-    }
-
-    /// A scan when one is due now, folded; None otherwise.
-    pub(crate) fn tick(&mut self, readers: &Readers) -> Option<ScanResult> {
+    /// The scans done since the last call, and a failure to make the scanner when one was
+    /// tried now (on the runner's thread: the scanner is made from its readers).
+    pub(crate) fn collect(&mut self, readers: &Readers) -> Vec<ScanResult> {
+        let mut out = Vec::new();
         let now = Instant::now();
-        if now < self.next {
-            return None;
-        }
-        self.stratum += self.period;
-        if self.stratum < now {
-            self.stratum = now; // behind by a whole period: missed scans are skipped
-        }
-        self.next = self.within(self.stratum);
-        if self.scanner.is_none() {
+        if self.thread.is_none() && now >= self.retry_at {
+            self.retry_at = now + RETRY.max(self.period);
             match readers.task_scanner() {
-                Ok(scanner) => self.scanner = Some(scanner),
-                Err(err) => {
-                    self.stratum = now + RETRY.max(self.period);
-                    self.next = self.stratum;
-                    return Some(Err(format!("{err:#}")));
-                }
+                Ok(scanner) => match self.start(scanner) {
+                    Ok(thread) => self.thread = Some(thread),
+                    Err(err) => out.push(Err(format!("cannot start the task scans: {err}"))),
+                },
+                Err(err) => out.push(Err(format!("{err:#}"))),
             }
         }
-        let scanner = self.scanner.as_mut()?;
-        let began = Instant::now();
-        let result = scanner
-            .scan_with(false)
-            .map(|scan| {
-                let folded = fold(&scan.tasks);
-                (scan, folded)
-            })
-            .map_err(|err| format!("{err:#}"));
-        self.next = next_due(self.next, began, began.elapsed());
-        if self.next >= self.stratum + self.period {
-            self.stratum = self.next; // put off past its period: the periods start again there
+        let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());
+        out.append(&mut done);
+        out
+    }
+
+    fn start(&self, scanner: TaskScanner) -> std::io::Result<(Arc<AtomicBool>, JoinHandle<()>)> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let scans = Scans {
+            scanner,
+            period: self.period,
+            done: Arc::clone(&self.done),
+            stop: Arc::clone(&stop),
+            random: fastrand::Rng::new(),
+        };
+        let handle = std::thread::Builder::new()
+            .name("sidecar-tasks".into())
+            .spawn(move || scans.run())?;
+        Ok((stop, handle))
+    }
+}
+
+impl Drop for TaskTicks {
+    fn drop(&mut self) {
+        if let Some((stop, handle)) = self.thread.take() {
+            stop.store(true, Ordering::Relaxed);
+            let _ = handle.join();
         }
-        Some(result)
+    }
+}
+
+/// The scan thread's state.
+struct Scans {
+    scanner: TaskScanner,
+    period: Duration,
+    done: Arc<Mutex<Vec<ScanResult>>>,
+    stop: Arc<AtomicBool>,
+    random: fastrand::Rng,
+}
+
+/// A random instant of the period `period` that starts at `stratum`.
+fn within(stratum: Instant, period: Duration, random: &mut fastrand::Rng) -> Instant {
+    stratum + period.mul_f64(random.f64())
+}
+
+impl Scans {
+    /// Scans until stopped: one at a random instant of each period, put off to keep the
+    /// budget, each folded and handed to the runner.
+    fn run(mut self) {
+        let mut stratum = Instant::now();
+        let mut next = within(stratum, self.period, &mut self.random);
+        while !self.stop.load(Ordering::Relaxed) {
+            let now = Instant::now();
+            if now < next {
+                std::thread::sleep((next - now).min(MAX_SLEEP));
+                continue;
+            }
+            stratum += self.period;
+            if stratum < now {
+                stratum = now; // behind by a whole period: missed scans are skipped
+            }
+            let began = Instant::now();
+            let result = self
+                .scanner
+                .scan_with(false)
+                .map(|scan| {
+                    let folded = fold(&scan.tasks);
+                    (scan, folded)
+                })
+                .map_err(|err| format!("{err:#}"));
+            let spent = began.elapsed();
+            {
+                let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());
+                if done.len() >= MAX_KEPT {
+                    done.drain(..1);
+                }
+                done.push(result);
+            }
+            next = within(stratum, self.period, &mut self.random);
+            next = next_due(next, began, spent);
+            if next >= stratum + self.period {
+                stratum = next; // put off past its period: the periods start again there
+            }
+        }
     }
 }
 
@@ -139,13 +193,14 @@ mod tests {
 
     #[test]
     fn scans_fall_at_every_phase_of_their_periods() {
-        let mut ticks = TaskTicks::new(10.0).expect("a rate");
+        let period = Duration::from_millis(100);
+        let mut random = fastrand::Rng::new();
         let stratum = Instant::now();
         let mut tenths = [0u32; 10];
         for _ in 0..2000 {
-            let at = ticks.within(stratum) - stratum;
-            assert!(at < ticks.period);
-            tenths[(at.as_secs_f64() / ticks.period.as_secs_f64() * 10.0) as usize] += 1;
+            let at = within(stratum, period, &mut random) - stratum;
+            assert!(at < period);
+            tenths[(at.as_secs_f64() / period.as_secs_f64() * 10.0) as usize] += 1;
         }
         // uniform: about 200 in each tenth of the period (the odds of one under 100: < 1e-12)
         assert!(tenths.iter().all(|&n| n > 100), "{tenths:?}");
