@@ -10,10 +10,9 @@
 //! scan to the next while unchanged), `running` (the coroutines a running task is in, from its
 //! thread's frames), `gather` (the tasks a `gather` or a `TaskGroup` waits for, on 3.11–3.13,
 //! whose tasks do not say which task awaits them), `timers` (tasks whose sleep is over, due
-//! to run while the loop is busy elsewhere), `ticks` (scans
-//! on the sampler's schedule, counted into its windows). Code objects
-//! and frames are formatted by the walker's `objects`, so a task's frames read like a
-//! thread's.
+//! to run while the loop is busy elsewhere), `ticks` (scans on a thread of their own, at
+//! random instants of their periods, counted into the sampler's windows). Code objects and
+//! frames are formatted by the walker's `objects`, so a task's frames read like a thread's.
 
 mod chain;
 mod gather;

@@ -188,7 +188,7 @@ impl Timers {
                     bail!("a timer without its time: a torn read");
                 }
                 let at = f64::from_le_bytes(raw[FLOAT_VALUE..FLOAT_VALUE + 8].try_into()?);
-                if at > now {
+                if at.is_nan() || at > now {
                     continue;
                 }
                 due.push((callback, args));
