@@ -123,35 +123,32 @@ class WindowWriter(StoreFile):
     def _frame(self, text: str) -> int:
         frame_id = self._frames.get(text)
         if frame_id is None:
-            key = frame_hash(text)
-            row = self.db.execute(
-                "SELECT id FROM frames WHERE hash = ? AND text = ?", (key, text)
-            ).fetchone()
-            if row is None:
-                cursor = self.db.execute(
-                    "INSERT INTO frames (hash, text) VALUES (?, ?)", (key, text)
-                )
-                frame_id = int(cursor.lastrowid or 0)
-            else:
-                frame_id = int(row[0])
+            frame_id = self._row_id(
+                "SELECT id FROM frames WHERE hash = ? AND text = ?",
+                "INSERT INTO frames (hash, text) VALUES (?, ?)",
+                (frame_hash(text), text),
+            )
             self._frames[text] = frame_id
         return frame_id
 
     def _node(self, parent: int, frame: int) -> int:
         node_id = self._nodes.get((parent, frame))
         if node_id is None:
-            row = self.db.execute(
-                "SELECT id FROM nodes WHERE parent = ? AND frame = ?", (parent, frame)
-            ).fetchone()
-            if row is None:
-                cursor = self.db.execute(
-                    "INSERT INTO nodes (parent, frame) VALUES (?, ?)", (parent, frame)
-                )
-                node_id = int(cursor.lastrowid or 0)
-            else:
-                node_id = int(row[0])
+            node_id = self._row_id(
+                "SELECT id FROM nodes WHERE parent = ? AND frame = ?",
+                "INSERT INTO nodes (parent, frame) VALUES (?, ?)",
+                (parent, frame),
+            )
             self._nodes[(parent, frame)] = node_id
         return node_id
+
+    def _row_id(self, select: str, insert: str, values: tuple[int | str, ...]) -> int:
+        """The id of the row ``select`` finds with ``values``, or of the one ``insert`` adds
+        with them."""
+        row = self.db.execute(select, values).fetchone()
+        if row is not None:
+            return int(row[0])
+        return int(self.db.execute(insert, values).lastrowid or 0)
 
     def _intern(self, text: str) -> tuple[int, bool]:
         """The leaf node of a folded stack, adding the nodes and frames it lacks, and whether
