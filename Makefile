@@ -80,14 +80,14 @@ fmt: install
 # to Pyroscope adds to serve's CPU per target; REPORT-tasks.md: the asyncio task scan's cost per
 # task and per scan under 3.11-3.14, and with 100,000 tasks). About 40 minutes in all on two cores.
 bench: install
-	$(BIN)/python benchmarks/bench.py
-	$(BIN)/python benchmarks/sampler.py --rounds 2 --seconds 5
-	$(BIN)/python benchmarks/diff.py
-	$(BIN)/python benchmarks/frameworks.py --rounds 1
+	$(BIN)/python -m benchmarks.bench
+	$(BIN)/python -m benchmarks.sampler --rounds 2 --seconds 5
+	$(BIN)/python -m benchmarks.diff
+	$(BIN)/python -m benchmarks.frameworks --rounds 1
 	$(MAKE) pythons
-	$(BIN)/python benchmarks/versions.py
-	$(BIN)/python benchmarks/push.py
-	$(BIN)/python benchmarks/tasks.py
+	$(BIN)/python -m benchmarks.versions
+	$(BIN)/python -m benchmarks.push
+	$(BIN)/python -m benchmarks.tasks
 
 clean:
 	rm -rf $(VENV) native/target out

@@ -14,7 +14,7 @@ machine hits every leg alike:
 6.   ``store``: database bytes per target-hour and 24 h vs 1 h queries (``benchmarks/store.py``,
      which writes REPORT-store.md as well).
 
-    python benchmarks/bench.py [--only overhead,pauses,...] [--quick] [--report-only]
+    python -m benchmarks.bench [--only overhead,pauses,...] [--quick] [--report-only]
 
 Results go to benchmarks/REPORT.json (``--only`` replaces just those parts), the report to
 benchmarks/REPORT.md with its plots in benchmarks/REPORT.png; ``--report-only`` writes them
@@ -32,12 +32,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks import cost, overhead, pauses, rates, report, store
+from benchmarks.procs import Procs, load_average, machine
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks import cost, overhead, pauses, rates, report, store  # noqa: E402
-from benchmarks.procs import Procs, load_average, machine  # noqa: E402
-
 RESULTS = ROOT / "benchmarks" / "REPORT.json"
 PARTS = ("overhead", "pauses", "cost", "rates", "store")
 

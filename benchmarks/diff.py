@@ -12,7 +12,7 @@ timed end to end (start-up included), in interleaved rounds:
 The goal: diff takes no more than 2x the time of render (medians). In-process figures split
 the diff into reading each SVG, comparing, and drawing.
 
-    python benchmarks/diff.py [--rounds 5] [--stacks 7500]
+    python -m benchmarks.diff [--rounds 5] [--stacks 7500]
 
 Writes benchmarks/REPORT-diff.md.
 """
@@ -32,13 +32,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from sidecar.diff import diff_profiles, render_diff
+from sidecar.inputs import load_profile
+from sidecar.render import RenderOptions, render_svg
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from sidecar.diff import diff_profiles, render_diff  # noqa: E402
-from sidecar.inputs import load_profile  # noqa: E402
-from sidecar.render import RenderOptions, render_svg  # noqa: E402
-
 REPORT = ROOT / "benchmarks" / "REPORT-diff.md"
 GOAL = 2.0
 

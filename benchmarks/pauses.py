@@ -23,9 +23,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from benchmarks import floor
 from benchmarks.procs import PYTHON, Procs, load_average
 

@@ -8,7 +8,7 @@ warm-up: the serve process's CPU (the scheduler's nanosecond run time of all its
 ``--seconds``, divided by N; for the push runs also the windows and bytes pushed (its
 ``/metrics``). Per mode the median round counts.
 
-    python benchmarks/push.py [--targets 4] [--rounds 3] [--seconds 30]
+    python -m benchmarks.push [--targets 4] [--rounds 3] [--seconds 30]
 
 Writes benchmarks/REPORT-push.md and REPORT-push.json.
 """
@@ -25,17 +25,13 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
+from benchmarks.cost import thread_cpu
+from benchmarks.procs import PYTHON, Procs, load_average, machine
+from benchmarks.testtools import Pyroscope, build, free_port
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
-
-from helpers import free_port  # noqa: E402
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
-from pyroscope import Pyroscope, build  # noqa: E402
-
-from benchmarks.cost import thread_cpu  # noqa: E402
-from benchmarks.procs import PYTHON, Procs, load_average, machine  # noqa: E402
-
 REPORT = ROOT / "benchmarks" / "REPORT-push.md"
 RESULTS = ROOT / "benchmarks" / "REPORT-push.json"
 RATE = 100.0
@@ -132,7 +128,7 @@ def write_report(data: dict[str, Any]) -> None:
     lines = [
         "# Pushing to Pyroscope: serve's CPU per target",
         "",
-        f"`python benchmarks/push.py --targets {data['targets']} --rounds {data['rounds']} "
+        f"`python -m benchmarks.push --targets {data['targets']} --rounds {data['rounds']} "
         f"--seconds {data['seconds']:g}`: `sidecar serve` on {data['targets']} targets "
         f"(`targets/deep.py`, ~30-frame stacks) at {data['rate']:g} Hz with "
         f"{data['window']}-second windows, storing only and also pushing to a real Pyroscope "

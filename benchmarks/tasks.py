@@ -13,7 +13,7 @@ leg with scans minus the CPU of the leg without, per scan and per task.
 Then a target with 100,000 tasks, past the scan's bound: how many tasks a scan reads, how many
 it leaves unread and counts, what a scan costs, and how much this process's peak memory grew.
 
-    python benchmarks/tasks.py [--rounds 1] [--seconds 4] [--versions 3.11,3.12,3.13,3.14]
+    python -m benchmarks.tasks [--rounds 1] [--seconds 4] [--versions 3.11,3.12,3.13,3.14]
 
 Writes benchmarks/REPORT-tasks.md and REPORT-tasks.json.
 """
@@ -32,16 +32,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.pauses import sampler_thread_seconds
+from benchmarks.procs import Procs, load_average, machine
+from benchmarks.testtools import find_pythons
+from sidecar import _native
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
-
-from pythons import find_pythons  # noqa: E402
-
-from benchmarks.pauses import sampler_thread_seconds  # noqa: E402
-from benchmarks.procs import Procs, load_average, machine  # noqa: E402
-from sidecar import _native  # noqa: E402
-
 REPORT = ROOT / "benchmarks" / "REPORT-tasks.md"
 RESULTS = ROOT / "benchmarks" / "REPORT-tasks.json"
 VERSIONS = ("3.11", "3.12", "3.13", "3.14")

@@ -13,7 +13,7 @@ only wakes at 100 Hz, and the same with one read of the walker's own shape (its 
 per sample). sidecar's own work is the CPU per sample above that floor: for a lone target, above
 a wakeup and a read; on the shared clock, above a quarter of a wakeup and a read per target.
 
-    python benchmarks/versions.py [--rounds 3] [--seconds 6]
+    python -m benchmarks.versions [--rounds 3] [--seconds 6]
 
 Writes benchmarks/REPORT-versions.md and REPORT-versions.json.
 """
@@ -29,17 +29,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks import floor
+from benchmarks.pauses import sampler_thread_seconds
+from benchmarks.procs import Procs, load_average, machine
+from benchmarks.testtools import find_pythons
+from sidecar import _native
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
-
-from pythons import find_pythons  # noqa: E402
-
-from benchmarks import floor  # noqa: E402
-from benchmarks.pauses import sampler_thread_seconds  # noqa: E402
-from benchmarks.procs import Procs, load_average, machine  # noqa: E402
-from sidecar import _native  # noqa: E402
-
 REPORT = ROOT / "benchmarks" / "REPORT-versions.md"
 RESULTS = ROOT / "benchmarks" / "REPORT-versions.json"
 VERSIONS = ("3.11", "3.12", "3.13", "3.14", "3.15")
