@@ -141,22 +141,17 @@ def stop(popen: subprocess.Popen[str]) -> None:
         popen.wait()
 
 
+def load_argv(url: str, rate: float, duration: float) -> list[str]:
+    """``targets/load.py`` driving ``url`` at ``rate`` for ``duration`` after the warm-up,
+    its result printed as JSON."""
+    argv = [sys.executable, "-m", "targets.load", url, "--rate", str(rate)]
+    return [*argv, "--duration", str(duration), "--warmup", str(WARMUP), "--json"]
+
+
 def drive(url: str, rate: float, duration: float) -> dict[str, Any]:
     """One fixed-rate run of ``targets/load.py``; its JSON result."""
     out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "targets.load",
-            url,
-            "--rate",
-            str(rate),
-            "--duration",
-            str(duration),
-            "--warmup",
-            str(WARMUP),
-            "--json",
-        ],
+        load_argv(url, rate, duration),
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -183,19 +178,7 @@ def run_one(
     target, url = start_target(variant)
     try:
         load = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "targets.load",
-                url + variant.paths[scenario],
-                "--rate",
-                str(rate),
-                "--duration",
-                str(duration),
-                "--warmup",
-                str(WARMUP),
-                "--json",
-            ],
+            load_argv(url + variant.paths[scenario], rate, duration),
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
