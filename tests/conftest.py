@@ -2,40 +2,56 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import faultkit
 import pytest
-from faultkit import Sidecars
-from helpers import REPORTS, LoadDriver, Spawner
+from helpers import REPORTS, LoadDriver, Serve, Servers, Spawner
 
 
 @pytest.fixture
 def spawn() -> Iterator[Spawner]:
-    spawner = Spawner()
-    try:
+    with contextlib.closing(Spawner()) as spawner:
         yield spawner
-    finally:
-        spawner.close()
 
 
 @pytest.fixture
 def load() -> Iterator[LoadDriver]:
-    driver = LoadDriver()
-    try:
+    with contextlib.closing(LoadDriver()) as driver:
         yield driver
-    finally:
-        driver.close()
 
 
 @pytest.fixture
-def sidecars() -> Iterator[Sidecars]:
-    """Real `sidecar` processes for the fault suite, stopped when the test ends."""
-    started = Sidecars()
-    try:
+def sidecars() -> Iterator[Servers]:
+    """Real `sidecar serve` processes for the fault suite, stopped when the test ends."""
+    with contextlib.closing(Servers()) as started:
         yield started
-    finally:
-        started.close()
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Callable[..., Serve]]:
+    """Starts ``sidecar serve`` with 1 s windows, by default on ``tmp_path/sidecar.db``; none
+    outlives the test."""
+
+    with contextlib.closing(Servers()) as started:
+
+        def start(
+            *args: str,
+            pids: tuple[int, ...] = (),
+            db: Path | None = None,
+            token: str | None = None,
+            env: dict[str, str] | None = None,
+        ) -> Serve:
+            """Samples only the given PIDs (or what ``--match`` in args selects)."""
+            selection = [arg for pid in pids for arg in ("--pid", str(pid))]
+            if not selection and "--match" not in args:
+                selection = ["--pid", "1"]  # nothing of this machine's other processes
+            db = db or tmp_path / "sidecar.db"
+            return started(db, "--window", "1", *selection, *args, token=token, env=env)
+
+        yield start
 
 
 @pytest.fixture(scope="session", autouse=True)

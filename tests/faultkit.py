@@ -1,7 +1,7 @@
 """Tools of the fault and abuse suite (tests/test_faults.py, test_storage_faults.py,
-test_hostile_http.py, test_scale.py, test_soak.py): a ``sidecar serve`` that logs to a file,
-/proc readings of a process (state, tracer, memory), database checks, and the ledger behind
-tests/reports/faults.md.
+test_hostile_http.py, test_scale.py, test_soak.py): /proc readings of a process (state,
+tracer, memory), database checks, and the ledger behind tests/reports/faults.md. The suite's
+``sidecar serve`` is ``helpers.Serve``.
 """
 
 from __future__ import annotations
@@ -11,153 +11,18 @@ import glob
 import json
 import os
 import re
-import signal
 import sqlite3
-import subprocess
-import urllib.error
-import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from helpers import PYTHON, REPORTS, ROOT, free_port, wait_until
-from prometheus_client.parser import text_string_to_metric_families
+from helpers import REPORTS
 
 LEDGER = REPORTS / "faults.json"
 SUMMARY = REPORTS / "faults.md"
 #: Entries recorded in this pytest session (the terminal summary prints them).
 RECORDED: list[str] = []
-
-
-# -- a sidecar serve ------------------------------------------------------------------------
-
-
-class Sidecar:
-    """``sidecar serve`` as a real process on a free loopback port; stderr goes to a file, so a
-    long run never blocks on a full pipe."""
-
-    def __init__(
-        self,
-        db: Path,
-        *args: str,
-        log: Path | None = None,
-        token: str | None = None,
-        wait: bool = True,
-    ) -> None:
-        self.db = db
-        self.port = free_port()
-        self.token = token
-        self.log = log or db.with_name(db.name + f".{self.port}.log")
-        self.argv = [
-            PYTHON,
-            "-m",
-            "sidecar",
-            "serve",
-            "--db",
-            str(db),
-            "--port",
-            str(self.port),
-            *args,
-        ]
-        with open(self.log, "w") as handle:
-            self.popen = subprocess.Popen(
-                self.argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=handle, text=True
-            )
-        if wait:
-            assert wait_until(self.up, timeout=30), self.log_text()
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def up(self) -> bool:
-        if self.popen.poll() is not None:
-            raise AssertionError(f"sidecar exited {self.popen.returncode}: {self.log_text()}")
-        try:
-            return self.request("/healthz", timeout=5)[0] == 200
-        except OSError:
-            return False
-
-    def log_text(self) -> str:
-        try:
-            return self.log.read_text(errors="replace")
-        except OSError:
-            return ""
-
-    def request(
-        self,
-        path: str,
-        token: str | None = None,
-        timeout: float = 30,
-        headers: dict[str, str] | None = None,
-    ) -> tuple[int, bytes, dict[str, str]]:
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}")
-        if token or self.token:
-            req.add_header("Authorization", f"Bearer {token or self.token}")
-        for name, value in (headers or {}).items():
-            req.add_header(name, value)
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as response:
-                return (
-                    response.status,
-                    response.read(),
-                    {k.lower(): v for k, v in response.headers.items()},
-                )
-        except urllib.error.HTTPError as err:
-            return err.code, err.read(), {k.lower(): v for k, v in err.headers.items()}
-
-    def json(self, path: str, timeout: float = 30) -> Any:
-        status, body, _ = self.request(path, timeout=timeout)
-        assert status == 200, (path, status, body[:500])
-        return json.loads(body)
-
-    def targets(self) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self.json("/api/targets")
-        return result
-
-    def health(self) -> dict[str, Any]:
-        result: dict[str, Any] = self.json("/healthz")
-        return result
-
-    def metric(self, name: str) -> float:
-        return metrics(self.request("/metrics")[1].decode()).get(name, float("nan"))
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
-        if self.popen.poll() is None:
-            self.popen.send_signal(sig)
-        return self.popen.wait(timeout=timeout)
-
-    def kill(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.kill()
-        self.popen.wait(timeout=30)
-
-
-class Sidecars:
-    """Starts sidecars for one test; none outlives it."""
-
-    def __init__(self) -> None:
-        self.started: list[Sidecar] = []
-
-    def __call__(self, db: Path, *args: str, **kwargs: Any) -> Sidecar:
-        server = Sidecar(db, *args, **kwargs)
-        self.started.append(server)
-        return server
-
-    def close(self) -> None:
-        for server in self.started:
-            server.kill()
-
-
-def metrics(text: str) -> dict[str, float]:
-    """Unlabelled samples of a Prometheus exposition, by name."""
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if not sample.labels:
-                out[sample.name] = float(sample.value)
-    return out
 
 
 # -- a process seen through /proc -----------------------------------------------------------

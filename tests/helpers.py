@@ -1,7 +1,9 @@
-"""Helpers for tests: start real targets, drive real load, run the real ``sidecar`` CLI."""
+"""Helpers for tests: start real targets, drive real load, run the real ``sidecar`` CLI and
+``sidecar serve``."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import select
@@ -10,12 +12,15 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client.parser import text_string_to_metric_families
 
 if TYPE_CHECKING:
     from sidecar._native import Window
@@ -23,6 +28,17 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 REPORTS = ROOT / "tests" / "reports"
+#: The browser of the UI tests (Debian's Chromium, driven by Playwright) and its flags.
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 
 @dataclass
@@ -115,13 +131,7 @@ class Load:
     popen: subprocess.Popen[str]
 
     def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGINT)
-        try:
-            self.popen.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            self.popen.wait()
+        stop_process(self.popen, signal.SIGINT, timeout=10)
 
 
 class LoadDriver:
@@ -155,6 +165,138 @@ class LoadDriver:
     def close(self) -> None:
         for run in self.runs:
             run.stop()
+
+
+class Serve(Proc):
+    """``sidecar serve`` as a real process on a free loopback port; stderr goes to a file, so a
+    long run never blocks on a full pipe. ``env`` replaces the environment it inherits."""
+
+    port: int
+
+    def __init__(
+        self,
+        db: Path,
+        *args: str,
+        log: Path | None = None,
+        token: str | None = None,
+        wait: bool = True,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.db = db
+        self.port = free_port()
+        self.token = token
+        self.log = log or db.with_name(db.name + f".{self.port}.log")
+        self.argv = [PYTHON, "-m", "sidecar", "serve", "--db", str(db), "--port", str(self.port)]
+        self.argv += args
+        with open(self.log, "w") as handle:
+            self.popen = subprocess.Popen(
+                self.argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=handle, text=True
+            )
+        if wait:
+            assert wait_until(self.up, timeout=30), self.log_text()
+
+    def up(self) -> bool:
+        if self.popen.poll() is not None:
+            raise AssertionError(f"sidecar exited {self.popen.returncode}: {self.log_text()}")
+        try:
+            return self.request("/healthz", timeout=5)[0] == 200
+        except OSError:
+            return False
+
+    def log_text(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def request(
+        self,
+        path: str,
+        token: str | None = None,
+        timeout: float = 30,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, bytes, dict[str, str]]:
+        """Status, body and headers (names in lower case) of a GET of ``path``."""
+        req = urllib.request.Request(self.url + path)
+        if token or self.token:
+            req.add_header("Authorization", f"Bearer {token or self.token}")
+        for name, value in (headers or {}).items():
+            req.add_header(name, value)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as response:
+                return (
+                    response.status,
+                    response.read(),
+                    {k.lower(): v for k, v in response.headers.items()},
+                )
+        except urllib.error.HTTPError as err:
+            return err.code, err.read(), {k.lower(): v for k, v in err.headers.items()}
+
+    def status(self, path: str) -> int:
+        return self.request(path)[0]
+
+    def json(self, path: str, timeout: float = 30) -> Any:
+        status, body, _ = self.request(path, timeout=timeout)
+        assert status == 200, (path, status, body[:500])
+        return json.loads(body)
+
+    def targets(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self.json("/api/targets")
+        return result
+
+    def health(self) -> dict[str, Any]:
+        result: dict[str, Any] = self.json("/healthz")
+        return result
+
+    def metric(self, name: str) -> float:
+        """An unlabelled sample of /metrics (NaN when there is none)."""
+        return metrics(self.request("/metrics")[1].decode()).get(name, float("nan"))
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+        if self.popen.poll() is None:
+            self.popen.send_signal(sig)
+        return self.popen.wait(timeout=timeout)
+
+    def kill(self) -> None:
+        stop_process(self.popen, signal.SIGKILL, timeout=30)
+
+
+class Servers:
+    """Starts ``sidecar serve`` processes for one test; none outlives it."""
+
+    def __init__(self) -> None:
+        self.started: list[Serve] = []
+
+    def __call__(self, db: Path, *args: str, **kwargs: Any) -> Serve:
+        server = Serve(db, *args, **kwargs)
+        self.started.append(server)
+        return server
+
+    def close(self) -> None:
+        for server in self.started:
+            server.kill()
+
+
+def stop_process(popen: subprocess.Popen[Any], sig: int, timeout: float) -> None:
+    """Sends ``sig`` unless the process has ended, and kills it if it is still there after
+    ``timeout`` seconds."""
+    if popen.poll() is None:
+        popen.send_signal(sig)
+    try:
+        popen.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        popen.kill()
+        popen.wait()
+
+
+def metrics(text: str) -> dict[str, float]:
+    """Unlabelled samples of a Prometheus exposition, by name."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if not sample.labels:
+                out[sample.name] = float(sample.value)
+    return out
 
 
 def sidecar(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:

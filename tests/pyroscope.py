@@ -13,7 +13,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from helpers import ROOT, free_port, wait_until
+from helpers import ROOT, free_port, stop_process, wait_until
 
 PERIOD_NS = 10_000_000  # one sample at 100 Hz
 
@@ -102,14 +102,8 @@ class Pyroscope:
 
     def stop(self) -> None:
         """Stops it as an orchestrator would (SIGTERM, then SIGKILL after a while)."""
-        if self.popen is None or self.popen.poll() is not None:
-            return
-        self.popen.send_signal(signal.SIGTERM)
-        try:
-            self.popen.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            self.popen.wait()
+        if self.popen is not None:
+            stop_process(self.popen, signal.SIGTERM, timeout=60)
 
     def call(self, method: str, body: dict[str, Any]) -> Any:
         """A querier API call (Connect with a JSON body)."""

@@ -9,9 +9,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from helpers import ROOT, Spawner, free_port, wait_until
+from helpers import ROOT, Serve, Spawner, free_port, wait_until
 from prometheus_client.parser import text_string_to_metric_families
-from test_serve import Serve
 
 DASHBOARD = ROOT / "deploy" / "grafana" / "sidecar-dashboard.json"
 #: Labels Prometheus's Kubernetes discovery adds to what it scrapes, not sidecar's own.
@@ -48,7 +47,13 @@ def test_every_dashboard_query_names_what_metrics_exposes(spawn: Spawner, tmp_pa
     target = spawn.target("tornado_app")
     # pushing to a port nobody listens on: the push metrics are there, failing
     server = Serve(
-        tmp_path / "d.db", "--pid", str(target.pid), "--push", f"http://127.0.0.1:{free_port()}"
+        tmp_path / "d.db",
+        "--window",
+        "1",
+        "--pid",
+        str(target.pid),
+        "--push",
+        f"http://127.0.0.1:{free_port()}",
     )
     try:
 

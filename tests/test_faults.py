@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 from faultkit import (
     Entry,
-    Sidecars,
     children,
     integrity,
     left_stopped_or_traced,
@@ -28,7 +27,7 @@ from faultkit import (
     thread_states,
     window_ticks,
 )
-from helpers import PYTHON, ROOT, LoadDriver, Proc, Spawner, free_port, wait_until
+from helpers import PYTHON, ROOT, LoadDriver, Proc, Servers, Spawner, free_port, wait_until
 
 from sidecar.query import Reader
 from sidecar.store import ProcessRecord, Store
@@ -107,7 +106,7 @@ def test_sigkill_of_record_blocking_mid_sample_never_leaves_the_target_stopped(
 
 
 def test_sigkill_of_serve_blocking_never_leaves_targets_stopped(
-    spawn: Spawner, load: LoadDriver, sidecars: Sidecars, tmp_path: Path
+    spawn: Spawner, load: LoadDriver, sidecars: Servers, tmp_path: Path
 ) -> None:
     aio = spawn.target("aiohttp_app")
     tor = spawn.target("tornado_app")
@@ -131,7 +130,7 @@ def test_sigkill_of_serve_blocking_never_leaves_targets_stopped(
 
 
 def test_sigterm_during_a_write_burst_flushes_everything(
-    spawn: Spawner, load: LoadDriver, sidecars: Sidecars, tmp_path: Path
+    spawn: Spawner, load: LoadDriver, sidecars: Servers, tmp_path: Path
 ) -> None:
     """SIGTERM right after a window boundary, when every session hands its window to the
     writer: exit 0, every sample counted before the signal is in the database (the window in
@@ -205,7 +204,7 @@ def processes(db: Path) -> dict[int, dict[str, object]]:
 
 
 def test_targets_that_exit_crash_restart_and_fork(
-    spawn: Spawner, sidecars: Sidecars, tmp_path: Path
+    spawn: Spawner, sidecars: Servers, tmp_path: Path
 ) -> None:
     db = tmp_path / "life.db"
     server = sidecars(db, "--window", "1", "--match", r"-m targets\.lifecycle ")
@@ -276,7 +275,7 @@ def test_targets_that_exit_crash_restart_and_fork(
 
 
 def test_exec_of_another_program_is_a_new_process_entry(
-    spawn: Spawner, sidecars: Sidecars, tmp_path: Path
+    spawn: Spawner, sidecars: Servers, tmp_path: Path
 ) -> None:
     """exec keeps PID and start time but runs another program: what the old program had stays
     with it; the new program is sampled as a new process entry of its own target."""

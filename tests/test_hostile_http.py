@@ -24,8 +24,8 @@ from typing import Any
 import httpx
 import pytest
 import schemathesis
-from faultkit import Entry, Sidecar, record
-from helpers import Spawner, wait_until
+from faultkit import Entry, record
+from helpers import Serve, Spawner, wait_until
 from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis import GenerationMode
 from starlette.applications import Starlette
@@ -47,17 +47,17 @@ PER_OPERATION: dict[str, int] = {}
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
     """One sidecar for the module, with real samples of a service and of hostile frames."""
     workdir = tmp_path_factory.mktemp("hostile")
     token = workdir / "token"
     token.write_text(TOKEN + "\n")
     spawner = Spawner()
-    started: Sidecar | None = None
+    started: Serve | None = None
     try:
         aio = spawner.target("aiohttp_app")
         hostile = spawner.target("generated", "--hostile", "--threads", "1")
-        started = Sidecar(
+        started = Serve(
             workdir / "hostile.db",
             "--window", "1", "--token-file", str(token),
             "--pid", str(aio.pid), "--pid", str(hostile.pid),
@@ -138,7 +138,7 @@ def header_map(headers: Any) -> dict[str, str]:
     return {k.lower(): (v[0] if isinstance(v, list) else v) for k, v in headers.items()}
 
 
-def test_every_route_fuzzed_from_the_openapi_schema(server: Sidecar) -> None:
+def test_every_route_fuzzed_from_the_openapi_schema(server: Serve) -> None:
     """Every operation of /openapi.json, with inputs schemathesis generates from it: valid
     ones (positive) and invalid ones (negative: wrong types, out of range, missing)."""
     api = schemathesis.openapi.from_url(
@@ -228,7 +228,7 @@ HOSTILE_QUERIES = [
 ]
 
 
-def test_huge_negative_and_nonsense_parameters_never_5xx(server: Sidecar) -> None:
+def test_huge_negative_and_nonsense_parameters_never_5xx(server: Serve) -> None:
     for route in ROUTES:
         for query in HOSTILE_QUERIES:
             path = f"{route}?{query}"
@@ -290,7 +290,7 @@ def raw_get(port: int, path: str, headers: dict[str, str]) -> tuple[int, bytes, 
         conn.close()
 
 
-def test_path_traversal_never_leaves_the_web_directory(server: Sidecar) -> None:
+def test_path_traversal_never_leaves_the_web_directory(server: Serve) -> None:
     for path in TRAVERSALS:
         for headers in ({}, AUTH):
             status, body, _ = raw_get(server.port, path, headers)
@@ -370,7 +370,7 @@ def wrong_tokens() -> list[str]:
     return out
 
 
-def test_wrong_tokens_of_every_length_get_401(server: Sidecar) -> None:
+def test_wrong_tokens_of_every_length_get_401(server: Serve) -> None:
     for token in wrong_tokens():
         attempts = [(f"/api/stats?token={http_quote(token)}", {})]
         if token.strip() != TOKEN:  # spaces around a header value are not part of it (HTTP)
@@ -403,7 +403,7 @@ def headers_latin1(headers: dict[str, str]) -> dict[str, str]:
 # -- served SVGs --------------------------------------------------------------------------------
 
 
-def test_served_svgs_are_sandboxed_and_escape_hostile_frames(server: Sidecar) -> None:
+def test_served_svgs_are_sandboxed_and_escape_hostile_frames(server: Serve) -> None:
     targets = {t["cmdline"].split(" -m ")[-1].split()[0]: t["id"] for t in server.targets()}
     hostile, aio = targets["targets.generated"], targets["targets.aiohttp_app"]
     paths = [

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from helpers import LoadDriver, Spawner, sidecar, wait_until
-from test_serve import serve  # noqa: F401  (the fixture)
 
 from sidecar.profile import parse_folded
 from sidecar.push.series import MAX_SAMPLES, OTHER, profiles
@@ -85,7 +84,7 @@ def test_go_tool_pprof_reads_a_recording(spawn: Spawner, load: LoadDriver, tmp_p
     assert "blocking_sleep" in main and "pretend" not in main
 
 
-def test_api_profile_as_pprof(spawn: Spawner, load: LoadDriver, serve: Any, tmp_path: Path) -> None:  # noqa: F811
+def test_api_profile_as_pprof(spawn: Spawner, load: LoadDriver, serve: Any, tmp_path: Path) -> None:
     target = spawn.target("tornado_app")
     load.start(target.url + "/blocking", seconds=20, connections=2)
     server = serve(pids=(target.pid,))

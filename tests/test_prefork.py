@@ -9,15 +9,25 @@ import json
 import os
 import signal
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import PYTHON, ROOT, LoadDriver, Spawner, free_port, sidecar, wait_until
+from helpers import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    PYTHON,
+    ROOT,
+    LoadDriver,
+    Serve,
+    Spawner,
+    free_port,
+    sidecar,
+    wait_until,
+)
 from playwright.sync_api import sync_playwright
 from prometheus_client.parser import text_string_to_metric_families
-from test_serve import Serve
-from test_ui import CHROMIUM, CHROMIUM_ARGS
 
 from sidecar.push.series import service_name
 
@@ -112,8 +122,19 @@ def check_framework_is_its_workers(
     assert merged["depth"]["max"] == (depth_max or None)
 
 
+def wait_sampled_through_the_load(server: Serve, pids: set[int], load: LoadDriver) -> None:
+    """Until every one of ``pids`` has samples, then until every load run is over."""
+
+    def all_sampled() -> bool:
+        rows = {row["pid"]: row for row in server.targets()}
+        return all(rows.get(pid, {}).get("samples", 0) > 0 for pid in pids)
+
+    assert wait_until(all_sampled, timeout=40), server.targets()
+    assert wait_until(lambda: all(r.popen.poll() is not None for r in load.runs), timeout=20)
+
+
 def test_gunicorn_master_and_aiohttp_workers(
-    spawn: Spawner, load: LoadDriver, tmp_path: Path
+    spawn: Spawner, load: LoadDriver, serve: Callable[..., Serve], tmp_path: Path
 ) -> None:
     servers = {
         kind: gunicorn(spawn, tmp_path, kind)
@@ -121,17 +142,11 @@ def test_gunicorn_master_and_aiohttp_workers(
     }
     masters = {master for master, _, _ in servers.values()}
     workers = {pid for _, pids, _ in servers.values() for pid in pids}
-    server = Serve(tmp_path / "sidecar.db", "--match", str(tmp_path))
+    server = serve("--match", str(tmp_path))
     try:
         for _, _, url in servers.values():
             load.start(url + "/cpu?repeat=20", seconds=8, connections=2)
-
-        def all_sampled() -> bool:
-            rows = {row["pid"]: row for row in server.targets()}
-            return all(rows.get(pid, {}).get("samples", 0) > 0 for pid in masters | workers)
-
-        assert wait_until(all_sampled, timeout=40), server.targets()
-        assert wait_until(lambda: all(r.popen.poll() is not None for r in load.runs), timeout=20)
+        wait_sampled_through_the_load(server, masters | workers, load)
 
         targets = {row["pid"]: row for row in server.targets()}
         for kind, (master, pids, _) in servers.items():
@@ -176,22 +191,18 @@ def test_gunicorn_master_and_aiohttp_workers(
     assert f"PID {master} (pre-fork master" in done.stdout.splitlines()[0]
 
 
-def test_tornado_fork_processes(spawn: Spawner, load: LoadDriver, tmp_path: Path) -> None:
+def test_tornado_fork_processes(
+    spawn: Spawner, load: LoadDriver, serve: Callable[..., Serve]
+) -> None:
     parent = spawn.target("tornado_app", "--processes", str(WORKERS))
     assert wait_until(lambda: len(forked_children(parent.pid)) == WORKERS, timeout=30)
     children = forked_children(parent.pid)
     assert wait_until(lambda: answers(parent.url + "/health"), timeout=30)
     pids = [parent.pid, *children]
-    server = Serve(tmp_path / "sidecar.db", *[a for pid in pids for a in ("--pid", str(pid))])
+    server = serve(pids=tuple(pids))
     try:
         load.start(parent.url + "/cpu?repeat=20", seconds=8, connections=2)
-
-        def all_sampled() -> bool:
-            rows = {row["pid"]: row for row in server.targets()}
-            return all(rows.get(pid, {}).get("samples", 0) > 0 for pid in pids)
-
-        assert wait_until(all_sampled, timeout=40), server.targets()
-        assert wait_until(lambda: all(r.popen.poll() is not None for r in load.runs), timeout=20)
+        wait_sampled_through_the_load(server, set(pids), load)
         targets = {row["pid"]: row for row in server.targets()}
         assert targets[parent.pid]["role"] == "master"
         for pid in children:
@@ -209,7 +220,7 @@ def test_tornado_fork_processes(spawn: Spawner, load: LoadDriver, tmp_path: Path
 
 
 def test_a_service_with_a_forked_process_pool_is_no_master(
-    spawn: Spawner, load: LoadDriver, tmp_path: Path
+    spawn: Spawner, load: LoadDriver, serve: Callable[..., Serve]
 ) -> None:
     """multiprocessing forks without exec too: the aiohttp service that owns a pool of forked
     workers serves the requests and counts in aiohttp's shares; neither it nor its pool's
@@ -218,17 +229,11 @@ def test_a_service_with_a_forked_process_pool_is_no_master(
     children = forked_children(service.pid)
     assert len(children) == WORKERS, children
     pids = [service.pid, *children]
-    server = Serve(tmp_path / "sidecar.db", *[a for pid in pids for a in ("--pid", str(pid))])
+    server = serve(pids=tuple(pids))
     try:
         load.start(service.url + "/offload?repeat=50", seconds=8, connections=2)
         load.start(service.url + "/sleep", seconds=8, connections=2)
-
-        def all_sampled() -> bool:
-            rows = {row["pid"]: row for row in server.targets()}
-            return all(rows.get(pid, {}).get("samples", 0) > 0 for pid in pids)
-
-        assert wait_until(all_sampled, timeout=40), server.targets()
-        assert wait_until(lambda: all(r.popen.poll() is not None for r in load.runs), timeout=20)
+        wait_sampled_through_the_load(server, set(pids), load)
         doc = stats_of(server)
         rows = {row["pid"]: row for row in doc["targets"]}
         assert [rows[pid]["role"] for pid in pids] == [None] * len(pids), doc["targets"]

@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import LoadDriver, Spawner, sidecar, wait_until
+from helpers import LoadDriver, Serve, Spawner, sidecar, wait_until
 from pyroscope import PERIOD_NS, Pyroscope, build, wait_pushed
-from test_serve import Serve
 
 from sidecar.push import Client, Pusher, endpoint
 from sidecar.query import Range, Reader
@@ -43,7 +42,7 @@ def pyroscope(pyroscope_binary: Path, tmp_path: Path) -> Iterator[Pyroscope]:
 
 
 def pushing(db: Path, pid: int, url: str, *args: str) -> Serve:
-    return Serve(db, "--pid", str(pid), "--push", url, *args)
+    return Serve(db, "--window", "1", "--pid", str(pid), "--push", url, *args)
 
 
 def stored(db: Path, start: int, end: int, states: set[str] | None = None) -> int:

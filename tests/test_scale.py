@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from faultkit import Entry, Sidecars, query, record, rss_bytes
-from helpers import Spawner, wait_until
+from faultkit import Entry, query, record, rss_bytes
+from helpers import Servers, Spawner, wait_until
 
 from sidecar.query import Reader
 
@@ -27,7 +27,7 @@ RSS_LIMIT = 450 * 2**20
 
 
 def test_thousand_threads_deep_recursion_and_unique_stacks(
-    spawn: Spawner, sidecars: Sidecars, tmp_path: Path
+    spawn: Spawner, sidecars: Servers, tmp_path: Path
 ) -> None:
     many = spawn.target("threads", "--threads", "1000", "--busy", "2")
     deep = spawn.target("spin", "--depth", "2000", "--sleep")

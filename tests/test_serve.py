@@ -6,108 +6,15 @@ from __future__ import annotations
 import json
 import signal
 import sqlite3
-import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import PYTHON, ROOT, LoadDriver, Spawner, free_port, sidecar, wait_until
+from helpers import LoadDriver, Spawner, free_port, sidecar, wait_until
 from prometheus_client.parser import text_string_to_metric_families
-
-
-class Serve:
-    """A running ``sidecar serve`` on a free loopback port."""
-
-    def __init__(self, db: Path, *args: str, token: str | None = None) -> None:
-        self.db = db
-        self.port = free_port()
-        self.token = token
-        self.popen = subprocess.Popen(
-            [
-                PYTHON,
-                "-m",
-                "sidecar",
-                "serve",
-                "--db",
-                str(db),
-                "--port",
-                str(self.port),
-                "--window",
-                "1",
-                *args,
-            ],
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert wait_until(self._up, timeout=20), self._stderr()
-
-    def _up(self) -> bool:
-        if self.popen.poll() is not None:
-            raise AssertionError(self._stderr())
-        try:
-            return self.status("/healthz") == 200
-        except OSError:
-            return False
-
-    def _stderr(self) -> str:
-        if self.popen.poll() is None:
-            return "(still running)"
-        assert self.popen.stderr is not None
-        return self.popen.stderr.read()
-
-    def request(self, path: str, token: str | None = None) -> tuple[int, bytes, dict[str, str]]:
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}")
-        if token or self.token:
-            req.add_header("Authorization", f"Bearer {token or self.token}")
-        try:
-            with urllib.request.urlopen(req, timeout=30) as response:
-                return response.status, response.read(), dict(response.headers)
-        except urllib.error.HTTPError as err:
-            return err.code, err.read(), dict(err.headers)
-
-    def status(self, path: str) -> int:
-        return self.request(path)[0]
-
-    def json(self, path: str) -> Any:
-        status, body, _ = self.request(path)
-        assert status == 200, body
-        return json.loads(body)
-
-    def targets(self) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self.json("/api/targets")
-        return result
-
-    def stop(self, sig: int = signal.SIGTERM) -> int:
-        if self.popen.poll() is None:
-            self.popen.send_signal(sig)
-        return self.popen.wait(timeout=30)
-
-
-@pytest.fixture
-def serve(tmp_path: Path) -> Iterator[Any]:
-    started: list[Serve] = []
-
-    def start(
-        *args: str, pids: tuple[int, ...] = (), db: Path | None = None, token: str | None = None
-    ) -> Serve:
-        """Samples only the given PIDs (or what ``--match`` in args selects)."""
-        selection = [arg for pid in pids for arg in ("--pid", str(pid))]
-        if not selection and "--match" not in args:
-            selection = ["--pid", "1"]  # nothing of this machine's other processes
-        server = Serve(db or tmp_path / "sidecar.db", *selection, *args, token=token)
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        if server.popen.poll() is None:
-            server.stop(signal.SIGKILL)
 
 
 def by_framework(targets: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -264,24 +171,15 @@ def test_full_database_keeps_sampling_and_recovers(
     server = serve("--max-db-size", "112K", "--rate", "400", "--window", "2", pids=(target.pid,))
     assert wait_until(lambda: server.json("/healthz")["store"]["write_errors"] > 0, timeout=30)
     health = server.json("/healthz")
-    samples_then = metric(server, "sidecar_sampler_samples_total")
-    assert wait_until(lambda: metric(server, "sidecar_sampler_samples_total") > samples_then)
+    samples_then = server.metric("sidecar_sampler_samples_total")
+    assert wait_until(lambda: server.metric("sidecar_sampler_samples_total") > samples_then)
     # writing resumes: room is made by evicting the oldest windows
-    written = metric(server, "sidecar_store_windows_written_total")
+    written = server.metric("sidecar_store_windows_written_total")
     assert wait_until(
-        lambda: metric(server, "sidecar_store_windows_written_total") > written, timeout=30
+        lambda: server.metric("sidecar_store_windows_written_total") > written, timeout=30
     ), server.json("/healthz")
     assert health["store"]["last_error"] and "full" in health["store"]["last_error"].lower()
     assert server.json("/healthz")["store"]["evicted_windows"] > 0
-
-
-def metric(server: Serve, name: str) -> float:
-    text = server.request("/metrics")[1].decode()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name:
-                return float(sample.value)
-    raise AssertionError(f"{name} not in /metrics")
 
 
 def test_retention_removes_old_windows(spawn: Spawner, serve: Any, tmp_path: Path) -> None:
@@ -324,7 +222,7 @@ def test_token_is_enforced(serve: Any, tmp_path: Path) -> None:
 def test_metrics_parse_and_errors_have_one_shape(spawn: Spawner, serve: Any) -> None:
     target = spawn.target("aiohttp_app", "--uvloop")
     server = serve(pids=(target.pid,))
-    assert wait_until(lambda: metric(server, "sidecar_sampler_samples_total") > 100)
+    assert wait_until(lambda: server.metric("sidecar_sampler_samples_total") > 100)
     text = server.request("/metrics")[1].decode()
     names = {f.name for f in text_string_to_metric_families(text)}
     for name in (
@@ -338,7 +236,7 @@ def test_metrics_parse_and_errors_have_one_shape(spawn: Spawner, serve: Any) -> 
         "sidecar_loop_share",
     ):
         assert name in names
-    assert metric(server, "sidecar_store_bytes") > 0
+    assert server.metric("sidecar_store_bytes") > 0
     for path, status in (
         ("/api/profile?target=999", 404),
         ("/api/profile?target=abc", 400),

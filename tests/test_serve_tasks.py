@@ -14,15 +14,12 @@ import pytest
 from helpers import ROOT, LoadDriver, Spawner, sidecar, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 from pythons import interpreter
-from test_serve import serve
 from test_stats import SCHEMA
 from test_tasks import await_lines
 
 from sidecar.query import Range, Reader
 from sidecar.taskquery import NoTaskScans, TaskReader
 
-#: test_serve's fixture, which pytest finds here once imported.
-__all__ = ["serve"]
 PARKED = 12
 #: The parked tasks, the ticker and main's task.
 LIVE_TASKS = PARKED + 2

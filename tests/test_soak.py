@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
-from faultkit import Entry, Sidecars, record, rss_bytes
-from helpers import REPORTS, LoadDriver, Spawner, wait_until
+from faultkit import Entry, record, rss_bytes
+from helpers import REPORTS, LoadDriver, Servers, Spawner, wait_until
 
 pytestmark = pytest.mark.faults
 
@@ -99,7 +99,7 @@ def write_report(
 
 @pytest.mark.timeout(SECONDS + 300)
 def test_soak_memory_and_database_are_flat_after_warm_up(
-    spawn: Spawner, load: LoadDriver, sidecars: Sidecars, tmp_path: Path
+    spawn: Spawner, load: LoadDriver, sidecars: Servers, tmp_path: Path
 ) -> None:
     aio = spawn.target("aiohttp_app", "--uvloop")
     tor = spawn.target("tornado_app")

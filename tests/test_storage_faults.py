@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from faultkit import Entry, Sidecars, integrity, query, record, window_ticks
-from helpers import LoadDriver, Spawner, free_port, sidecar, wait_until
+from faultkit import Entry, integrity, query, record, window_ticks
+from helpers import LoadDriver, Servers, Spawner, free_port, sidecar, wait_until
 
 from sidecar.query import Range, Reader
 from sidecar.store import ProcessRecord, Store, StoreLocked, WindowBatch, Writer
@@ -50,7 +50,7 @@ def selecting(pids: list[int]) -> list[str]:
 
 
 def test_kill_9_during_heavy_writes_in_a_loop(
-    heavy: list[int], sidecars: Sidecars, tmp_path: Path
+    heavy: list[int], sidecars: Servers, tmp_path: Path
 ) -> None:
     """kill -9 at a random moment of heavy writing, KILL_ROUNDS times on one database: the
     database passes integrity_check after each, and every window committed before the kill is
@@ -114,7 +114,7 @@ def fill(disk: Path) -> Path:
 
 
 def test_full_disk_keeps_sampling_reports_and_recovers(
-    heavy: list[int], sidecars: Sidecars, tiny_disk: Path
+    heavy: list[int], sidecars: Servers, tiny_disk: Path
 ) -> None:
     """The disk under the database fills up (another file takes the space): sampling goes
     on, /healthz and /metrics say so, the API answers; once there is room again the backlog
@@ -171,7 +171,7 @@ def test_full_disk_keeps_sampling_reports_and_recovers(
 
 
 def test_database_file_deleted_under_the_running_service(
-    heavy: list[int], sidecars: Sidecars, tmp_path: Path
+    heavy: list[int], sidecars: Servers, tmp_path: Path
 ) -> None:
     db = tmp_path / "deleted.db"
     server = sidecars(db, "--window", "1", *selecting(heavy[:2]))
@@ -203,7 +203,7 @@ def test_database_file_deleted_under_the_running_service(
 
 @pytest.mark.parametrize("damage", ["header", "pages"])
 def test_database_corrupted_under_the_running_service(
-    heavy: list[int], sidecars: Sidecars, tmp_path: Path, damage: str
+    heavy: list[int], sidecars: Servers, tmp_path: Path, damage: str
 ) -> None:
     """Garbage over the header, or over every page but the first two (database and WAL): the
     API answers 503 with the error shape meanwhile, never 500; the writer moves the damaged
@@ -255,7 +255,7 @@ def test_database_corrupted_under_the_running_service(
 
 
 def test_a_second_sidecar_on_the_same_database_refuses_even_through_a_symlink(
-    spawn: Spawner, sidecars: Sidecars, tmp_path: Path
+    spawn: Spawner, sidecars: Servers, tmp_path: Path
 ) -> None:
     target = spawn.target("tornado_app")
     db = tmp_path / "shared.db"

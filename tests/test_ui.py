@@ -10,30 +10,29 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
+import signal
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from helpers import PYTHON, REPORTS, ROOT, LoadDriver, Spawner, free_port, wait_until
+from helpers import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    REPORTS,
+    LoadDriver,
+    Serve,
+    Spawner,
+    stop_process,
+    wait_until,
+)
 from playwright.sync_api import Browser, Page, sync_playwright
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 #: Enough for every test to find load on both targets (the module takes well under this).
 LOAD_SECONDS = 150
 #: The shortest fixed range the tests look at, in seconds.
@@ -104,24 +103,13 @@ def get_json(url: str) -> Any:
         return json.loads(response.read())
 
 
-def _wait_for_http(url: str, popen: subprocess.Popen[str]) -> bool:
-    if popen.poll() is not None:
-        assert popen.stderr is not None
-        raise AssertionError(f"sidecar serve exited: {popen.stderr.read()}")
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
-
-
 @pytest.fixture(scope="module")
 def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UI]:
     if not Path(CHROMIUM).exists():
         raise RuntimeError("chromium is not installed (.ci/run installs it with apt-get)")
     spawner = Spawner()
     load = LoadDriver()
-    server: subprocess.Popen[str] | None = None
+    server: Serve | None = None
     playwright = sync_playwright().start()
     try:
         aio = spawner.target("aiohttp_app", "--uvloop")
@@ -129,19 +117,9 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UI]:
         load.start(aio.url + "/hard", seconds=LOAD_SECONDS, connections=6)
         load.start(tor.url + "/hard", seconds=LOAD_SECONDS, connections=4)
         load.start(tor.url + "/blocking", seconds=LOAD_SECONDS, connections=1)
-        port = free_port()
         db = tmp_path_factory.mktemp("ui") / "sidecar.db"
-        argv = ["serve", "--db", str(db), "--port", str(port), "--window", "1"]
-        argv += ["--pid", str(aio.pid), "--pid", str(tor.pid)]
-        server = subprocess.Popen(
-            [PYTHON, "-m", "sidecar", *argv],
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        base = f"http://127.0.0.1:{port}"
-        assert wait_until(lambda: _wait_for_http(base + "/healthz", server), timeout=20)
+        server = Serve(db, "--window", "1", "--pid", str(aio.pid), "--pid", str(tor.pid))
+        base = server.url
         started = time.time()
 
         def targets() -> dict[str, dict[str, Any]]:
@@ -163,13 +141,8 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UI]:
     finally:
         playwright.stop()
         load.close()
-        if server is not None and server.poll() is None:
-            server.terminate()
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+        if server is not None:
+            stop_process(server.popen, signal.SIGTERM, timeout=30)
         spawner.close()
 
 
@@ -510,38 +483,15 @@ def test_the_flamegraph_prunes_frames_too_narrow_to_see(ui: UI) -> None:
 
 
 def test_with_a_token_the_ui_loads_and_keeps_the_token_out_of_the_url(
-    ui: UI, tmp_path: Path
+    ui: UI, serve: Callable[..., Serve], tmp_path: Path
 ) -> None:
     """Beyond loopback a token guards the data; the UI itself loads and sends it."""
     token = "ui-token-0123456789abcdef"
     token_file = tmp_path / "token"
     token_file.write_text(token + "\n")
-    port = free_port()
-    server = subprocess.Popen(
-        [
-            PYTHON,
-            "-m",
-            "sidecar",
-            "serve",
-            "--db",
-            str(tmp_path / "t.db"),
-            "--port",
-            str(port),
-            "--window",
-            "1",
-            "--pid",
-            str(ui.aiohttp["pid"]),
-            "--token-file",
-            str(token_file),
-        ],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
+    server = serve("--token-file", str(token_file), pids=(ui.aiohttp["pid"],), db=tmp_path / "t.db")
+    base = server.url
     try:
-        assert wait_until(lambda: _wait_for_http(base + "/healthz", server), timeout=20)
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(base + "/api/targets", timeout=10)
         assert refused.value.code == 401
@@ -553,8 +503,7 @@ def test_with_a_token_the_ui_loads_and_keeps_the_token_out_of_the_url(
         assert token in stored
         assert not page.errors  # type: ignore[attr-defined]
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        server.stop()
 
 
 def test_the_tasks_view_shows_tasks_in_flight_await_chains_and_sites(ui: UI) -> None:
@@ -600,7 +549,7 @@ def task_folded(ui: UI, target: int, span: str) -> str:
 
 
 def test_the_tasks_view_stacks_tasks_past_the_scans_bound_on_top(
-    ui: UI, spawn: Spawner, tmp_path: Path
+    ui: UI, spawn: Spawner, serve: Callable[..., Serve], tmp_path: Path
 ) -> None:
     """1,000 parked tasks scanned with a bound of 200 (``SIDECAR_TASK_BOUND``): the Tasks chart
     draws each bucket's unread tasks in grey on top of the tasks read, in the share of the bar
@@ -609,19 +558,10 @@ def test_the_tasks_view_stacks_tasks_past_the_scans_bound_on_top(
     drawn (of no kind); the aiohttp target's scans read every task: no unread legend nor band."""
     bound = 200
     target = spawn.target("tasks_many", "--tasks", "1000")
-    port = free_port()
-    argv = ["serve", "--db", str(tmp_path / "u.db"), "--port", str(port), "--window", "1"]
-    server = subprocess.Popen(
-        [PYTHON, "-m", "sidecar", *argv, "--pid", str(target.pid)],
-        cwd=ROOT,
-        env={**os.environ, "SIDECAR_TASK_BOUND": str(bound)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
+    bound_env = {**os.environ, "SIDECAR_TASK_BOUND": str(bound)}
+    server = serve(pids=(target.pid,), db=tmp_path / "u.db", env=bound_env)
+    base = server.url
     try:
-        assert wait_until(lambda: _wait_for_http(base + "/healthz", server), timeout=20)
         started = math.floor(time.time())
         assert wait_until(lambda: bool(get_json(base + "/api/targets")), timeout=20)
         (row,) = get_json(base + "/api/targets")
@@ -656,8 +596,7 @@ def test_the_tasks_view_stacks_tasks_past_the_scans_bound_on_top(
         assert page.eval_on_selector("#tasks-timeline", "el => el.dataset.unread") == "0"
         assert not page.errors  # type: ignore[attr-defined]
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        server.stop()
     # every task read: no unread band, legend nor tooltip line
     start, end = ui.window()
     target_id = ui.aiohttp["id"]
