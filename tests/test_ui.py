@@ -97,6 +97,13 @@ class UI:
         page.errors = errors  # type: ignore[attr-defined]
         return page
 
+    def open(self, path: str, loaded: str) -> Page:
+        """A new page at ``path`` of this sidecar, once the element ``loaded`` has loaded."""
+        page = self.page()
+        page.goto(self.base + path)
+        wait_loaded(page, loaded)
+        return page
+
 
 def get_json(url: str) -> Any:
     with urllib.request.urlopen(url, timeout=30) as response:
@@ -160,6 +167,15 @@ def wait_loaded(page: Page, selector: str) -> None:
     )
 
 
+def show_requests(page: Page) -> None:
+    """Picks Requests in the Tasks view and waits until the view has loaded them."""
+    page.locator('#tasks-filter button[data-tasks="requests"]').click()
+    page.wait_for_function(
+        "() => new URLSearchParams(location.search).get('tasks') === 'requests'"
+        " && document.querySelector('#view-tasks').dataset.loading === '0'"
+    )
+
+
 def flame_state(page: Page) -> dict[str, Any]:
     data: dict[str, Any] = page.eval_on_selector("#flame", "el => ({...el.dataset})")
     return data
@@ -199,9 +215,7 @@ def test_targets_list_shows_aiohttp_and_tornado(ui: UI) -> None:
 
 def test_selecting_a_range_changes_the_flamegraph(ui: UI) -> None:
     start, end = ui.window()
-    page = ui.page()
-    page.goto(f"{ui.base}/?target={ui.aiohttp['id']}&from={start}&to={end}")
-    wait_loaded(page, "#flame")
+    page = ui.open(f"/?target={ui.aiohttp['id']}&from={start}&to={end}", "#flame")
     whole = flame_state(page)
     assert (whole["from"], whole["to"]) == (str(start), str(end))
     assert int(whole["samples"]) > 0
@@ -239,9 +253,7 @@ def test_selecting_a_range_changes_the_flamegraph(ui: UI) -> None:
 
 def test_search_finds_the_handler_and_functions_link_to_the_flamegraph(ui: UI) -> None:
     start, end = ui.window()
-    page = ui.page()
-    page.goto(f"{ui.base}/?target={ui.aiohttp['id']}&from={start}&to={end}")
-    wait_loaded(page, "#flame")
+    page = ui.open(f"/?target={ui.aiohttp['id']}&from={start}&to={end}", "#flame")
     page.locator("#search").fill("hard_handler")
     status = page.locator("#search-status")
     page.wait_for_function(
@@ -304,9 +316,7 @@ def test_search_finds_the_handler_and_functions_link_to_the_flamegraph(ui: UI) -
 
 def test_frameworks_panel_matches_api_stats(ui: UI) -> None:
     start, end = ui.window()
-    page = ui.page()
-    page.goto(f"{ui.base}/?view=frameworks&from={start}&to={end}")
-    wait_loaded(page, "#frameworks")
+    page = ui.open(f"/?view=frameworks&from={start}&to={end}", "#frameworks")
     stats = ui.api(f"/api/stats?from={start}&to={end}")
     assert {"aiohttp", "tornado"} <= set(stats["frameworks"])
     for name, expected in stats["frameworks"].items():
@@ -355,9 +365,7 @@ def test_the_ui_reads_frames_by_the_rules_the_api_serves(ui: UI) -> None:
 
     rules = ui.api("/api/rules")
     assert rules["leaves"] == {"idle": IDLE_LEAF, "blocked": BLOCKED_LEAF}
-    page = ui.page()
-    page.goto(ui.base + "/")
-    wait_loaded(page, "#flame")
+    page = ui.open("/", "#flame")
     shown = page.evaluate(
         """async frames => {
             const stacks = await import("./js/stacks.js");
@@ -386,9 +394,7 @@ def test_the_ui_reads_frames_by_the_rules_the_api_serves(ui: UI) -> None:
 
 def test_compare_renders_a_differential_flamegraph(ui: UI) -> None:
     start, end = ui.window()
-    page = ui.page()
-    page.goto(f"{ui.base}/?view=compare&target={ui.aiohttp['id']}&from={start}&to={end}")
-    wait_loaded(page, "#diff-flame")
+    page = ui.open(f"/?view=compare&target={ui.aiohttp['id']}&from={start}&to={end}", "#diff-flame")
     diff = page.eval_on_selector("#diff-flame", "el => ({...el.dataset})")
     assert diff["kind"] == "diff" and int(diff["frames"]) > 5
     assert "samples" in page.locator("#verdict").inner_text()
@@ -415,9 +421,7 @@ def test_compare_renders_a_differential_flamegraph(ui: UI) -> None:
 
 def test_a_shared_url_restores_the_same_view(ui: UI) -> None:
     start, end = ui.window()
-    page = ui.page()
-    page.goto(f"{ui.base}/?target={ui.tornado['id']}&from={start}&to={end}")
-    wait_loaded(page, "#flame")
+    page = ui.open(f"/?target={ui.tornado['id']}&from={start}&to={end}", "#flame")
     page.locator('#state-filter button[data-state="busy"]').click()
     page.wait_for_function(
         "() => new URLSearchParams(location.search).get('state') === 'busy'"
@@ -513,9 +517,7 @@ def test_the_tasks_view_shows_tasks_in_flight_await_chains_and_sites(ui: UI) -> 
     start, end = ui.window()
     target = ui.aiohttp["id"]
     span = f"&from={start}&to={end}"
-    page = ui.page()
-    page.goto(f"{ui.base}/?view=tasks&target={target}{span}")
-    wait_loaded(page, "#view-tasks")
+    page = ui.open(f"/?view=tasks&target={target}{span}", "#view-tasks")
     line = ui.api(f"/api/timeline?target={target}&kind=tasks{span}")
     assert line["buckets"], line
     chart = page.eval_on_selector("#tasks-timeline", "el => el.dataset.buckets")
@@ -529,11 +531,7 @@ def test_the_tasks_view_shows_tasks_in_flight_await_chains_and_sites(ui: UI) -> 
     first = page.locator("#await-sites tbody tr").first.locator("code").inner_text()
     assert first == sites[0]["site"]
     shot(page, "tasks")
-    page.locator('#tasks-filter button[data-tasks="requests"]').click()
-    page.wait_for_function(
-        "() => new URLSearchParams(location.search).get('tasks') === 'requests'"
-        " && document.querySelector('#view-tasks').dataset.loading === '0'"
-    )
+    show_requests(page)
     requests = task_folded(ui, target, span + "&tasks=requests")
     total = sum(int(row.rpartition(" ")[2]) for row in requests.splitlines())
     assert page.eval_on_selector("#tasks-flame", "el => el.dataset.samples") == str(total)
@@ -587,11 +585,7 @@ def test_the_tasks_view_stacks_tasks_past_the_scans_bound_on_top(
         total = tip.locator("[data-total]").inner_text()
         assert abs(float(total.split()[2]) - (read + bucket["unread"])) <= 0.05, total
         shot(page, "tasks-unread")
-        page.locator('#tasks-filter button[data-tasks="requests"]').click()
-        page.wait_for_function(
-            "() => new URLSearchParams(location.search).get('tasks') === 'requests'"
-            " && document.querySelector('#view-tasks').dataset.loading === '0'"
-        )
+        show_requests(page)
         assert legend.is_hidden()
         assert page.eval_on_selector("#tasks-timeline", "el => el.dataset.unread") == "0"
         assert not page.errors  # type: ignore[attr-defined]
@@ -602,9 +596,7 @@ def test_the_tasks_view_stacks_tasks_past_the_scans_bound_on_top(
     target_id = ui.aiohttp["id"]
     line = ui.api(f"/api/timeline?target={target_id}&kind=tasks&from={start}&to={end}")
     assert line["buckets"] and not any(b["unread"] for b in line["buckets"]), line
-    page = ui.page()
-    page.goto(f"{ui.base}/?view=tasks&target={target_id}&from={start}&to={end}")
-    wait_loaded(page, "#view-tasks")
+    page = ui.open(f"/?view=tasks&target={target_id}&from={start}&to={end}", "#view-tasks")
     assert page.locator("#tasks-unread").is_hidden()
     assert page.eval_on_selector("#tasks-timeline", "el => el.dataset.unread") == "0"
     bucket = line["buckets"][len(line["buckets"]) // 2]
