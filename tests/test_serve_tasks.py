@@ -11,7 +11,7 @@ from typing import Any
 
 import jsonschema
 import pytest
-from helpers import ROOT, LoadDriver, Spawner, sidecar, wait_until
+from helpers import ROOT, LoadDriver, Serve, Spawner, sidecar, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 from pythons import interpreter
 from test_stats import SCHEMA
@@ -33,6 +33,20 @@ def scanned(db: Path, target: int, scans: int) -> bool:
         return False
 
 
+def scanned_target(server: Serve, scans: int) -> dict[str, Any]:
+    """The one target of ``server``, once the store holds ``scans`` of its task scans."""
+    assert wait_until(lambda: bool(server.targets()), timeout=20)
+    (row,) = server.targets()
+    assert wait_until(lambda: scanned(server.db, row["id"], scans), timeout=30)
+    return row
+
+
+def request_stacks(server: Serve, target: int) -> list[str]:
+    """The folded task stacks of the target's requests, all its windows."""
+    path = f"/api/profile?target={target}&kind=tasks&tasks=requests&from=0"
+    return server.request(path)[1].decode().splitlines()
+
+
 def stats_cli(pid: int, *options: str) -> dict[str, Any]:
     """The tasks block of ``sidecar stats --pid PID --tasks --json`` over 3 s (unless
     ``options`` say otherwise)."""
@@ -51,9 +65,7 @@ def test_task_windows_are_stored_beside_thread_windows(
     windows count 14 tasks in flight, 12 of them in the parked stack, none of them requests."""
     target = spawn.target("tasks_parked", "--tasks", str(PARKED))
     server = serve("--task-rate", "20", pids=(target.pid,))
-    assert wait_until(lambda: bool(server.targets()), timeout=20)
-    (row,) = server.targets()
-    assert wait_until(lambda: scanned(server.db, row["id"], 40), timeout=30)
+    row = scanned_target(server, 40)
     tasks = TaskReader(Reader(server.db))
     span = Range(0, 2**33)
     flight = tasks.in_flight(row["id"], span)
@@ -76,9 +88,7 @@ def test_the_api_serves_tasks_in_flight_and_refuses_unscanned_targets(
     a target whose tasks are not scanned is refused in the one JSON error shape."""
     target = spawn.target("tasks_parked", "--tasks", str(PARKED))
     server = serve("--task-rate", "20", pids=(target.pid,))
-    assert wait_until(lambda: bool(server.targets()), timeout=20)
-    (row,) = server.targets()
-    assert wait_until(lambda: scanned(server.db, row["id"], 40), timeout=30)
+    row = scanned_target(server, 40)
     span = f"&from={time.time() - 120:.0f}"
     folded = server.request(f"/api/profile?target={row['id']}&kind=tasks{span}")[1].decode()
     counts = {
@@ -180,9 +190,7 @@ def test_requests_of_a_loaded_aiohttp_server_are_told_from_background(
     target = spawn.target("aiohttp_app")
     load.start(target.url + "/stages", seconds=40, connections=4)
     server = serve("--task-rate", "47", pids=(target.pid,))
-    assert wait_until(lambda: bool(server.targets()), timeout=20)
-    (row,) = server.targets()
-    assert wait_until(lambda: scanned(server.db, row["id"], 300), timeout=30)
+    row = scanned_target(server, 300)
     block = server.json(f"/api/stats?target={row['id']}&from=0")["targets"][0]["tasks"]
     flight = block["in_flight"]
     assert 2.5 <= flight["requests"] <= 4.05, block
@@ -204,8 +212,7 @@ def test_requests_of_a_loaded_aiohttp_server_are_told_from_background(
     assert [s["site"] for s in cli["await_sites"][:2]] == sites[:2], (cli, block)
     assert abs(cli["in_flight"]["requests"] - flight["requests"]) < 1, (cli, block)
     assert abs(cli["await_sites"][0]["share"] - block["await_sites"][0]["share"]) < 0.1
-    folded = server.request(f"/api/profile?target={row['id']}&kind=tasks&tasks=requests&from=0")
-    for line in folded[1].decode().splitlines():
+    for line in request_stacks(server, row["id"]):
         assert "RequestHandler._handle_request (aiohttp/web_protocol.py:" in line, line
 
 
@@ -218,14 +225,11 @@ def test_requests_of_a_loaded_tornado_server_are_told_by_execute(
     target = spawn.target("tornado_app")
     load.start(target.url + "/sleep", seconds=20, connections=4)
     server = serve("--task-rate", "20", pids=(target.pid,))
-    assert wait_until(lambda: bool(server.targets()), timeout=20)
-    (row,) = server.targets()
-    assert wait_until(lambda: scanned(server.db, row["id"], 100), timeout=30)
+    row = scanned_target(server, 100)
     block = server.json(f"/api/stats?target={row['id']}&from=0")["targets"][0]["tasks"]
     assert 2.5 <= block["in_flight"]["requests"] <= 4.05, block
     assert block["await_sites"][0]["site"].startswith("work (targets/tornado_app.py:"), block
-    folded = server.request(f"/api/profile?target={row['id']}&kind=tasks&tasks=requests&from=0")
-    for line in folded[1].decode().splitlines():
+    for line in request_stacks(server, row["id"]):
         assert "RequestHandler._execute (tornado/web.py:" in line, line
 
 
@@ -241,9 +245,7 @@ def test_tasks_past_the_scans_bound_count_in_flight(
     monkeypatch.setenv("SIDECAR_TASK_BOUND", str(bound))
     target = spawn.target("tasks_many", "--tasks", str(many))
     server = serve("--task-rate", "20", pids=(target.pid,))
-    assert wait_until(lambda: bool(server.targets()), timeout=20)
-    (row,) = server.targets()
-    assert wait_until(lambda: scanned(server.db, row["id"], 20), timeout=30)
+    row = scanned_target(server, 20)
     span = Range(0, 2**33)
     flight = TaskReader(Reader(server.db)).in_flight(row["id"], span)
     assert abs(flight.mean - live) < 1, flight
