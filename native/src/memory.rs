@@ -50,6 +50,9 @@ pub struct Batch {
     at: HashMap<(usize, usize), usize, FxBuildHasher>,
     offsets: Vec<usize>,
     buf: Vec<u8>,
+    /// A merged batch's spans read whole, by address: (start, end, offset in `buf`); a piece
+    /// anywhere within one is handed out.
+    spans: Option<Vec<(usize, usize, usize)>>,
 }
 
 impl Batch {
@@ -68,31 +71,37 @@ impl Batch {
     /// bytes between them too. The kernel pins each remote piece's pages in turn, so many small
     /// objects of the same pages (tasks, coroutines) cost a pin per page instead of one each.
     pub fn read_merged(pid: i32, pieces: &[(usize, usize)], gap: usize) -> Batch {
+        let mut batch = Batch::default();
+        batch.fill_merged(pid, pieces, gap);
+        batch
+    }
+
+    /// `read_merged` into this batch, replacing what it held; its tables and buffer are kept
+    /// and reused (a scanner refills one every scan).
+    pub fn fill_merged(&mut self, pid: i32, pieces: &[(usize, usize)], gap: usize) {
         let gap = gap.min(4096);
-        let mut sorted: Vec<(usize, usize)> = pieces.to_vec();
-        sorted.sort_unstable();
-        sorted.dedup();
+        let mut sorted = std::mem::take(&mut self.pieces);
+        sorted.clear();
+        sorted.extend_from_slice(pieces);
+        sorted.sort_unstable_by_key(|piece| piece.0);
         let mut spans: Vec<(usize, usize)> = Vec::new();
-        let mut span_of: Vec<usize> = Vec::with_capacity(sorted.len());
         for &(address, len) in &sorted {
             match spans.last_mut() {
                 Some((start, span_len)) if address <= (*start + *span_len).saturating_add(gap) => {
-                    *span_len = (*span_len).max(address + len - *start);
+                    *span_len = (*span_len).max(address.saturating_add(len) - *start);
                 }
                 _ => spans.push((address, len)),
             }
-            span_of.push(spans.len() - 1);
         }
-        let mut batch = Batch::read(pid, &spans);
-        let mut at = HashMap::with_capacity_and_hasher(sorted.len(), FxBuildHasher);
-        for (&(address, len), &span) in sorted.iter().zip(&span_of) {
-            let (start, span_len) = spans[span];
-            if let Some(&offset) = batch.at.get(&(start, span_len)) {
-                at.insert((address, len), offset + (address - start));
-            }
-        }
-        batch.at = at;
-        batch
+        let mut whole = self.spans.take().unwrap_or_default();
+        whole.clear();
+        self.pieces = spans;
+        self.fill(pid);
+        whole.extend(self.pieces.iter().filter_map(|&(start, len)| {
+            let offset = *self.at.get(&(start, len))?;
+            Some((start, start + len, offset))
+        }));
+        self.spans = Some(whole);
     }
 
     /// Reads `self.pieces`, replacing what the batch held.
@@ -106,6 +115,7 @@ impl Batch {
         }
         self.offsets.push(total);
         self.at.clear();
+        self.spans = None;
         // Grown, never cleared: only pieces read whole are handed out, so what earlier
         // samples left in the rest is never seen.
         if self.buf.len() < total {
@@ -131,10 +141,51 @@ impl Batch {
         }
     }
 
-    /// The bytes of a piece that was asked for exactly so and read whole.
+    /// The bytes of a piece that was asked for exactly so and read whole; of a merged batch,
+    /// of any piece within a span read whole.
     pub fn get(&self, address: usize, len: usize) -> Option<&[u8]> {
+        if let Some(spans) = &self.spans {
+            let i = spans
+                .partition_point(|span| span.0 <= address)
+                .checked_sub(1)?;
+            let (start, end, offset) = spans[i];
+            if address.checked_add(len)? > end {
+                return None;
+            }
+            let at = offset + (address - start);
+            return self.buf.get(at..at + len);
+        }
         let &at = self.at.get(&(address, len))?;
         self.buf.get(at..at + len)
+    }
+}
+
+/// What a step of a scan reads: the pieces that an earlier read of the scan (`known`) holds
+/// are taken from it, as they were at that instant, and the others read now in one merged
+/// batch.
+pub struct Reads<'a> {
+    known: &'a Batch,
+    fresh: Batch,
+}
+
+impl<'a> Reads<'a> {
+    pub fn read(pid: i32, known: &'a Batch, pieces: &[(usize, usize)], gap: usize) -> Reads<'a> {
+        let missing: Vec<(usize, usize)> = pieces
+            .iter()
+            .filter(|&&(address, len)| known.get(address, len).is_none())
+            .copied()
+            .collect();
+        Reads {
+            known,
+            fresh: Batch::read_merged(pid, &missing, gap),
+        }
+    }
+
+    /// The bytes of a piece, from whichever read holds it.
+    pub fn get(&self, address: usize, len: usize) -> Option<&[u8]> {
+        self.known
+            .get(address, len)
+            .or_else(|| self.fresh.get(address, len))
     }
 }
 
@@ -231,4 +282,32 @@ fn read_vectored(pid: i32, pieces: &[(usize, usize)], out: &mut [u8]) -> usize {
         reads
     });
     n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_merged_batch_hands_out_the_pieces_of_the_spans_it_read() {
+        let pid = std::process::id() as i32;
+        let data: Vec<u8> = (0..4096u32).map(|i| (i % 251) as u8).collect();
+        let base = data.as_ptr() as usize;
+        // two pieces 100 bytes apart, merged into one span, and one far off
+        let far: Vec<u8> = vec![7; 64];
+        let pieces = [(base + 200, 16), (base, 100), (far.as_ptr() as usize, 64)];
+        let batch = Batch::read_merged(pid, &pieces, 1024);
+        assert_eq!(batch.get(base, 100), Some(&data[..100]));
+        assert_eq!(batch.get(base + 200, 16), Some(&data[200..216]));
+        // within the span read, though not asked for exactly so
+        assert_eq!(batch.get(base + 150, 8), Some(&data[150..158]));
+        assert_eq!(batch.get(far.as_ptr() as usize, 64), Some(&far[..]));
+        // past the span's end, or before its start
+        assert_eq!(batch.get(base + 210, 16), None);
+        assert_eq!(batch.get(base - 8, 8), None);
+        // a span that cannot be read (the null page) is left out, the others kept
+        let batch = Batch::read_merged(pid, &[(8, 8), (base, 100)], 64);
+        assert_eq!(batch.get(8, 8), None);
+        assert_eq!(batch.get(base, 100), Some(&data[..100]));
+    }
 }

@@ -16,7 +16,7 @@ use rustc_hash::FxBuildHasher as FxBuild;
 
 use super::layout::{StackTop, TaskLayout, YieldFrom};
 use super::objects::{Kind, Types};
-use crate::memory::{usize_at, Batch};
+use crate::memory::{usize_at, Batch, Reads};
 use crate::walker::Layout;
 
 /// Sanity bounds against torn or garbage reads.
@@ -147,7 +147,10 @@ impl Cursor {
 }
 
 /// Reads the tasks at `addresses`: the live ones (pending) with their chains, and how many
-/// were left out because a read tore.
+/// were left out because a read tore. `known` is refilled with the scan's first read: the
+/// tasks and, of the chains the last scan kept, their coroutines and waiters (most of a scan's
+/// objects, read as they are at one instant, their pages pinned once); the scan's later steps
+/// take from it what it holds.
 pub fn read_tasks(
     pid: i32,
     layout: &Layout,
@@ -155,14 +158,26 @@ pub fn read_tasks(
     types: &mut Types,
     cache: &mut ChainCache,
     addresses: &[usize],
+    known: &mut Batch,
 ) -> (Vec<RawTask>, u64) {
     let mut torn = 0u64;
-    let pieces: Vec<(usize, usize)> = addresses.iter().map(|&a| (a, tl.task_size)).collect();
-    let batch = Batch::read_merged(pid, &pieces, MERGE_GAP);
+    let (gen_size, waiter_size) = (tl.gen_size(), tl.fut_state + 8);
+    let mut pieces: Vec<(usize, usize)> = Vec::with_capacity(addresses.len() * 5);
+    for &address in addresses {
+        pieces.push((address, tl.task_size));
+        if let Some(last) = cache.chains.get(&address) {
+            pieces.extend(last.gens.iter().map(|g| (g.address, gen_size)));
+            if last.waiter != 0 {
+                pieces.push((last.waiter, waiter_size));
+            }
+        }
+    }
+    known.fill_merged(pid, &pieces, MERGE_GAP);
+    let batch = &*known;
     let mut cursors = Vec::with_capacity(addresses.len());
     let mut kept: Vec<RawTask> = Vec::new();
-    for &(address, len) in &pieces {
-        let Some(raw) = batch.get(address, len) else {
+    for &address in addresses {
+        let Some(raw) = batch.get(address, tl.task_size) else {
             torn += 1; // freed since the registry was read
             continue;
         };
@@ -218,17 +233,13 @@ pub fn read_tasks(
             torn: false,
         });
     }
-    // the kept chains' coroutines, in one batch: each where it was, or the task is walked
-    let pieces: Vec<(usize, usize)> = kept
-        .iter()
-        .flat_map(|t| t.gens.iter().map(|g| (g.address, tl.gen_size())))
-        .collect();
-    let batch = Batch::read_merged(pid, &pieces, MERGE_GAP);
+    // the kept chains' coroutines, read with the tasks: each where it was, or the task is
+    // walked
     let mut out = Vec::with_capacity(addresses.len());
     for task in kept {
         let unmoved = task.gens.iter().all(|g| {
             batch
-                .get(g.address, tl.gen_size())
+                .get(g.address, gen_size)
                 .and_then(|raw| read_gen(pid, layout, tl, types, g.address, raw).ok())
                 == Some(*g)
         });
@@ -252,7 +263,7 @@ pub fn read_tasks(
             },
         });
     }
-    walk(pid, layout, tl, types, &mut cursors);
+    walk(pid, layout, tl, types, known, &mut cursors);
     for cursor in cursors {
         if cursor.torn || cursor.next != 0 || cursor.task.frames.is_empty() {
             torn += 1;
@@ -264,16 +275,16 @@ pub fn read_tasks(
         }
         out.push(task);
     }
-    // states: each waiter's type and state, in one batch
+    // states: each waiter's type and state, read with the tasks unless new
     let pieces: Vec<(usize, usize)> = out
         .iter()
         .filter(|t| t.state != TaskState::Running && t.waiter != 0)
-        .map(|t| (t.waiter, tl.fut_state + 8))
+        .map(|t| (t.waiter, waiter_size))
         .collect();
-    let batch = Batch::read_merged(pid, &pieces, MERGE_GAP);
+    let waiters = Reads::read(pid, batch, &pieces, MERGE_GAP);
     let mut read = Vec::with_capacity(out.len());
     for mut task in out {
-        match state(pid, tl, types, &batch, &task) {
+        match state(pid, tl, types, &waiters, &task) {
             Ok((state, awaits, gathering)) => {
                 task.state = state;
                 task.waits_gathering = gathering;
@@ -334,7 +345,14 @@ pub fn read_gen(
 }
 
 /// Walks the cursors' chains, one level of all of them at a time.
-fn walk(pid: i32, layout: &Layout, tl: &TaskLayout, types: &mut Types, cursors: &mut [Cursor]) {
+fn walk(
+    pid: i32,
+    layout: &Layout,
+    tl: &TaskLayout,
+    types: &mut Types,
+    known: &Batch,
+    cursors: &mut [Cursor],
+) {
     for _ in 0..MAX_CHAIN {
         let pieces: Vec<(usize, usize)> = cursors
             .iter()
@@ -344,7 +362,7 @@ fn walk(pid: i32, layout: &Layout, tl: &TaskLayout, types: &mut Types, cursors: 
         if pieces.is_empty() {
             break;
         }
-        let batch = Batch::read_merged(pid, &pieces, MERGE_GAP);
+        let batch = Reads::read(pid, known, &pieces, MERGE_GAP);
         for cursor in cursors.iter_mut().filter(|c| c.next != 0) {
             if step(pid, layout, tl, types, &batch, cursor).is_err() {
                 cursor.tear();
@@ -358,7 +376,7 @@ fn walk(pid: i32, layout: &Layout, tl: &TaskLayout, types: &mut Types, cursors: 
             }
             pieces.push((top, 8));
         }
-        let batch = Batch::read_merged(pid, &pieces, MERGE_GAP);
+        let batch = Reads::read(pid, known, &pieces, MERGE_GAP);
         for cursor in cursors.iter_mut() {
             let Some((next, top)) = cursor.probe.take() else {
                 continue;
@@ -375,7 +393,7 @@ fn walk(pid: i32, layout: &Layout, tl: &TaskLayout, types: &mut Types, cursors: 
             .filter(|c| c.awaited != 0)
             .map(|c| (c.awaited, AWAITED_HEAD))
             .collect();
-        let batch = Batch::read_merged(pid, &pieces, MERGE_GAP);
+        let batch = Reads::read(pid, known, &pieces, MERGE_GAP);
         for cursor in cursors.iter_mut().filter(|c| c.awaited != 0) {
             let at = std::mem::take(&mut cursor.awaited);
             let Some(raw) = batch.get(at, AWAITED_HEAD) else {
@@ -398,7 +416,7 @@ fn walk(pid: i32, layout: &Layout, tl: &TaskLayout, types: &mut Types, cursors: 
             .filter(|c| c.iter_future != 0)
             .map(|c| (c.iter_future, 16))
             .collect();
-        let batch = Batch::read_merged(pid, &pieces, MERGE_GAP);
+        let batch = Reads::read(pid, known, &pieces, MERGE_GAP);
         for cursor in cursors.iter_mut().filter(|c| c.iter_future != 0) {
             let at = std::mem::take(&mut cursor.iter_future);
             let kind = batch
@@ -430,7 +448,7 @@ fn step(
     layout: &Layout,
     tl: &TaskLayout,
     types: &mut Types,
-    batch: &Batch,
+    batch: &Reads,
     cursor: &mut Cursor,
 ) -> Result<()> {
     let gen = cursor.next;
@@ -484,7 +502,7 @@ fn step(
 /// What a suspended coroutine awaits: the object in its stack slot `top`, when it waits in
 /// `await` (rather than in a bare `yield`: told by the instruction after its last, `next`, on
 /// 3.11 and 3.12, a RESUME with an argument of 2 or 3).
-fn awaited(tl: &TaskLayout, batch: &Batch, next: usize, top: usize) -> Result<Option<usize>> {
+fn awaited(tl: &TaskLayout, batch: &Reads, next: usize, top: usize) -> Result<Option<usize>> {
     if let YieldFrom::Resume(opcodes) = tl.yield_from {
         let Some(op) = batch.get(next, 2) else {
             bail!("a frame's code freed as it was read");
@@ -509,7 +527,7 @@ fn state(
     pid: i32,
     tl: &TaskLayout,
     types: &mut Types,
-    batch: &Batch,
+    batch: &Reads,
     task: &RawTask,
 ) -> Result<(TaskState, Option<usize>, bool)> {
     if task.state == TaskState::Running {

@@ -110,6 +110,9 @@ pub struct TaskScanner {
     /// Tasks read per scan at most (`task_bound`).
     bound: usize,
     timers: timers::Timers,
+    /// The scan's first read (tasks, and the kept chains' coroutines and waiters), which its
+    /// later steps take from; refilled every scan.
+    known: Batch,
 }
 
 /// The one line an older Python gets.
@@ -154,6 +157,7 @@ impl TaskScanner {
             found: Vec::new(),
             bound: task_bound(),
             timers: timers::Timers::default(),
+            known: Batch::default(),
             // on unless SIDECAR_TASK_CACHE=off (the benchmark's legs without it)
             chains: ChainCache::new(std::env::var("SIDECAR_TASK_CACHE").as_deref() != Ok("off")),
         };
@@ -213,6 +217,7 @@ impl TaskScanner {
             &mut self.types,
             &mut self.chains,
             &addresses,
+            &mut self.known,
         );
         torn += torn_tasks;
         let mut raw = raw;
@@ -224,11 +229,25 @@ impl TaskScanner {
             self.interpreter,
             &mut raw,
         );
-        self.timers
-            .mark_due(self.pid, &self.layout, &self.tl, &mut self.types, &mut raw);
+        let known = &self.known;
+        self.timers.mark_due(
+            self.pid,
+            &self.layout,
+            &self.tl,
+            &mut self.types,
+            known,
+            &mut raw,
+        );
         gather::link_gathered(self.pid, &self.layout, &self.tl, &mut self.types, &mut raw);
         gather::link_task_groups(self.pid, &self.layout, &self.tl, &mut self.types, &mut raw);
-        tornado::add_runner_chains(self.pid, &self.layout, &self.tl, &mut self.types, &mut raw);
+        tornado::add_runner_chains(
+            self.pid,
+            &self.layout,
+            &self.tl,
+            &mut self.types,
+            known,
+            &mut raw,
+        );
         self.load_codes(&raw)?;
         let mut tasks = Vec::with_capacity(raw.len());
         for task in &raw {
@@ -326,34 +345,75 @@ pub fn awaiters(tasks: &[Task]) -> HashMap<usize, usize, FxBuild> {
     awaited_by
 }
 
+/// Each task of a scan with the chain its folded stack is made of: the tasks that await it,
+/// outermost first, then the task itself.
+fn chains<'a>(tasks: &'a [Task], mut each: impl FnMut(&'a Task, &[&'a Task])) {
+    let by_id: HashMap<usize, &Task, FxBuild> = tasks.iter().map(|t| (t.id, t)).collect();
+    let awaited_by = awaiters(tasks);
+    let mut chain = Vec::new();
+    for task in tasks {
+        chain.clear();
+        chain.push(task);
+        let mut at = task.id;
+        while let Some(&up) = awaited_by.get(&at) {
+            if chain.len() > MAX_AWAITERS || chain.iter().any(|t| t.id == up) {
+                break;
+            }
+            let Some(&awaiter) = by_id.get(&up) else {
+                break;
+            };
+            chain.push(awaiter);
+            at = up;
+        }
+        chain.reverse();
+        each(task, &chain);
+    }
+}
+
+/// The folded line of a task whose chain is `chain`: the frames of each, then its state.
+fn line(task: &Task, chain: &[&Task]) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for t in chain {
+        parts.extend(t.frames.iter().map(|f| f.as_ref()));
+    }
+    parts.push(task.state.leaf());
+    parts.join(";")
+}
+
 /// The folded stack of every task of a scan, in the scan's order: the chains of the tasks
 /// that await it (outermost first), its own chain, and its state's leaf.
 pub fn fold(tasks: &[Task]) -> Vec<String> {
-    let by_id: HashMap<usize, &Task, FxBuild> = tasks.iter().map(|t| (t.id, t)).collect();
-    let awaited_by = awaiters(tasks);
-    tasks
-        .iter()
-        .map(|task| {
-            let mut chain = vec![task];
-            let mut at = task.id;
-            while let Some(&up) = awaited_by.get(&at) {
-                if chain.len() > MAX_AWAITERS || chain.iter().any(|t| t.id == up) {
-                    break;
-                }
-                let Some(&awaiter) = by_id.get(&up) else {
-                    break;
-                };
-                chain.push(awaiter);
-                at = up;
-            }
-            let mut parts: Vec<&str> = Vec::new();
-            for t in chain.iter().rev() {
-                parts.extend(t.frames.iter().map(|f| f.as_ref()));
-            }
-            parts.push(task.state.leaf());
-            parts.join(";")
-        })
-        .collect()
+    let mut out = Vec::with_capacity(tasks.len());
+    chains(tasks, |task, chain| out.push(line(task, chain)));
+    out
+}
+
+/// `fold`'s lines with their task-samples, each distinct line once, in the order first met.
+/// Tasks parked on the same await share their frames' texts (the code cache hands out one
+/// text per instruction), so lines are told apart by those texts' addresses and written once
+/// each, not once a task.
+pub fn fold_counts(tasks: &[Task]) -> Vec<(String, u64)> {
+    let mut index: HashMap<Vec<usize>, usize, FxBuild> = HashMap::default();
+    let mut out: Vec<(String, u64)> = Vec::new();
+    let mut key: Vec<usize> = Vec::new();
+    chains(tasks, |task, chain| {
+        key.clear();
+        key.push(task.state as usize);
+        for t in chain {
+            key.extend(
+                t.frames
+                    .iter()
+                    .map(|f| Arc::as_ptr(f).cast::<u8>() as usize),
+            );
+        }
+        if let Some(&i) = index.get(&key) {
+            out[i].1 += 1;
+        } else {
+            index.insert(key.clone(), out.len());
+            out.push((line(task, chain), 1));
+        }
+    });
+    out
 }
 
 /// One scan of the tasks of `pid`: attaches (py-spy finds the interpreter), scans, and lets
@@ -432,6 +492,44 @@ mod tests {
                 "b (m.py:2);a (m.py:1);[waiting]",
                 "a (m.py:1);b (m.py:2);[running]"
             ]
+        );
+    }
+
+    #[test]
+    fn fold_counts_counts_folds_lines() {
+        let shared: Vec<Arc<str>> = ["main (m.py:9)", "wait (m.py:3)"]
+            .iter()
+            .map(|f| Arc::from(*f))
+            .collect();
+        let with = |id: usize, state: TaskState, frames: Vec<Arc<str>>| Task {
+            frames,
+            ..task(id, state, &[], None)
+        };
+        let tasks = [
+            with(1, TaskState::Waiting, shared.clone()),
+            with(2, TaskState::Waiting, shared.clone()),
+            with(3, TaskState::Ready, shared.clone()),
+            // the same text from another cached copy: one line with the others
+            with(
+                4,
+                TaskState::Waiting,
+                vec![Arc::from("main (m.py:9)"), shared[1].clone()],
+            ),
+            task(5, TaskState::Running, &["other (m.py:1)"], Some(3)),
+        ];
+        let mut expected: HashMap<String, u64> = HashMap::new();
+        for line in fold(&tasks) {
+            *expected.entry(line).or_default() += 1;
+        }
+        let mut counted: HashMap<String, u64> = HashMap::new();
+        for (line, n) in fold_counts(&tasks) {
+            *counted.entry(line).or_default() += n;
+        }
+        assert_eq!(counted, expected);
+        assert_eq!(expected["main (m.py:9);wait (m.py:3);[waiting]"], 3);
+        assert_eq!(
+            fold_counts(&tasks)[0],
+            ("main (m.py:9);wait (m.py:3);[waiting]".into(), 2)
         );
     }
 }

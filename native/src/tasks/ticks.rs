@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::{fold, Scan, TaskScanner};
+use super::{fold_counts, TaskScanner};
 use crate::readers::Readers;
 use crate::runner::MAX_SLEEP;
 use crate::windows::{Stats, Window};
@@ -35,8 +35,15 @@ fn next_due(due: Instant, began: Instant, spent: Duration) -> Instant {
     due.max(began + spent.div_f64(BUDGET))
 }
 
-/// What a scan found, to count into the window under the session's lock.
-pub(crate) type ScanResult = Result<(Scan, Vec<String>), String>;
+/// What a scan found, folded on the scan thread, to count into the window under the
+/// session's lock: its distinct stacks with their task-samples, and the tasks it left out.
+pub(crate) struct Counted {
+    stacks: Vec<(String, u64)>,
+    torn: u64,
+    unread: u64,
+}
+
+pub(crate) type ScanResult = Result<Counted, String>;
 
 /// A runner's task scans: their period, the scan thread once its scanner was made, and the
 /// scans it did that the runner has not counted yet.
@@ -137,9 +144,10 @@ impl Scans {
             let result = self
                 .scanner
                 .scan_with(false)
-                .map(|scan| {
-                    let folded = fold(&scan.tasks);
-                    (scan, folded)
+                .map(|scan| Counted {
+                    stacks: fold_counts(&scan.tasks),
+                    torn: scan.torn,
+                    unread: scan.unread,
                 })
                 .map_err(|err| format!("{err:#}"));
             let spent = began.elapsed();
@@ -162,15 +170,15 @@ impl Scans {
 /// Counts a scan into the window (one task-sample per task) and the session's counters.
 pub(crate) fn count(result: ScanResult, window: &mut Window, stats: &mut Stats) {
     match result {
-        Ok((scan, folded)) => {
+        Ok(scan) => {
             window.task_scans += 1;
             window.task_unread += scan.unread;
             stats.task_scans += 1;
             stats.task_torn += scan.torn;
             stats.task_unread += scan.unread;
-            stats.task_samples += folded.len() as u64;
-            for stack in folded {
-                *window.tasks.entry(stack).or_insert(0) += 1;
+            for (stack, n) in scan.stacks {
+                stats.task_samples += n;
+                *window.tasks.entry(stack).or_insert(0) += n;
             }
         }
         Err(err) => {

@@ -19,7 +19,7 @@ use super::chain::{RawTask, TaskState, MERGE_GAP};
 use super::layout::TaskLayout;
 use super::objects::{c_string, Kind, Types, METHOD_SELF};
 use super::registry::first_attribute;
-use crate::memory::{read, usize_at, Batch};
+use crate::memory::{read, usize_at, Batch, Reads};
 use crate::walker::Layout;
 use rustc_hash::FxBuildHasher as FxBuild;
 
@@ -77,6 +77,7 @@ impl Timers {
         layout: &Layout,
         tl: &TaskLayout,
         types: &mut Types,
+        known: &Batch,
         tasks: &mut [RawTask],
     ) {
         let waiters: Vec<usize> = tasks
@@ -88,7 +89,7 @@ impl Timers {
             return;
         }
         let pieces: Vec<(usize, usize)> = waiters.iter().map(|&w| (w + FUT_LOOP, 8)).collect();
-        let batch = Batch::read_merged(pid, &pieces, MERGE_GAP);
+        let batch = Reads::read(pid, known, &pieces, MERGE_GAP);
         let mut loops: Vec<usize> = pieces
             .iter()
             .filter_map(|&(at, len)| batch.get(at, len))

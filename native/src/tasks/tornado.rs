@@ -11,7 +11,7 @@ use super::chain::{read_gen, RawTask, MERGE_GAP};
 use super::layout::TaskLayout;
 use super::objects::{Kind, Types};
 use super::registry::first_attribute;
-use crate::memory::{read, usize_at, Batch};
+use crate::memory::{read, usize_at, Batch, Reads};
 use crate::walker::Layout;
 
 /// Sanity bound: runners followed per task.
@@ -30,6 +30,7 @@ pub fn add_runner_chains(
     layout: &Layout,
     tl: &TaskLayout,
     types: &mut Types,
+    known: &Batch,
     tasks: &mut [RawTask],
 ) {
     let awaited: Vec<usize> = tasks
@@ -44,7 +45,7 @@ pub fn add_runner_chains(
     }
     // the futures' first callbacks, in one batch: most are no function at all
     let pieces: Vec<(usize, usize)> = awaited.iter().map(|&f| (f, FUT_CALLBACK0 + 8)).collect();
-    let batch = Batch::read_merged(pid, &pieces, MERGE_GAP);
+    let batch = Reads::read(pid, known, &pieces, MERGE_GAP);
     let callbacks: Vec<usize> = awaited
         .iter()
         .filter_map(|&f| batch.get(f, FUT_CALLBACK0 + 8))
