@@ -4,6 +4,17 @@
 //! current frame's address come from the batch when they lie where recent samples found
 //! them, else from one read. Only frames elsewhere (coroutines and generators keep theirs
 //! inside the object) come from the batch's frames read ahead, or cost a read each.
+//!
+//! The target runs on while it is read, so these reads are not of one instant, and a walk can
+//! end before the thread's first frame: a stack without its root. A coroutine's frame links to
+//! its caller only while it runs (resumed, CPython sets its `previous`; when it yields, clears
+//! it), so one read a little before it was resumed ends the walk there; so does one whose
+//! memory went to another coroutine since, and, in 3.11 and 3.12, a current frame read from a
+//! `_PyCFrame` whose C call has just returned (it still names the frame that call ran, left
+//! as it was). A thread's first frame lies at the start of its first chunk of data stack; a
+//! walk that ends anywhere else is checked with one more read, and stands only when what it
+//! read is still so (a stack that spans several chunks, a thread whose first frame is a
+//! generator's); else it is a torn read, and the sample is read again.
 
 use anyhow::{bail, Result};
 
@@ -21,6 +32,34 @@ const DATASTACK_READ: usize = 16 << 10;
 
 /// A frame as walked: its code object and the instruction offset in it.
 pub type RawFrame = (usize, i64);
+
+/// A frame as the walk read it: what the check of a walk that does not end at the thread's
+/// first frame compares with.
+#[derive(Clone, Copy)]
+pub struct WalkedFrame {
+    frame: usize,
+    previous: usize,
+    code: usize,
+    owner: Option<u8>,
+    /// Read with the data stack, not on its own (a coroutine's frame, a frame of an older
+    /// chunk, one the current frame's address led to elsewhere).
+    on_stack: bool,
+}
+
+/// Owners of frames that lie in an object, not on a data stack: a generator's or coroutine's
+/// (in the chain while it runs), and a frame object's (its call has returned). The same values
+/// in 3.11–3.15.
+const OWNED_BY_GENERATOR: u8 = 1;
+const OWNED_BY_FRAME_OBJECT: u8 = 2;
+
+/// How a walk began and ended: whether its first frame lay outside the data stack as read,
+/// where its last frame of the program was (with code or without), and whether that one lies
+/// in an object.
+struct Ends {
+    first_outside: bool,
+    last: Option<usize>,
+    last_in_object: bool,
+}
 
 impl Walker {
     /// (code object, instruction offset) of each Python frame of the thread whose state is
@@ -88,19 +127,99 @@ impl Walker {
             let next = AheadStack::next(ahead, current_at, stack_start, top, self.samples);
             self.ahead_stacks.insert(thread, next);
         }
-        self.walk(out, stack_start, top, batch, outside)
+        let mut walked = std::mem::take(&mut self.walked);
+        walked.clear();
+        let ends = self.walk(out, stack_start, top, batch, &mut walked)?;
+        outside.extend(walked.iter().filter(|f| !f.on_stack).map(|f| f.frame));
+        // A thread's first frame is the first one pushed on its first chunk of data stack, at
+        // its second slot (3.11–3.15): a walk that ends there is whole. One that ends anywhere
+        // else is checked (a stack that spans several chunks ends in an older one).
+        let whole = |last: usize| last >= base && last <= base + 8;
+        let in_chunk = |last: usize| last >= base && last < top;
+        let torn = match ends.last {
+            Some(last) if !whole(last) => {
+                let all = ends.first_outside || ends.last_in_object || in_chunk(last);
+                !self.still_as_read(thread, field, current_at, all, &walked)
+            }
+            Some(_) => false,
+            // no frame of the program: in 3.11 and 3.12, a `_PyCFrame` read as its C call
+            // began or after it returned may name none, or frames without code
+            None if current_at != 0 => {
+                !self.still_as_read(thread, field, current_at, true, &walked)
+            }
+            None => false,
+        };
+        self.walked = walked;
+        if torn {
+            bail!("a chain of frames that ends outside the data stack: a torn read");
+        }
+        Ok(())
+    }
+
+    /// Whether a walk that did not end at the thread's first frame read the thread as it is:
+    /// read again at once, each frame it read outside the data stack still links to the same
+    /// frame, runs the same code and has the same owner, and in 3.11 and 3.12 the thread's
+    /// current frame is still found through the same `_PyCFrame`; with `all`, each frame of
+    /// the data stack too, and the current frame is still the one the walk began at.
+    ///
+    /// A coroutine's frame read before it was resumed, or after its memory went to another
+    /// coroutine, fails the first; a current frame read from a `_PyCFrame` whose C call has
+    /// returned, the second (or, as uvloop runs its callbacks from the same depth of the C
+    /// stack and another C call's `_PyCFrame` may be at that address by then, the current
+    /// frame); a data stack read a request earlier than the coroutine's frame it links to,
+    /// its frames (a loop that calls the same function again and again has a current frame
+    /// at the same address all along, but its callers link to another request's coroutine).
+    /// A thread running on at a stack that spans several chunks is not checked with `all`:
+    /// the top of its stack changes as it runs, the frames of its older chunks do not.
+    fn still_as_read(
+        &self,
+        thread: usize,
+        field: usize,
+        current_at: usize,
+        all: bool,
+        walked: &[WalkedFrame],
+    ) -> bool {
+        let layout = &self.layout;
+        let (first_at, size) = (layout.frame_first, layout.frame_size);
+        let at = |raw: &[u8], offset: usize| usize_at(raw, offset - first_at);
+        let checked = || walked.iter().filter(|f| all || !f.on_stack);
+        // the frames first, the pointers that lead to them after
+        let mut pieces: Vec<(usize, usize)> =
+            checked().map(|f| (f.frame + first_at, size)).collect();
+        pieces.push((thread + layout.tstate_frame, 8));
+        if current_at != 0 {
+            pieces.push((current_at, 8));
+        }
+        let again = Batch::read(self.pid, &pieces);
+        let frames_as_read = checked().all(|f| {
+            again.get(f.frame + first_at, size).is_some_and(|raw| {
+                at(raw, layout.frame_previous) == f.previous
+                    && at(raw, layout.frame_code) & !layout.code_tags == f.code
+                    && layout.frame_owner.map(|owner| raw[owner - first_at]) == f.owner
+            })
+        });
+        let word = |address: usize| again.get(address, 8).map(|bytes| usize_at(bytes, 0));
+        let (cframe, current) = if current_at != 0 {
+            (word(thread + layout.tstate_frame), word(current_at))
+        } else {
+            (Some(field), word(thread + layout.tstate_frame))
+        };
+        frames_as_read
+            && cframe == Some(field)
+            && (!all || current == Some(usize_at(&self.stack, 0)))
     }
 
     /// Follows the frames from the current one (the first 8 bytes of `self.stack`, the data
-    /// stack from `stack_start` to `top` after them), innermost first, into `out`.
+    /// stack from `stack_start` to `top` after them), innermost first, into `out`, and as
+    /// read into `walked`.
     fn walk(
         &self,
         out: &mut Vec<RawFrame>,
         stack_start: usize,
         top: usize,
         batch: &Batch,
-        outside: &mut Vec<usize>,
-    ) -> Result<()> {
+        walked: &mut Vec<WalkedFrame>,
+    ) -> Result<Ends> {
         let layout = &self.layout;
         let (first_at, size) = (layout.frame_first, layout.frame_size);
         let field = |raw: &[u8], offset: usize| usize_at(raw, offset - first_at);
@@ -109,6 +228,11 @@ impl Walker {
         let mut seen = 0usize;
         // Brent's cycle check: a chain torn into a loop ends at once, not after MAX_DEPTH reads
         let (mut tortoise, mut power, mut steps) = (frame, 1usize, 0usize);
+        let mut ends = Ends {
+            first_outside: false,
+            last: None,
+            last_in_object: false,
+        };
         while frame != 0 {
             seen += 1;
             if seen > MAX_DEPTH {
@@ -122,11 +246,11 @@ impl Walker {
                 (tortoise, power, steps) = (frame, power * 2, 0);
             }
             let first = frame + first_at;
-            let raw: &[u8] = if first >= stack_start && first + size <= top {
+            let on_stack = first >= stack_start && first + size <= top;
+            let raw: &[u8] = if on_stack {
                 let at = 8 + first - stack_start;
                 &self.stack[at..at + size]
             } else {
-                outside.push(frame);
                 match batch.get(first, size) {
                     Some(bytes) => bytes,
                     None => {
@@ -136,11 +260,20 @@ impl Walker {
                 }
             };
             let previous = field(raw, layout.frame_previous);
-            let hidden = match (layout.frame_owner, layout.owner_hidden) {
-                (Some(owner), Some(hidden)) => raw[owner - first_at] >= hidden,
+            let owner = layout.frame_owner.map(|at| raw[at - first_at]);
+            let hidden = match (owner, layout.owner_hidden) {
+                (Some(owner), Some(hidden)) => owner >= hidden,
                 _ => false,
             };
             let code = field(raw, layout.frame_code) & !layout.code_tags;
+            ends.first_outside |= seen == 1 && !on_stack;
+            walked.push(WalkedFrame {
+                frame,
+                previous,
+                code,
+                owner,
+                on_stack,
+            });
             // A frame without code is one being set up or torn down as it is read: like
             // py-spy (and CPython's own remote reader), the walk passes over it.
             if !hidden && code != 0 {
@@ -148,8 +281,13 @@ impl Walker {
                 let offset = instr as i64 - (code + layout.code_adaptive) as i64;
                 out.push((code, offset));
             }
+            if !hidden {
+                ends.last = Some(frame);
+                ends.last_in_object =
+                    matches!(owner, Some(OWNED_BY_GENERATOR | OWNED_BY_FRAME_OBJECT));
+            }
             frame = previous;
         }
-        Ok(())
+        Ok(ends)
     }
 }

@@ -86,7 +86,7 @@ impl Layout {
                 frame_code: 32,
                 frame_previous: 48,
                 frame_instr: 56,
-                frame_owner: None,
+                frame_owner: Some(69),
                 frame_first: 0,
                 frame_size: 0,
                 owner_hidden: None,
@@ -198,8 +198,8 @@ mod tests {
         let layout = Layout::table(11).expect("3.11 is in the table");
         // the code header checked every sample: co_firstlineno through co_linetable
         assert_eq!((layout.code_first, layout.code_size), (72, 72));
-        // a frame: f_code at 32 through prev_instr at 56
-        assert_eq!((layout.frame_first, layout.frame_size), (32, 32));
+        // a frame: f_code at 32 through its owner at 69
+        assert_eq!((layout.frame_first, layout.frame_size), (32, 38));
         assert_eq!(layout.tstate_size, 312);
         assert!(Layout::table(13).is_none());
     }

@@ -33,7 +33,7 @@ use crate::memory::{read, usize_at, Batch, MemoryReads};
 use crate::procfs::ThreadStates;
 use crate::stack::{RunState, Stack, Trace};
 use ahead::{AheadStack, Recent};
-use frames::RawFrame;
+use frames::{RawFrame, WalkedFrame};
 pub use layout::Layout;
 use objects::{Code, ShortFiles};
 use rustc_hash::FxBuildHasher;
@@ -101,6 +101,8 @@ pub struct Walker {
     ahead_stacks: HashMap<usize, AheadStack, FxBuildHasher>,
     /// The previous sample's `ahead_stacks` while a sample fills the new one.
     previous_stacks: HashMap<usize, AheadStack, FxBuildHasher>,
+    /// The frames of a thread's walk, as read.
+    walked: Vec<WalkedFrame>,
     scratch: Scratch,
     /// Samples read so far.
     samples: u64,
@@ -166,6 +168,7 @@ impl Walker {
             ahead_frames: Recent::default(),
             ahead_stacks: HashMap::default(),
             previous_stacks: HashMap::default(),
+            walked: Vec::new(),
             scratch: Scratch::default(),
             samples: 0,
             reads: MemoryReads::default(),
