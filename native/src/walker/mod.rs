@@ -226,25 +226,30 @@ impl Walker {
         let pieces = &mut batch.pieces;
         pieces.clear();
         pieces.push(head);
-        pieces.extend(self.ahead_threads.iter().map(|&t| (t, layout.tstate_size)));
-        pieces.extend(
-            self.ahead_frames
-                .addresses()
-                .map(|f| (f + layout.frame_first, layout.frame_size)),
-        );
-        // the code objects recent samples checked
+        // the code objects recent samples checked: they do not change while they are read
         pieces.extend(
             self.checked
                 .addresses()
                 .map(|c| (c + layout.code_first, layout.code_size)),
         );
-        // last, as a piece past the end of a stack's mapping ends the call
-        for stack in self.ahead_stacks.values() {
-            if stack.current != 0 {
-                pieces.push((stack.current, 8));
+        // Each thread state, then what it points to, then frames outside the data stacks: the
+        // target runs on as they are read, so each piece is read right after what leads to it
+        // (a coroutine's frame read before the stack that calls it may be one not resumed yet).
+        // A piece past the end of a stack's mapping ends the call; the rest is read by another.
+        for &thread in &self.ahead_threads {
+            pieces.push((thread, layout.tstate_size));
+            if let Some(stack) = self.ahead_stacks.get(&thread) {
+                if stack.current != 0 {
+                    pieces.push((stack.current, 8));
+                }
+                pieces.push((stack.start, stack.end - stack.start));
             }
-            pieces.push((stack.start, stack.end - stack.start));
         }
+        pieces.extend(
+            self.ahead_frames
+                .addresses()
+                .map(|f| (f + layout.frame_first, layout.frame_size)),
+        );
         batch.fill(self.pid);
         let batch = &*batch;
         let Some(first) = batch.get(head.0, 8) else {
