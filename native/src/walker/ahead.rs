@@ -29,6 +29,10 @@ pub struct AheadStack {
     /// The highest top of the stack recent samples saw, and the sample that saw it.
     high: usize,
     high_seen: u64,
+    /// The thread's first frame, when a checked walk found it outside the chunk the thread
+    /// pushes its frames on (a stack that spans several chunks): a walk that ends there is
+    /// whole without another check. 0 while none is known.
+    pub root: usize,
 }
 
 impl AheadStack {
@@ -58,6 +62,7 @@ impl AheadStack {
             end: high + STACK_SLACK,
             high,
             high_seen,
+            root: previous.map_or(0, |p| p.root),
         }
     }
 }
@@ -132,5 +137,15 @@ mod tests {
         assert_eq!((deeper.high, deeper.high_seen), (0x2000, 70));
         let moved = AheadStack::next(Some(deeper), 0x200, 0x1000, 0x1100, 71);
         assert_eq!(moved.end, 0x1100 + STACK_SLACK);
+        // the thread's first frame, once known, stays known whatever the top does
+        let rooted = AheadStack {
+            root: 0x500,
+            ..moved
+        };
+        assert_eq!(
+            AheadStack::next(Some(rooted), 0x300, 0x2000, 0x2100, 72).root,
+            0x500
+        );
+        assert_eq!(AheadStack::next(None, 0x300, 0x2000, 0x2100, 72).root, 0);
     }
 }

@@ -133,13 +133,23 @@ impl Walker {
         outside.extend(walked.iter().filter(|f| !f.on_stack).map(|f| f.frame));
         // A thread's first frame is the first one pushed on its first chunk of data stack, at
         // its second slot (3.11–3.15): a walk that ends there is whole. One that ends anywhere
-        // else is checked (a stack that spans several chunks ends in an older one).
-        let whole = |last: usize| last >= base && last <= base + 8;
+        // else is checked, once for a stack that spans several chunks (it ends in an older one,
+        // at the frame a check found).
+        let root = ahead.map_or(0, |a| a.root);
+        let whole = |last: usize| {
+            (last >= base && last <= base + 8) || (last == root && !ends.last_in_object)
+        };
         let in_chunk = |last: usize| last >= base && last < top;
         let torn = match ends.last {
             Some(last) if !whole(last) => {
                 let all = ends.first_outside || ends.last_in_object || in_chunk(last);
-                !self.still_as_read(thread, field, current_at, all, &walked)
+                let torn = !self.still_as_read(thread, field, current_at, all, &walked);
+                if !torn && !all && !ends.last_in_object {
+                    if let Some(stack) = self.ahead_stacks.get_mut(&thread) {
+                        stack.root = last;
+                    }
+                }
+                torn
             }
             Some(_) => false,
             // no frame of the program: in 3.11 and 3.12, a `_PyCFrame` read as its C call
