@@ -53,6 +53,8 @@ pub struct Batch {
     /// A merged batch's spans read whole, by address: (start, end, offset in `buf`); a piece
     /// anywhere within one is handed out.
     spans: Option<Vec<(usize, usize, usize)>>,
+    /// The span the last piece handed out was in: the next piece is often in it too.
+    last_span: Cell<usize>,
 }
 
 impl Batch {
@@ -83,7 +85,8 @@ impl Batch {
         let mut sorted = std::mem::take(&mut self.pieces);
         sorted.clear();
         sorted.extend_from_slice(pieces);
-        sorted.sort_unstable_by_key(|piece| piece.0);
+        // a radix sort: linear in a scan's thousands of pieces
+        radsort::sort_by_key(&mut sorted, |piece| piece.0);
         let mut spans: Vec<(usize, usize)> = Vec::new();
         for &(address, len) in &sorted {
             match spans.last_mut() {
@@ -145,9 +148,18 @@ impl Batch {
     /// of any piece within a span read whole.
     pub fn get(&self, address: usize, len: usize) -> Option<&[u8]> {
         if let Some(spans) = &self.spans {
-            let i = spans
-                .partition_point(|span| span.0 <= address)
-                .checked_sub(1)?;
+            let within =
+                |&(start, end, _): &(usize, usize, usize)| start <= address && address < end;
+            let i = match spans.get(self.last_span.get()) {
+                Some(span) if within(span) => self.last_span.get(),
+                _ => {
+                    let i = spans
+                        .partition_point(|span| span.0 <= address)
+                        .checked_sub(1)?;
+                    self.last_span.set(i);
+                    i
+                }
+            };
             let (start, end, offset) = spans[i];
             if address.checked_add(len)? > end {
                 return None;

@@ -31,7 +31,7 @@ const FUT_CALLBACK0: usize = 24;
 pub const MERGE_GAP: usize = 1024;
 
 /// A task's state in one scan.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TaskState {
     /// Its coroutine executes on a thread now.
     Running,
@@ -121,6 +121,17 @@ impl ChainCache {
     }
 }
 
+/// A scan's first read: the tasks and, of the chains the last scan kept, their coroutines and
+/// waiters (most of a scan's objects, read as they are at one instant, their pages pinned
+/// once), with the `heads` the last scan's later steps read; those steps take from it what it
+/// holds. Its buffer is refilled, never zeroed again.
+#[derive(Default)]
+pub struct FirstRead {
+    pub batch: Batch,
+    /// The types of the futures' callbacks (`tornado`).
+    pub heads: Vec<(usize, usize)>,
+}
+
 /// What one scan's reads of a task found so far.
 struct Cursor {
     task: RawTask,
@@ -147,10 +158,7 @@ impl Cursor {
 }
 
 /// Reads the tasks at `addresses`: the live ones (pending) with their chains, and how many
-/// were left out because a read tore. `known` is refilled with the scan's first read: the
-/// tasks and, of the chains the last scan kept, their coroutines and waiters (most of a scan's
-/// objects, read as they are at one instant, their pages pinned once); the scan's later steps
-/// take from it what it holds.
+/// were left out because a read tore. `first` is refilled with the scan's first read.
 pub fn read_tasks(
     pid: i32,
     layout: &Layout,
@@ -158,7 +166,7 @@ pub fn read_tasks(
     types: &mut Types,
     cache: &mut ChainCache,
     addresses: &[usize],
-    known: &mut Batch,
+    first: &mut FirstRead,
 ) -> (Vec<RawTask>, u64) {
     let mut torn = 0u64;
     let (gen_size, waiter_size) = (tl.gen_size(), tl.fut_state + 8);
@@ -172,8 +180,9 @@ pub fn read_tasks(
             }
         }
     }
-    known.fill_merged(pid, &pieces, MERGE_GAP);
-    let batch = &*known;
+    pieces.extend_from_slice(&first.heads);
+    first.batch.fill_merged(pid, &pieces, MERGE_GAP);
+    let batch = &first.batch;
     let mut cursors = Vec::with_capacity(addresses.len());
     let mut kept: Vec<RawTask> = Vec::new();
     for &address in addresses {
@@ -263,7 +272,7 @@ pub fn read_tasks(
             },
         });
     }
-    walk(pid, layout, tl, types, known, &mut cursors);
+    walk(pid, layout, tl, types, batch, &mut cursors);
     for cursor in cursors {
         if cursor.torn || cursor.next != 0 || cursor.task.frames.is_empty() {
             torn += 1;

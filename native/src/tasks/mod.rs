@@ -25,6 +25,7 @@ mod timers;
 mod tornado;
 
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Result};
@@ -34,7 +35,7 @@ use crate::memory::{read, Batch};
 use crate::walker::objects::{Code, ShortFiles};
 use crate::walker::{layout_of, Layout};
 pub use chain::TaskState;
-use chain::{read_tasks, ChainCache, RawTask};
+use chain::{read_tasks, ChainCache, FirstRead, RawTask};
 pub use layout::TaskLayout;
 use layout::{Registry, ASYNCIO_DEBUG_WORDS};
 use objects::{task_name, Types};
@@ -90,6 +91,17 @@ pub struct Scan {
     pub unread: u64,
 }
 
+/// What a scan found, as a profile counts it: its distinct folded stacks with their
+/// task-samples, and the tasks it left out.
+#[derive(Debug, Clone, Default)]
+pub struct Counts {
+    pub stacks: Vec<(String, u64)>,
+    /// Tasks left out because a read of them tore.
+    pub torn: u64,
+    /// Tasks past the scan's bound, not read.
+    pub unread: u64,
+}
+
 /// Reads the tasks of one target, scan after scan.
 pub struct TaskScanner {
     pid: i32,
@@ -110,9 +122,7 @@ pub struct TaskScanner {
     /// Tasks read per scan at most (`task_bound`).
     bound: usize,
     timers: timers::Timers,
-    /// The scan's first read (tasks, and the kept chains' coroutines and waiters), which its
-    /// later steps take from; refilled every scan.
-    known: Batch,
+    first: FirstRead,
 }
 
 /// The one line an older Python gets.
@@ -157,7 +167,7 @@ impl TaskScanner {
             found: Vec::new(),
             bound: task_bound(),
             timers: timers::Timers::default(),
-            known: Batch::default(),
+            first: FirstRead::default(),
             // on unless SIDECAR_TASK_CACHE=off (the benchmark's legs without it)
             chains: ChainCache::new(std::env::var("SIDECAR_TASK_CACHE").as_deref() != Ok("off")),
         };
@@ -181,12 +191,71 @@ impl TaskScanner {
 
     /// Every live task now, with its name, chain and state.
     pub fn scan(&mut self) -> Result<Scan> {
-        self.scan_with(true)
+        let (raw, mut torn, unread) = self.read_all()?;
+        let mut tasks = Vec::with_capacity(raw.len());
+        for task in &raw {
+            let Ok(name) = task_name(self.pid, &self.layout, &mut self.types, task.name) else {
+                torn += 1;
+                continue;
+            };
+            let frames = task
+                .frames
+                .iter()
+                .map(|&(code, offset)| frame_text(&mut self.codes, code, offset))
+                .collect();
+            tasks.push(Task {
+                id: task.address,
+                name,
+                state: task.state,
+                frames,
+                future: task.future.map(|(_, kind)| match kind {
+                    objects::Kind::Task => "Task",
+                    _ => "Future",
+                }),
+                awaits: task.awaits,
+                awaited_by: task.awaited_by,
+            });
+        }
+        self.chains.keep(raw);
+        Ok(Scan {
+            tasks,
+            torn,
+            unread,
+        })
     }
 
-    /// Every live task now, with its chain and state; its name too with `names` (a profile,
-    /// which leaves names out of its stacks, does not read them).
-    pub fn scan_with(&mut self, names: bool) -> Result<Scan> {
+    /// A scan's folded stacks with their task-samples, and the tasks it left out. Tasks are
+    /// told apart by their chains' code objects and instructions, and each distinct line is
+    /// written once, not once a task.
+    pub fn scan_counts(&mut self) -> Result<Counts> {
+        let (raw, torn, unread) = self.read_all()?;
+        let codes = &mut self.codes;
+        let stacks = fold_counts(
+            &raw,
+            |task| &task.frames,
+            |task, chain| {
+                let mut line = String::new();
+                for t in chain {
+                    for &(code, offset) in &t.frames {
+                        line.push_str(&frame_text(codes, code, offset));
+                        line.push(';');
+                    }
+                }
+                line.push_str(task.state.leaf());
+                line
+            },
+        );
+        self.chains.keep(raw);
+        Ok(Counts {
+            stacks,
+            torn,
+            unread,
+        })
+    }
+
+    /// Every live task's chain and state as read (its code objects loaded), with the tasks
+    /// left out because a read of them tore and those past the scan's bound.
+    fn read_all(&mut self) -> Result<(Vec<RawTask>, u64, u64)> {
         self.find_registry()?;
         let (mut addresses, mut torn) = match &self.sets {
             Some(sets) => set_tasks(self.pid, &self.layout, &mut self.types, sets, MAX_FOUND)?,
@@ -217,7 +286,7 @@ impl TaskScanner {
             &mut self.types,
             &mut self.chains,
             &addresses,
-            &mut self.known,
+            &mut self.first,
         );
         torn += torn_tasks;
         let mut raw = raw;
@@ -229,7 +298,7 @@ impl TaskScanner {
             self.interpreter,
             &mut raw,
         );
-        let known = &self.known;
+        let known = &self.first.batch;
         self.timers.mark_due(
             self.pid,
             &self.layout,
@@ -247,48 +316,10 @@ impl TaskScanner {
             &mut self.types,
             known,
             &mut raw,
+            &mut self.first.heads,
         );
         self.load_codes(&raw)?;
-        let mut tasks = Vec::with_capacity(raw.len());
-        for task in &raw {
-            let name = if names {
-                match task_name(self.pid, &self.layout, &mut self.types, task.name) {
-                    Ok(name) => name,
-                    Err(_) => {
-                        torn += 1;
-                        continue;
-                    }
-                }
-            } else {
-                String::new()
-            };
-            let frames = task
-                .frames
-                .iter()
-                .map(|&(code, offset)| match self.codes.get_mut(&code) {
-                    Some(code) => code.frame(offset),
-                    None => Arc::from("? (?:0)"),
-                })
-                .collect();
-            tasks.push(Task {
-                id: task.address,
-                name,
-                state: task.state,
-                frames,
-                future: task.future.map(|(_, kind)| match kind {
-                    objects::Kind::Task => "Task",
-                    _ => "Future",
-                }),
-                awaits: task.awaits,
-                awaited_by: task.awaited_by,
-            });
-        }
-        self.chains.keep(raw);
-        Ok(Scan {
-            tasks,
-            torn,
-            unread,
-        })
+        Ok((raw, torn, unread))
     }
 
     /// Makes sure every code object the tasks' frames name is cached and still the one cached.
@@ -327,19 +358,66 @@ impl TaskScanner {
     }
 }
 
+/// A code object's frame text at an instruction, from the scan's cache of code objects.
+fn frame_text(codes: &mut HashMap<usize, Code, FxBuild>, code: usize, offset: i64) -> Arc<str> {
+    match codes.get_mut(&code) {
+        Some(code) => code.frame(offset),
+        None => Arc::from("? (?:0)"),
+    }
+}
+
+/// What folding needs of a task of a scan (a `Task`, or a `RawTask` as read): who it is,
+/// its state, and the task it awaits or that awaits it.
+pub trait Linked {
+    fn id(&self) -> usize;
+    fn state(&self) -> TaskState;
+    fn awaits(&self) -> Option<usize>;
+    fn awaited_by(&self) -> Option<usize>;
+}
+
+impl Linked for Task {
+    fn id(&self) -> usize {
+        self.id
+    }
+    fn state(&self) -> TaskState {
+        self.state
+    }
+    fn awaits(&self) -> Option<usize> {
+        self.awaits
+    }
+    fn awaited_by(&self) -> Option<usize> {
+        self.awaited_by
+    }
+}
+
+impl Linked for RawTask {
+    fn id(&self) -> usize {
+        self.address
+    }
+    fn state(&self) -> TaskState {
+        self.state
+    }
+    fn awaits(&self) -> Option<usize> {
+        self.awaits
+    }
+    fn awaited_by(&self) -> Option<usize> {
+        self.awaited_by
+    }
+}
+
 /// The task awaiting each awaited task of a scan, by id: the first task that awaits it, else
 /// what the task says awaits it (3.14+) or the task whose `gather` or `TaskGroup` holds it.
 /// The awaiting task may be one the scan left out.
-pub fn awaiters(tasks: &[Task]) -> HashMap<usize, usize, FxBuild> {
+pub fn awaiters<T: Linked>(tasks: &[T]) -> HashMap<usize, usize, FxBuild> {
     let mut awaited_by: HashMap<usize, usize, FxBuild> = HashMap::default();
     for task in tasks {
-        if let Some(awaited) = task.awaits {
-            awaited_by.entry(awaited).or_insert(task.id);
+        if let Some(awaited) = task.awaits() {
+            awaited_by.entry(awaited).or_insert(task.id());
         }
     }
     for task in tasks {
-        if let Some(awaiter) = task.awaited_by {
-            awaited_by.entry(task.id).or_insert(awaiter);
+        if let Some(awaiter) = task.awaited_by() {
+            awaited_by.entry(task.id()).or_insert(awaiter);
         }
     }
     awaited_by
@@ -347,16 +425,16 @@ pub fn awaiters(tasks: &[Task]) -> HashMap<usize, usize, FxBuild> {
 
 /// Each task of a scan with the chain its folded stack is made of: the tasks that await it,
 /// outermost first, then the task itself.
-fn chains<'a>(tasks: &'a [Task], mut each: impl FnMut(&'a Task, &[&'a Task])) {
-    let by_id: HashMap<usize, &Task, FxBuild> = tasks.iter().map(|t| (t.id, t)).collect();
+fn chains<'a, T: Linked>(tasks: &'a [T], mut each: impl FnMut(&'a T, &[&'a T])) {
+    let by_id: HashMap<usize, &T, FxBuild> = tasks.iter().map(|t| (t.id(), t)).collect();
     let awaited_by = awaiters(tasks);
     let mut chain = Vec::new();
     for task in tasks {
         chain.clear();
         chain.push(task);
-        let mut at = task.id;
+        let mut at = task.id();
         while let Some(&up) = awaited_by.get(&at) {
-            if chain.len() > MAX_AWAITERS || chain.iter().any(|t| t.id == up) {
+            if chain.len() > MAX_AWAITERS || chain.iter().any(|t| t.id() == up) {
                 break;
             }
             let Some(&awaiter) = by_id.get(&up) else {
@@ -388,23 +466,22 @@ pub fn fold(tasks: &[Task]) -> Vec<String> {
     out
 }
 
-/// `fold`'s lines with their task-samples, each distinct line once, in the order first met.
-/// Tasks parked on the same await share their frames' texts (the code cache hands out one
-/// text per instruction), so lines are told apart by those texts' addresses and written once
-/// each, not once a task.
-pub fn fold_counts(tasks: &[Task]) -> Vec<(String, u64)> {
-    let mut index: HashMap<Vec<usize>, usize, FxBuild> = HashMap::default();
+/// `fold`'s lines with their task-samples, each distinct line once, in the order first met:
+/// tasks are told apart by their state and their chains' `frames` (any key that stands for a
+/// frame's text), and a line is written (`line`) once per distinct one.
+pub fn fold_counts<T: Linked, K: Clone + Eq + Hash>(
+    tasks: &[T],
+    frames: impl Fn(&T) -> &[K],
+    mut line: impl FnMut(&T, &[&T]) -> String,
+) -> Vec<(String, u64)> {
+    let mut index: HashMap<(TaskState, Vec<K>), usize, FxBuild> = HashMap::default();
     let mut out: Vec<(String, u64)> = Vec::new();
-    let mut key: Vec<usize> = Vec::new();
+    let mut key: (TaskState, Vec<K>) = (TaskState::Ready, Vec::new());
     chains(tasks, |task, chain| {
-        key.clear();
-        key.push(task.state as usize);
+        key.0 = task.state();
+        key.1.clear();
         for t in chain {
-            key.extend(
-                t.frames
-                    .iter()
-                    .map(|f| Arc::as_ptr(f).cast::<u8>() as usize),
-            );
+            key.1.extend_from_slice(frames(t));
         }
         if let Some(&i) = index.get(&key) {
             out[i].1 += 1;
@@ -522,14 +599,17 @@ mod tests {
             *expected.entry(line).or_default() += 1;
         }
         let mut counted: HashMap<String, u64> = HashMap::new();
-        for (line, n) in fold_counts(&tasks) {
+        let counts = fold_counts(&tasks, |t| &t.frames, line);
+        for (line, n) in counts.clone() {
             *counted.entry(line).or_default() += n;
         }
         assert_eq!(counted, expected);
         assert_eq!(expected["main (m.py:9);wait (m.py:3);[waiting]"], 3);
+        // tasks 1, 2 and 4 have the same frames' texts: one line, written once
+        assert_eq!(counts.len(), 3);
         assert_eq!(
-            fold_counts(&tasks)[0],
-            ("main (m.py:9);wait (m.py:3);[waiting]".into(), 2)
+            counts[0],
+            ("main (m.py:9);wait (m.py:3);[waiting]".into(), 3)
         );
     }
 }

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::{fold_counts, TaskScanner};
+use super::{Counts, TaskScanner};
 use crate::readers::Readers;
 use crate::runner::MAX_SLEEP;
 use crate::windows::{Stats, Window};
@@ -36,14 +36,8 @@ fn next_due(due: Instant, began: Instant, spent: Duration) -> Instant {
 }
 
 /// What a scan found, folded on the scan thread, to count into the window under the
-/// session's lock: its distinct stacks with their task-samples, and the tasks it left out.
-pub(crate) struct Counted {
-    stacks: Vec<(String, u64)>,
-    torn: u64,
-    unread: u64,
-}
-
-pub(crate) type ScanResult = Result<Counted, String>;
+/// session's lock.
+pub(crate) type ScanResult = Result<Counts, String>;
 
 /// A runner's task scans: their period, the scan thread once its scanner was made, and the
 /// scans it did that the runner has not counted yet.
@@ -141,15 +135,7 @@ impl Scans {
                 stratum = now; // behind by a whole period: missed scans are skipped
             }
             let began = Instant::now();
-            let result = self
-                .scanner
-                .scan_with(false)
-                .map(|scan| Counted {
-                    stacks: fold_counts(&scan.tasks),
-                    torn: scan.torn,
-                    unread: scan.unread,
-                })
-                .map_err(|err| format!("{err:#}"));
+            let result = self.scanner.scan_counts().map_err(|err| format!("{err:#}"));
             let spent = began.elapsed();
             {
                 let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());

@@ -24,7 +24,8 @@ const CELL_REF: usize = 16;
 
 /// Appends to the chain of each task that awaits a Tornado coroutine's future the frames of
 /// its generator and of those it waits for in turn; a runner whose reads tore ends the chain
-/// there.
+/// there. `heads` is left with the pieces of the futures' callbacks it read, for the next
+/// scan's first read.
 pub fn add_runner_chains(
     pid: i32,
     layout: &Layout,
@@ -32,7 +33,9 @@ pub fn add_runner_chains(
     types: &mut Types,
     known: &Batch,
     tasks: &mut [RawTask],
+    heads: &mut Vec<(usize, usize)>,
 ) {
+    heads.clear();
     let awaited: Vec<usize> = tasks
         .iter()
         .filter_map(|t| match t.future {
@@ -52,9 +55,9 @@ pub fn add_runner_chains(
         .map(|raw| usize_at(raw, FUT_CALLBACK0))
         .filter(|&c| c != 0)
         .collect();
-    // and their types, in one more: a task's wakeup is no function
-    let pieces: Vec<(usize, usize)> = callbacks.iter().map(|&c| (c, 16)).collect();
-    let heads = Batch::read_merged(pid, &pieces, MERGE_GAP);
+    // and their types: a task's wakeup is no function
+    heads.extend(callbacks.iter().map(|&c| (c, 16)));
+    let heads = Reads::read(pid, known, heads, MERGE_GAP);
     for task in tasks.iter_mut() {
         let Some((future, Kind::Future)) = task.future else {
             continue;
