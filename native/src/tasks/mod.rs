@@ -375,35 +375,28 @@ pub trait Linked {
     fn awaited_by(&self) -> Option<usize>;
 }
 
-impl Linked for Task {
-    fn id(&self) -> usize {
-        self.id
-    }
-    fn state(&self) -> TaskState {
-        self.state
-    }
-    fn awaits(&self) -> Option<usize> {
-        self.awaits
-    }
-    fn awaited_by(&self) -> Option<usize> {
-        self.awaited_by
-    }
+/// `Linked` for a task type whose id is its field `$id`.
+macro_rules! linked {
+    ($task:ty, $id:ident) => {
+        impl Linked for $task {
+            fn id(&self) -> usize {
+                self.$id
+            }
+            fn state(&self) -> TaskState {
+                self.state
+            }
+            fn awaits(&self) -> Option<usize> {
+                self.awaits
+            }
+            fn awaited_by(&self) -> Option<usize> {
+                self.awaited_by
+            }
+        }
+    };
 }
 
-impl Linked for RawTask {
-    fn id(&self) -> usize {
-        self.address
-    }
-    fn state(&self) -> TaskState {
-        self.state
-    }
-    fn awaits(&self) -> Option<usize> {
-        self.awaits
-    }
-    fn awaited_by(&self) -> Option<usize> {
-        self.awaited_by
-    }
-}
+linked!(Task, id);
+linked!(RawTask, address);
 
 /// The task awaiting each awaited task of a scan, by id: the first task that awaits it, else
 /// what the task says awaits it (3.14+) or the task whose `gather` or `TaskGroup` holds it.
