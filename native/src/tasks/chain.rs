@@ -3,11 +3,12 @@
 //! are used; a task whose reads tore is left out of the scan and counted, never given frames
 //! it was not in.
 //!
-//! All tasks are read together, one level of their chains at a time, each step of a level one
-//! batch of reads for all of them. A parked task whose chain is unchanged since the last scan
-//! (the same coroutine and awaited future, each coroutine of its chain where it was) is not
-//! walked again: its coroutines are read in one batch with the other parked tasks' and checked
-//! against the chain kept from the last scan.
+//! A scan's first read takes the tasks and, of the chains the last scan kept, their coroutines
+//! and waiters, in one merged batch (`FirstRead`). A parked task whose chain is unchanged since
+//! the last scan (the same coroutine and awaited future, each coroutine of its chain where it
+//! was, as that read found them) is not walked again. The others are walked together, one
+//! level of their chains at a time, each step of a level one batch of reads for all of them
+//! that takes from the first read what it holds.
 
 use std::collections::HashMap;
 
