@@ -53,9 +53,11 @@ pub struct Batch {
     /// A merged batch's spans read whole, by address: (start, end, offset in `buf`); a piece
     /// anywhere within one is handed out.
     spans: Option<Vec<(usize, usize, usize)>>,
-    /// The span the last piece handed out was in: the next piece is often in it too.
-    last_span: Cell<usize>,
+    /// Of a merged batch, the first of its spans (by index) on each page they touch.
+    pages: HashMap<usize, u32, FxBuildHasher>,
 }
+
+const PAGE: usize = 4096;
 
 impl Batch {
     /// A batch of `pieces`, read at once.
@@ -104,6 +106,12 @@ impl Batch {
             let offset = *self.at.get(&(start, len))?;
             Some((start, start + len, offset))
         }));
+        self.pages.clear();
+        for (i, &(start, end, _)) in whole.iter().enumerate() {
+            for page in start / PAGE..=end.saturating_sub(1).max(start) / PAGE {
+                self.pages.entry(page).or_insert(i as u32);
+            }
+        }
         self.spans = Some(whole);
     }
 
@@ -148,24 +156,21 @@ impl Batch {
     /// of any piece within a span read whole.
     pub fn get(&self, address: usize, len: usize) -> Option<&[u8]> {
         if let Some(spans) = &self.spans {
-            let within =
-                |&(start, end, _): &(usize, usize, usize)| start <= address && address < end;
-            let i = match spans.get(self.last_span.get()) {
-                Some(span) if within(span) => self.last_span.get(),
-                _ => {
-                    let i = spans
-                        .partition_point(|span| span.0 <= address)
-                        .checked_sub(1)?;
-                    self.last_span.set(i);
-                    i
+            // from the first span on the address's page, the one that holds it
+            let first = *self.pages.get(&(address / PAGE))? as usize;
+            for &(start, end, offset) in spans.get(first..)? {
+                if start > address {
+                    break;
                 }
-            };
-            let (start, end, offset) = spans[i];
-            if address.checked_add(len)? > end {
-                return None;
+                if address < end {
+                    if address.checked_add(len)? > end {
+                        return None;
+                    }
+                    let at = offset + (address - start);
+                    return self.buf.get(at..at + len);
+                }
             }
-            let at = offset + (address - start);
-            return self.buf.get(at..at + len);
+            return None;
         }
         let &at = self.at.get(&(address, len))?;
         self.buf.get(at..at + len)
@@ -239,7 +244,6 @@ pub fn read_pieces(pid: i32, pieces: &[(usize, usize)], out: &mut [u8]) -> Resul
 /// Up to `len` bytes at `address` in the target: as many as its mappings hold from there on
 /// (what lies at the end of a mapping), read a page at a time in one call.
 pub fn read_upto(pid: i32, address: usize, len: usize) -> Vec<u8> {
-    const PAGE: usize = 4096;
     let end = address.saturating_add(len);
     let mut pieces = Vec::new();
     let mut at = address;
@@ -321,5 +325,12 @@ mod tests {
         let batch = Batch::read_merged(pid, &[(8, 8), (base, 100)], 64);
         assert_eq!(batch.get(8, 8), None);
         assert_eq!(batch.get(base, 100), Some(&data[..100]));
+        // spans apart on the same pages: each found, nothing between them
+        let batch = Batch::read_merged(pid, &[(base + 200, 16), (base, 16), (base + 900, 8)], 64);
+        assert_eq!(batch.get(base + 200, 16), Some(&data[200..216]));
+        assert_eq!(batch.get(base + 8, 8), Some(&data[8..16]));
+        assert_eq!(batch.get(base + 900, 8), Some(&data[900..908]));
+        assert_eq!(batch.get(base + 100, 8), None);
+        assert_eq!(batch.get(base + 210, 8), None);
     }
 }

@@ -16,7 +16,7 @@ use anyhow::{bail, Result};
 use rustc_hash::FxBuildHasher as FxBuild;
 
 use super::layout::{StackTop, TaskLayout, YieldFrom};
-use super::objects::{Kind, Types};
+use super::objects::{Kind, Types, FUT_CALLBACK0};
 use crate::memory::{usize_at, Batch, Reads};
 use crate::walker::Layout;
 
@@ -25,8 +25,6 @@ const MAX_CHAIN: usize = 256;
 const MAX_STACK_SLOTS: usize = 1 << 16;
 /// What of an awaited object is read: its type, and a future iterator's future.
 const AWAITED_HEAD: usize = 24;
-/// FutureObj: its first done callback, the same in every version read.
-const FUT_CALLBACK0: usize = 24;
 /// Pieces closer than this are read as one (see `Batch::read_merged`): objects of the same
 /// pool then cost one remote piece.
 pub const MERGE_GAP: usize = 1024;
@@ -171,22 +169,27 @@ pub fn read_tasks(
 ) -> (Vec<RawTask>, u64) {
     let mut torn = 0u64;
     let (gen_size, waiter_size) = (tl.gen_size(), tl.fut_state + 8);
+    // each task's chain as the last scan kept it, taken out of the cache (kept again at the
+    // scan's end)
+    let mut lasts: Vec<Option<RawTask>> = Vec::with_capacity(addresses.len());
     let mut pieces: Vec<(usize, usize)> = Vec::with_capacity(addresses.len() * 5);
     for &address in addresses {
         pieces.push((address, tl.task_size));
-        if let Some(last) = cache.chains.get(&address) {
+        let last = cache.chains.remove(&address);
+        if let Some(last) = &last {
             pieces.extend(last.gens.iter().map(|g| (g.address, gen_size)));
             if last.waiter != 0 {
                 pieces.push((last.waiter, waiter_size));
             }
         }
+        lasts.push(last);
     }
     pieces.extend_from_slice(&first.heads);
     first.batch.fill_merged(pid, &pieces, MERGE_GAP);
     let batch = &first.batch;
-    let mut cursors = Vec::with_capacity(addresses.len());
-    let mut kept: Vec<RawTask> = Vec::new();
-    for &address in addresses {
+    let mut cursors = Vec::new();
+    let mut out = Vec::with_capacity(addresses.len());
+    for (&address, last) in addresses.iter().zip(lasts) {
         let Some(raw) = batch.get(address, tl.task_size) else {
             torn += 1; // freed since the registry was read
             continue;
@@ -206,22 +209,38 @@ pub fn read_tasks(
             usize_at(raw, tl.task_fut_waiter),
         );
         let name = usize_at(raw, tl.task_name);
+        let callback = usize_at(raw, FUT_CALLBACK0);
         let awaited_by = tl
             .task_awaited_by
             .filter(|&(_, is_set)| raw.get(is_set) == Some(&0))
             .map(|(at, _)| usize_at(raw, at))
             .filter(|&a| a != 0);
-        if let Some(mut last) = cache.chains.remove(&address) {
-            if last.coro == coro && last.waiter == waiter && waiter != 0 {
+        let task = match last {
+            // the same coroutine and waiter: its chain stands if each coroutine of it is where
+            // it was, as read with the tasks; else it is walked
+            Some(mut last) if last.coro == coro && last.waiter == waiter && waiter != 0 => {
                 last.name = name;
                 last.awaited_by = awaited_by;
-                last.callback = usize_at(raw, FUT_CALLBACK0);
-                kept.push(last);
-                continue;
+                last.callback = callback;
+                let unmoved = last.gens.iter().all(|g| {
+                    batch
+                        .get(g.address, gen_size)
+                        .and_then(|raw| read_gen(pid, layout, tl, types, g.address, raw).ok())
+                        == Some(*g)
+                });
+                if unmoved {
+                    out.push(last);
+                    continue;
+                }
+                RawTask {
+                    frames: Vec::new(),
+                    future: None,
+                    awaits: None,
+                    gens: Vec::new(),
+                    ..last
+                }
             }
-        }
-        cursors.push(Cursor {
-            task: RawTask {
+            _ => RawTask {
                 address,
                 name,
                 frames: Vec::new(),
@@ -230,47 +249,20 @@ pub fn read_tasks(
                 state: TaskState::Ready,
                 awaited_by,
                 waits_gathering: false,
-                callback: usize_at(raw, FUT_CALLBACK0),
+                callback,
                 gens: Vec::new(),
                 coro,
                 waiter,
             },
+        };
+        cursors.push(Cursor {
+            task,
             next: coro,
             outermost_running: None,
             probe: None,
             awaited: 0,
             iter_future: 0,
             torn: false,
-        });
-    }
-    // the kept chains' coroutines, read with the tasks: each where it was, or the task is
-    // walked
-    let mut out = Vec::with_capacity(addresses.len());
-    for task in kept {
-        let unmoved = task.gens.iter().all(|g| {
-            batch
-                .get(g.address, gen_size)
-                .and_then(|raw| read_gen(pid, layout, tl, types, g.address, raw).ok())
-                == Some(*g)
-        });
-        if unmoved {
-            out.push(task);
-            continue;
-        }
-        cursors.push(Cursor {
-            next: task.coro,
-            outermost_running: None,
-            probe: None,
-            awaited: 0,
-            iter_future: 0,
-            torn: false,
-            task: RawTask {
-                frames: Vec::new(),
-                future: None,
-                awaits: None,
-                gens: Vec::new(),
-                ..task
-            },
         });
     }
     walk(pid, layout, tl, types, batch, &mut cursors);

@@ -12,16 +12,13 @@ use rustc_hash::FxBuildHasher as FxBuild;
 use super::chain::RawTask;
 use super::chain::MERGE_GAP;
 use super::layout::TaskLayout;
-use super::objects::{dict_get, Kind, Types, METHOD_SELF};
+use super::objects::{dict_get, Kind, Types, LIST_ITEMS, LIST_SIZE, METHOD_SELF};
 use super::registry::first_attribute;
 use crate::memory::{read, usize_at, Batch};
 use crate::walker::Layout;
 
 /// Sanity bound against torn or garbage reads.
 const MAX_CHILDREN: usize = 1 << 16;
-/// `PyListObject`: its size and its items.
-const LIST_SIZE: usize = 16;
-const LIST_ITEMS: usize = 24;
 
 /// Marks the children of each `gather` a task of the scan awaits as awaited by that task; a
 /// `gather` whose reads tore links none of them.

@@ -17,12 +17,31 @@ const MAX_SET_SLOTS: usize = 1 << 22;
 const MAX_BASES: usize = 16;
 const TYPE_CACHE: usize = 4096;
 
-/// `PyTypeObject`: its name, its size, its flags and its base, the same in every version read.
+/// `PyTypeObject`: its name, its size, its flags, its members and its base, the same in every
+/// version read; `PyMemberDef`: its size, its name (at 0) and offset.
 const TP_NAME: usize = 24;
 const TP_BASICSIZE: usize = 32;
 const TP_FLAGS: usize = 168;
+const TP_MEMBERS: usize = 240;
 const TP_BASE: usize = 256;
 const TYPE_READ: usize = TP_BASE + 8;
+const MEMBER_SIZE: usize = 40;
+const MEMBER_OFFSET: usize = 16;
+const MAX_MEMBERS: usize = 64;
+
+/// Where objects keep what the scan reads of them, the same in every version read: a
+/// `FutureObj`'s loop and first done callback, a `PyListObject`'s size and items, a tuple's
+/// size, a float's value, a bound method's `__self__`, a function's closure and a cell's
+/// object.
+pub const FUT_LOOP: usize = 16;
+pub const FUT_CALLBACK0: usize = 24;
+pub const LIST_SIZE: usize = 16;
+pub const LIST_ITEMS: usize = 24;
+pub const TUPLE_SIZE: usize = 16;
+pub const FLOAT_VALUE: usize = 16;
+pub const METHOD_SELF: usize = 24;
+pub const FUNC_CLOSURE: usize = 72;
+pub const CELL_REF: usize = 16;
 
 /// What an object is, as far as the task scan cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +85,8 @@ pub struct TypeInfo {
 #[derive(Default)]
 pub struct Types {
     known: HashMap<usize, TypeInfo, FxBuild>,
+    /// The type met last: objects read in a row are mostly of one type (tasks, coroutines).
+    last: Option<(usize, TypeInfo)>,
 }
 
 impl Types {
@@ -84,7 +105,12 @@ impl Types {
 
     /// The type at `ty`, read once: its name and those of its bases tell its kind.
     pub fn info(&mut self, pid: i32, ty: usize) -> Result<TypeInfo> {
+        match self.last {
+            Some((last, info)) if last == ty => return Ok(info),
+            _ => {}
+        }
         if let Some(&info) = self.known.get(&ty) {
+            self.last = Some((ty, info));
             return Ok(info);
         }
         if ty == 0 || !ty.is_multiple_of(8) {
@@ -125,6 +151,44 @@ impl Types {
         Ok(info)
     }
 
+    /// The offsets of the members (slots) named `names` among those of the type at `ty` and of
+    /// its bases, the nearest first; None for a name none of them has.
+    pub fn member_offsets<const N: usize>(
+        pid: i32,
+        ty: usize,
+        names: [&str; N],
+    ) -> Result<[Option<usize>; N]> {
+        let mut offsets = [None; N];
+        let mut ty = ty;
+        for _ in 0..MAX_BASES {
+            if ty == 0 {
+                break;
+            }
+            let mut raw = [0u8; TYPE_READ];
+            read(pid, ty, &mut raw)?;
+            let members = usize_at(&raw, TP_MEMBERS);
+            if members != 0 {
+                let mut defs = vec![0u8; MAX_MEMBERS * MEMBER_SIZE];
+                let defs = match read(pid, members, &mut defs) {
+                    Ok(()) => defs,
+                    Err(_) => read_upto(pid, members, MAX_MEMBERS * MEMBER_SIZE),
+                };
+                for def in defs.chunks_exact(MEMBER_SIZE) {
+                    let name = usize_at(def, 0);
+                    if name == 0 {
+                        break;
+                    }
+                    let member = c_string(pid, name)?;
+                    if let Some(i) = names.iter().position(|&n| n == member) {
+                        offsets[i].get_or_insert(usize_at(def, MEMBER_OFFSET));
+                    }
+                }
+            }
+            ty = usize_at(&raw, TP_BASE);
+        }
+        Ok(offsets)
+    }
+
     /// Fails unless the object at `address` is of kind `kind`.
     pub fn expect(&mut self, pid: i32, address: usize, kind: Kind) -> Result<TypeInfo> {
         let info = self.of(pid, address, None)?;
@@ -134,9 +198,6 @@ impl Types {
         Ok(info)
     }
 }
-
-/// A bound method's `__self__` (the same in every version read).
-pub const METHOD_SELF: usize = 24;
 
 fn type_name(pid: i32, address: usize) -> Result<String> {
     if address == 0 {

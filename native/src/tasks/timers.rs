@@ -17,24 +17,14 @@ use anyhow::{bail, Result};
 
 use super::chain::{RawTask, TaskState, MERGE_GAP};
 use super::layout::TaskLayout;
-use super::objects::{c_string, Kind, Types, METHOD_SELF};
+use super::objects::{
+    Kind, Types, FLOAT_VALUE, FUT_LOOP, LIST_ITEMS, LIST_SIZE, METHOD_SELF, TUPLE_SIZE,
+};
 use super::registry::first_attribute;
 use crate::memory::{read, usize_at, Batch, Reads};
 use crate::walker::Layout;
 use rustc_hash::FxBuildHasher as FxBuild;
 
-/// FutureObj: its loop (the same in every version read).
-const FUT_LOOP: usize = 16;
-/// `PyListObject`'s size and items, a tuple's size, a float's value.
-const LIST_SIZE: usize = 16;
-const LIST_ITEMS: usize = 24;
-const TUPLE_SIZE: usize = 16;
-const FLOAT_VALUE: usize = 16;
-/// `PyTypeObject`: its members and base; `PyMemberDef`: its size, its name and offset.
-const TP_MEMBERS: usize = 240;
-const TP_BASE: usize = 256;
-const MEMBER_SIZE: usize = 40;
-const MEMBER_OFFSET: usize = 16;
 /// `Py_TPFLAGS_MANAGED_DICT` (3.11+): instances keep their attributes where
 /// `first_attribute` finds them. uvloop's loop has none.
 const MANAGED_DICT: u64 = 1 << 4;
@@ -44,8 +34,6 @@ const LOOP_ATTRIBUTES: usize = 8;
 const MAX_LOOPS: usize = 16;
 const MAX_TIMERS: usize = 1 << 20;
 const MAX_DUE: usize = 1 << 16;
-const MAX_MEMBERS: usize = 64;
-const MAX_BASES: usize = 8;
 
 /// Where a `TimerHandle` keeps its time, its callback and their arguments: slots, found by
 /// name among its type's members and its bases'.
@@ -225,38 +213,7 @@ impl Timers {
 
 /// `_when`, `_callback` and `_args` among the members of the type at `ty` and of its bases.
 fn handle_fields(pid: i32, ty: usize) -> Result<Option<HandleFields>> {
-    let (mut when, mut callback, mut args) = (None, None, None);
-    let mut ty = ty;
-    for _ in 0..MAX_BASES {
-        if ty == 0 {
-            break;
-        }
-        let mut raw = [0u8; TP_BASE + 8];
-        read(pid, ty, &mut raw)?;
-        let members = usize_at(&raw, TP_MEMBERS);
-        if members != 0 {
-            let mut defs = vec![0u8; MAX_MEMBERS * MEMBER_SIZE];
-            let defs = match read(pid, members, &mut defs) {
-                Ok(()) => defs,
-                Err(_) => crate::memory::read_upto(pid, members, MAX_MEMBERS * MEMBER_SIZE),
-            };
-            for def in defs.chunks_exact(MEMBER_SIZE) {
-                let name = usize_at(def, 0);
-                if name == 0 {
-                    break;
-                }
-                let offset = usize_at(def, MEMBER_OFFSET);
-                let slot = match c_string(pid, name)?.as_str() {
-                    "_when" => &mut when,
-                    "_callback" => &mut callback,
-                    "_args" => &mut args,
-                    _ => continue,
-                };
-                slot.get_or_insert(offset);
-            }
-        }
-        ty = usize_at(&raw, TP_BASE);
-    }
+    let [when, callback, args] = Types::member_offsets(pid, ty, ["_when", "_callback", "_args"])?;
     Ok(match (when, callback, args) {
         (Some(when), Some(callback), Some(args))
             if [when, callback, args]

@@ -9,18 +9,13 @@ use anyhow::{bail, Result};
 
 use super::chain::{read_gen, RawTask, MERGE_GAP};
 use super::layout::TaskLayout;
-use super::objects::{Kind, Types};
+use super::objects::{Kind, Types, CELL_REF, FUNC_CLOSURE, FUT_CALLBACK0};
 use super::registry::first_attribute;
 use crate::memory::{read, usize_at, Batch, Reads};
 use crate::walker::Layout;
 
 /// Sanity bound: runners followed per task.
 const MAX_RUNNERS: usize = 32;
-/// FutureObj: its first done callback; a function: its closure; a cell: its object (the same
-/// in every version read).
-const FUT_CALLBACK0: usize = 24;
-const FUNC_CLOSURE: usize = 72;
-const CELL_REF: usize = 16;
 
 /// Appends to the chain of each task that awaits a Tornado coroutine's future the frames of
 /// its generator and of those it waits for in turn; a runner whose reads tore ends the chain
