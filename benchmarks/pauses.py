@@ -120,13 +120,14 @@ def run(procs: Procs, *, rounds: int, seconds: float, rate_hz: float, log: Log) 
     }
 
 
-def sampler_thread_seconds() -> float:
+def sampler_thread_seconds(names: tuple[str, ...] = ("sidecar-sampl", "sidecar-tasks")) -> float:
     """CPU seconds of this process's sampling threads so far (scheduler statistics): the
-    thread samplers' and the task scans' (``sidecar-tasks``)."""
+    thread samplers' and the task scans' (``sidecar-tasks``), or those whose names begin with
+    one of ``names``."""
     total = 0.0
     for task in Path("/proc/self/task").iterdir():
         try:
-            if (task / "comm").read_text().startswith(("sidecar-sampl", "sidecar-tasks")):
+            if (task / "comm").read_text().startswith(names):
                 total += int((task / "schedstat").read_text().split()[0]) / 1e9
         except OSError:
             continue
