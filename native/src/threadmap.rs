@@ -125,10 +125,15 @@ impl ThreadMap {
         if self.checked.len() >= MAX_CHECKED {
             self.checked.clear();
         }
-        let path = format!("/proc/{}/task/{tid}", self.pid);
-        let known = tid > 0 && std::path::Path::new(&path).exists();
+        let known = self.task_exists(tid);
         self.checked.insert(tid, known);
         known
+    }
+
+    /// Whether /proc has `tid` as a thread of the target now (a listing made while other
+    /// threads exit can miss it).
+    fn task_exists(&self, tid: i32) -> bool {
+        tid > 0 && std::path::Path::new(&format!("/proc/{}/task/{tid}", self.pid)).exists()
     }
 
     /// Threads changed (one is new, or its id is stale): lists the target's threads, then
@@ -155,7 +160,14 @@ impl ThreadMap {
                     .iter()
                     .map(|&p| read_upto(self.pid, p as usize, SPAN))
                     .collect();
-                match calibrate(&descriptors, &live) {
+                // a listing made while threads exit can miss live ones: a failed calibration
+                // is tried once more against two listings together
+                let calibrated = calibrate(&descriptors, &live).or_else(|_| {
+                    let mut both = live.clone();
+                    both.extend(tasks(self.pid).unwrap_or_default());
+                    calibrate(&descriptors, &both)
+                });
+                match calibrated {
                     Ok(offset) => {
                         self.offset = Some(offset);
                         self.failure = None;
@@ -177,7 +189,7 @@ impl ThreadMap {
             let value = read_upto(self.pid, pthread as usize + offset, 4);
             let last = self.last.get(&pthread).copied();
             match i32_at(&value, 0) {
-                Some(tid) if live.contains(&tid) => {
+                Some(tid) if live.contains(&tid) || self.task_exists(tid) => {
                     self.tids.insert(pthread, tid);
                 }
                 Some(tid) if tid <= 0 || Some(tid) == last => {
@@ -471,10 +483,18 @@ mod tests {
         for handle in handles {
             handle.join().unwrap();
         }
-        // once they exited, their descriptors tell so (glibc marks the id, or it is stale)
+        // once they exited, their descriptors tell so (glibc marks the id, or it is stale),
+        // unless a thread another test started since took the descriptor: then it maps to
+        // that thread, which is live
         let (pthread, tid) = ids[0];
         map.forget(pthread);
-        assert_eq!(map.tid(pthread, &all), Mapped::Exited(Some(tid)));
+        match map.tid(pthread, &all) {
+            Mapped::Tid(other) => {
+                assert_ne!(other, tid);
+                assert!(map.task_exists(other), "{other} is no live thread");
+            }
+            mapped => assert_eq!(mapped, Mapped::Exited(Some(tid))),
+        }
     }
 
     #[test]
