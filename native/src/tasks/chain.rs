@@ -157,7 +157,8 @@ impl Cursor {
 }
 
 /// Reads the tasks at `addresses`: the live ones (pending) with their chains, and how many
-/// were left out because a read tore. `first` is refilled with the scan's first read.
+/// were left out because a read tore (their addresses). `first` is refilled with the scan's
+/// first read.
 pub fn read_tasks(
     pid: i32,
     layout: &Layout,
@@ -166,8 +167,8 @@ pub fn read_tasks(
     cache: &mut ChainCache,
     addresses: &[usize],
     first: &mut FirstRead,
-) -> (Vec<RawTask>, u64) {
-    let mut torn = 0u64;
+) -> (Vec<RawTask>, Vec<usize>) {
+    let mut torn = Vec::new();
     let (gen_size, waiter_size) = (tl.gen_size(), tl.fut_state + 8);
     // each task's chain as the last scan kept it, taken out of the cache (kept again at the
     // scan's end)
@@ -191,13 +192,13 @@ pub fn read_tasks(
     let mut out = Vec::with_capacity(addresses.len());
     for (&address, last) in addresses.iter().zip(lasts) {
         let Some(raw) = batch.get(address, tl.task_size) else {
-            torn += 1; // freed since the registry was read
+            torn.push(address); // freed since the registry was read
             continue;
         };
         match types.of(pid, address, Some(raw)) {
             Ok(info) if info.kind == Kind::Task => {}
             _ => {
-                torn += 1;
+                torn.push(address);
                 continue;
             }
         }
@@ -268,7 +269,7 @@ pub fn read_tasks(
     walk(pid, layout, tl, types, batch, &mut cursors);
     for cursor in cursors {
         if cursor.torn || cursor.next != 0 || cursor.task.frames.is_empty() {
-            torn += 1;
+            torn.push(cursor.task.address);
             continue;
         }
         let mut task = cursor.task;
@@ -293,7 +294,7 @@ pub fn read_tasks(
                 task.awaits = task.awaits.or(awaits);
                 read.push(task);
             }
-            Err(_) => torn += 1,
+            Err(_) => torn.push(task.address),
         }
     }
     (read, torn)
@@ -463,7 +464,11 @@ fn step(
     }
     let read = read_gen(pid, layout, tl, types, gen, raw)?;
     let running = read.state == tl.state_executing;
-    cursor.outermost_running.get_or_insert(running);
+    // a coroutine runs only inside the coroutines that await it: one running under one that
+    // was suspended when it was read means the task was resumed as its chain was read
+    if running && !*cursor.outermost_running.get_or_insert(running) {
+        bail!("a coroutine resumed as its chain was read");
+    }
     let offset = read.instr as i64 - (read.code + layout.code_adaptive) as i64;
     cursor.task.frames.push((read.code, offset));
     cursor.task.gens.push(read);

@@ -193,9 +193,10 @@ impl TaskScanner {
     pub fn scan(&mut self) -> Result<Scan> {
         let (raw, mut torn, unread) = self.read_all()?;
         let mut tasks = Vec::with_capacity(raw.len());
+        let mut nameless = Vec::new();
         for task in &raw {
             let Ok(name) = task_name(self.pid, &self.layout, &mut self.types, task.name) else {
-                torn += 1;
+                nameless.push(task.address);
                 continue;
             };
             let frames = task
@@ -216,6 +217,7 @@ impl TaskScanner {
                 awaited_by: task.awaited_by,
             });
         }
+        torn += nameless.len() as u64 + drop_awaited_by_torn(&mut tasks, &nameless);
         self.chains.keep(raw);
         Ok(Scan {
             tasks,
@@ -279,7 +281,7 @@ impl TaskScanner {
         }
         self.scans += 1;
         let unread = (found - addresses.len()) as u64;
-        let (raw, torn_tasks) = read_tasks(
+        let (mut raw, mut torn_tasks) = read_tasks(
             self.pid,
             &self.layout,
             &self.tl,
@@ -288,16 +290,14 @@ impl TaskScanner {
             &addresses,
             &mut self.first,
         );
-        torn += torn_tasks;
-        let mut raw = raw;
-        torn += running::add_running_chains(
+        torn_tasks.extend(running::add_running_chains(
             self.pid,
             &self.layout,
             &self.tl,
             &mut self.types,
             self.interpreter,
             &mut raw,
-        );
+        ));
         let known = &self.first.batch;
         self.timers.mark_due(
             self.pid,
@@ -318,6 +318,7 @@ impl TaskScanner {
             &mut raw,
             &mut self.first.heads,
         );
+        torn += torn_tasks.len() as u64 + drop_awaited_by_torn(&mut raw, &torn_tasks);
         self.load_codes(&raw)?;
         Ok((raw, torn, unread))
     }
@@ -414,6 +415,31 @@ pub fn awaiters<T: Linked>(tasks: &[T]) -> HashMap<usize, usize, FxBuild> {
         }
     }
     awaited_by
+}
+
+/// Leaves out the tasks that a task left out as torn awaits, directly or through others:
+/// their folded stacks would begin in the middle of a chain, as if no task awaited them.
+/// Returns how many were left out. (A task whose awaiting task is past the scan's bound
+/// keeps its own chain: the scan never read that one.)
+fn drop_awaited_by_torn<T: Linked>(tasks: &mut Vec<T>, torn: &[usize]) -> u64 {
+    if torn.is_empty() {
+        return 0;
+    }
+    let torn: std::collections::HashSet<usize, FxBuild> = torn.iter().copied().collect();
+    let awaited_by = awaiters(tasks);
+    let before = tasks.len();
+    tasks.retain(|task| {
+        let mut at = task.id();
+        for _ in 0..MAX_AWAITERS {
+            match awaited_by.get(&at) {
+                Some(up) if torn.contains(up) => return false,
+                Some(&up) => at = up,
+                None => break,
+            }
+        }
+        true
+    });
+    (before - tasks.len()) as u64
 }
 
 /// Each task of a scan with the chain its folded stack is made of: the tasks that await it,
@@ -604,5 +630,40 @@ mod tests {
             counts[0],
             ("main (m.py:9);wait (m.py:3);[waiting]".into(), 3)
         );
+    }
+
+    #[test]
+    fn the_tasks_a_torn_task_awaits_are_left_out() {
+        let by = |id: usize, awaiter: usize| Task {
+            awaited_by: Some(awaiter),
+            ..task(id, TaskState::Waiting, &["handler (h.py:3)"], None)
+        };
+        // 1 awaits 2 (it says so), 3 says 1 awaits it (3.14+), 4 says 9 awaits it; 9 tore,
+        // 5 says 8 awaits it, 8 is past the scan's bound
+        let mut tasks = vec![
+            task(1, TaskState::Waiting, &["start (h.py:1)"], Some(2)),
+            task(2, TaskState::Waiting, &["request (h.py:2)"], None),
+            by(3, 1),
+            by(4, 9),
+            by(6, 4),
+            by(5, 8),
+        ];
+        assert_eq!(drop_awaited_by_torn(&mut tasks, &[9]), 2);
+        let ids: Vec<usize> = tasks.iter().map(|t| t.id).collect();
+        assert_eq!(ids, [1, 2, 3, 5]);
+        // the stacks left begin at their roots, or at a task the scan did not read
+        assert_eq!(
+            fold(&tasks),
+            [
+                "start (h.py:1);[waiting]",
+                "start (h.py:1);request (h.py:2);[waiting]",
+                "start (h.py:1);handler (h.py:3);[waiting]",
+                "handler (h.py:3);[waiting]",
+            ]
+        );
+        // with nothing torn, nothing is left out
+        assert_eq!(drop_awaited_by_torn(&mut tasks, &[]), 0);
+        assert_eq!(drop_awaited_by_torn(&mut tasks, &[7]), 0);
+        assert_eq!(tasks.len(), 4);
     }
 }

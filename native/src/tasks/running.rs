@@ -30,7 +30,7 @@ struct Frame {
 /// Appends to each running task's chain the coroutines it is in, read from the frames of the
 /// thread that runs it. A running task whose coroutine no thread runs any more (it yielded
 /// between the read of the task and that of the threads), or whose threads could not be read,
-/// is a torn read: it is left out, and the count of those left out is returned.
+/// is a torn read: it is left out, and the addresses of those left out are returned.
 pub fn add_running_chains(
     pid: i32,
     layout: &Layout,
@@ -38,13 +38,13 @@ pub fn add_running_chains(
     types: &mut Types,
     interpreter: usize,
     tasks: &mut Vec<RawTask>,
-) -> u64 {
+) -> Vec<usize> {
+    let mut torn = Vec::new();
     if !tasks.iter().any(|t| t.state == TaskState::Running) {
-        return 0;
+        return torn;
     }
     let threads = thread_frames(pid, layout, interpreter).unwrap_or_default();
     let hidden = layout.owner_hidden.unwrap_or(u8::MAX);
-    let before = tasks.len();
     tasks.retain_mut(|task| {
         if task.state != TaskState::Running {
             return true;
@@ -54,6 +54,7 @@ pub fn add_running_chains(
             let at = frames.iter().position(|f| f.address == outermost)?;
             Some((frames, at))
         }) else {
+            torn.push(task.address);
             return false;
         };
         // from the task's coroutine up: the coroutines each resumed, until a function
@@ -75,7 +76,7 @@ pub fn add_running_chains(
         }
         true
     });
-    (before - tasks.len()) as u64
+    torn
 }
 
 /// The frames of every Python thread, innermost first.
