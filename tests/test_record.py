@@ -215,3 +215,11 @@ def test_render_command(tmp_path: Path) -> None:
     bad.write_text("not folded at all\n")
     line = one_error_line(sidecar("render", str(bad)))
     assert "not folded text" in line
+    # --min-width is a percentage of the total: 50% leaves out the 30% frame, keeps the 70% one
+    narrow = sidecar("render", str(folded), "-o", str(tmp_path / "narrow.svg"), "--min-width", "50")
+    assert narrow.returncode == 0, narrow.stderr
+    svg = (tmp_path / "narrow.svg").read_text()
+    assert "work (a.py:2) (7 samples" in svg and "[idle] (3 samples" not in svg
+    negative = sidecar("render", str(folded), "--min-width", "-1")
+    assert negative.returncode == 2
+    assert "--min-width: must be >= 0" in negative.stderr

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sidecar.commands.render import add_min_width
 from sidecar.diff import diff_profiles, render_diff, report
 from sidecar.errors import UsageError
 from sidecar.inputs import load_profiles
@@ -46,13 +47,7 @@ def add_parser(sub: Any) -> None:
         "--top", type=int, default=10, metavar="N", help="rows per change table (default 10)"
     )
     parser.add_argument("--title", help="graph title (default: 'BEFORE -> AFTER')")
-    parser.add_argument(
-        "--min-width",
-        type=float,
-        default=0.1,
-        metavar="PCT",
-        help="omit frames narrower than this in the graph (default 0.1)",
-    )
+    add_min_width(parser)
     parser.set_defaults(run=run)
 
 
@@ -68,8 +63,6 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("only one of BEFORE and AFTER can be '-' (stdin)")
     if args.top < 1:
         raise UsageError(f"--top must be at least 1, not {args.top}")
-    if args.min_width < 0:
-        raise UsageError(f"--min-width must be >= 0, not {args.min_width}")
     if args.output == "-" and args.folded == "-":
         raise UsageError("only one of -o and --folded can be '-' (stdout)")
     before, after = load_profiles(args.before, args.after)

@@ -22,14 +22,30 @@ def add_parser(sub: Any) -> None:
     )
     parser.add_argument("--title", default=None, help="title (default: the input's name)")
     parser.add_argument("--inverted", action="store_true", help="icicle graph: roots at the top")
+    add_min_width(parser)
+    parser.set_defaults(run=run)
+
+
+def _percent(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, not {text}")
+    return value
+
+
+def add_min_width(parser: argparse.ArgumentParser) -> None:
+    """The graph's `--min-width` option, as `render` and `diff` take it."""
     parser.add_argument(
         "--min-width",
-        type=float,
-        default=0.1,
-        metavar="PX",
-        help="omit frames narrower than this (default 0.1)",
+        type=_percent,
+        default=RenderOptions.min_width,
+        metavar="PCT",
+        help="omit frames narrower than this percentage of the total "
+        f"(default {RenderOptions.min_width})",
     )
-    parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
