@@ -105,20 +105,33 @@ pub struct Gen {
     pub instr: usize,
 }
 
-/// The chains of the last scan's parked tasks, by task address; off, every chain is walked.
+/// The chains of the last scan's parked tasks, where the next scan takes them from (each is
+/// moved out once, not copied into a table and out again); off, every chain is walked.
 pub struct ChainCache {
     enabled: bool,
-    chains: HashMap<usize, RawTask, FxBuild>,
+    tasks: Vec<Option<RawTask>>,
+    /// Where each task's chain is in `tasks`, by task address.
+    at: HashMap<usize, u32, FxBuild>,
 }
 
 impl ChainCache {
     pub fn new(enabled: bool) -> ChainCache {
         ChainCache {
             enabled,
-            chains: HashMap::default(),
+            tasks: Vec::new(),
+            at: HashMap::default(),
         }
     }
+
+    /// The place of the task at `address`'s last chain, and that chain.
+    fn find(&self, address: usize) -> Option<(u32, &RawTask)> {
+        let &i = self.at.get(&address)?;
+        Some((i, self.tasks[i as usize].as_ref()?))
+    }
 }
+
+/// No chain of the last scan (`ChainCache::find`).
+const NO_LAST: u32 = u32::MAX;
 
 /// A scan's first read: the tasks and, of the chains the last scan kept, their coroutines and
 /// waiters (most of a scan's objects, read as they are at one instant, their pages pinned
@@ -170,27 +183,28 @@ pub fn read_tasks(
 ) -> (Vec<RawTask>, Vec<usize>) {
     let mut torn = Vec::new();
     let (gen_size, waiter_size) = (tl.gen_size(), tl.fut_state + 8);
-    // each task's chain as the last scan kept it, taken out of the cache (kept again at the
-    // scan's end)
-    let mut lasts: Vec<Option<RawTask>> = Vec::with_capacity(addresses.len());
+    // where each task's chain as the last scan kept it is (taken out of the cache if it
+    // stands, kept again at the scan's end)
+    let mut lasts: Vec<u32> = Vec::with_capacity(addresses.len());
     let mut pieces: Vec<(usize, usize)> = Vec::with_capacity(addresses.len() * 5);
     for &address in addresses {
         pieces.push((address, tl.task_size));
-        let last = cache.chains.remove(&address);
-        if let Some(last) = &last {
+        let mut at = NO_LAST;
+        if let Some((i, last)) = cache.find(address) {
             pieces.extend(last.gens.iter().map(|g| (g.address, gen_size)));
             if last.waiter != 0 {
                 pieces.push((last.waiter, waiter_size));
             }
+            at = i;
         }
-        lasts.push(last);
+        lasts.push(at);
     }
     pieces.extend_from_slice(&first.heads);
     first.batch.fill_merged(pid, &pieces, MERGE_GAP);
     let batch = &first.batch;
     let mut cursors = Vec::new();
     let mut out = Vec::with_capacity(addresses.len());
-    for (&address, last) in addresses.iter().zip(lasts) {
+    for (&address, at) in addresses.iter().zip(lasts) {
         let Some(raw) = batch.get(address, tl.task_size) else {
             torn.push(address); // freed since the registry was read
             continue;
@@ -216,45 +230,37 @@ pub fn read_tasks(
             .filter(|&(_, is_set)| raw.get(is_set) == Some(&0))
             .map(|(at, _)| usize_at(raw, at))
             .filter(|&a| a != 0);
-        let task = match last {
-            // the same coroutine and waiter: its chain stands if each coroutine of it is where
-            // it was, as read with the tasks; else it is walked
-            Some(mut last) if last.coro == coro && last.waiter == waiter && waiter != 0 => {
+        // the same coroutine and waiter: its chain stands if each coroutine of it is where it
+        // was, as read with the tasks; else it is walked
+        let last = cache.tasks.get_mut(at as usize).and_then(Option::as_mut);
+        if let Some(last) = last.filter(|l| l.coro == coro && l.waiter == waiter && waiter != 0) {
+            let unmoved = last.gens.iter().all(|g| {
+                batch
+                    .get(g.address, gen_size)
+                    .and_then(|raw| read_gen(pid, layout, tl, types, g.address, raw).ok())
+                    == Some(*g)
+            });
+            if unmoved {
                 last.name = name;
                 last.awaited_by = awaited_by;
                 last.callback = callback;
-                let unmoved = last.gens.iter().all(|g| {
-                    batch
-                        .get(g.address, gen_size)
-                        .and_then(|raw| read_gen(pid, layout, tl, types, g.address, raw).ok())
-                        == Some(*g)
-                });
-                if unmoved {
-                    out.push(last);
-                    continue;
-                }
-                RawTask {
-                    frames: Vec::new(),
-                    future: None,
-                    awaits: None,
-                    gens: Vec::new(),
-                    ..last
-                }
+                out.extend(cache.tasks[at as usize].take());
+                continue;
             }
-            _ => RawTask {
-                address,
-                name,
-                frames: Vec::new(),
-                future: None,
-                awaits: None,
-                state: TaskState::Ready,
-                awaited_by,
-                waits_gathering: false,
-                callback,
-                gens: Vec::new(),
-                coro,
-                waiter,
-            },
+        }
+        let task = RawTask {
+            address,
+            name,
+            frames: Vec::new(),
+            future: None,
+            awaits: None,
+            state: TaskState::Ready,
+            awaited_by,
+            waits_gathering: false,
+            callback,
+            gens: Vec::new(),
+            coro,
+            waiter,
         };
         cursors.push(Cursor {
             task,
@@ -304,11 +310,13 @@ impl ChainCache {
     /// Keeps the chains of a scan's tasks (its `read_tasks`) for the next scan, but those of
     /// running tasks, which move; chains of tasks no longer read are forgotten.
     pub fn keep(&mut self, tasks: Vec<RawTask>) {
-        self.chains.clear();
+        self.tasks.clear();
+        self.at.clear();
         if self.enabled {
             for task in tasks {
                 if task.state != TaskState::Running {
-                    self.chains.insert(task.address, task);
+                    self.at.insert(task.address, self.tasks.len() as u32);
+                    self.tasks.push(Some(task));
                 }
             }
         }
