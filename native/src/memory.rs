@@ -107,6 +107,7 @@ impl Batch {
             Some((start, start + len, offset))
         }));
         self.pages.clear();
+        self.pages.reserve(whole.len());
         for (i, &(start, end, _)) in whole.iter().enumerate() {
             for page in start / PAGE..=end.saturating_sub(1).max(start) / PAGE {
                 self.pages.entry(page).or_insert(i as u32);
@@ -126,6 +127,7 @@ impl Batch {
         }
         self.offsets.push(total);
         self.at.clear();
+        self.at.reserve(pieces.len());
         self.spans = None;
         // Grown, never cleared: only pieces read whole are handed out, so what earlier
         // samples left in the rest is never seen.

@@ -260,7 +260,7 @@ impl TaskScanner {
     fn read_all(&mut self) -> Result<(Vec<RawTask>, u64, u64)> {
         self.find_registry()?;
         let (mut addresses, mut torn) = match &self.sets {
-            Some(sets) => set_tasks(self.pid, &self.layout, &mut self.types, sets, MAX_FOUND)?,
+            Some(sets) => set_tasks(self.pid, &mut self.types, sets, MAX_FOUND)?,
             None => list_tasks(
                 self.pid,
                 &self.layout,

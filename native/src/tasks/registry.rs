@@ -17,7 +17,8 @@ const MAX_THREADS: usize = 4096;
 /// Inline values (3.13+): `Py_TPFLAGS_INLINE_VALUES`.
 const INLINE_VALUES: u64 = 1 << 2;
 
-/// The objects a 3.11–3.13 registry keeps its tasks in: WeakSets and sets.
+/// The objects a 3.11–3.13 registry keeps its tasks in: sets of weak references to them (the
+/// `data` of its WeakSets, which a WeakSet keeps for its life, found once) and sets.
 #[derive(Debug, Clone, Default)]
 pub struct Sets {
     pub weak: Vec<usize>,
@@ -55,7 +56,10 @@ pub fn find_sets(
             let found = dict_get(pid, layout, types, globals, name)?
                 .ok_or_else(|| anyhow!("asyncio.tasks has no {name}"))?;
             types.expect(pid, found, kind)?;
-            out.push(found);
+            out.push(match kind {
+                Kind::WeakSet => weakset_data(pid, layout, types, found)?,
+                _ => found,
+            });
         }
     }
     Ok(sets)
@@ -66,7 +70,6 @@ pub fn find_sets(
 /// were read).
 pub fn set_tasks(
     pid: i32,
-    layout: &Layout,
     types: &mut Types,
     sets: &Sets,
     limit: usize,
@@ -76,8 +79,7 @@ pub fn set_tasks(
     for &set in &sets.strong {
         out.extend(set_members(pid, types, set, limit)?);
     }
-    for &weak in &sets.weak {
-        let data = weakset_data(pid, layout, types, weak)?;
+    for &data in &sets.weak {
         let refs = set_members(pid, types, data, limit)?;
         // each member is a weak reference: its referent follows the header
         let pieces: Vec<(usize, usize)> = refs.iter().map(|&r| (r, 24)).collect();
