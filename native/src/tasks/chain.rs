@@ -17,6 +17,7 @@ use rustc_hash::FxBuildHasher as FxBuild;
 
 use super::layout::{StackTop, TaskLayout, YieldFrom};
 use super::objects::{Kind, Types, FUT_CALLBACK0};
+use super::Target;
 use crate::memory::{usize_at, Batch, Reads};
 use crate::walker::Layout;
 
@@ -173,14 +174,13 @@ impl Cursor {
 /// were left out because a read tore (their addresses). `first` is refilled with the scan's
 /// first read.
 pub fn read_tasks(
-    pid: i32,
-    layout: &Layout,
-    tl: &TaskLayout,
+    target: &Target,
     types: &mut Types,
     cache: &mut ChainCache,
     addresses: &[usize],
     first: &mut FirstRead,
 ) -> (Vec<RawTask>, Vec<usize>) {
+    let (pid, layout, tl) = (target.pid, &target.layout, &target.tl);
     let mut torn = Vec::new();
     let (gen_size, waiter_size) = (tl.gen_size(), tl.fut_state + 8);
     // where each task's chain as the last scan kept it is (taken out of the cache if it

@@ -11,9 +11,9 @@ use rustc_hash::FxBuildHasher as FxBuild;
 
 use super::chain::RawTask;
 use super::chain::MERGE_GAP;
-use super::layout::TaskLayout;
 use super::objects::{dict_get, Kind, Types, LIST_ITEMS, LIST_SIZE, METHOD_SELF};
 use super::registry::first_attribute;
+use super::Target;
 use crate::memory::{read, usize_at, Batch};
 use crate::walker::Layout;
 
@@ -22,13 +22,8 @@ const MAX_CHILDREN: usize = 1 << 16;
 
 /// Marks the children of each `gather` a task of the scan awaits as awaited by that task; a
 /// `gather` whose reads tore links none of them.
-pub fn link_gathered(
-    pid: i32,
-    layout: &Layout,
-    tl: &TaskLayout,
-    types: &mut Types,
-    tasks: &mut [RawTask],
-) {
+pub fn link_gathered(target: &Target, types: &mut Types, tasks: &mut [RawTask]) {
+    let (pid, layout, tl) = (target.pid, &target.layout, &target.tl);
     let Some(dict_at) = tl.fut_dict else {
         return;
     };
@@ -62,13 +57,8 @@ pub fn link_gathered(
 
 /// Marks each task whose first done callback is a `TaskGroup`'s bound method as awaited by
 /// the group's parent task; a group whose reads tore links none.
-pub fn link_task_groups(
-    pid: i32,
-    layout: &Layout,
-    tl: &TaskLayout,
-    types: &mut Types,
-    tasks: &mut [RawTask],
-) {
+pub fn link_task_groups(target: &Target, types: &mut Types, tasks: &mut [RawTask]) {
+    let (pid, layout, tl) = (target.pid, &target.layout, &target.tl);
     if tl.fut_dict.is_none() {
         return;
     }

@@ -102,12 +102,19 @@ pub struct Counts {
     pub unread: u64,
 }
 
-/// Reads the tasks of one target, scan after scan.
-pub struct TaskScanner {
+/// The process a scan reads and where its version keeps what the scan reads: what every
+/// step of a scan is given (with the scanner's cache of types).
+struct Target {
     pid: i32,
     layout: Layout,
     tl: TaskLayout,
+    /// The interpreter state's address.
     interpreter: usize,
+}
+
+/// Reads the tasks of one target, scan after scan.
+pub struct TaskScanner {
+    target: Target,
     types: Types,
     sets: Option<Sets>,
     codes: HashMap<usize, Code, FxBuild>,
@@ -153,10 +160,12 @@ impl TaskScanner {
             _ => tl,
         };
         let mut scanner = TaskScanner {
-            pid: spy.pid,
-            layout,
-            tl,
-            interpreter,
+            target: Target {
+                pid: spy.pid,
+                layout,
+                tl,
+                interpreter,
+            },
             types: Types::default(),
             sets: None,
             codes: HashMap::default(),
@@ -176,15 +185,8 @@ impl TaskScanner {
     }
 
     fn find_registry(&mut self) -> Result<()> {
-        if self.tl.registry != Registry::Lists && self.sets.is_none() {
-            let sets = find_sets(
-                self.pid,
-                &self.layout,
-                &self.tl,
-                &mut self.types,
-                self.interpreter,
-            )?;
-            self.sets = Some(sets);
+        if self.target.tl.registry != Registry::Lists && self.sets.is_none() {
+            self.sets = Some(find_sets(&self.target, &mut self.types)?);
         }
         Ok(())
     }
@@ -195,7 +197,12 @@ impl TaskScanner {
         let mut tasks = Vec::with_capacity(raw.len());
         let mut nameless = Vec::new();
         for task in &raw {
-            let Ok(name) = task_name(self.pid, &self.layout, &mut self.types, task.name) else {
+            let Ok(name) = task_name(
+                self.target.pid,
+                &self.target.layout,
+                &mut self.types,
+                task.name,
+            ) else {
                 nameless.push(task.address);
                 continue;
             };
@@ -260,18 +267,11 @@ impl TaskScanner {
     fn read_all(&mut self) -> Result<(Vec<RawTask>, u64, u64)> {
         self.find_registry()?;
         let (mut addresses, mut torn) = match &self.sets {
-            Some(sets) => set_tasks(self.pid, &mut self.types, sets, MAX_FOUND)?,
-            None => list_tasks(
-                self.pid,
-                &self.layout,
-                &self.tl,
-                self.interpreter,
-                MAX_FOUND,
-                &self.found,
-            )?,
+            Some(sets) => set_tasks(self.target.pid, &mut self.types, sets, MAX_FOUND)?,
+            None => list_tasks(&self.target, MAX_FOUND, &self.found)?,
         };
         let found = addresses.len();
-        if self.tl.registry == Registry::Lists {
+        if self.target.tl.registry == Registry::Lists {
             self.found.clone_from(&addresses);
         }
         if found > self.bound {
@@ -282,42 +282,19 @@ impl TaskScanner {
         self.scans += 1;
         let unread = (found - addresses.len()) as u64;
         let (mut raw, mut torn_tasks) = read_tasks(
-            self.pid,
-            &self.layout,
-            &self.tl,
+            &self.target,
             &mut self.types,
             &mut self.chains,
             &addresses,
             &mut self.first,
         );
-        torn_tasks.extend(running::add_running_chains(
-            self.pid,
-            &self.layout,
-            &self.tl,
-            &mut self.types,
-            self.interpreter,
-            &mut raw,
-        ));
+        let (target, types) = (&self.target, &mut self.types);
+        torn_tasks.extend(running::add_running_chains(target, types, &mut raw));
         let known = &self.first.batch;
-        self.timers.mark_due(
-            self.pid,
-            &self.layout,
-            &self.tl,
-            &mut self.types,
-            known,
-            &mut raw,
-        );
-        gather::link_gathered(self.pid, &self.layout, &self.tl, &mut self.types, &mut raw);
-        gather::link_task_groups(self.pid, &self.layout, &self.tl, &mut self.types, &mut raw);
-        tornado::add_runner_chains(
-            self.pid,
-            &self.layout,
-            &self.tl,
-            &mut self.types,
-            known,
-            &mut raw,
-            &mut self.first.heads,
-        );
+        self.timers.mark_due(target, types, known, &mut raw);
+        gather::link_gathered(target, types, &mut raw);
+        gather::link_task_groups(target, types, &mut raw);
+        tornado::add_runner_chains(target, types, known, &mut raw, &mut self.first.heads);
         torn += torn_tasks.len() as u64 + drop_awaited_by_torn(&mut raw, &torn_tasks);
         self.load_codes(&raw)?;
         Ok((raw, torn, unread))
@@ -329,7 +306,7 @@ impl TaskScanner {
             self.codes.clear();
             self.code_bytes = 0;
         }
-        let (first, size) = (self.layout.code_first, self.layout.code_size);
+        let (first, size) = (self.target.layout.code_first, self.target.layout.code_size);
         let mut codes: Vec<usize> = tasks
             .iter()
             .flat_map(|t| t.frames.iter().map(|f| f.0))
@@ -337,7 +314,7 @@ impl TaskScanner {
         codes.sort_unstable();
         codes.dedup();
         let pieces: Vec<(usize, usize)> = codes.iter().map(|&c| (c + first, size)).collect();
-        let batch = Batch::read_merged(self.pid, &pieces, chain::MERGE_GAP);
+        let batch = Batch::read_merged(self.target.pid, &pieces, chain::MERGE_GAP);
         for (&code, &(at, len)) in codes.iter().zip(&pieces) {
             let Some(header) = batch.get(at, len) else {
                 continue; // freed: its frames read "? (?:0)" only if it is not cached
@@ -350,8 +327,14 @@ impl TaskScanner {
                 continue;
             }
             self.serial += 1;
-            let loaded = Code::load(self.pid, &self.layout, header, self.serial, &mut self.files)
-                .map_err(|err| anyhow!("cannot read a coroutine's code: {err:#}"))?;
+            let loaded = Code::load(
+                self.target.pid,
+                &self.target.layout,
+                header,
+                self.serial,
+                &mut self.files,
+            )
+            .map_err(|err| anyhow!("cannot read a coroutine's code: {err:#}"))?;
             self.code_bytes += loaded.cost();
             self.codes.insert(code, loaded);
         }

@@ -7,8 +7,9 @@
 use anyhow::{anyhow, bail, Context, Result};
 
 use super::chain::MERGE_GAP;
-use super::layout::{Registry, TaskLayout, ASYNCIO_DEBUG_WORDS};
+use super::layout::{Registry, ASYNCIO_DEBUG_WORDS};
 use super::objects::{dict_get, set_members, Kind, TypeInfo, Types};
+use super::Target;
 use crate::memory::{read, usize_at, Batch};
 use crate::walker::Layout;
 
@@ -26,13 +27,9 @@ pub struct Sets {
 }
 
 /// Finds the registry's objects through `sys.modules["asyncio.tasks"]`.
-pub fn find_sets(
-    pid: i32,
-    layout: &Layout,
-    tasks: &TaskLayout,
-    types: &mut Types,
-    interpreter: usize,
-) -> Result<Sets> {
+pub fn find_sets(target: &Target, types: &mut Types) -> Result<Sets> {
+    let (pid, layout, tasks, interpreter) =
+        (target.pid, &target.layout, &target.tl, target.interpreter);
     let mut word = [0u8; 8];
     read(pid, interpreter + layout.interp_modules, &mut word)?;
     let modules = usize_at(&word, 0);
@@ -239,14 +236,9 @@ fn section_in(pid: i32, path: &str, start: usize) -> Option<usize> {
 /// lists ended early on a torn read. The links of the tasks `known` (the last scan's) are read
 /// first, in one batch, so that a list of tasks already seen is followed without a read per
 /// task; a task new since is read on its own.
-pub fn list_tasks(
-    pid: i32,
-    layout: &Layout,
-    tasks: &TaskLayout,
-    interpreter: usize,
-    limit: usize,
-    known: &[usize],
-) -> Result<(Vec<usize>, u64)> {
+pub fn list_tasks(target: &Target, limit: usize, known: &[usize]) -> Result<(Vec<usize>, u64)> {
+    let (pid, layout, tasks, interpreter) =
+        (target.pid, &target.layout, &target.tl, target.interpreter);
     let (Some(node), Some(thread_head), Some(interp_head)) = (
         tasks.task_node,
         tasks.thread_tasks_head,

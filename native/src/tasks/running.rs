@@ -6,8 +6,8 @@
 use anyhow::{bail, Result};
 
 use super::chain::{RawTask, TaskState};
-use super::layout::TaskLayout;
 use super::objects::{Kind, Types};
+use super::Target;
 use crate::memory::{read, usize_at};
 use crate::walker::Layout;
 
@@ -32,18 +32,16 @@ struct Frame {
 /// between the read of the task and that of the threads), or whose threads could not be read,
 /// is a torn read: it is left out, and the addresses of those left out are returned.
 pub fn add_running_chains(
-    pid: i32,
-    layout: &Layout,
-    tl: &TaskLayout,
+    target: &Target,
     types: &mut Types,
-    interpreter: usize,
     tasks: &mut Vec<RawTask>,
 ) -> Vec<usize> {
+    let (pid, layout, tl) = (target.pid, &target.layout, &target.tl);
     let mut torn = Vec::new();
     if !tasks.iter().any(|t| t.state == TaskState::Running) {
         return torn;
     }
-    let threads = thread_frames(pid, layout, interpreter).unwrap_or_default();
+    let threads = thread_frames(pid, layout, target.interpreter).unwrap_or_default();
     let hidden = layout.owner_hidden.unwrap_or(u8::MAX);
     tasks.retain_mut(|task| {
         if task.state != TaskState::Running {

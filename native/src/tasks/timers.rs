@@ -21,6 +21,7 @@ use super::objects::{
     Kind, Types, FLOAT_VALUE, FUT_LOOP, LIST_ITEMS, LIST_SIZE, METHOD_SELF, TUPLE_SIZE,
 };
 use super::registry::first_attribute;
+use super::Target;
 use crate::memory::{read, usize_at, Batch, Reads};
 use crate::walker::Layout;
 use rustc_hash::FxBuildHasher as FxBuild;
@@ -61,13 +62,12 @@ impl Timers {
     /// whose timers tore or cannot be read leaves its tasks as they were read.
     pub fn mark_due(
         &mut self,
-        pid: i32,
-        layout: &Layout,
-        tl: &TaskLayout,
+        target: &Target,
         types: &mut Types,
         known: &Batch,
         tasks: &mut [RawTask],
     ) {
+        let (pid, layout, tl) = (target.pid, &target.layout, &target.tl);
         let waiters: Vec<usize> = tasks
             .iter()
             .filter(|t| t.state == TaskState::Waiting && t.waiter() != 0)

@@ -11,6 +11,7 @@ use super::chain::{read_gen, RawTask, MERGE_GAP};
 use super::layout::TaskLayout;
 use super::objects::{Kind, Types, CELL_REF, FUNC_CLOSURE, FUT_CALLBACK0};
 use super::registry::first_attribute;
+use super::Target;
 use crate::memory::{read, usize_at, Batch, Reads};
 use crate::walker::Layout;
 
@@ -22,14 +23,13 @@ const MAX_RUNNERS: usize = 32;
 /// there. `heads` is left with the pieces of the futures' callbacks it read, for the next
 /// scan's first read.
 pub fn add_runner_chains(
-    pid: i32,
-    layout: &Layout,
-    tl: &TaskLayout,
+    target: &Target,
     types: &mut Types,
     known: &Batch,
     tasks: &mut [RawTask],
     heads: &mut Vec<(usize, usize)>,
 ) {
+    let (pid, layout, tl) = (target.pid, &target.layout, &target.tl);
     heads.clear();
     let awaited: Vec<usize> = tasks
         .iter()
