@@ -3,12 +3,16 @@
 //! are used; a task whose reads tore is left out of the scan and counted, never given frames
 //! it was not in.
 //!
-//! A scan's first read takes the tasks and, of the chains the last scan kept, their coroutines
-//! and waiters, in one merged batch (`FirstRead`). A parked task whose chain is unchanged since
-//! the last scan (the same coroutine and awaited future, each coroutine of its chain where it
-//! was, as that read found them) is not walked again. The others are walked together, one
-//! level of their chains at a time, each step of a level one batch of reads for all of them
-//! that takes from the first read what it holds.
+//! A scan's first read takes the tasks and, of the chains the last scan kept, their innermost
+//! coroutines and waiters, in one merged batch (`FirstRead`). A parked task whose chain is
+//! unchanged since the last scan is not read again: the same coroutine and awaited future,
+//! and its innermost coroutine where it was (the same object, suspended at the same
+//! instruction). That one suffices: a coroutine delegates to the one it awaits until that one
+//! finishes, so while the innermost is suspended where it was, every coroutine outside it is
+//! too, at the await that leads to it (a task that ran and parked again at the same places
+//! has the same chain). The others are walked together, one level of their chains at a time,
+//! each step of a level one batch of reads for all of them that takes from the first read
+//! what it holds.
 
 use std::collections::HashMap;
 
@@ -16,7 +20,7 @@ use anyhow::{bail, Result};
 use rustc_hash::FxBuildHasher as FxBuild;
 
 use super::layout::{StackTop, TaskLayout, YieldFrom};
-use super::objects::{Kind, Types, FUT_CALLBACK0};
+use super::objects::{Kind, Types, FUT_CALLBACK0, FUT_LOOP};
 use super::Target;
 use crate::memory::{usize_at, Batch, Reads};
 use crate::walker::Layout;
@@ -71,6 +75,13 @@ pub struct RawTask {
     pub waits_gathering: bool,
     /// Its first done callback (a `TaskGroup`'s, in a task of the group).
     pub callback: usize,
+    /// Whether the future it awaits was found to have no Tornado runner (its first done
+    /// callback read, and no function). Tornado adds a runner's callback first, as it makes
+    /// the future, so a chain kept unchanged (the same future) is not looked at again
+    /// (`tornado`).
+    pub runnerless: bool,
+    /// Its event loop (a task parks only on futures of its own loop).
+    pub event_loop: usize,
     /// Each coroutine of its chain as read: where it is, its frame state and instruction.
     gens: Vec<Gen>,
     /// Its coroutine and the future it waits on, as read from the task.
@@ -134,15 +145,46 @@ impl ChainCache {
 /// No chain of the last scan (`ChainCache::find`).
 const NO_LAST: u32 = u32::MAX;
 
-/// A scan's first read: the tasks and, of the chains the last scan kept, their coroutines and
-/// waiters (most of a scan's objects, read as they are at one instant, their pages pinned
-/// once), with the `heads` the last scan's later steps read; those steps take from it what it
-/// holds. Its buffer is refilled, never zeroed again.
+/// A scan's first read: the tasks and, of the chains the last scan kept, their innermost
+/// coroutines and waiters (most of a scan's objects, read as they are at one instant, their
+/// pages pinned once), with the `heads` the last scan's later steps read; those steps take
+/// from it what it holds. Its buffer is refilled, never zeroed again.
 #[derive(Default)]
 pub struct FirstRead {
     pub batch: Batch,
     /// The types of the futures' callbacks (`tornado`).
     pub heads: Vec<(usize, usize)>,
+    /// The tasks it read, and where each one's last chain is in the cache (`NO_LAST`: none).
+    tasks: Vec<usize>,
+    lasts: Vec<u32>,
+}
+
+impl FirstRead {
+    /// Reads the tasks at `addresses` with what of them the last scan's chains say to read:
+    /// the addresses the registry gave (3.11–3.13), or the last scan's tasks, read before the
+    /// lists of 3.14+ that link them are followed (the links are in the tasks).
+    pub fn fill(&mut self, target: &Target, cache: &ChainCache, addresses: &[usize]) {
+        let tl = &target.tl;
+        let (gen_size, waiter_size) = (tl.gen_size(), tl.fut_state + 8);
+        let mut pieces: Vec<(usize, usize)> = Vec::with_capacity(addresses.len() * 3);
+        self.lasts.clear();
+        for &address in addresses {
+            pieces.push((address, tl.task_size));
+            let mut at = NO_LAST;
+            if let Some((i, last)) = cache.find(address) {
+                pieces.extend(last.gens.last().map(|g| (g.address, gen_size)));
+                if last.waiter != 0 {
+                    pieces.push((last.waiter, waiter_size));
+                }
+                at = i;
+            }
+            self.lasts.push(at);
+        }
+        self.tasks.clear();
+        self.tasks.extend_from_slice(addresses);
+        pieces.extend_from_slice(&self.heads);
+        self.batch.fill_merged(target.pid, &pieces, MERGE_GAP);
+    }
 }
 
 /// What one scan's reads of a task found so far.
@@ -171,41 +213,35 @@ impl Cursor {
 }
 
 /// Reads the tasks at `addresses`: the live ones (pending) with their chains, and how many
-/// were left out because a read tore (their addresses). `first` is refilled with the scan's
-/// first read.
+/// were left out because a read tore (their addresses). What `first` holds is taken from it;
+/// tasks it did not read (new since the last scan, in the lists of 3.14+) are read now.
 pub fn read_tasks(
     target: &Target,
     types: &mut Types,
     cache: &mut ChainCache,
     addresses: &[usize],
-    first: &mut FirstRead,
+    first: &FirstRead,
 ) -> (Vec<RawTask>, Vec<usize>) {
     let (pid, layout, tl) = (target.pid, &target.layout, &target.tl);
     let mut torn = Vec::new();
     let (gen_size, waiter_size) = (tl.gen_size(), tl.fut_state + 8);
-    // where each task's chain as the last scan kept it is (taken out of the cache if it
-    // stands, kept again at the scan's end)
-    let mut lasts: Vec<u32> = Vec::with_capacity(addresses.len());
-    let mut pieces: Vec<(usize, usize)> = Vec::with_capacity(addresses.len() * 5);
-    for &address in addresses {
-        pieces.push((address, tl.task_size));
-        let mut at = NO_LAST;
-        if let Some((i, last)) = cache.find(address) {
-            pieces.extend(last.gens.iter().map(|g| (g.address, gen_size)));
-            if last.waiter != 0 {
-                pieces.push((last.waiter, waiter_size));
-            }
-            at = i;
-        }
-        lasts.push(at);
-    }
-    pieces.extend_from_slice(&first.heads);
-    first.batch.fill_merged(pid, &pieces, MERGE_GAP);
     let batch = &first.batch;
+    // where each task's chain as the last scan kept it is (taken out of the cache if it
+    // stands, kept again at the scan's end), and the tasks the first read lacks
+    let (lasts, tasks) = if first.tasks == addresses {
+        (first.lasts.clone(), Reads::read(pid, batch, &[], MERGE_GAP))
+    } else {
+        let lasts = addresses
+            .iter()
+            .map(|&a| cache.find(a).map_or(NO_LAST, |(i, _)| i))
+            .collect();
+        let pieces: Vec<(usize, usize)> = addresses.iter().map(|&a| (a, tl.task_size)).collect();
+        (lasts, Reads::read(pid, batch, &pieces, MERGE_GAP))
+    };
     let mut cursors = Vec::new();
     let mut out = Vec::with_capacity(addresses.len());
     for (&address, at) in addresses.iter().zip(lasts) {
-        let Some(raw) = batch.get(address, tl.task_size) else {
+        let Some(raw) = tasks.get(address, tl.task_size) else {
             torn.push(address); // freed since the registry was read
             continue;
         };
@@ -230,11 +266,11 @@ pub fn read_tasks(
             .filter(|&(_, is_set)| raw.get(is_set) == Some(&0))
             .map(|(at, _)| usize_at(raw, at))
             .filter(|&a| a != 0);
-        // the same coroutine and waiter: its chain stands if each coroutine of it is where it
-        // was, as read with the tasks; else it is walked
+        // the same coroutine and waiter: its chain stands if its innermost coroutine is where
+        // it was, as read with the tasks (see the module's note); else it is walked
         let last = cache.tasks.get_mut(at as usize).and_then(Option::as_mut);
         if let Some(last) = last.filter(|l| l.coro == coro && l.waiter == waiter && waiter != 0) {
-            let unmoved = last.gens.iter().all(|g| {
+            let unmoved = last.gens.last().is_some_and(|g| {
                 batch
                     .get(g.address, gen_size)
                     .and_then(|raw| read_gen(pid, layout, tl, types, g.address, raw).ok())
@@ -258,6 +294,8 @@ pub fn read_tasks(
             awaited_by,
             waits_gathering: false,
             callback,
+            runnerless: false,
+            event_loop: usize_at(raw, FUT_LOOP),
             gens: Vec::new(),
             coro,
             waiter,
@@ -291,19 +329,19 @@ pub fn read_tasks(
         .map(|t| (t.waiter, waiter_size))
         .collect();
     let waiters = Reads::read(pid, batch, &pieces, MERGE_GAP);
-    let mut read = Vec::with_capacity(out.len());
-    for mut task in out {
-        match state(pid, tl, types, &waiters, &task) {
-            Ok((state, awaits, gathering)) => {
-                task.state = state;
-                task.waits_gathering = gathering;
-                task.awaits = task.awaits.or(awaits);
-                read.push(task);
-            }
-            Err(_) => torn.push(task.address),
+    out.retain_mut(|task| match state(pid, tl, types, &waiters, task) {
+        Ok((state, awaits, gathering)) => {
+            task.state = state;
+            task.waits_gathering = gathering;
+            task.awaits = task.awaits.or(awaits);
+            true
         }
-    }
-    (read, torn)
+        Err(_) => {
+            torn.push(task.address);
+            false
+        }
+    });
+    (out, torn)
 }
 
 impl ChainCache {

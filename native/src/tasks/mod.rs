@@ -268,7 +268,11 @@ impl TaskScanner {
         self.find_registry()?;
         let (mut addresses, mut torn) = match &self.sets {
             Some(sets) => set_tasks(self.target.pid, &mut self.types, sets, MAX_FOUND)?,
-            None => list_tasks(&self.target, MAX_FOUND, &self.found)?,
+            None => {
+                // the lists link the tasks through the tasks: the last scan's are read first
+                self.first.fill(&self.target, &self.chains, &self.found);
+                list_tasks(&self.target, MAX_FOUND, &self.first.batch)?
+            }
         };
         let found = addresses.len();
         if self.target.tl.registry == Registry::Lists {
@@ -281,17 +285,20 @@ impl TaskScanner {
         }
         self.scans += 1;
         let unread = (found - addresses.len()) as u64;
+        if self.sets.is_some() {
+            self.first.fill(&self.target, &self.chains, &addresses);
+        }
         let (mut raw, mut torn_tasks) = read_tasks(
             &self.target,
             &mut self.types,
             &mut self.chains,
             &addresses,
-            &mut self.first,
+            &self.first,
         );
         let (target, types) = (&self.target, &mut self.types);
         torn_tasks.extend(running::add_running_chains(target, types, &mut raw));
         let known = &self.first.batch;
-        self.timers.mark_due(target, types, known, &mut raw);
+        self.timers.mark_due(target, types, &mut raw);
         gather::link_gathered(target, types, &mut raw);
         gather::link_task_groups(target, types, &mut raw);
         tornado::add_runner_chains(target, types, known, &mut raw, &mut self.first.heads);

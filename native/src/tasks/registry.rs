@@ -233,10 +233,10 @@ fn section_in(pid: i32, path: &str, start: usize) -> Option<usize> {
 }
 
 /// The tasks in the per-thread and per-interpreter lists (3.14+), up to `limit`, and how many
-/// lists ended early on a torn read. The links of the tasks `known` (the last scan's) are read
-/// first, in one batch, so that a list of tasks already seen is followed without a read per
-/// task; a task new since is read on its own.
-pub fn list_tasks(target: &Target, limit: usize, known: &[usize]) -> Result<(Vec<usize>, u64)> {
+/// lists ended early on a torn read. The links are taken from `known` (the scan's first read,
+/// of the last scan's tasks) where it holds them, so that a list of tasks already seen is
+/// followed without a read per task; a task new since is read on its own.
+pub fn list_tasks(target: &Target, limit: usize, known: &Batch) -> Result<(Vec<usize>, u64)> {
     let (pid, layout, tasks, interpreter) =
         (target.pid, &target.layout, &target.tl, target.interpreter);
     let (Some(node), Some(thread_head), Some(interp_head)) = (
@@ -258,8 +258,6 @@ pub fn list_tasks(target: &Target, limit: usize, known: &[usize]) -> Result<(Vec
         read(pid, thread + layout.tstate_next, &mut word)?;
         thread = usize_at(&word, 0);
     }
-    let pieces: Vec<(usize, usize)> = known.iter().map(|&t| (t + node, 8)).collect();
-    let links = Batch::read_merged(pid, &pieces, MERGE_GAP);
     let mut out = Vec::new();
     let mut torn = 0;
     for head in heads {
@@ -271,7 +269,7 @@ pub fn list_tasks(target: &Target, limit: usize, known: &[usize]) -> Result<(Vec
                 break;
             }
             out.push(next - node);
-            if let Some(link) = links.get(next, 8) {
+            if let Some(link) = known.get(next, 8) {
                 next = usize_at(link, 0);
                 continue;
             }

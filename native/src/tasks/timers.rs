@@ -17,12 +17,10 @@ use anyhow::{bail, Result};
 
 use super::chain::{RawTask, TaskState, MERGE_GAP};
 use super::layout::TaskLayout;
-use super::objects::{
-    Kind, Types, FLOAT_VALUE, FUT_LOOP, LIST_ITEMS, LIST_SIZE, METHOD_SELF, TUPLE_SIZE,
-};
+use super::objects::{Kind, Types, FLOAT_VALUE, LIST_ITEMS, LIST_SIZE, METHOD_SELF, TUPLE_SIZE};
 use super::registry::first_attribute;
 use super::Target;
-use crate::memory::{read, usize_at, Batch, Reads};
+use crate::memory::{read, usize_at, Batch};
 use crate::walker::Layout;
 use rustc_hash::FxBuildHasher as FxBuild;
 
@@ -60,30 +58,17 @@ pub struct Timers {
 impl Timers {
     /// Calls ready each waiting task whose future a due timer of its loop will set. A loop
     /// whose timers tore or cannot be read leaves its tasks as they were read.
-    pub fn mark_due(
-        &mut self,
-        target: &Target,
-        types: &mut Types,
-        known: &Batch,
-        tasks: &mut [RawTask],
-    ) {
+    pub fn mark_due(&mut self, target: &Target, types: &mut Types, tasks: &mut [RawTask]) {
         let (pid, layout, tl) = (target.pid, &target.layout, &target.tl);
-        let waiters: Vec<usize> = tasks
+        // a task parks only on futures of its own loop: the waiting tasks' loops
+        let mut loops: Vec<usize> = tasks
             .iter()
-            .filter(|t| t.state == TaskState::Waiting && t.waiter() != 0)
-            .map(|t| t.waiter())
+            .filter(|t| t.state == TaskState::Waiting && t.waiter() != 0 && t.event_loop != 0)
+            .map(|t| t.event_loop)
             .collect();
-        if waiters.is_empty() {
+        if loops.is_empty() {
             return;
         }
-        let pieces: Vec<(usize, usize)> = waiters.iter().map(|&w| (w + FUT_LOOP, 8)).collect();
-        let batch = Reads::read(pid, known, &pieces, MERGE_GAP);
-        let mut loops: Vec<usize> = pieces
-            .iter()
-            .filter_map(|&(at, len)| batch.get(at, len))
-            .map(|raw| usize_at(raw, 0))
-            .filter(|&l| l != 0)
-            .collect();
         loops.sort_unstable();
         loops.dedup();
         let now = monotonic();

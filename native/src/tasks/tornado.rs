@@ -34,7 +34,7 @@ pub fn add_runner_chains(
     let awaited: Vec<usize> = tasks
         .iter()
         .filter_map(|t| match t.future {
-            Some((future, Kind::Future)) => Some(future),
+            Some((future, Kind::Future)) if !t.runnerless => Some(future),
             _ => None,
         })
         .collect();
@@ -54,19 +54,22 @@ pub fn add_runner_chains(
     heads.extend(callbacks.iter().map(|&c| (c, 16)));
     let heads = Reads::read(pid, known, heads, MERGE_GAP);
     for task in tasks.iter_mut() {
-        let Some((future, Kind::Future)) = task.future else {
+        let Some((future, Kind::Future)) = task.future.filter(|_| !task.runnerless) else {
             continue;
         };
-        let frames = task.walked_frames(); // a kept chain's frames of the last scan's runners
         let Some(raw) = batch.get(future, FUT_CALLBACK0 + 8) else {
+            task.walked_frames(); // a kept chain's frames of the last scan's runners
             continue;
         };
         let mut callback = usize_at(raw, FUT_CALLBACK0);
-        let function = heads
+        let kind = heads
             .get(callback, 16)
             .and_then(|head| types.of(pid, callback, Some(head)).ok())
-            .is_some_and(|info| info.kind == Kind::Function);
-        if !function {
+            .map(|info| info.kind);
+        // a task's wakeup, say: read, and no function
+        task.runnerless = kind.is_some_and(|kind| kind != Kind::Function);
+        let frames = task.walked_frames();
+        if kind != Some(Kind::Function) {
             continue;
         }
         for _ in 0..MAX_RUNNERS {
