@@ -9,11 +9,12 @@ and leaves.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from helpers import ROOT, Spawner, sidecar
 from pythons import interpreter
-from test_tasks import await_lines
+from test_tasks import await_lines, record_tasks
 
 from sidecar.tasks import snapshot
 
@@ -152,3 +153,34 @@ def test_an_old_school_tornado_coroutine_follows_the_task_awaiting_it(spawn: Spa
     assert expected in scan["folded"], scan["folded"]
     (task,) = [t for t in scan["tasks"] if t["name"] == "old_request"]
     assert (task["state"], task["future"]) == ("waiting", "Future")
+
+
+@pytest.mark.parametrize("version", SCANNED)
+def test_a_kept_chain_whose_middle_coroutine_changed_is_read_again(
+    spawn: Spawner, tmp_path: Path, version: str
+) -> None:
+    """``staged`` awaits a 50 ms stage and a 150 ms stage in turn, from the same line; each
+    stage's coroutine and its ``asyncio.sleep`` are made at the last stage's addresses (the
+    futures at one of a few), so a chain kept from the last scan looks the same but for the
+    stage between them. Scanned at 47 Hz for 4 s (each scan at a random instant of its
+    period), the short stage holds about a quarter of the task-samples in a stage and the long
+    one three quarters (within 0.1): kept chains of the wrong stage would tip the shares."""
+    target = spawn.target("tasks_stages", python=interpreter(version))
+    source = ROOT / "targets" / "tasks_stages.py"
+    at = await_lines(source)
+    out = tmp_path / "stages.folded"
+    result = record_tasks(target.pid, out, duration=4)
+    assert result.returncode == 0, result.stderr
+    counts: dict[str, int] = {}
+    for line in (tmp_path / "stages.tasks.folded").read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        counts[stack] = counts.get(stack, 0) + int(count)
+
+    def stage(name: str, line: str) -> str:
+        where = "targets/tasks_stages.py"
+        return f"staged ({where}:{at['staged']});{name} ({where}:{at[line]})"
+
+    short = sum(n for s, n in counts.items() if stage("short_stage", "short") in s)
+    long = sum(n for s, n in counts.items() if stage("long_stage", "long") in s)
+    assert short + long > 100, counts
+    assert abs(short / (short + long) - 0.25) <= 0.1, (short, long, counts)

@@ -3,16 +3,15 @@
 //! are used; a task whose reads tore is left out of the scan and counted, never given frames
 //! it was not in.
 //!
-//! A scan's first read takes the tasks and, of the chains the last scan kept, their innermost
-//! coroutines and waiters, in one merged batch (`FirstRead`). A parked task whose chain is
-//! unchanged since the last scan is not read again: the same coroutine and awaited future,
-//! and its innermost coroutine where it was (the same object, suspended at the same
-//! instruction). That one suffices: a coroutine delegates to the one it awaits until that one
-//! finishes, so while the innermost is suspended where it was, every coroutine outside it is
-//! too, at the await that leads to it (a task that ran and parked again at the same places
-//! has the same chain). The others are walked together, one level of their chains at a time,
-//! each step of a level one batch of reads for all of them that takes from the first read
-//! what it holds.
+//! A scan's first read takes the tasks and, of the chains the last scan kept, their coroutines
+//! and waiters, in one merged batch (`FirstRead`). A parked task whose chain is unchanged since
+//! the last scan (the same coroutine and awaited future, each coroutine of its chain where it
+//! was, as that read found them) is not walked again. Each coroutine is checked, not only the
+//! innermost: a finished coroutine's memory goes to the next one made, so the `asyncio.sleep`
+//! of a handler's next stage, and its future, are often at the addresses of the last stage's,
+//! at the same instruction, while the coroutine between them changed. The others are walked
+//! together, one level of their chains at a time, each step of a level one batch of reads for
+//! all of them that takes from the first read what it holds.
 
 use std::collections::HashMap;
 
@@ -122,8 +121,22 @@ pub struct Gen {
 pub struct ChainCache {
     enabled: bool,
     tasks: Vec<Option<RawTask>>,
+    /// What each chain in `tasks` is checked against, in the same places, and their
+    /// coroutines: kept apart, so that a scan plans its reads and checks the chains without
+    /// touching the chains themselves.
+    kept: Vec<Kept>,
+    gens: Vec<Gen>,
     /// Where each task's chain is in `tasks`, by task address.
     at: HashMap<usize, u32, FxBuild>,
+}
+
+/// What tells that a kept chain stands: the task's coroutine and the future it waits on, and
+/// each coroutine of its chain as read (their places in `ChainCache::gens`).
+#[derive(Clone)]
+struct Kept {
+    coro: usize,
+    waiter: usize,
+    gens: std::ops::Range<usize>,
 }
 
 impl ChainCache {
@@ -131,22 +144,29 @@ impl ChainCache {
         ChainCache {
             enabled,
             tasks: Vec::new(),
+            kept: Vec::new(),
+            gens: Vec::new(),
             at: HashMap::default(),
         }
     }
 
-    /// The place of the task at `address`'s last chain, and that chain.
-    fn find(&self, address: usize) -> Option<(u32, &RawTask)> {
+    /// The place of the task at `address`'s last chain, and what it is checked against.
+    fn find(&self, address: usize) -> Option<(u32, &Kept)> {
         let &i = self.at.get(&address)?;
-        Some((i, self.tasks[i as usize].as_ref()?))
+        Some((i, self.kept.get(i as usize)?))
+    }
+
+    /// The coroutines of a kept chain as read.
+    fn gens(&self, kept: &Kept) -> &[Gen] {
+        self.gens.get(kept.gens.clone()).unwrap_or_default()
     }
 }
 
 /// No chain of the last scan (`ChainCache::find`).
 const NO_LAST: u32 = u32::MAX;
 
-/// A scan's first read: the tasks and, of the chains the last scan kept, their innermost
-/// coroutines and waiters (most of a scan's objects, read as they are at one instant, their
+/// A scan's first read: the tasks and, of the chains the last scan kept, their coroutines
+/// and waiters (most of a scan's objects, read as they are at one instant, their
 /// pages pinned once), with the `heads` the last scan's later steps read; those steps take
 /// from it what it holds. Its buffer is refilled, never zeroed again.
 #[derive(Default)]
@@ -171,11 +191,9 @@ impl FirstRead {
         for &address in addresses {
             pieces.push((address, tl.task_size));
             let mut at = NO_LAST;
-            if let Some((i, last)) = cache.find(address) {
-                pieces.extend(last.gens.last().map(|g| (g.address, gen_size)));
-                if last.waiter != 0 {
-                    pieces.push((last.waiter, waiter_size));
-                }
+            if let Some((i, kept)) = cache.find(address) {
+                pieces.extend(cache.gens(kept).iter().map(|g| (g.address, gen_size)));
+                pieces.push((kept.waiter, waiter_size));
                 at = i;
             }
             self.lasts.push(at);
@@ -266,21 +284,23 @@ pub fn read_tasks(
             .filter(|&(_, is_set)| raw.get(is_set) == Some(&0))
             .map(|(at, _)| usize_at(raw, at))
             .filter(|&a| a != 0);
-        // the same coroutine and waiter: its chain stands if its innermost coroutine is where
-        // it was, as read with the tasks (see the module's note); else it is walked
-        let last = cache.tasks.get_mut(at as usize).and_then(Option::as_mut);
-        if let Some(last) = last.filter(|l| l.coro == coro && l.waiter == waiter && waiter != 0) {
-            let unmoved = last.gens.last().is_some_and(|g| {
+        // the same coroutine and waiter: its chain stands if each coroutine of it is where it
+        // was, as read with the tasks; else it is walked
+        let kept = cache.kept.get(at as usize);
+        if let Some(kept) = kept.filter(|k| k.coro == coro && k.waiter == waiter) {
+            let unmoved = cache.gens(kept).iter().all(|g| {
                 batch
                     .get(g.address, gen_size)
                     .and_then(|raw| read_gen(pid, layout, tl, types, g.address, raw).ok())
                     == Some(*g)
             });
-            if unmoved {
+            let last = cache.tasks.get_mut(at as usize).and_then(Option::take);
+            if let Some(mut last) = last.filter(|_| unmoved) {
                 last.name = name;
                 last.awaited_by = awaited_by;
                 last.callback = callback;
-                out.extend(cache.tasks[at as usize].take());
+                last.event_loop = usize_at(raw, FUT_LOOP);
+                out.push(last);
                 continue;
             }
         }
@@ -346,14 +366,25 @@ pub fn read_tasks(
 
 impl ChainCache {
     /// Keeps the chains of a scan's tasks (its `read_tasks`) for the next scan, but those of
-    /// running tasks, which move; chains of tasks no longer read are forgotten.
+    /// running tasks, which move, and of tasks that wait on no future; chains of tasks no
+    /// longer read are forgotten.
     pub fn keep(&mut self, tasks: Vec<RawTask>) {
         self.tasks.clear();
+        self.kept.clear();
+        self.gens.clear();
         self.at.clear();
         if self.enabled {
             for task in tasks {
-                if task.state != TaskState::Running {
+                // a chain stands on the future it waits on and its coroutines
+                if task.state != TaskState::Running && task.waiter != 0 && !task.gens.is_empty() {
                     self.at.insert(task.address, self.tasks.len() as u32);
+                    let start = self.gens.len();
+                    self.gens.extend_from_slice(&task.gens);
+                    self.kept.push(Kept {
+                        coro: task.coro,
+                        waiter: task.waiter,
+                        gens: start..self.gens.len(),
+                    });
                     self.tasks.push(Some(task));
                 }
             }
