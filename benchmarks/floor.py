@@ -67,16 +67,18 @@ def native_floor(
     seconds: float,
     rt: int | None,
     shape: tuple[int, int] | None = None,
+    also: tuple[int, ...] = (),
 ) -> dict[str, Any]:
     """The native floor program's figures for ``pid`` (each of its parts ``seconds``); with
-    ``shape`` (pieces, bytes), also those of a read of that shape per tick."""
+    ``shape`` (pieces, bytes), also those of a read of that shape per tick, of ``pid`` and then
+    of each of ``also`` (one wakeup for all, as a shared clock)."""
     subprocess.run(
         ["cargo", "build", "--release", "--quiet", "--example", "floor"],
         cwd=NATIVE,
         check=True,
     )
     binary = NATIVE / "target" / "release" / "examples" / "floor"
-    argv = [str(binary), str(pid), f"{rate:g}", f"{seconds:g}"]
+    argv = [str(binary), ",".join(str(p) for p in (pid, *also)), f"{rate:g}", f"{seconds:g}"]
     argv += [str(n) for n in shape] if shape else []
     child = procs.start(argv, rt=rt)
     code = child.popen.wait(4 * seconds + 30)

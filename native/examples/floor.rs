@@ -1,7 +1,7 @@
 //! The machine's floor for goals 3 and 4 of the benchmark: what any sampler pays on this
 //! machine, with none of sidecar's work in it.
 //!
-//!     floor PID [RATE_HZ] [SECONDS] [PIECES BYTES]
+//!     floor PID[,PID...] [RATE_HZ] [SECONDS] [PIECES BYTES]
 //!
 //! Ticks on a sampler's schedule (timer slack 1 ns, a tick skipped when a whole period late)
 //! in several ways (the CPU ones in turns of a second, then the pauses), and prints one JSON
@@ -12,6 +12,8 @@
 //! - `shape` (with PIECES and BYTES): the same plus one `process_vm_readv` per tick of the
 //!   shape a sampler's read has: PIECES remote pieces, BYTES in all, one contiguous piece (a
 //!   data stack) and 72-byte ones (code headers) each on a page of its own of the target's heap;
+//!   with several PIDs, one such read of each target per tick, one after another (a clock
+//!   shared by several targets: one wakeup, then a read of each);
 //! - `pause`: per tick, the ptrace stop and resume of the target's main thread as blocking mode
 //!   does it (remoteprocess: seize, interrupt, wait, detach), with nothing read; the pause's
 //!   percentiles in microseconds.
@@ -114,27 +116,40 @@ fn percentile(sorted: &[f64], pct: f64) -> f64 {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let Some(pid) = args.get(1).and_then(|a| a.parse::<i32>().ok()) else {
-        eprintln!("usage: floor PID [RATE_HZ] [SECONDS] [PIECES BYTES]");
+    let pids: Vec<i32> = args
+        .get(1)
+        .map(|a| a.split(',').filter_map(|p| p.parse().ok()).collect())
+        .unwrap_or_default();
+    let Some(&pid) = pids.first() else {
+        eprintln!("usage: floor PID[,PID...] [RATE_HZ] [SECONDS] [PIECES BYTES]");
         std::process::exit(2);
     };
     let rate: f64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(100.0);
     let seconds: f64 = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(5.0);
     let pieces: usize = args.get(4).and_then(|a| a.parse().ok()).unwrap_or(0);
     let bytes: usize = args.get(5).and_then(|a| a.parse().ok()).unwrap_or(0);
-    let Some(heap) = heap(pid) else {
-        eprintln!("floor: no heap mapping for PID {pid}");
-        std::process::exit(1);
-    };
+    let mut shapes: Vec<(i32, Vec<(usize, usize)>)> = Vec::new();
+    for &each in &pids {
+        let Some(heap) = heap(each) else {
+            eprintln!("floor: no heap mapping for PID {each}");
+            std::process::exit(1);
+        };
+        shapes.push((each, shape(heap, pieces, bytes)));
+    }
+    let heap = heap(pid).unwrap_or_default();
     // SAFETY: PR_SET_TIMERSLACK takes a number of nanoseconds and affects only this thread.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1, 0, 0, 0) };
 
     // The three CPU legs take turns in slices of a second, so that the machine's own load,
     // which moves from one second to the next, weighs on each alike.
     let mut buffer = vec![0u8; bytes.max(64)];
-    let shaped = shape(heap, pieces, bytes);
+    let shaped = &shapes[0].1;
     let shaped_bytes: usize = shaped.iter().map(|p| p.1).sum();
-    buffer.resize(shaped_bytes.max(64), 0);
+    let largest = shapes
+        .iter()
+        .map(|(_, s)| s.iter().map(|p| p.1).sum::<usize>())
+        .max();
+    buffer.resize(largest.unwrap_or(0).max(64), 0);
     let (mut failed, mut shape_failed) = (0u64, 0u64);
     let (mut sleep_ticks, mut sleep_cpu) = (0u64, 0u64);
     let (mut read_ticks, mut read_cpu) = (0u64, 0u64);
@@ -152,8 +167,10 @@ fn main() {
         (read_ticks, read_cpu) = (read_ticks + ticks, read_cpu + cpu);
         if pieces > 0 {
             let (ticks, cpu) = tick(rate, slice, || {
-                if !read(pid, &shaped, &mut buffer) {
-                    shape_failed += 1;
+                for (each, shaped) in &shapes {
+                    if !read(*each, shaped, &mut buffer) {
+                        shape_failed += 1;
+                    }
                 }
             });
             (shape_ticks, shape_cpu) = (shape_ticks + ticks, shape_cpu + cpu);
@@ -179,13 +196,14 @@ fn main() {
          \"sleep\": {{\"ticks\": {sleep_ticks}, \"cpu_per_tick_us\": {:.3}}}, \
          \"read\": {{\"ticks\": {read_ticks}, \"cpu_per_tick_us\": {:.3}, \"failed\": {failed}}}, \
          \"shape\": {{\"ticks\": {shape_ticks}, \"cpu_per_tick_us\": {:.3}, \"failed\": {shape_failed}, \
-         \"pieces\": {}, \"bytes\": {shaped_bytes}}}, \
+         \"pieces\": {}, \"bytes\": {shaped_bytes}, \"targets\": {}}}, \
          \"pause\": {{\"ticks\": {pause_ticks}, \"cpu_per_tick_us\": {:.3}, \"errors\": {lock_errors}, \
          \"p50_us\": {:.2}, \"p99_us\": {:.2}, \"max_us\": {:.2}, \"mean_us\": {:.2}}}}}",
         per(sleep_cpu, sleep_ticks),
         per(read_cpu, read_ticks),
         per(shape_cpu, shape_ticks),
         shaped.len(),
+        shapes.len(),
         per(pause_cpu, pause_ticks),
         percentile(&pauses, 50.0),
         percentile(&pauses, 99.0),
