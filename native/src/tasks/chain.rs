@@ -7,9 +7,9 @@
 //! and waiters, in one merged batch (`FirstRead`). A parked task whose chain is unchanged since
 //! the last scan (the same coroutine and awaited future, each coroutine of its chain where it
 //! was, as that read found them) is not walked again. Each coroutine is checked, not only the
-//! innermost: a finished coroutine's memory goes to the next one made, so the `asyncio.sleep`
-//! of a handler's next stage, and its future, are often at the addresses of the last stage's,
-//! at the same instruction, while the coroutine between them changed. The others are walked
+//! innermost: a finished coroutine's memory goes to the next one made, so a handler's next
+//! stage and its `asyncio.sleep` are often at the addresses of the last stage's, the sleep at
+//! the same instruction, and only the stage's code tells them apart. The others are walked
 //! together, one level of their chains at a time, each step of a level one batch of reads for
 //! all of them that takes from the first read what it holds.
 
