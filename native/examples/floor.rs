@@ -128,15 +128,21 @@ fn main() {
     let seconds: f64 = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(5.0);
     let pieces: usize = args.get(4).and_then(|a| a.parse().ok()).unwrap_or(0);
     let bytes: usize = args.get(5).and_then(|a| a.parse().ok()).unwrap_or(0);
-    let mut shapes: Vec<(i32, Vec<(usize, usize)>)> = Vec::new();
+    // each target's heap, the first's for the 64-byte read, and the shape read from it
+    let mut heaps: Vec<(usize, usize)> = Vec::new();
     for &each in &pids {
         let Some(heap) = heap(each) else {
             eprintln!("floor: no heap mapping for PID {each}");
             std::process::exit(1);
         };
-        shapes.push((each, shape(heap, pieces, bytes)));
+        heaps.push(heap);
     }
-    let heap = heap(pid).unwrap_or_default();
+    let heap = heaps[0];
+    let shapes: Vec<(i32, Vec<(usize, usize)>)> = pids
+        .iter()
+        .zip(&heaps)
+        .map(|(&each, &heap)| (each, shape(heap, pieces, bytes)))
+        .collect();
     // SAFETY: PR_SET_TIMERSLACK takes a number of nanoseconds and affects only this thread.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1, 0, 0, 0) };
 

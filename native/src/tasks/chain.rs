@@ -246,19 +246,20 @@ pub fn read_tasks(
     let batch = &first.batch;
     // where each task's chain as the last scan kept it is (taken out of the cache if it
     // stands, kept again at the scan's end), and the tasks the first read lacks
+    let found: Vec<u32>;
     let (lasts, tasks) = if first.tasks == addresses {
-        (first.lasts.clone(), Reads::read(pid, batch, &[], MERGE_GAP))
+        (&first.lasts[..], Reads::read(pid, batch, &[], MERGE_GAP))
     } else {
-        let lasts = addresses
+        found = addresses
             .iter()
             .map(|&a| cache.find(a).map_or(NO_LAST, |(i, _)| i))
             .collect();
         let pieces: Vec<(usize, usize)> = addresses.iter().map(|&a| (a, tl.task_size)).collect();
-        (lasts, Reads::read(pid, batch, &pieces, MERGE_GAP))
+        (&found[..], Reads::read(pid, batch, &pieces, MERGE_GAP))
     };
     let mut cursors = Vec::new();
     let mut out = Vec::with_capacity(addresses.len());
-    for (&address, at) in addresses.iter().zip(lasts) {
+    for (&address, &at) in addresses.iter().zip(lasts) {
         let Some(raw) = tasks.get(address, tl.task_size) else {
             torn.push(address); // freed since the registry was read
             continue;
