@@ -101,7 +101,7 @@ impl Readers {
             collect_thread_names: true,
             ..Config::default()
         };
-        let mut spy = match PythonSpy::retry_new(pid, &config, 3) {
+        let mut spy = match attach_spy(pid, &config) {
             Ok(spy) => spy,
             Err(err) => {
                 return Err(InitError::classify(pid, started, &err));
@@ -208,6 +208,36 @@ impl Readers {
             self.named.extend(traces.iter().map(|t| t.tid));
         }
     }
+}
+
+/// Attachments py-spy is given to find the interpreter, and tries of the first read of each.
+const ATTACH_TRIES: u32 = 3;
+const FIRST_READ_TRIES: u32 = 100;
+const FIRST_READ_PAUSE: Duration = Duration::from_millis(5);
+
+/// py-spy attached to `pid`, once a read of every thread's stack succeeded. A read does not
+/// stop the target, and a thread that runs on under it tears it (a frame's code object freed
+/// or moved as it was read): the threads of a busy target tear many reads in a row. So each
+/// attachment reads again, for up to half a second, before the last error refuses the target.
+pub(crate) fn attach_spy(pid: i32, config: &Config) -> anyhow::Result<PythonSpy> {
+    let mut last = anyhow::anyhow!("py-spy did not attach");
+    for _ in 0..ATTACH_TRIES {
+        match PythonSpy::new(pid, config) {
+            Ok(mut spy) => {
+                for _ in 0..FIRST_READ_TRIES {
+                    match spy.get_stack_traces() {
+                        Ok(_) => return Ok(spy),
+                        Err(err) => last = err,
+                    }
+                    std::thread::sleep(FIRST_READ_PAUSE);
+                }
+                return Err(last);
+            }
+            Err(err) => last = err,
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Err(last)
 }
 
 /// One read through py-spy, folded like the walker's; with `os`, thread ids and on-CPU states
