@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, Spawner, sidecar
 from pythons import interpreter
-from test_tasks import await_lines, record_tasks
+from test_tasks import await_lines, record_tasks, task_counts
 
 from sidecar.tasks import snapshot
 
@@ -133,6 +133,62 @@ def test_tasks_nests_gathered_and_grouped_tasks_under_the_task_awaiting_them(
         "                  " + frame("leaf", at["leaf"]),
     ]
     assert lines[member - 1].startswith("           TaskGroup.")
+
+
+@pytest.mark.parametrize("version", SCANNED)
+def test_a_task_parked_in_an_awaitables_generator_is_read_there(
+    spawn: Spawner, tmp_path: Path, version: str
+) -> None:
+    """``gated`` awaits a ``Gate``, whose ``__await__`` generator parks in a bare ``yield`` of
+    the future it waits on: a chain that ends at a plain generator is read again (the
+    generator between two reads of the coroutine awaiting it) before it is taken, and one
+    parked there stands, in a snapshot and in every scan of a recording."""
+    target = spawn.target("tasks_awaitable", python=interpreter(version))
+    at = await_lines(ROOT / "targets" / "tasks_awaitable.py")
+    where = "targets/tasks_awaitable.py"
+    expected = ";".join(
+        [
+            f"main ({where}:{at['main']})",
+            f"gated ({where}:{at['gated']})",
+            f"Gate.__await__ ({where}:{at['gate']})",
+            "[waiting]",
+        ]
+    )
+    assert expected in snapshot(target.pid)["folded"]
+    out = tmp_path / "gated.folded"
+    result = record_tasks(target.pid, out, duration=2)
+    assert result.returncode == 0, result.stderr
+    counts = task_counts(tmp_path / "gated.tasks.folded")
+    scans = re.search(r"tasks: (\d+) scans", result.stderr)
+    assert scans, result.stderr
+    assert counts.get(expected) == int(scans.group(1)) > 40, (counts, result.stderr)
+    assert re.search(r"· torn 0 ·", result.stderr), result.stderr
+
+
+@pytest.mark.parametrize("version", ("3.12", "3.13", "3.14", "3.15"))
+def test_a_task_started_eagerly_follows_the_task_whose_step_runs_it(
+    spawn: Spawner, tmp_path: Path, version: str
+) -> None:
+    """``child`` is started with ``eager_start=True``: its first step runs inside ``parent``'s
+    (which awaits it only next), burning CPU. Both tasks run on the thread at once; the child's
+    stack follows the parent's, never begins at its own coroutine."""
+    target = spawn.target("tasks_eager", python=interpreter(version))
+    at = await_lines(ROOT / "targets" / "tasks_eager.py")
+    where = "targets/tasks_eager.py"
+    out = tmp_path / "eager.folded"
+    result = record_tasks(target.pid, out, duration=2)
+    assert result.returncode == 0, result.stderr
+    counts = task_counts(tmp_path / "eager.tasks.folded")
+    nested = ";".join(
+        [
+            f"main ({where}:{at['main']})",
+            f"parent ({where}:{at['parent']})",
+            f"child ({where}:{at['child']})",
+            "[running]",
+        ]
+    )
+    assert counts.get(nested, 0) > 20, counts
+    assert not [s for s in counts if s.startswith("child (")], counts
 
 
 def test_an_old_school_tornado_coroutine_follows_the_task_awaiting_it(spawn: Spawner) -> None:

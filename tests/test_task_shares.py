@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from helpers import PYTHON, ROOT, LoadDriver, Proc, Spawner
 from pythons import frameworks_site, interpreter
-from test_tasks import await_lines, record_tasks
+from test_tasks import await_lines, record_tasks, task_counts
 
-from sidecar.tasks import TASK_LEAVES, is_request
+from sidecar.tasks import is_request
 
 #: Per framework: the demo service, the frame of its /stages handler, and how the chain of a
 #: request's task begins (aiohttp: the connection's task, which awaits the request's; Tornado:
@@ -31,16 +31,6 @@ LOOPS = ("asyncio", "uvloop")
 VARIANTS = [(app, loop, "3.11") for app in APPS for loop in LOOPS] + [
     (app, "asyncio", version) for app in APPS for version in ("3.12", "3.13", "3.14", "3.15")
 ]
-
-
-def task_counts(path: Path) -> dict[str, int]:
-    """A folded task profile: every line ends in a state's leaf."""
-    counts: dict[str, int] = {}
-    for line in path.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        assert stack.rsplit(";", 1)[-1] in TASK_LEAVES, line
-        counts[stack] = counts.get(stack, 0) + int(count)
-    return counts
 
 
 def start(spawn: Spawner, app: str, loop: str, version: str = "3.11") -> Proc:
@@ -83,8 +73,11 @@ def test_the_shares_of_await_sites_are_the_time_requests_spent_there(
     )
     at_fetch = sum(n for stack, n in counts.items() if fetch in stack)
     at_store = sum(n for stack, n in counts.items() if store in stack)
-    assert at_fetch + at_store > 300, (at_fetch, at_store, sorted(counts)[:20])
     spent = {stage: after[stage] - before[stage] for stage in ("fetch", "store")}
+    # on failure: the scans' summary, the time the service spent in each stage, and the stacks
+    summary = [line for line in result.stderr.splitlines() if line.startswith("tasks:")]
+    most = sorted(counts.items(), key=lambda item: -item[1])[:8]
+    assert at_fetch + at_store > 300, (at_fetch, at_store, summary, spent, most)
     expected = spent["fetch"] / (spent["fetch"] + spent["store"])
     share = at_fetch / (at_fetch + at_store)
     assert abs(share - expected) <= 0.08, (share, expected, at_fetch, at_store)

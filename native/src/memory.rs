@@ -53,8 +53,11 @@ pub struct Batch {
     /// A merged batch's spans read whole, by address: (start, end, offset in `buf`); a piece
     /// anywhere within one is handed out.
     spans: Option<Vec<(usize, usize, usize)>>,
-    /// Of a merged batch, the first of its spans (by index) on each page they touch.
+    /// Of a merged batch, the first of its spans (by index) on each page they touch, and the
+    /// span the last piece handed out was in (the objects a scan reads in a row are mostly
+    /// of one span: a task and its coroutines, made one after another).
     pages: HashMap<usize, u32, FxBuildHasher>,
+    last_span: Cell<usize>,
 }
 
 const PAGE: usize = 4096;
@@ -158,18 +161,24 @@ impl Batch {
     /// of any piece within a span read whole.
     pub fn get(&self, address: usize, len: usize) -> Option<&[u8]> {
         if let Some(spans) = &self.spans {
+            let within = |&(start, end, offset): &(usize, usize, usize)| {
+                (start <= address && address < end).then(|| {
+                    let at = offset + (address - start);
+                    (address.checked_add(len)? <= end).then(|| self.buf.get(at..at + len))?
+                })
+            };
+            if let Some(found) = spans.get(self.last_span.get()).and_then(within) {
+                return found;
+            }
             // from the first span on the address's page, the one that holds it
             let first = *self.pages.get(&(address / PAGE))? as usize;
-            for &(start, end, offset) in spans.get(first..)? {
-                if start > address {
+            for (i, span) in spans.iter().enumerate().skip(first) {
+                if span.0 > address {
                     break;
                 }
-                if address < end {
-                    if address.checked_add(len)? > end {
-                        return None;
-                    }
-                    let at = offset + (address - start);
-                    return self.buf.get(at..at + len);
+                if let Some(found) = within(span) {
+                    self.last_span.set(i);
+                    return found;
                 }
             }
             return None;

@@ -11,7 +11,11 @@
 //! stage and its `asyncio.sleep` are often at the addresses of the last stage's, the sleep at
 //! the same instruction, and only the stage's code tells them apart. The others are walked
 //! together, one level of their chains at a time, each step of a level one batch of reads for
-//! all of them that takes from the first read what it holds.
+//! all of them that takes from the first read what it holds; but what a coroutine awaits (its
+//! stack slot, then the object there) is read now, each with the coroutine again, which must
+//! be unmoved and still await the same object: else the task ran on as it was read, and tore.
+//! An awaited coroutine's frame is taken from the read that found it awaited, and a chain
+//! that ends at a generator in a bare yield is read once more (`recheck`).
 
 use std::collections::HashMap;
 
@@ -21,7 +25,7 @@ use rustc_hash::FxBuildHasher as FxBuild;
 use super::layout::{StackTop, TaskLayout, YieldFrom};
 use super::objects::{Kind, Types, FUT_CALLBACK0, FUT_LOOP};
 use super::Target;
-use crate::memory::{usize_at, Batch, Reads};
+use crate::memory::{read_pieces, usize_at, Batch, Reads};
 use crate::walker::Layout;
 
 /// Sanity bounds against torn or garbage reads.
@@ -81,11 +85,40 @@ pub struct RawTask {
     pub runnerless: bool,
     /// Its event loop (a task parks only on futures of its own loop).
     pub event_loop: usize,
+    /// Whether its chain ended at a native coroutine that awaits nothing, as read: not yet
+    /// started, or not in an `await`. Only a task whose step runs has one (a parked task's
+    /// innermost native coroutine is suspended in the `await` that parked it), so a task
+    /// read so while it waits on a future was read across its step: torn.
+    unawaited: bool,
     /// Each coroutine of its chain as read: where it is, its frame state and instruction.
     gens: Vec<Gen>,
     /// Its coroutine and the future it waits on, as read from the task.
     coro: usize,
     waiter: usize,
+}
+
+/// A task not read yet (`Ready`, as a task whose chain is not walked yet), and what a kept
+/// chain's place holds once a scan took it.
+impl Default for RawTask {
+    fn default() -> RawTask {
+        RawTask {
+            address: 0,
+            name: 0,
+            frames: Vec::new(),
+            future: None,
+            awaits: None,
+            state: TaskState::Ready,
+            awaited_by: None,
+            waits_gathering: false,
+            callback: 0,
+            runnerless: false,
+            event_loop: 0,
+            unawaited: false,
+            gens: Vec::new(),
+            coro: 0,
+            waiter: 0,
+        }
+    }
 }
 
 impl RawTask {
@@ -112,28 +145,34 @@ impl RawTask {
 pub struct Gen {
     address: usize,
     state: i8,
+    /// A native coroutine (`async def`), which suspends only in an `await`.
+    native: bool,
     pub code: usize,
     pub instr: usize,
 }
 
-/// The chains of the last scan's parked tasks, where the next scan takes them from (each is
-/// moved out once, not copied into a table and out again); off, every chain is walked.
+/// The chains of the last scan's parked tasks, where the next scan takes them from (the
+/// scan's tasks are kept as it left them, and each chain that stands is moved out once);
+/// off, every chain is walked.
 pub struct ChainCache {
     enabled: bool,
-    tasks: Vec<Option<RawTask>>,
-    /// What each chain in `tasks` is checked against, in the same places, and their
-    /// coroutines: kept apart, so that a scan plans its reads and checks the chains without
-    /// touching the chains themselves.
+    /// The last scan's tasks, as that scan left them (kept whole, not moved task by task):
+    /// those of `kept` are taken out of it.
+    tasks: Vec<RawTask>,
+    /// The chains kept: what each one is checked against, and their coroutines, apart from
+    /// the tasks, so that a scan plans its reads and checks the chains without touching them.
     kept: Vec<Kept>,
     gens: Vec<Gen>,
-    /// Where each task's chain is in `tasks`, by task address.
+    /// Where each task's chain is in `kept`, by task address.
     at: HashMap<usize, u32, FxBuild>,
 }
 
 /// What tells that a kept chain stands: the task's coroutine and the future it waits on, and
-/// each coroutine of its chain as read (their places in `ChainCache::gens`).
+/// each coroutine of its chain as read (their places in `ChainCache::gens`); and where the
+/// task is in `ChainCache::tasks`.
 #[derive(Clone)]
 struct Kept {
+    task: u32,
     coro: usize,
     waiter: usize,
     gens: std::ops::Range<usize>,
@@ -186,7 +225,9 @@ impl FirstRead {
     pub fn fill(&mut self, target: &Target, cache: &ChainCache, addresses: &[usize]) {
         let tl = &target.tl;
         let (gen_size, waiter_size) = (tl.gen_size(), tl.fut_state + 8);
-        let mut pieces: Vec<(usize, usize)> = Vec::with_capacity(addresses.len() * 3);
+        // each task, its waiter, and the coroutines of the chains kept (at most)
+        let room = addresses.len() * 2 + cache.gens.len() + self.heads.len();
+        let mut pieces: Vec<(usize, usize)> = Vec::with_capacity(room);
         self.lasts.clear();
         for &address in addresses {
             pieces.push((address, tl.task_size));
@@ -214,9 +255,17 @@ struct Cursor {
     /// Read next in this level: the instruction after the frame's last (3.11, 3.12) and the
     /// stack slot of what the coroutine awaits.
     probe: Option<(usize, usize)>,
-    /// What the innermost coroutine read so far awaits, and a future iterator's future.
+    /// What the innermost coroutine read so far awaits (and the stack slot it was read
+    /// from), and a future iterator's future.
     awaited: usize,
+    slot: usize,
     iter_future: usize,
+    /// Its chain ended at a generator in a bare yield, awaited by the coroutine before it:
+    /// read again before the chain is taken (`recheck`).
+    recheck: bool,
+    /// Its chain ended at the coroutine before this object (another awaitable's iterator),
+    /// and the object's type as read: read again too (`recheck`).
+    ends_before: Option<(usize, usize)>,
     torn: bool,
 }
 
@@ -295,8 +344,11 @@ pub fn read_tasks(
                     .and_then(|raw| read_gen(pid, layout, tl, types, g.address, raw).ok())
                     == Some(*g)
             });
-            let last = cache.tasks.get_mut(at as usize).and_then(Option::take);
-            if let Some(mut last) = last.filter(|_| unmoved) {
+            let last = match cache.tasks.get_mut(kept.task as usize) {
+                Some(last) if unmoved && last.address == address => Some(std::mem::take(last)),
+                _ => None,
+            };
+            if let Some(mut last) = last {
                 last.name = name;
                 last.awaited_by = awaited_by;
                 last.callback = callback;
@@ -308,18 +360,12 @@ pub fn read_tasks(
         let task = RawTask {
             address,
             name,
-            frames: Vec::new(),
-            future: None,
-            awaits: None,
-            state: TaskState::Ready,
             awaited_by,
-            waits_gathering: false,
             callback,
-            runnerless: false,
             event_loop: usize_at(raw, FUT_LOOP),
-            gens: Vec::new(),
             coro,
             waiter,
+            ..RawTask::default()
         };
         cursors.push(Cursor {
             task,
@@ -327,7 +373,10 @@ pub fn read_tasks(
             outermost_running: None,
             probe: None,
             awaited: 0,
+            slot: 0,
             iter_future: 0,
+            recheck: false,
+            ends_before: None,
             torn: false,
         });
     }
@@ -351,6 +400,10 @@ pub fn read_tasks(
         .collect();
     let waiters = Reads::read(pid, batch, &pieces, MERGE_GAP);
     out.retain_mut(|task| match state(pid, tl, types, &waiters, task) {
+        Ok((TaskState::Waiting, _, _)) if task.unawaited => {
+            torn.push(task.address);
+            false
+        }
         Ok((state, awaits, gathering)) => {
             task.state = state;
             task.waits_gathering = gathering;
@@ -370,24 +423,26 @@ impl ChainCache {
     /// running tasks, which move, and of tasks that wait on no future; chains of tasks no
     /// longer read are forgotten.
     pub fn keep(&mut self, tasks: Vec<RawTask>) {
-        self.tasks.clear();
+        self.tasks = tasks;
         self.kept.clear();
         self.gens.clear();
         self.at.clear();
-        if self.enabled {
-            for task in tasks {
-                // a chain stands on the future it waits on and its coroutines
-                if task.state != TaskState::Running && task.waiter != 0 && !task.gens.is_empty() {
-                    self.at.insert(task.address, self.tasks.len() as u32);
-                    let start = self.gens.len();
-                    self.gens.extend_from_slice(&task.gens);
-                    self.kept.push(Kept {
-                        coro: task.coro,
-                        waiter: task.waiter,
-                        gens: start..self.gens.len(),
-                    });
-                    self.tasks.push(Some(task));
-                }
+        if !self.enabled {
+            self.tasks.clear();
+            return;
+        }
+        for (i, task) in self.tasks.iter().enumerate() {
+            // a chain stands on the future it waits on and its coroutines
+            if task.state != TaskState::Running && task.waiter != 0 && !task.gens.is_empty() {
+                self.at.insert(task.address, self.kept.len() as u32);
+                let start = self.gens.len();
+                self.gens.extend_from_slice(&task.gens);
+                self.kept.push(Kept {
+                    task: i as u32,
+                    coro: task.coro,
+                    waiter: task.waiter,
+                    gens: start..self.gens.len(),
+                });
             }
         }
     }
@@ -420,6 +475,7 @@ pub fn read_gen(
     Ok(Gen {
         address: gen,
         state,
+        native: kind == Kind::Coroutine,
         code,
         instr,
     })
@@ -434,6 +490,12 @@ fn walk(
     known: &Batch,
     cursors: &mut [Cursor],
 ) {
+    // Each level's coroutines are read with the coroutines that await them (the first level's,
+    // the tasks' own, with the tasks): what is read of an awaited object at the moment its
+    // awaiter was found to await it is what the chain goes on with. Read at another moment
+    // (the scan's first read, or later), the object at that address may be another one: the
+    // coroutine awaited finished, and its awaiter's next line made an object of its size there.
+    let mut read_with_awaiters: Option<Batch> = None;
     for _ in 0..MAX_CHAIN {
         let pieces: Vec<(usize, usize)> = cursors
             .iter()
@@ -443,52 +505,91 @@ fn walk(
         if pieces.is_empty() {
             break;
         }
-        let batch = Reads::read(pid, known, &pieces, MERGE_GAP);
+        let batch = Reads::read(
+            pid,
+            read_with_awaiters.as_ref().unwrap_or(known),
+            &pieces,
+            MERGE_GAP,
+        );
         for cursor in cursors.iter_mut().filter(|c| c.next != 0) {
             if step(pid, layout, tl, types, &batch, cursor).is_err() {
                 cursor.tear();
             }
         }
-        // where each awaits, and the slot of what it awaits
+        // where each awaits, and the slot of what it awaits, with the coroutine again, both
+        // read now (not taken from the first read): the slot is read after the coroutine,
+        // and a coroutine that moved on since holds something else there (what its next
+        // line works on)
         let mut pieces = Vec::new();
-        for (next, top) in cursors.iter().filter_map(|c| c.probe) {
+        for cursor in cursors.iter().filter(|c| c.probe.is_some()) {
+            let (Some((next, top)), Some(gen)) = (cursor.probe, cursor.task.gens.last()) else {
+                continue;
+            };
             if let YieldFrom::Resume(_) = tl.yield_from {
                 pieces.push((next, 2));
             }
             pieces.push((top, 8));
+            pieces.push((gen.address, tl.gen_size()));
         }
-        let batch = Reads::read(pid, known, &pieces, MERGE_GAP);
+        let batch = Batch::read_merged(pid, &pieces, MERGE_GAP);
         for cursor in cursors.iter_mut() {
             let Some((next, top)) = cursor.probe.take() else {
                 continue;
             };
+            if !unmoved(pid, layout, tl, types, &batch, cursor.task.gens.last()) {
+                cursor.tear(); // resumed as it was read
+                continue;
+            }
             match awaited(tl, &batch, next, top) {
-                Ok(Some(awaited)) => cursor.awaited = awaited,
-                Ok(None) => {}
+                Ok(Some(awaited)) => (cursor.awaited, cursor.slot) = (awaited, top),
+                // a bare yield
+                Ok(None) => {
+                    if let Some(&gen) = cursor.task.gens.last() {
+                        ends_at(cursor, gen);
+                    }
+                }
                 Err(_) => cursor.tear(),
             }
         }
-        // what each awaits: a coroutine, a future, or a future iterator
-        let pieces: Vec<(usize, usize)> = cursors
-            .iter()
-            .filter(|c| c.awaited != 0)
-            .map(|c| (c.awaited, AWAITED_HEAD))
-            .collect();
-        let batch = Reads::read(pid, known, &pieces, MERGE_GAP);
+        // what each awaits: a coroutine, a future, or a future iterator; read now with the
+        // coroutine that awaits it, which must not have moved since (the object at that
+        // address may be another one by now: what it awaited, freed, makes room for the next
+        // object of its size)
+        let mut pieces: Vec<(usize, usize)> = Vec::new();
+        let head = tl.gen_size().max(AWAITED_HEAD);
+        for cursor in cursors.iter().filter(|c| c.awaited != 0) {
+            pieces.push((cursor.awaited, head));
+            pieces.push((cursor.slot, 8));
+            if let Some(gen) = cursor.task.gens.last() {
+                pieces.push((gen.address, tl.gen_size()));
+            }
+        }
+        let batch = read_with_awaiters.insert(Batch::read_merged(pid, &pieces, MERGE_GAP));
         for cursor in cursors.iter_mut().filter(|c| c.awaited != 0) {
             let at = std::mem::take(&mut cursor.awaited);
+            // the same coroutine, still awaiting the same object: not one of a later await at
+            // the same place
+            let same = batch.get(cursor.slot, 8).map(|w| usize_at(w, 0) & !7) == Some(at);
+            if !same || !unmoved(pid, layout, tl, types, batch, cursor.task.gens.last()) {
+                cursor.tear();
+                continue;
+            }
             let Some(raw) = batch.get(at, AWAITED_HEAD) else {
                 cursor.tear();
                 continue;
             };
-            match types.of(pid, at, Some(raw)).map(|info| info.kind) {
-                Ok(Kind::Coroutine | Kind::Generator) => cursor.next = at,
-                Ok(Kind::FutureIter) => cursor.iter_future = usize_at(raw, 16),
-                Ok(kind @ (Kind::Future | Kind::Task)) => cursor.settle(at, kind),
-                // another awaitable (a C extension's): the chain ends at the coroutine that
-                // awaits it
-                Ok(_) => {}
-                Err(_) => cursor.tear(),
+            match types
+                .of(pid, at, Some(raw))
+                .map(|info| (info.kind, info.iterator))
+            {
+                Ok((Kind::Coroutine | Kind::Generator, _)) => cursor.next = at,
+                Ok((Kind::FutureIter, _)) => cursor.iter_future = usize_at(raw, 16),
+                Ok((kind @ (Kind::Future | Kind::Task), _)) => cursor.settle(at, kind),
+                // what another awaitable's `__await__` returned (a C extension's, a class's),
+                // an iterator as `await` makes sure: the chain ends at the coroutine that
+                // awaits it. Anything else was read as the object there was freed.
+                Ok((_, true)) => cursor.ends_before = Some((at, usize_at(raw, 8))),
+                Ok((_, false)) | Err(_) => cursor.tear(),
             }
         }
         // a future iterator's future
@@ -510,6 +611,116 @@ fn walk(
             }
         }
     }
+    recheck(pid, layout, tl, types, cursors);
+}
+
+/// Reads each chain that ended at a generator in a bare yield once more: the generator, in
+/// one call between two reads of the coroutine that awaits it and of that one's slot of it
+/// (`bracketed`); and each that ended before another awaitable's iterator: that object's
+/// type, the same way.
+/// A coroutine may await a generator so parked (what an `__await__` returned, or one made a
+/// coroutine, as asyncio's `sleep(0)` is), and then all of them read as before. But the
+/// generator may have been read as its awaiter stepped on (the object it awaited freed, and
+/// a generator expression of its next line made there, in a bare yield as `sum` iterates it,
+/// then the next await's object there again): a later read finds another object at its
+/// address, or the awaiter running, and the task tore.
+fn recheck(pid: i32, layout: &Layout, tl: &TaskLayout, types: &mut Types, cursors: &mut [Cursor]) {
+    let size = tl.gen_size();
+    for cursor in cursors.iter_mut().filter(|c| !c.torn) {
+        let gens = &cursor.task.gens;
+        let mut stands = true;
+        // a chain that ended before another awaitable's iterator: the object's type again
+        if let (Some((at, ty)), Some(awaiter)) = (cursor.ends_before, gens.last()) {
+            stands = bracketed(pid, layout, tl, types, awaiter, cursor.slot, at, 16)
+                .is_some_and(|head| usize_at(&head, 8) == ty);
+        }
+        // a chain that ended at a generator in a bare yield: the generator again
+        if let (true, Some(gen), Some(awaiter)) = (
+            cursor.recheck && stands,
+            gens.last(),
+            gens.len().checked_sub(2).map(|i| &gens[i]),
+        ) {
+            stands = bracketed(
+                pid,
+                layout,
+                tl,
+                types,
+                awaiter,
+                cursor.slot,
+                gen.address,
+                size,
+            )
+            .is_some_and(|now| unmoved_in(pid, layout, tl, types, &now, Some(gen)));
+        }
+        if !stands {
+            cursor.tear();
+        }
+    }
+}
+
+/// `len` bytes of `object`, read in one call between two reads of the coroutine `awaiter`
+/// and of its stack slot `slot`: only if the awaiter stood unmoved in both and its slot held
+/// the object in both (else what was read there may be another object since).
+#[allow(clippy::too_many_arguments)]
+fn bracketed(
+    pid: i32,
+    layout: &Layout,
+    tl: &TaskLayout,
+    types: &mut Types,
+    awaiter: &Gen,
+    slot: usize,
+    object: usize,
+    len: usize,
+) -> Option<Vec<u8>> {
+    let size = tl.gen_size();
+    let pieces = [
+        (awaiter.address, size),
+        (slot, 8),
+        (object, len),
+        (awaiter.address, size),
+        (slot, 8),
+    ];
+    let mut raw = vec![0u8; 2 * size + 16 + len];
+    read_pieces(pid, &pieces, &mut raw).ok()?;
+    let (before, rest) = raw.split_at(size);
+    let (held, rest) = rest.split_at(8);
+    let (read, rest) = rest.split_at(len);
+    let (after, again) = rest.split_at(size);
+    let holds = |w: &[u8]| usize_at(w, 0) & !7 == object;
+    let stood = holds(held)
+        && holds(again)
+        && unmoved_in(pid, layout, tl, types, before, Some(awaiter))
+        && unmoved_in(pid, layout, tl, types, after, Some(awaiter));
+    stood.then(|| read.to_vec())
+}
+
+/// Whether the coroutine `gen` as read before is where and as it was, read again in `batch`.
+fn unmoved(
+    pid: i32,
+    layout: &Layout,
+    tl: &TaskLayout,
+    types: &mut Types,
+    batch: &Batch,
+    gen: Option<&Gen>,
+) -> bool {
+    gen.is_some_and(|g| {
+        batch
+            .get(g.address, tl.gen_size())
+            .is_some_and(|raw| unmoved_in(pid, layout, tl, types, raw, gen))
+    })
+}
+
+/// Whether the coroutine `gen` as read before is where and as it was in `raw`, its bytes read
+/// again.
+fn unmoved_in(
+    pid: i32,
+    layout: &Layout,
+    tl: &TaskLayout,
+    types: &mut Types,
+    raw: &[u8],
+    gen: Option<&Gen>,
+) -> bool {
+    gen.is_some_and(|gen| read_gen(pid, layout, tl, types, gen.address, raw).ok() == Some(*gen))
 }
 
 impl Cursor {
@@ -550,13 +761,17 @@ fn step(
     let offset = read.instr as i64 - (read.code + layout.code_adaptive) as i64;
     cursor.task.frames.push((read.code, offset));
     cursor.task.gens.push(read);
-    if running || read.state == tl.state_created {
+    if running {
         return Ok(());
     }
-    if let YieldFrom::State(yield_from) = tl.yield_from {
-        if read.state != yield_from {
-            return Ok(()); // a bare yield
-        }
+    // not started, or in a bare yield: the end of the chain
+    let yielding = match tl.yield_from {
+        YieldFrom::State(yield_from) => read.state != yield_from,
+        YieldFrom::Resume(_) => false, // told by the instruction after (`awaited`)
+    };
+    if read.state == tl.state_created || yielding {
+        ends_at(cursor, read);
+        return Ok(());
     }
     let frame = &raw[tl.gen_iframe..];
     let slots = gen + tl.gen_iframe + tl.frame_localsplus;
@@ -584,10 +799,18 @@ fn step(
     Ok(())
 }
 
+/// The chain ends at `gen`, not started or in a bare yield: a native coroutine there awaits
+/// nothing, so its task cannot be waiting (`unawaited`); a generator there is read again
+/// (`recheck`).
+fn ends_at(cursor: &mut Cursor, gen: Gen) {
+    cursor.task.unawaited = gen.native;
+    cursor.recheck = !gen.native;
+}
+
 /// What a suspended coroutine awaits: the object in its stack slot `top`, when it waits in
 /// `await` (rather than in a bare `yield`: told by the instruction after its last, `next`, on
 /// 3.11 and 3.12, a RESUME with an argument of 2 or 3).
-fn awaited(tl: &TaskLayout, batch: &Reads, next: usize, top: usize) -> Result<Option<usize>> {
+fn awaited(tl: &TaskLayout, batch: &Batch, next: usize, top: usize) -> Result<Option<usize>> {
     if let YieldFrom::Resume(opcodes) = tl.yield_from {
         let Some(op) = batch.get(next, 2) else {
             bail!("a frame's code freed as it was read");

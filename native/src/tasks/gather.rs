@@ -2,7 +2,9 @@
 //! awaits them). A task that awaits a `gather` waits on its `_GatheringFuture`, which keeps the
 //! futures it gathers in its `_children` (a list, in the future's dict): each child that is a
 //! task of the scan is awaited by that task. A task of a `TaskGroup` has the group's
-//! `_on_task_done` as its first done callback: the group's `_parent_task` awaits it.
+//! `_on_task_done` as its first done callback: the group's `_parent_task` awaits it. A task
+//! that another awaits has that one's wakeup (a method bound to it) as its first done
+//! callback: it says which task awaits it even when that one's read tore.
 
 use std::collections::HashMap;
 
@@ -55,13 +57,21 @@ pub fn link_gathered(target: &Target, types: &mut Types, tasks: &mut [RawTask]) 
     }
 }
 
-/// Marks each task whose first done callback is a `TaskGroup`'s bound method as awaited by
-/// the group's parent task; a group whose reads tore links none.
-pub fn link_task_groups(target: &Target, types: &mut Types, tasks: &mut [RawTask]) {
+/// Marks each task whose first done callback is a method bound to another task (its wakeup,
+/// set when that task awaits it) as awaited by that task, and each whose first done callback
+/// is a `TaskGroup`'s bound method as awaited by the group's parent task; a group whose reads
+/// tore links none. Among the tasks at `torn` (left out, read or not) an awaiter is known by
+/// its address alone.
+pub fn link_awaiters(target: &Target, types: &mut Types, tasks: &mut [RawTask], torn: &[usize]) {
     let (pid, layout, tl) = (target.pid, &target.layout, &target.tl);
     if tl.fut_dict.is_none() {
         return;
     }
+    let scanned: std::collections::HashSet<usize, FxBuild> = tasks
+        .iter()
+        .map(|t| t.address)
+        .chain(torn.iter().copied())
+        .collect();
     // each callback's type and, for a bound method, its `__self__`, in one batch
     let pieces: Vec<(usize, usize)> = tasks
         .iter()
@@ -80,11 +90,28 @@ pub fn link_task_groups(target: &Target, types: &mut Types, tasks: &mut [RawTask
         let Some(raw) = batch.get(task.callback, METHOD_SELF + 8) else {
             continue;
         };
-        if !matches!(types.of(pid, task.callback, Some(raw)), Ok(info) if info.kind == Kind::Method)
-        {
+        let kind = types
+            .of(pid, task.callback, Some(raw))
+            .map(|info| info.kind);
+        if !matches!(kind, Ok(Kind::Method | Kind::Builtin)) {
             continue;
         }
-        let group = usize_at(raw, METHOD_SELF);
+        let bound = usize_at(raw, METHOD_SELF);
+        // another task's wakeup (C asyncio's is built in, the Python one's a method); one the
+        // scan did not find is still named, so that the task is not taken for one no task
+        // awaits
+        let awaiter = scanned.contains(&bound)
+            || matches!(types.of(pid, bound, None), Ok(info) if info.kind == Kind::Task);
+        if awaiter {
+            if bound != task.address {
+                task.awaited_by = Some(bound);
+            }
+            continue;
+        }
+        if kind.ok() != Some(Kind::Method) {
+            continue;
+        }
+        let group = bound;
         let parent = *parents
             .entry(group)
             .or_insert_with(|| group_parent(pid, layout, types, group).ok());

@@ -28,7 +28,7 @@ use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::Arc;
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{bail, Result};
 use py_spy::PythonSpy;
 
 use crate::memory::{read, Batch};
@@ -266,7 +266,7 @@ impl TaskScanner {
     /// left out because a read of them tore and those past the scan's bound.
     fn read_all(&mut self) -> Result<(Vec<RawTask>, u64, u64)> {
         self.find_registry()?;
-        let (mut addresses, mut torn) = match &self.sets {
+        let (mut addresses, mut torn) = match &mut self.sets {
             Some(sets) => set_tasks(self.target.pid, &mut self.types, sets, MAX_FOUND)?,
             None => {
                 // the lists link the tasks through the tasks: the last scan's are read first
@@ -295,31 +295,60 @@ impl TaskScanner {
             &addresses,
             &self.first,
         );
+        if let Some(sets) = self.sets.as_mut().filter(|_| !torn_tasks.is_empty()) {
+            // some task's address may not have been its hash's: the references are read again
+            sets.distrust_hashes();
+        }
         let (target, types) = (&self.target, &mut self.types);
         torn_tasks.extend(running::add_running_chains(target, types, &mut raw));
         let known = &self.first.batch;
         self.timers.mark_due(target, types, &mut raw);
         gather::link_gathered(target, types, &mut raw);
-        gather::link_task_groups(target, types, &mut raw);
+        gather::link_awaiters(target, types, &mut raw, &torn_tasks);
+        if unread == 0 {
+            // awaited by a task the scan did not find (the registry read as it changed): its
+            // stack would begin mid-chain, as if no task awaited it
+            torn_tasks.extend(orphans(&mut raw, &torn_tasks));
+        }
         tornado::add_runner_chains(target, types, known, &mut raw, &mut self.first.heads);
         torn += torn_tasks.len() as u64 + drop_awaited_by_torn(&mut raw, &torn_tasks);
-        self.load_codes(&raw)?;
+        // a task whose frame names a code that cannot be read was read torn (its code freed,
+        // or no code at all): it is left out, with the tasks it awaits, and the scan goes on
+        let unreadable = self.load_codes(&raw);
+        if !unreadable.is_empty() {
+            let bad: Vec<usize> = raw
+                .iter()
+                .filter(|t| t.frames.iter().any(|(code, _)| unreadable.contains(code)))
+                .map(|t| t.address)
+                .collect();
+            torn += bad.len() as u64 + drop_awaited_by_torn(&mut raw, &bad);
+            raw.retain(|t| !bad.contains(&t.address));
+        }
         Ok((raw, torn, unread))
     }
 
-    /// Makes sure every code object the tasks' frames name is cached and still the one cached.
-    fn load_codes(&mut self, tasks: &[RawTask]) -> Result<()> {
+    /// Makes sure every code object the tasks' frames name is cached and still the one cached;
+    /// returns those that could not be read.
+    fn load_codes(&mut self, tasks: &[RawTask]) -> Vec<usize> {
         if self.code_bytes > CODE_CACHE_BYTES {
             self.codes.clear();
             self.code_bytes = 0;
         }
         let (first, size) = (self.target.layout.code_first, self.target.layout.code_size);
-        let mut codes: Vec<usize> = tasks
-            .iter()
-            .flat_map(|t| t.frames.iter().map(|f| f.0))
-            .collect();
+        // the tasks' thousands of frames name a few codes: a code met lately is not collected
+        // again (the rest are sorted out below)
+        let mut recent = [0usize; 16];
+        let mut codes: Vec<usize> = Vec::new();
+        for &(code, _) in tasks.iter().flat_map(|t| &t.frames) {
+            let seen = &mut recent[(code >> 4) % recent.len()];
+            if *seen != code {
+                *seen = code;
+                codes.push(code);
+            }
+        }
         codes.sort_unstable();
         codes.dedup();
+        let mut unreadable = Vec::new();
         let pieces: Vec<(usize, usize)> = codes.iter().map(|&c| (c + first, size)).collect();
         let batch = Batch::read_merged(self.target.pid, &pieces, chain::MERGE_GAP);
         for (&code, &(at, len)) in codes.iter().zip(&pieces) {
@@ -334,18 +363,21 @@ impl TaskScanner {
                 continue;
             }
             self.serial += 1;
-            let loaded = Code::load(
+            let Ok(loaded) = Code::load(
                 self.target.pid,
                 &self.target.layout,
                 header,
                 self.serial,
                 &mut self.files,
-            )
-            .map_err(|err| anyhow!("cannot read a coroutine's code: {err:#}"))?;
+            ) else {
+                self.codes.remove(&code);
+                unreadable.push(code);
+                continue;
+            };
             self.code_bytes += loaded.cost();
             self.codes.insert(code, loaded);
         }
-        Ok(())
+        unreadable
     }
 }
 
@@ -393,7 +425,8 @@ linked!(RawTask, address);
 /// what the task says awaits it (3.14+) or the task whose `gather` or `TaskGroup` holds it.
 /// The awaiting task may be one the scan left out.
 pub fn awaiters<T: Linked>(tasks: &[T]) -> HashMap<usize, usize, FxBuild> {
-    let mut awaited_by: HashMap<usize, usize, FxBuild> = HashMap::default();
+    let mut awaited_by: HashMap<usize, usize, FxBuild> =
+        HashMap::with_capacity_and_hasher(tasks.len(), FxBuild);
     for task in tasks {
         if let Some(awaited) = task.awaits() {
             awaited_by.entry(awaited).or_insert(task.id());
@@ -405,6 +438,25 @@ pub fn awaiters<T: Linked>(tasks: &[T]) -> HashMap<usize, usize, FxBuild> {
         }
     }
     awaited_by
+}
+
+/// Takes out of `tasks` those awaited by a task neither among them nor `torn`, and returns
+/// their addresses.
+fn orphans<T: Linked>(tasks: &mut Vec<T>, torn: &[usize]) -> Vec<usize> {
+    let known: std::collections::HashSet<usize, FxBuild> = tasks
+        .iter()
+        .map(|t| t.id())
+        .chain(torn.iter().copied())
+        .collect();
+    let mut out = Vec::new();
+    tasks.retain(|task| {
+        let orphan = task.awaited_by().is_some_and(|a| !known.contains(&a));
+        if orphan {
+            out.push(task.id());
+        }
+        !orphan
+    });
+    out
 }
 
 /// Leaves out the tasks that a task left out as torn awaits, directly or through others:
@@ -513,7 +565,7 @@ pub fn snapshot(pid: i32) -> Result<(String, Scan), crate::errors::InitError> {
         blocking: py_spy::config::LockingStrategy::NonBlocking,
         ..py_spy::Config::default()
     };
-    let spy = PythonSpy::retry_new(pid, &config, 3)
+    let spy = crate::readers::attach_spy(pid, &config)
         .map_err(|err| InitError::classify(pid, started, &err))?;
     let version = spy.version.to_string();
     let mut scanner =
@@ -620,6 +672,33 @@ mod tests {
             counts[0],
             ("main (m.py:9);wait (m.py:3);[waiting]".into(), 3)
         );
+    }
+
+    #[test]
+    fn a_task_awaited_by_a_task_the_scan_did_not_find_is_taken_out() {
+        let by = |id: usize, awaiter: usize| Task {
+            awaited_by: Some(awaiter),
+            ..task(id, TaskState::Waiting, &["handler (h.py:3)"], None)
+        };
+        // 1 says 9 awaits it, 9 was not found; 2 says 3 awaits it, 3 tore; 4 says 1 awaits it;
+        // 5 says 6 awaits it, 6 was read
+        let mut tasks = vec![
+            by(1, 9),
+            by(2, 3),
+            by(4, 1),
+            by(5, 6),
+            task(6, TaskState::Waiting, &["start (h.py:1)"], None),
+        ];
+        let out = orphans(&mut tasks, &[3]);
+        assert_eq!(out, [1]);
+        let ids: Vec<usize> = tasks.iter().map(|t| t.id).collect();
+        assert_eq!(ids, [2, 4, 5, 6]);
+        // those it awaits go with it, as with a torn one
+        let mut torn = vec![3];
+        torn.extend(out);
+        assert_eq!(drop_awaited_by_torn(&mut tasks, &torn), 2);
+        let ids: Vec<usize> = tasks.iter().map(|t| t.id).collect();
+        assert_eq!(ids, [5, 6]);
     }
 
     #[test]

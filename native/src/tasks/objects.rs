@@ -22,6 +22,7 @@ const TYPE_CACHE: usize = 4096;
 const TP_NAME: usize = 24;
 const TP_BASICSIZE: usize = 32;
 const TP_FLAGS: usize = 168;
+const TP_ITERNEXT: usize = 224;
 const TP_MEMBERS: usize = 240;
 const TP_BASE: usize = 256;
 const TYPE_READ: usize = TP_BASE + 8;
@@ -31,8 +32,8 @@ const MAX_MEMBERS: usize = 64;
 
 /// Where objects keep what the scan reads of them, the same in every version read: a
 /// `FutureObj`'s loop and first done callback, a `PyListObject`'s size and items, a tuple's
-/// size, a float's value, a bound method's `__self__`, a function's closure and a cell's
-/// object.
+/// size, a float's value, a bound method's `__self__` (a Python method's or a built-in one's),
+/// a function's closure and a cell's object.
 pub const FUT_LOOP: usize = 16;
 pub const FUT_CALLBACK0: usize = 24;
 pub const LIST_SIZE: usize = 16;
@@ -58,6 +59,7 @@ pub enum Kind {
     List,
     Module,
     Method,
+    Builtin,
     TaskGroup,
     Function,
     Tuple,
@@ -79,15 +81,20 @@ pub struct TypeInfo {
     pub flags: u64,
     /// asyncio's `_GatheringFuture`, the future `gather` returns (a Future).
     pub gathering: bool,
+    /// Its instances are iterators (`tp_iternext`), as all that an `await` waits in are.
+    pub iterator: bool,
 }
 
 /// The kinds of the types met so far, by address.
 #[derive(Default)]
 pub struct Types {
     known: HashMap<usize, TypeInfo, FxBuild>,
-    /// The type met last: objects read in a row are mostly of one type (tasks, coroutines).
-    last: Option<(usize, TypeInfo)>,
+    /// The types met last, the latest first: a scan reads the objects of each task in turn,
+    /// mostly of a few types (a task, its coroutines, the future it waits on).
+    recent: [Option<(usize, TypeInfo)>; RECENT_TYPES],
 }
+
+const RECENT_TYPES: usize = 4;
 
 impl Types {
     /// The type of the object at `address`, whose first 16 bytes are `head` (or read now).
@@ -105,12 +112,12 @@ impl Types {
 
     /// The type at `ty`, read once: its name and those of its bases tell its kind.
     pub fn info(&mut self, pid: i32, ty: usize) -> Result<TypeInfo> {
-        match self.last {
-            Some((last, info)) if last == ty => return Ok(info),
-            _ => {}
+        if let Some((_, info)) = self.recent.iter().flatten().find(|(t, _)| *t == ty) {
+            return Ok(*info);
         }
         if let Some(&info) = self.known.get(&ty) {
-            self.last = Some((ty, info));
+            self.recent.rotate_right(1);
+            self.recent[0] = Some((ty, info));
             return Ok(info);
         }
         if ty == 0 || !ty.is_multiple_of(8) {
@@ -143,6 +150,7 @@ impl Types {
             basicsize,
             flags,
             gathering,
+            iterator: usize_at(&raw, TP_ITERNEXT) != 0,
         };
         if self.known.len() > TYPE_CACHE {
             self.known.clear();
@@ -229,6 +237,7 @@ fn kind_of(name: &str) -> Kind {
         "set" => Kind::Set,
         "list" => Kind::List,
         "method" => Kind::Method,
+        "builtin_function_or_method" => Kind::Builtin,
         "function" => Kind::Function,
         "tuple" => Kind::Tuple,
         "cell" => Kind::Cell,
@@ -320,6 +329,19 @@ const SET_TABLE: usize = 40;
 /// The members of the set at `set`: its live slots (a removed member's slot keeps a dummy key
 /// with the hash -1, which no object's hash is).
 pub fn set_members(pid: i32, types: &mut Types, set: usize, limit: usize) -> Result<Vec<usize>> {
+    Ok(set_entries(pid, types, set, limit)?
+        .into_iter()
+        .map(|(key, _)| key)
+        .collect())
+}
+
+/// The members of the set at `set` with the hash each was stored under.
+pub fn set_entries(
+    pid: i32,
+    types: &mut Types,
+    set: usize,
+    limit: usize,
+) -> Result<Vec<(usize, usize)>> {
     types.expect(pid, set, Kind::Set)?;
     let mut head = [0u8; 48];
     read(pid, set, &mut head)?;
@@ -330,14 +352,20 @@ pub fn set_members(pid: i32, types: &mut Types, set: usize, limit: usize) -> Res
     }
     let mut raw = vec![0u8; slots * 16];
     read(pid, table, &mut raw)?;
-    let mut out: Vec<usize> = raw
+    let mut out: Vec<(usize, usize)> = raw
         .chunks_exact(16)
-        .filter(|slot| usize_at(slot, 8) as i64 != -1)
-        .map(|slot| usize_at(slot, 0))
-        .filter(|&key| key != 0 && key.is_multiple_of(8))
+        .map(|slot| (usize_at(slot, 0), usize_at(slot, 8)))
+        .filter(|&(key, hash)| hash as i64 != -1 && key != 0 && key.is_multiple_of(8))
         .collect();
     out.truncate(limit);
     Ok(out)
+}
+
+/// The object whose address hashes to `hash` by the default hash of objects (3.11–3.13:
+/// `_Py_HashPointer`, the address rotated right by four bits), which a task keeps unless its
+/// class says otherwise; its weak references hash as it does.
+pub fn hashed_address(hash: usize) -> usize {
+    hash.rotate_left(4)
 }
 
 /// A task's name: its `str`, or `Task-N` where 3.13+ keep only the number until asked.

@@ -8,9 +8,9 @@ use anyhow::{anyhow, bail, Context, Result};
 
 use super::chain::MERGE_GAP;
 use super::layout::{Registry, ASYNCIO_DEBUG_WORDS};
-use super::objects::{dict_get, set_members, Kind, TypeInfo, Types};
+use super::objects::{dict_get, hashed_address, set_entries, set_members, Kind, TypeInfo, Types};
 use super::Target;
-use crate::memory::{read, usize_at, Batch};
+use crate::memory::{read, read_pieces, usize_at, Batch};
 use crate::walker::Layout;
 
 /// Sanity bounds against torn or garbage reads.
@@ -24,6 +24,18 @@ const INLINE_VALUES: u64 = 1 << 2;
 pub struct Sets {
     pub weak: Vec<usize>,
     pub strong: Vec<usize>,
+    /// Whether the weak references' hashes stood for their tasks' addresses at the last read
+    /// of the references (`hashed_address`): while they do, the tasks are taken from the
+    /// hashes in the sets' tables and the references are not read. A scan whose reads of
+    /// the tasks tore reads the references again (`distrust_hashes`).
+    hashed: bool,
+}
+
+impl Sets {
+    /// The next scan reads the weak references again, and checks their hashes anew.
+    pub fn distrust_hashes(&mut self) {
+        self.hashed = false;
+    }
 }
 
 /// Finds the registry's objects through `sys.modules["asyncio.tasks"]`.
@@ -68,7 +80,7 @@ pub fn find_sets(target: &Target, types: &mut Types) -> Result<Sets> {
 pub fn set_tasks(
     pid: i32,
     types: &mut Types,
-    sets: &Sets,
+    sets: &mut Sets,
     limit: usize,
 ) -> Result<(Vec<usize>, u64)> {
     let mut out = Vec::new();
@@ -76,22 +88,32 @@ pub fn set_tasks(
     for &set in &sets.strong {
         out.extend(set_members(pid, types, set, limit)?);
     }
+    let mut agree = true;
     for &data in &sets.weak {
-        let refs = set_members(pid, types, data, limit)?;
+        let refs = set_entries(pid, types, data, limit)?;
+        if sets.hashed {
+            out.extend(refs.iter().map(|&(_, hash)| hashed_address(hash)));
+            continue;
+        }
         // each member is a weak reference: its referent follows the header
-        let pieces: Vec<(usize, usize)> = refs.iter().map(|&r| (r, 24)).collect();
+        let pieces: Vec<(usize, usize)> = refs.iter().map(|&(r, _)| (r, 24)).collect();
         let batch = Batch::read_merged(pid, &pieces, MERGE_GAP);
-        for &(r, len) in &pieces {
-            let Some(raw) = batch.get(r, len) else {
+        for &(r, hash) in &refs {
+            let Some(raw) = batch.get(r, 24) else {
                 torn += 1;
                 continue;
             };
             match types.of(pid, r, Some(raw)) {
-                Ok(info) if info.kind == Kind::WeakRef => out.push(usize_at(raw, 16)),
+                Ok(info) if info.kind == Kind::WeakRef => {
+                    let task = usize_at(raw, 16);
+                    agree &= hashed_address(hash) == task;
+                    out.push(task);
+                }
                 _ => torn += 1,
             }
         }
     }
+    sets.hashed = agree;
     out.sort_unstable();
     out.dedup();
     out.truncate(limit);
@@ -117,12 +139,43 @@ pub fn first_attribute(
     wanted: (&str, Kind),
     scan: usize,
 ) -> Result<usize> {
-    nth_attribute(pid, layout, types, object, wanted, scan, 0)
+    Ok(find_attribute(pid, layout, types, object, wanted, scan, 0)?.0)
+}
+
+/// Where an attribute found among an instance's values lives: its slot, and the word that
+/// tells the values are still there, read with it (a later read of the slot alone could
+/// find values the instance let go of: moved into a dict it made of them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot {
+    /// 3.11 the values' pointer, 3.12 the tagged one, 3.13+ the inline values' header.
+    guard: usize,
+    /// What of the guard must not have changed, and what it held.
+    mask: usize,
+    held: usize,
+    pub at: usize,
+}
+
+/// The bytes a `Slot::read_with` reads before the piece read with it.
+pub const SLOT_READ: usize = 16;
+
+impl Slot {
+    /// Reads the slot's value and, in the same call, `with` (into `out[SLOT_READ..]`): the
+    /// value, or None once the values moved (the attribute must be found again).
+    pub fn read_with(
+        &self,
+        pid: i32,
+        with: (usize, usize),
+        out: &mut [u8],
+    ) -> Result<Option<usize>> {
+        read_pieces(pid, &[(self.guard, 8), (self.at, 8), with], out)?;
+        Ok((usize_at(out, 0) & self.mask == self.held).then(|| usize_at(out, 8)))
+    }
 }
 
 /// As `first_attribute`, for the first value of its kind other than `other` (another
-/// attribute of the same kind, set before it).
-pub fn nth_attribute(
+/// attribute of the same kind, set before it; 0: none), with the slot of its value when the
+/// instance keeps its values apart from a dict (None: found by name in its dict).
+pub fn find_attribute(
     pid: i32,
     layout: &Layout,
     types: &mut Types,
@@ -130,19 +183,22 @@ pub fn nth_attribute(
     (name, kind): (&str, Kind),
     scan: usize,
     other: usize,
-) -> Result<usize> {
+) -> Result<(usize, Option<Slot>)> {
     let mut pre = [0u8; 16];
     read(pid, weak - 32, &mut pre)?;
-    let (values, dict) = match layout.minor {
+    let (values, dict, guard) = match layout.minor {
         // the values' pointer, then the dict's, before the GC header
-        11 => (usize_at(&pre, 0), usize_at(&pre, 8)),
+        11 => {
+            let word = usize_at(&pre, 0);
+            (word, usize_at(&pre, 8), (weak - 32, !0, word))
+        }
         // one word before the GC header: values tagged with the low bit, or the dict
         12 => {
             let word = usize_at(&pre, 8);
             if word & 1 == 1 {
-                (word + 1, 0)
+                (word + 1, 0, (weak - 24, !0, word))
             } else {
-                (0, word)
+                (0, word, (0, 0, 0))
             }
         }
         // values inline after the object (8 bytes of header; valid in its fourth byte)
@@ -153,9 +209,13 @@ pub fn nth_attribute(
                 read(pid, inline, &mut head)?;
             }
             if head[3] != 0 {
-                (inline + 8, 0)
+                (
+                    inline + 8,
+                    0,
+                    (inline, 0xff << 24, usize_at(&head, 0) & 0xff << 24),
+                )
             } else {
-                (0, usize_at(&pre, 8))
+                (0, usize_at(&pre, 8), (0, 0, 0))
             }
         }
     };
@@ -165,12 +225,24 @@ pub fn nth_attribute(
         for i in 0..scan {
             let value = usize_at(&words, i * 8);
             if value != 0 && value != other && types.of(pid, value, None)?.kind == kind {
-                return Ok(value);
+                let (guard, mask, held) = guard;
+                let at = values + i * 8;
+                return Ok((
+                    value,
+                    Some(Slot {
+                        guard,
+                        mask,
+                        held,
+                        at,
+                    }),
+                ));
             }
         }
         bail!("an object without its {name}");
     }
-    dict_get(pid, layout, types, dict, name)?.ok_or_else(|| anyhow!("an object without {name}"))
+    let value = dict_get(pid, layout, types, dict, name)?
+        .ok_or_else(|| anyhow!("an object without {name}"))?;
+    Ok((value, None))
 }
 
 /// The address of the `_asyncio` module's `AsyncioDebug` section in the target (3.14+): in

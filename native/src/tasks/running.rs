@@ -43,18 +43,21 @@ pub fn add_running_chains(
     }
     let threads = thread_frames(pid, layout, target.interpreter).unwrap_or_default();
     let hidden = layout.owner_hidden.unwrap_or(u8::MAX);
+    // where each running task's coroutine is: its thread, and how deep in its frames
+    let mut places: Vec<(usize, usize, usize)> = Vec::new();
     tasks.retain_mut(|task| {
         if task.state != TaskState::Running {
             return true;
         }
         let outermost = task.coro() + tl.gen_iframe;
-        let Some((frames, at)) = threads.iter().find_map(|frames| {
+        let Some((thread, frames, at)) = threads.iter().enumerate().find_map(|(i, frames)| {
             let at = frames.iter().position(|f| f.address == outermost)?;
-            Some((frames, at))
+            Some((i, frames, at))
         }) else {
             torn.push(task.address);
             return false;
         };
+        places.push((task.address, thread, at));
         // from the task's coroutine up: the coroutines each resumed, until a function
         for frame in frames[..at].iter().rev() {
             if frame.owner >= hidden {
@@ -74,7 +77,31 @@ pub fn add_running_chains(
         }
         true
     });
+    link_nested(tasks, &places);
     torn
+}
+
+/// A task running inside another's step on the same thread (started eagerly: its first step
+/// runs as the task that made it calls `Task(..., eager_start=True)`, which awaits it next)
+/// is marked as awaited by that one, the nearest running task below it in the thread's
+/// frames; else its stack would begin as if no task awaited it. `places` holds each running
+/// task's address, thread, and the depth of its coroutine's frame (innermost first).
+fn link_nested(tasks: &mut [RawTask], places: &[(usize, usize, usize)]) {
+    if places.len() < 2 {
+        return;
+    }
+    for task in tasks.iter_mut().filter(|t| t.state == TaskState::Running) {
+        let Some(&(_, thread, at)) = places.iter().find(|p| p.0 == task.address) else {
+            continue;
+        };
+        let below = places
+            .iter()
+            .filter(|p| p.1 == thread && p.2 > at)
+            .min_by_key(|p| p.2);
+        if let Some(&(outer, _, _)) = below {
+            task.awaited_by.get_or_insert(outer);
+        }
+    }
 }
 
 /// The frames of every Python thread, innermost first.

@@ -18,7 +18,7 @@ use anyhow::{bail, Result};
 use super::chain::{RawTask, TaskState, MERGE_GAP};
 use super::layout::TaskLayout;
 use super::objects::{Kind, Types, FLOAT_VALUE, LIST_ITEMS, LIST_SIZE, METHOD_SELF, TUPLE_SIZE};
-use super::registry::first_attribute;
+use super::registry::{find_attribute, Slot, SLOT_READ};
 use super::Target;
 use crate::memory::{read, usize_at, Batch};
 use crate::walker::Layout;
@@ -49,11 +49,24 @@ impl HandleFields {
     }
 }
 
-/// The handle types met so far, by address (None: not a timer handle the scan can read).
+/// The handle types met so far, by address (None: not a timer handle the scan can read), and
+/// each loop's timer heap as last found.
 #[derive(Default)]
 pub struct Timers {
     fields: HashMap<usize, Option<HandleFields>, FxBuild>,
+    heaps: HashMap<usize, Heap, FxBuild>,
 }
+
+/// A loop's `_scheduled` list as last found, and the slot of the loop's values it was in
+/// (None: found by name in the loop's dict, and so every scan).
+#[derive(Debug, Clone, Copy)]
+struct Heap {
+    list: usize,
+    slot: Option<Slot>,
+}
+
+/// What of a list is read: its size and its items' pointer.
+const LIST_HEAD: usize = LIST_ITEMS + 8;
 
 impl Timers {
     /// Calls ready each waiting task whose future a due timer of its loop will set. A loop
@@ -71,6 +84,8 @@ impl Timers {
         }
         loops.sort_unstable();
         loops.dedup();
+        // the heaps of loops gone are forgotten
+        self.heaps.retain(|lp, _| loops.binary_search(lp).is_ok());
         let now = monotonic();
         let mut due: HashSet<usize, FxBuild> = HashSet::default();
         for &lp in loops.iter().take(MAX_LOOPS) {
@@ -98,14 +113,9 @@ impl Timers {
         lp: usize,
         now: f64,
     ) -> Result<Vec<usize>> {
-        let info = types.of(pid, lp, None)?;
-        if info.flags & MANAGED_DICT == 0 {
+        let Some(head) = self.heap(pid, layout, types, lp)? else {
             return Ok(Vec::new());
-        }
-        let wanted = ("_scheduled", Kind::List);
-        let heap = first_attribute(pid, layout, types, (lp, info), wanted, LOOP_ATTRIBUTES)?;
-        let mut head = [0u8; LIST_ITEMS + 8];
-        read(pid, heap, &mut head)?;
+        };
         let (count, items) = (usize_at(&head, LIST_SIZE), usize_at(&head, LIST_ITEMS));
         if count == 0 {
             return Ok(Vec::new());
@@ -171,6 +181,42 @@ impl Timers {
             level = next;
         }
         futures_of(pid, tl.tuple_items, types, &due)
+    }
+
+    /// The head of the loop at `lp`'s `_scheduled` list (None: a loop without one the scan
+    /// can read, uvloop's). Read through the slot of the loop's values it was last found in,
+    /// with the list's head in the same call, while the loop keeps it there; asyncio replaces
+    /// the list when many timers are cancelled, and then it is found again.
+    fn heap(
+        &mut self,
+        pid: i32,
+        layout: &Layout,
+        types: &mut Types,
+        lp: usize,
+    ) -> Result<Option<[u8; LIST_HEAD]>> {
+        let mut buf = [0u8; SLOT_READ + LIST_HEAD];
+        if let Some(&Heap {
+            list,
+            slot: Some(slot),
+        }) = self.heaps.get(&lp)
+        {
+            if let Ok(Some(now)) = slot.read_with(pid, (list, LIST_HEAD), &mut buf) {
+                if now == list {
+                    return Ok(Some(buf[SLOT_READ..].try_into()?));
+                }
+            }
+        }
+        let info = types.of(pid, lp, None)?;
+        if info.flags & MANAGED_DICT == 0 {
+            return Ok(None);
+        }
+        let wanted = ("_scheduled", Kind::List);
+        let (list, slot) =
+            find_attribute(pid, layout, types, (lp, info), wanted, LOOP_ATTRIBUTES, 0)?;
+        let mut head = [0u8; LIST_HEAD];
+        read(pid, list, &mut head)?;
+        self.heaps.insert(lp, Heap { list, slot });
+        Ok(Some(head))
     }
 
     /// The fields of the handle at `handle`, by its type (read once per type).

@@ -10,7 +10,7 @@ use anyhow::{bail, Result};
 use super::chain::{read_gen, RawTask, MERGE_GAP};
 use super::layout::TaskLayout;
 use super::objects::{Kind, Types, CELL_REF, FUNC_CLOSURE, FUT_CALLBACK0};
-use super::registry::first_attribute;
+use super::registry::{find_attribute, first_attribute};
 use super::Target;
 use crate::memory::{read, usize_at, Batch, Reads};
 use crate::walker::Layout;
@@ -147,7 +147,7 @@ fn second_future(
         ("result_future", Kind::Future),
         8,
     )?;
-    super::registry::nth_attribute(
+    let (future, _) = find_attribute(
         pid,
         layout,
         types,
@@ -155,5 +155,6 @@ fn second_future(
         ("future", Kind::Future),
         8,
         result,
-    )
+    )?;
+    Ok(future)
 }
