@@ -58,6 +58,12 @@ pub struct Batch {
     /// of one span: a task and its coroutines, made one after another).
     pages: HashMap<usize, u32, FxBuildHasher>,
     last_span: Cell<usize>,
+    /// The pieces the last `fill_merged` was asked for, and the spans it made of them: a
+    /// scan of parked tasks asks for the same pieces scan after scan, and they are not sorted
+    /// and merged again.
+    merged_from: Vec<(usize, usize)>,
+    merged_gap: usize,
+    merged: Vec<(usize, usize)>,
 }
 
 const PAGE: usize = 4096;
@@ -87,36 +93,52 @@ impl Batch {
     /// and reused (a scanner refills one every scan).
     pub fn fill_merged(&mut self, pid: i32, pieces: &[(usize, usize)], gap: usize) {
         let gap = gap.min(4096);
+        if pieces != self.merged_from.as_slice() || gap != self.merged_gap {
+            self.merge(pieces, gap);
+        }
+        let last = self.spans.take().unwrap_or_default();
+        self.pieces.clear();
+        self.pieces.extend_from_slice(&self.merged);
+        self.fill(pid);
+        let mut whole = Vec::with_capacity(self.pieces.len());
+        whole.extend(self.pieces.iter().filter_map(|&(start, len)| {
+            let offset = *self.at.get(&(start, len))?;
+            Some((start, start + len, offset))
+        }));
+        // the same spans read whole as last time: the table of pages stands
+        if whole != last || self.pages.is_empty() {
+            self.pages.clear();
+            self.pages.reserve(whole.len());
+            for (i, &(start, end, _)) in whole.iter().enumerate() {
+                for page in start / PAGE..=end.saturating_sub(1).max(start) / PAGE {
+                    self.pages.entry(page).or_insert(i as u32);
+                }
+            }
+        }
+        self.spans = Some(whole);
+    }
+
+    /// `pieces` sorted by address and merged into spans (`merged`): those less than `gap`
+    /// bytes apart are one span, the bytes between them too.
+    fn merge(&mut self, pieces: &[(usize, usize)], gap: usize) {
+        self.merged_from.clear();
+        self.merged_from.extend_from_slice(pieces);
+        self.merged_gap = gap;
         let mut sorted = std::mem::take(&mut self.pieces);
         sorted.clear();
         sorted.extend_from_slice(pieces);
         // a radix sort: linear in a scan's thousands of pieces
         radsort::sort_by_key(&mut sorted, |piece| piece.0);
-        let mut spans: Vec<(usize, usize)> = Vec::new();
+        self.merged.clear();
         for &(address, len) in &sorted {
-            match spans.last_mut() {
+            match self.merged.last_mut() {
                 Some((start, span_len)) if address <= (*start + *span_len).saturating_add(gap) => {
                     *span_len = (*span_len).max(address.saturating_add(len) - *start);
                 }
-                _ => spans.push((address, len)),
+                _ => self.merged.push((address, len)),
             }
         }
-        let mut whole = self.spans.take().unwrap_or_default();
-        whole.clear();
-        self.pieces = spans;
-        self.fill(pid);
-        whole.extend(self.pieces.iter().filter_map(|&(start, len)| {
-            let offset = *self.at.get(&(start, len))?;
-            Some((start, start + len, offset))
-        }));
-        self.pages.clear();
-        self.pages.reserve(whole.len());
-        for (i, &(start, end, _)) in whole.iter().enumerate() {
-            for page in start / PAGE..=end.saturating_sub(1).max(start) / PAGE {
-                self.pages.entry(page).or_insert(i as u32);
-            }
-        }
-        self.spans = Some(whole);
+        self.pieces = sorted;
     }
 
     /// Reads `self.pieces`, replacing what the batch held.
@@ -343,5 +365,30 @@ mod tests {
         assert_eq!(batch.get(base + 900, 8), Some(&data[900..908]));
         assert_eq!(batch.get(base + 100, 8), None);
         assert_eq!(batch.get(base + 210, 8), None);
+    }
+
+    #[test]
+    fn a_merged_batch_refilled_reads_afresh_the_same_pieces_and_new_ones() {
+        let pid = std::process::id() as i32;
+        let mut data: Vec<u8> = vec![1; 4096];
+        let base = data.as_ptr() as usize;
+        let pieces = [(base + 200, 16), (base, 100)];
+        let mut batch = Batch::default();
+        batch.fill_merged(pid, &pieces, 1024);
+        assert_eq!(batch.get(base + 200, 16), Some(&[1u8; 16][..]));
+        // the same pieces again (their spans kept): the bytes read now
+        data[200..216].fill(2);
+        std::hint::black_box(&data);
+        batch.fill_merged(pid, &pieces, 1024);
+        assert_eq!(batch.get(base + 200, 16), Some(&[2u8; 16][..]));
+        assert_eq!(batch.get(base + 150, 8), Some(&[1u8; 8][..]));
+        // the same pieces at a smaller gap: two spans, nothing between them
+        batch.fill_merged(pid, &pieces, 64);
+        assert_eq!(batch.get(base + 150, 8), None);
+        assert_eq!(batch.get(base, 100), Some(&[1u8; 100][..]));
+        // other pieces: only theirs are handed out
+        batch.fill_merged(pid, &[(base + 1000, 8)], 64);
+        assert_eq!(batch.get(base + 1000, 8), Some(&[1u8; 8][..]));
+        assert_eq!(batch.get(base + 200, 16), None);
     }
 }
