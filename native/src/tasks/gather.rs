@@ -151,9 +151,9 @@ fn children(
     let Some(list) = dict_get(pid, layout, types, dict, "_children")? else {
         bail!("a gather without its children");
     };
-    types.expect(pid, list, Kind::List)?;
     let mut head = [0u8; LIST_ITEMS + 8];
     read(pid, list, &mut head)?;
+    types.expect_in(pid, list, &head, Kind::List)?;
     let size = usize_at(&head, LIST_SIZE);
     let items = usize_at(&head, LIST_ITEMS);
     if size > MAX_CHILDREN || (size > 0 && items == 0) {

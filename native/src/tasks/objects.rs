@@ -199,7 +199,28 @@ impl Types {
 
     /// Fails unless the object at `address` is of kind `kind`.
     pub fn expect(&mut self, pid: i32, address: usize, kind: Kind) -> Result<TypeInfo> {
-        let info = self.of(pid, address, None)?;
+        self.expect_of(pid, address, None, kind)
+    }
+
+    /// `expect`, its type taken from `head`, the object's bytes as read.
+    pub fn expect_in(
+        &mut self,
+        pid: i32,
+        address: usize,
+        head: &[u8],
+        kind: Kind,
+    ) -> Result<TypeInfo> {
+        self.expect_of(pid, address, Some(head), kind)
+    }
+
+    fn expect_of(
+        &mut self,
+        pid: i32,
+        address: usize,
+        head: Option<&[u8]>,
+        kind: Kind,
+    ) -> Result<TypeInfo> {
+        let info = self.of(pid, address, head)?;
         if info.kind != kind {
             bail!("expected a {kind:?}, found a {:?}: a torn read", info.kind);
         }
@@ -271,9 +292,9 @@ pub fn dict_get(
     dict: usize,
     wanted: &str,
 ) -> Result<Option<usize>> {
-    types.expect(pid, dict, Kind::Dict)?;
     let mut head = [0u8; 48];
     read(pid, dict, &mut head)?;
+    types.expect_in(pid, dict, &head, Kind::Dict)?;
     let keys = usize_at(&head, DICT_KEYS);
     let split = usize_at(&head, DICT_VALUES);
     if keys == 0 {
@@ -342,9 +363,9 @@ pub fn set_entries(
     set: usize,
     limit: usize,
 ) -> Result<Vec<(usize, usize)>> {
-    types.expect(pid, set, Kind::Set)?;
     let mut head = [0u8; 48];
     read(pid, set, &mut head)?;
+    types.expect_in(pid, set, &head, Kind::Set)?;
     let slots = usize_at(&head, SET_MASK).wrapping_add(1);
     let table = usize_at(&head, SET_TABLE);
     if !slots.is_power_of_two() || slots > MAX_SET_SLOTS || table == 0 {
