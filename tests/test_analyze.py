@@ -66,10 +66,15 @@ def test_old_school_tornado_stacks_are_deeper_than_aiohttp(compared: dict[str, A
     # Whole stacks (DESIGN's depth): the start-up chain (runpy, main, run_app) is in each.
     assert aio.depth.p95 is not None and tor.depth.p95 is not None
     assert tor.depth.p95 >= aio.depth.p95, (aio.depth, tor.depth)
-    # Above the frame that entered the loop: what the framework stacks per callback.
-    aio_high, tor_high = aio.loop_depth.mean, tor.loop_depth.mean
-    assert aio_high is not None and tor_high is not None
-    assert tor_high > 1.2 * aio_high, (aio.loop_depth, tor.loop_depth)
+    # Above the frame that entered the loop: what the framework stacks per callback. The mean
+    # follows the mix of callbacks sampled (aiohttp's ran 5.4-7.3 frames over runs, with the
+    # machine idle or busy; Tornado's 6.8-8.1, 1.11-1.50x as deep), the deep end does not:
+    # Tornado's 95th percentile was 2-4 frames deeper in every run.
+    aio_high, tor_high = aio.loop_depth, tor.loop_depth
+    assert aio_high.mean is not None and tor_high.mean is not None
+    assert aio_high.p95 is not None and tor_high.p95 is not None
+    assert tor_high.mean > aio_high.mean, (aio_high, tor_high)
+    assert tor_high.p95 >= aio_high.p95 + 2, (aio_high, tor_high)
 
 
 @pytest.mark.slow
