@@ -61,16 +61,19 @@ LEGS = (
 
 def leg(pid: int, tasks_hz: float, cache: str, seconds: float) -> dict[str, Any]:
     """One sampler on ``pid`` for ``seconds`` after the warm-up: its CPU, and what it counted."""
+    # set for the whole leg: the sampler makes its task scanner, which reads it, at its first
+    # tick, after the sampler is made
     os.environ["SIDECAR_TASK_CACHE"] = cache
     try:
-        sampler = _native.Sampler(pid, rate_hz=RATE, tasks_hz=tasks_hz)
+        with _native.Sampler(pid, rate_hz=RATE, tasks_hz=tasks_hz) as sampler:
+            time.sleep(WARMUP)
+            cpu0, scan0 = sampler_thread_seconds(), scan_thread_seconds()
+            stats0 = sampler.stats()
+            time.sleep(seconds)
+            cpu1, scan1 = sampler_thread_seconds(), scan_thread_seconds()
+            stats1 = sampler.stats()
     finally:
         del os.environ["SIDECAR_TASK_CACHE"]
-    with sampler:
-        time.sleep(WARMUP)
-        cpu0, scan0, stats0 = sampler_thread_seconds(), scan_thread_seconds(), sampler.stats()
-        time.sleep(seconds)
-        cpu1, scan1, stats1 = sampler_thread_seconds(), scan_thread_seconds(), sampler.stats()
 
     def delta(key: str) -> int:
         return int(stats1[key] - stats0[key])  # type: ignore[literal-required]
