@@ -674,12 +674,16 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_task_awaited_by_a_task_the_scan_did_not_find_is_taken_out() {
-        let by = |id: usize, awaiter: usize| Task {
+    /// A waiting task `id` that says `awaiter` awaits it.
+    fn by(id: usize, awaiter: usize) -> Task {
+        Task {
             awaited_by: Some(awaiter),
             ..task(id, TaskState::Waiting, &["handler (h.py:3)"], None)
-        };
+        }
+    }
+
+    #[test]
+    fn a_task_awaited_by_a_task_the_scan_did_not_find_is_taken_out() {
         // 1 says 9 awaits it, 9 was not found; 2 says 3 awaits it, 3 tore; 4 says 1 awaits it;
         // 5 says 6 awaits it, 6 was read
         let mut tasks = vec![
@@ -703,10 +707,6 @@ mod tests {
 
     #[test]
     fn the_tasks_a_torn_task_awaits_are_left_out() {
-        let by = |id: usize, awaiter: usize| Task {
-            awaited_by: Some(awaiter),
-            ..task(id, TaskState::Waiting, &["handler (h.py:3)"], None)
-        };
         // 1 awaits 2 (it says so), 3 says 1 awaits it (3.14+), 4 says 9 awaits it; 9 tore,
         // 5 says 8 awaits it, 8 is past the scan's bound
         let mut tasks = vec![
