@@ -27,8 +27,13 @@ RATE_HZ = 100
 
 
 def _version_tuple(version: str) -> tuple[int, int]:
-    major, minor = version.split(".")
+    major, minor = version.split(".")[:2]
     return int(major), int(minor)
+
+
+def _reader_of(version: str) -> str:
+    """The reader sampling ``version`` ("3.11" or "3.11.7") should pick."""
+    return "walker" if _version_tuple(version) >= (3, 11) else "py-spy"
 
 
 @each_version
@@ -40,14 +45,14 @@ def test_the_reader_suits_the_version(spawn: Spawner, version: str) -> None:
         time.sleep(0.5)
         stats = sampler.stats()
         assert sampler.python_version.startswith(f"{version}."), sampler.python_version
-    expected = "walker" if _version_tuple(version) >= (3, 11) else "py-spy"
-    assert stats["reader"].startswith(f"{expected} (Python {version}."), stats["reader"]
+    assert stats["reader"].startswith(f"{_reader_of(version)} (Python {version}."), stats["reader"]
     assert stats["errors"] == 0, stats["last_error"]
 
 
 def _side_by_side(pid: int) -> tuple[list[_native.Window], list[_native.Window]]:
-    """Windows of the default reader and of py-spy (which reads every version here) sampling
-    the same target at the same time."""
+    """Windows of the default reader (the one the version should have: its check at attach
+    passed) and of py-spy (which reads every version here) sampling the same target at the
+    same time."""
     with (
         _native.Sampler(pid, rate_hz=50) as sampler,
         _native.Sampler(pid, rate_hz=50, reader="py-spy") as pyspy,
@@ -56,6 +61,8 @@ def _side_by_side(pid: int) -> tuple[list[_native.Window], list[_native.Window]]
         ours = sampler.drain(flush=True)
         theirs = pyspy.drain(flush=True)
         stats = sampler.stats()
+        version = sampler.python_version
+    assert stats["reader"].startswith(_reader_of(version)), stats["reader"]
     assert stats["errors"] == 0, stats["last_error"]
     return ours, theirs
 
@@ -95,6 +102,22 @@ def test_named_threads(spawn: Spawner, version: str) -> None:
     assert {"MainThread", *WORKER_NAMES} <= names, names
     parked = [stack for name, stack in ours if name in WORKER_NAMES]
     assert parked and all("park (targets/stdlib_server.py:" in stack for stack in parked)
+
+
+@each_version
+def test_a_thread_whose_first_frame_is_a_generator(spawn: Spawner, version: str) -> None:
+    """A thread started on a generator's ``send`` has no frame below the generator's, which
+    links to no caller and lies in its object, not at the start of the thread's data stack:
+    the walk that ends there is checked, and stands (the generator is executing), as py-spy
+    reads it."""
+    python = interpreter(version)
+    target = spawn.target("spin", "--sleep", "--generator-thread", python=python)
+    windows, pyspy = _side_by_side(target.pid)
+    ours = stack_counts(windows)
+    _same_stacks(ours, stack_counts(pyspy))
+    root = "generator_root (targets/spin.py:"
+    rooted = [stack for _name, stack in ours if stack.startswith(root)]
+    assert rooted and all(";nap (targets/spin.py:" in stack for stack in rooted), ours
 
 
 def _drive(target: Proc, paths: tuple[str, ...], seconds: float) -> int:

@@ -479,12 +479,12 @@ pub fn read_gen(
     if !matches!(kind, Kind::Coroutine | Kind::Generator) {
         bail!("a {kind:?} where a coroutine was expected");
     }
-    let state = raw[tl.gen_frame_state] as i8;
+    let state = raw[tl.gen.frame_state] as i8;
     // every version numbers its states from created up to completed and cleared
-    if state >= tl.state_completed || state < tl.state_created {
+    if state >= tl.gen.completed || state < tl.gen.created {
         bail!("a coroutine that finished as it was read");
     }
-    let frame = &raw[tl.gen_iframe..];
+    let frame = &raw[tl.gen.iframe..];
     let code = usize_at(frame, layout.frame_code) & !layout.code_tags;
     let instr = usize_at(frame, layout.frame_instr);
     if code == 0 || !code.is_multiple_of(8) {
@@ -773,7 +773,7 @@ fn step(
         bail!("an await chain of more than {MAX_CHAIN} coroutines");
     }
     let read = read_gen(pid, layout, tl, types, gen, raw)?;
-    let running = read.state == tl.state_executing;
+    let running = read.state == tl.gen.executing;
     // a coroutine runs only inside the coroutines that await it: one running under one that
     // was suspended when it was read means the task was resumed as its chain was read
     if running && !*cursor.outermost_running.get_or_insert(running) {
@@ -790,12 +790,12 @@ fn step(
         YieldFrom::State(yield_from) => read.state != yield_from,
         YieldFrom::Resume(_) => false, // told by the instruction after (`awaited`)
     };
-    if read.state == tl.state_created || yielding {
+    if read.state == tl.gen.created || yielding {
         ends_at(cursor, read);
         return Ok(());
     }
-    let frame = &raw[tl.gen_iframe..];
-    let slots = gen + tl.gen_iframe + tl.frame_localsplus;
+    let frame = &raw[tl.gen.iframe..];
+    let slots = gen + tl.gen.iframe + tl.frame_localsplus;
     let top = match tl.stack_top {
         StackTop::Index => {
             let count = usize_at(frame, tl.frame_stack_top) as u32 as usize;

@@ -7,6 +7,7 @@
 use anyhow::{bail, Result};
 
 use crate::memory::usize_at;
+use crate::walker::GenLayout;
 
 /// Where the registry of live tasks is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,13 +61,8 @@ pub struct TaskLayout {
     /// Where a future's dict is (3.11–3.13), from the object: `gather`'s future keeps its
     /// children there.
     pub fut_dict: Option<isize>,
-    /// A coroutine object: its frame state (int8) and where its frame starts.
-    pub gen_frame_state: usize,
-    pub gen_iframe: usize,
-    /// Frame states: executing (running now), and those past which no frame is left.
-    pub state_executing: i8,
-    pub state_created: i8,
-    pub state_completed: i8,
+    /// A coroutine object (the walker's row of the version).
+    pub gen: GenLayout,
     pub yield_from: YieldFrom,
     /// In the frame: the stack's top (`stacktop` or `stackpointer`) and `localsplus`.
     pub frame_stack_top: usize,
@@ -100,11 +96,7 @@ impl TaskLayout {
                 interp_tasks_head: None,
                 task_awaited_by: None,
                 fut_dict: Some(104),
-                gen_frame_state: if minor == 11 { 75 } else { 67 },
-                gen_iframe: if minor == 11 { 80 } else { 72 },
-                state_executing: 0,
-                state_created: -2,
-                state_completed: 1,
+                gen: GenLayout::of(minor)?,
                 // RESUME and its quickened (3.11) or instrumented (3.12) form
                 yield_from: YieldFrom::Resume(if minor == 11 { [151, 150] } else { [151, 240] }),
                 frame_stack_top: 64,
@@ -127,11 +119,7 @@ impl TaskLayout {
                 task_awaited_by: None,
                 // a managed dict, before the object's GC header
                 fut_dict: Some(-24),
-                gen_frame_state: 67,
-                gen_iframe: 72,
-                state_executing: 0,
-                state_created: -3,
-                state_completed: 1,
+                gen: GenLayout::of(minor)?,
                 yield_from: YieldFrom::State(-1),
                 frame_stack_top: 64,
                 frame_localsplus: 72,
@@ -152,11 +140,7 @@ impl TaskLayout {
                 interp_tasks_head: None,
                 task_awaited_by: None,
                 fut_dict: None,
-                gen_frame_state: 67,
-                gen_iframe: 72,
-                state_executing: if minor == 14 { 0 } else { 4 },
-                state_created: if minor == 14 { -3 } else { 0 },
-                state_completed: if minor == 14 { 1 } else { 5 },
+                gen: GenLayout::of(minor)?,
                 yield_from: YieldFrom::State(if minor == 14 { -1 } else { 2 }),
                 frame_stack_top: 64,
                 frame_localsplus: 80,
@@ -171,7 +155,7 @@ impl TaskLayout {
 
     /// What of a coroutine object is read: its header through the frame's `localsplus`.
     pub fn gen_size(&self) -> usize {
-        self.gen_iframe + self.frame_localsplus
+        self.gen.iframe + self.frame_localsplus
     }
 
     /// Completes a 3.14+ layout with the `AsyncioDebug` section's words (`raw`, read from the

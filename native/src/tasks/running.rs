@@ -49,7 +49,7 @@ pub fn add_running_chains(
         if task.state != TaskState::Running {
             return true;
         }
-        let outermost = task.coro() + tl.gen_iframe;
+        let outermost = task.coro() + tl.gen.iframe;
         let Some((thread, frames, at)) = threads.iter().enumerate().find_map(|(i, frames)| {
             let at = frames.iter().position(|f| f.address == outermost)?;
             Some((i, frames, at))
@@ -67,7 +67,7 @@ pub fn add_running_chains(
                 break;
             }
             // the frame lies in its coroutine object: checked, or the chain ends here
-            let gen = frame.address.wrapping_sub(tl.gen_iframe);
+            let gen = frame.address.wrapping_sub(tl.gen.iframe);
             let kind = types.of(pid, gen, None).map(|info| info.kind);
             if !matches!(kind, Ok(Kind::Coroutine | Kind::Generator)) {
                 break;

@@ -5,9 +5,9 @@
 //! data stack, frame owners to leave out, tag bits, the data of non-ASCII strings) is a short
 //! rule per version here too. Everything read is checked before it is used.
 
-use anyhow::{bail, Result};
+use anyhow::{anyhow, bail, Result};
 
-use super::layout::Layout;
+use super::layout::{GenLayout, Layout};
 use crate::memory::{read, usize_at};
 
 /// Sizes past which an offset is garbage rather than a field.
@@ -93,6 +93,8 @@ impl Layout {
             },
             bytes_size: word(row.bytes_size),
             bytes_data: word(row.bytes_data),
+            gen: GenLayout::of(minor)
+                .ok_or_else(|| anyhow!("no coroutine layout for Python 3.{minor}"))?,
         }
         .finish();
         let fields_inside = layout.tstate_size <= tstate_size

@@ -168,12 +168,18 @@ impl Walker {
 
     /// Whether a walk that did not end at the thread's first frame read the thread as it is:
     /// read again at once, each frame it read outside the data stack still links to the same
-    /// frame, runs the same code and has the same owner, and in 3.11 and 3.12 the thread's
-    /// current frame is still found through the same `_PyCFrame`; with `all`, each frame of
-    /// the data stack too, and the current frame is still the one the walk began at.
+    /// frame, runs the same code and has the same owner, a coroutine's or generator's frame
+    /// is its object's, executing (read with its state: a frame in a thread's chain is
+    /// running), and in 3.11 and 3.12 the thread's current frame is still found through the
+    /// same `_PyCFrame`; with `all`, each frame of the data stack too, and the current frame is
+    /// still the one the walk began at.
     ///
     /// A coroutine's frame read before it was resumed, or after its memory went to another
-    /// coroutine, fails the first; a current frame read from a `_PyCFrame` whose C call has
+    /// coroutine, fails the first; so does one read suspended again, as it links to no caller,
+    /// after the frame it called was read (the pieces are read in turn, and one plain call of
+    /// the next task's step lies where that frame lay, so the thread's current frame is there
+    /// again: aiohttp's `RequestHandler.start` once stood as a root under `create_task`);
+    /// a current frame read from a `_PyCFrame` whose C call has
     /// returned, the second (or, as uvloop runs its callbacks from the same depth of the C
     /// stack and another C call's `_PyCFrame` may be at that address by then, the current
     /// frame); a data stack read a request earlier than the coroutine's frame it links to,
@@ -193,17 +199,32 @@ impl Walker {
         let (first_at, size) = (layout.frame_first, layout.frame_size);
         let at = |raw: &[u8], offset: usize| usize_at(raw, offset - first_at);
         let checked = || walked.iter().filter(|f| all || !f.on_stack);
+        // a coroutine's frame is read from its object's frame state on, in one piece: this
+        // many bytes before the part of a frame read
+        let gen = layout.gen;
+        let back = |f: &WalkedFrame| {
+            if f.owner == Some(OWNED_BY_GENERATOR) {
+                gen.iframe - gen.frame_state + first_at
+            } else {
+                0
+            }
+        };
         // the frames first, the pointers that lead to them after
-        let mut pieces: Vec<(usize, usize)> =
-            checked().map(|f| (f.frame + first_at, size)).collect();
+        let mut pieces: Vec<(usize, usize)> = checked()
+            .map(|f| ((f.frame + first_at).wrapping_sub(back(f)), back(f) + size))
+            .collect();
         pieces.push((thread + layout.tstate_frame, 8));
         if current_at != 0 {
             pieces.push((current_at, 8));
         }
         let again = Batch::read(self.pid, &pieces);
         let frames_as_read = checked().all(|f| {
-            again.get(f.frame + first_at, size).is_some_and(|raw| {
-                at(raw, layout.frame_previous) == f.previous
+            let back = back(f);
+            let piece = again.get((f.frame + first_at).wrapping_sub(back), back + size);
+            piece.is_some_and(|piece| {
+                let raw = &piece[back..];
+                (back == 0 || piece[0] as i8 == gen.executing)
+                    && at(raw, layout.frame_previous) == f.previous
                     && at(raw, layout.frame_code) & !layout.code_tags == f.code
                     && layout.frame_owner.map(|owner| raw[owner - first_at]) == f.owner
             })

@@ -63,6 +63,46 @@ pub struct Layout {
     pub str_compact_data: usize,
     pub bytes_size: usize,
     pub bytes_data: usize,
+    /// A coroutine or generator object, whose frame lies inside it.
+    pub gen: GenLayout,
+}
+
+/// A coroutine or generator object: where its frame state (an int8) and its frame lie, and
+/// what the states are. `_Py_DebugOffsets` gives none of it before 3.14, so each version has
+/// its row: the header is the same from 3.12 on, 3.11's is a word longer (`gi_code`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GenLayout {
+    pub frame_state: usize,
+    pub iframe: usize,
+    /// Frame states: executing (running now, in its thread's chain of frames), not started
+    /// yet, and the first past which no frame is left (completed, then cleared).
+    pub executing: i8,
+    pub created: i8,
+    pub completed: i8,
+}
+
+impl GenLayout {
+    pub fn of(minor: u64) -> Option<GenLayout> {
+        let (frame_state, iframe) = match minor {
+            11 => (75, 80),
+            12..=15 => (67, 72),
+            _ => return None,
+        };
+        // 3.13 added a state before suspended (suspended in a `yield from`); 3.15 numbers
+        // them from created at 0
+        let (created, executing, completed) = match minor {
+            11 | 12 => (-2, 0, 1),
+            13 | 14 => (-3, 0, 1),
+            _ => (0, 4, 5),
+        };
+        Some(GenLayout {
+            frame_state,
+            iframe,
+            executing,
+            created,
+            completed,
+        })
+    }
 }
 
 impl Layout {
@@ -105,6 +145,7 @@ impl Layout {
                 str_compact_data: 72,
                 bytes_size: 16,
                 bytes_data: 32,
+                gen: GenLayout::of(minor)?,
             },
             12 => Layout {
                 minor,
@@ -142,6 +183,7 @@ impl Layout {
                 str_compact_data: 56,
                 bytes_size: 16,
                 bytes_data: 32,
+                gen: GenLayout::of(minor)?,
             },
             _ => return None,
         };

@@ -34,7 +34,7 @@ use crate::procfs::ThreadStates;
 use crate::stack::{RunState, Stack, Trace};
 use ahead::{AheadStack, Recent};
 use frames::{RawFrame, WalkedFrame};
-pub use layout::Layout;
+pub use layout::{GenLayout, Layout};
 use objects::{Code, ShortFiles};
 use rustc_hash::FxBuildHasher;
 
