@@ -24,6 +24,8 @@ from sidecar.store import counts
 from sidecar.store.schema import COUNT_TABLES, HOUR, STATE_CODES, STATE_NAMES, SUM_COLUMNS
 
 MAX_BUCKETS = 2000
+#: Stacks whose text one query rebuilds (``Reader.stack_texts``).
+TEXT_BATCH = 256
 
 
 class QueryError(SidecarError):
@@ -266,9 +268,19 @@ class Reader:
         ]
 
     def stack_texts(self, ids: set[int]) -> dict[int, str]:
-        """Folded text of stacks (leaf nodes), rebuilt from the prefix tree in one query."""
-        if not ids:
-            return {}
+        """Folded text of stacks (leaf nodes), rebuilt from the prefix tree, ``TEXT_BATCH``
+        stacks to a query: what a query holds besides the texts is one batch's nodes, not
+        every node of every stack asked for (30 s of stacks that never repeat, 150 frames
+        deep, are 400,000 nodes)."""
+        texts: dict[int, str] = {}
+        wanted = sorted(ids)
+        for at in range(0, len(wanted), TEXT_BATCH):
+            self._stack_texts(wanted[at : at + TEXT_BATCH], texts)
+        return texts
+
+    def _stack_texts(self, ids: list[int], texts: dict[int, str]) -> None:
+        """Adds the texts of ``ids`` to ``texts``, each joined once from its frames (a stack
+        whose prefix is a stack already in ``texts`` starts from that one's text)."""
         rows = self.rows(
             """
             WITH RECURSIVE chain(id) AS (
@@ -279,27 +291,22 @@ class Reader:
             SELECT n.id, n.parent, f.text FROM chain
             JOIN nodes n ON n.id = chain.id JOIN frames f ON f.id = n.frame
             """,
-            (json.dumps(sorted(ids)),),
+            (json.dumps(ids),),
         )
         nodes = {int(i): (int(parent), text) for i, parent, text in rows}
-        memo: dict[int, str] = {}
-
-        def text_of(node: int) -> str:
+        for node in ids:
             path: list[str] = []
             cursor = node
-            while cursor and cursor not in memo:
+            while cursor and cursor not in texts:
                 if cursor not in nodes or len(path) > len(nodes):  # only a damaged file
                     raise StoreUnavailable(f"the database is damaged: stack {node} is broken")
                 parent, frame = nodes[cursor]
                 path.append(frame)
                 cursor = parent
-            prefix = memo.get(cursor, "") if cursor else ""
-            for frame in reversed(path):
-                prefix = f"{prefix};{frame}" if prefix else frame
-            memo[node] = prefix
-            return prefix
-
-        return {i: text_of(i) for i in ids}
+            if cursor:
+                path.append(texts[cursor])
+            path.reverse()
+            texts[node] = ";".join(path)
 
     def timeline(self, target: int | None, span: Range, step: int | None = None) -> dict[str, Any]:
         """busy / idle / blocked samples of the loop threads per bucket of ``step`` seconds."""
