@@ -21,6 +21,7 @@ __all__ = [
     "process_start_time",
     "read_svg",
     "render_svg",
+    "return_large_allocations",
     "scan_tasks",
 ]
 
@@ -187,6 +188,10 @@ def render_svg(
 
 def process_start_time(pid: int) -> int | None:
     """Field 22 of /proc/PID/stat (start time in clock ticks), None if there is no such process."""
+
+def return_large_allocations() -> bool:
+    """Allocations of 128 KiB and more mapped for themselves and given back to the kernel when
+    freed (glibc's fixed mmap threshold); True if the allocator took it."""
 
 class TaskRow(TypedDict):
     """One live asyncio task in a scan."""

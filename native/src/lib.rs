@@ -379,6 +379,23 @@ fn process_start_time(pid: i32) -> Option<u64> {
     procfs::start_time(pid)
 }
 
+/// Allocations of 128 KiB and more are mapped for themselves and given back to the kernel when
+/// freed (glibc's `M_MMAP_THRESHOLD`, fixed): by default glibc raises the threshold to the
+/// largest block freed so far, and a long-lived process that once built a large response
+/// keeps such blocks in its heap, spread out, long after. True if the allocator took it.
+#[pyfunction]
+fn return_large_allocations() -> bool {
+    #[cfg(target_env = "gnu")]
+    {
+        // SAFETY: mallopt takes an option and a value and only changes the allocator's settings.
+        unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, 128 << 10) == 1 }
+    }
+    #[cfg(not(target_env = "gnu"))]
+    {
+        false
+    }
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Sampler>()?;
@@ -389,6 +406,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SamplerError", m.py().get_type::<SamplerError>())?;
     m.add_function(wrap_pyfunction!(render_svg, m)?)?;
     m.add_function(wrap_pyfunction!(process_start_time, m)?)?;
+    m.add_function(wrap_pyfunction!(return_large_allocations, m)?)?;
     m.add_function(wrap_pyfunction!(scan_tasks, m)?)?;
     m.add_function(wrap_pyfunction!(svgread::read_svg, m)?)?;
     shares::register(m)?;

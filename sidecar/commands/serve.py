@@ -254,6 +254,11 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # a long-lived process: a large answer's buffers go back to the kernel once it is sent
+    from sidecar import _native
+
+    if not _native.return_large_allocations():
+        logging.getLogger("sidecar.serve").debug("the allocator keeps its own mmap threshold")
     config = ServeConfig(
         db=Path(args.db),
         host=args.host,
