@@ -279,12 +279,13 @@ def test_samplers_on_the_shared_clock_tick_on_one_thread(spawn: Spawner) -> None
 
 
 def test_a_slow_target_leaves_the_shared_clock(spawn: Spawner) -> None:
-    """A target whose reads take longer than a quarter period (1,000 Python threads, about
-    ten times that here) would make every other target on the clock late: after a few such
-    ticks it is sampled on a thread of its own, and keeps being sampled there."""
+    """A target whose reads take longer than a quarter period (1,000 Python threads at
+    400 Hz: a quarter period is 625 µs; CI once read them within the 2.5 ms of 100 Hz for
+    20 s) would make every other target on the clock late: after a few such ticks it is
+    sampled on a thread of its own, and keeps being sampled there."""
     heavy = spawn.target("threads", "--threads", "1000")
     light = spawn.target("spin")
-    slow = _native.Sampler(heavy.pid, rate_hz=100, clock="shared")
+    slow = _native.Sampler(heavy.pid, rate_hz=400, clock="shared")
     quick = _native.Sampler(light.pid, rate_hz=100, clock="shared")
     try:
         deadline = time.monotonic() + 20
