@@ -123,7 +123,7 @@ pub fn link_awaiters(target: &Target, types: &mut Types, tasks: &mut [RawTask], 
 
 /// The `_parent_task` of the `TaskGroup` at `group`: the first task among its attributes.
 fn group_parent(pid: i32, layout: &Layout, types: &mut Types, group: usize) -> Result<usize> {
-    let info = types.expect(pid, group, Kind::TaskGroup)?;
+    let info = types.expect(pid, group, None, Kind::TaskGroup)?;
     first_attribute(
         pid,
         layout,
@@ -153,7 +153,7 @@ fn children(
     };
     let mut head = [0u8; LIST_ITEMS + 8];
     read(pid, list, &mut head)?;
-    types.expect_in(pid, list, &head, Kind::List)?;
+    types.expect(pid, list, Some(&head), Kind::List)?;
     let size = usize_at(&head, LIST_SIZE);
     let items = usize_at(&head, LIST_ITEMS);
     if size > MAX_CHILDREN || (size > 0 && items == 0) {

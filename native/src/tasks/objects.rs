@@ -197,23 +197,10 @@ impl Types {
         Ok(offsets)
     }
 
-    /// Fails unless the object at `address` is of kind `kind`.
-    pub fn expect(&mut self, pid: i32, address: usize, kind: Kind) -> Result<TypeInfo> {
-        self.expect_of(pid, address, None, kind)
-    }
-
-    /// `expect`, its type taken from `head`, the object's bytes as read.
-    pub fn expect_in(
-        &mut self,
-        pid: i32,
-        address: usize,
-        head: &[u8],
-        kind: Kind,
-    ) -> Result<TypeInfo> {
-        self.expect_of(pid, address, Some(head), kind)
-    }
-
-    fn expect_of(
+    /// Fails unless the object at `address` is of kind `kind`; its type is taken from
+    /// `head`, the object's bytes as read, when given (the check and the fields it guards
+    /// from one read), else read.
+    pub fn expect(
         &mut self,
         pid: i32,
         address: usize,
@@ -294,7 +281,7 @@ pub fn dict_get(
 ) -> Result<Option<usize>> {
     let mut head = [0u8; 48];
     read(pid, dict, &mut head)?;
-    types.expect_in(pid, dict, &head, Kind::Dict)?;
+    types.expect(pid, dict, Some(&head), Kind::Dict)?;
     let keys = usize_at(&head, DICT_KEYS);
     let split = usize_at(&head, DICT_VALUES);
     if keys == 0 {
@@ -365,7 +352,7 @@ pub fn set_entries(
 ) -> Result<Vec<(usize, usize)>> {
     let mut head = [0u8; 48];
     read(pid, set, &mut head)?;
-    types.expect_in(pid, set, &head, Kind::Set)?;
+    types.expect(pid, set, Some(&head), Kind::Set)?;
     let slots = usize_at(&head, SET_MASK).wrapping_add(1);
     let table = usize_at(&head, SET_TABLE);
     if !slots.is_power_of_two() || slots > MAX_SET_SLOTS || table == 0 {

@@ -48,7 +48,7 @@ pub fn find_sets(target: &Target, types: &mut Types) -> Result<Sets> {
     let module = dict_get(pid, layout, types, modules, "asyncio.tasks")
         .context("cannot read sys.modules")?
         .ok_or_else(|| anyhow!("asyncio is not imported"))?;
-    types.expect(pid, module, Kind::Module)?;
+    types.expect(pid, module, None, Kind::Module)?;
     read(pid, module + 16, &mut word)?;
     let globals = usize_at(&word, 0);
     let (weak, strong): (&[&str], &[&str]) = match tasks.registry {
@@ -64,7 +64,7 @@ pub fn find_sets(target: &Target, types: &mut Types) -> Result<Sets> {
         for name in names {
             let found = dict_get(pid, layout, types, globals, name)?
                 .ok_or_else(|| anyhow!("asyncio.tasks has no {name}"))?;
-            types.expect(pid, found, kind)?;
+            types.expect(pid, found, None, kind)?;
             out.push(match kind {
                 Kind::WeakSet => weakset_data(pid, layout, types, found)?,
                 _ => found,
@@ -123,7 +123,7 @@ pub fn set_tasks(
 /// The `data` set of a WeakSet: the first attribute `WeakSet.__init__` sets, kept in the
 /// instance's values (where each version keeps them) or, once materialized, in its dict.
 fn weakset_data(pid: i32, layout: &Layout, types: &mut Types, weak: usize) -> Result<usize> {
-    let info = types.expect(pid, weak, Kind::WeakSet)?;
+    let info = types.expect(pid, weak, None, Kind::WeakSet)?;
     first_attribute(pid, layout, types, (weak, info), ("data", Kind::Set), 4)
 }
 

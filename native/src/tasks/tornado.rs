@@ -99,9 +99,9 @@ fn runner_step(
         bail!("no closure");
     }
     let cell = word(pid, closure + tl.tuple_items)?;
-    types.expect(pid, cell, Kind::Cell)?;
+    types.expect(pid, cell, None, Kind::Cell)?;
     let runner = word(pid, cell + CELL_REF)?;
-    let info = types.expect(pid, runner, Kind::Runner)?;
+    let info = types.expect(pid, runner, None, Kind::Runner)?;
     let gen = first_attribute(
         pid,
         layout,
