@@ -191,6 +191,32 @@ def test_a_task_started_eagerly_follows_the_task_whose_step_runs_it(
     assert not [s for s in counts if s.startswith("child (")], counts
 
 
+@pytest.mark.parametrize("version", ("3.12", "3.13", "3.14", "3.15"))
+def test_a_task_made_eagerly_and_not_awaited_yet_is_its_own_root(
+    spawn: Spawner, tmp_path: Path, version: str
+) -> None:
+    """``parent`` burns CPU for 20 ms between making ``child`` (eagerly: its first step runs
+    at once and parks it in a 5 ms sleep) and awaiting it. Meanwhile no task awaits the child,
+    and its stack begins at its own coroutine: in every scan that read the parent running there,
+    not taken for a task that its maker began to await as the scan read it (those are left
+    out as torn)."""
+    target = spawn.target("tasks_eager", "--late", "0.02", python=interpreter(version))
+    at = await_lines(ROOT / "targets" / "tasks_eager.py")
+    where = "targets/tasks_eager.py"
+    out = tmp_path / "late.folded"
+    result = record_tasks(target.pid, out, duration=3)
+    assert result.returncode == 0, result.stderr
+    counts = {sleep_leaf(s): n for s, n in task_counts(tmp_path / "late.tasks.folded").items()}
+    late = ";".join([f"main ({where}:{at['main']})", f"parent ({where}:{at['late']})", "[running]"])
+    # parked in its 5 ms sleep: waiting, then ready (due, behind the parent's work)
+    parked = sum(
+        counts.get(f"child ({where}:{at['child_sleep']});sleep;[{state}]", 0)
+        for state in ("waiting", "ready")
+    )
+    assert counts.get(late, 0) > 20, counts
+    assert parked >= 0.9 * counts[late], counts
+
+
 def test_an_old_school_tornado_coroutine_follows_the_task_awaiting_it(spawn: Spawner) -> None:
     """``old_request`` awaits the Tornado Future of a ``@gen.coroutine`` (under the venv's
     Python, which has Tornado): the task waits on that Future, and its chain goes on through

@@ -343,11 +343,7 @@ pub fn read_tasks(
         );
         let name = usize_at(raw, tl.task_name);
         let callback = usize_at(raw, FUT_CALLBACK0);
-        let awaited_by = tl
-            .task_awaited_by
-            .filter(|&(_, is_set)| raw.get(is_set) == Some(&0))
-            .map(|(at, _)| usize_at(raw, at))
-            .filter(|&a| a != 0);
+        let awaited_by = awaited_by_of(tl, raw);
         // the same coroutine and waiter: its chain stands if each coroutine of it is where it
         // was, as read with the tasks; else it is walked
         let kept = cache.kept.get(at as usize);
@@ -434,6 +430,15 @@ pub fn read_tasks(
         }
     });
     (out, torn)
+}
+
+/// The task that awaits the task whose head is `raw`, as the task says (3.14+; none when a set
+/// of tasks awaits it).
+pub fn awaited_by_of(tl: &TaskLayout, raw: &[u8]) -> Option<usize> {
+    tl.task_awaited_by
+        .filter(|&(_, is_set)| raw.get(is_set) == Some(&0))
+        .map(|(at, _)| usize_at(raw, at))
+        .filter(|&a| a != 0)
 }
 
 impl ChainCache {

@@ -300,6 +300,7 @@ impl TaskScanner {
             sets.distrust_hashes();
         }
         let (target, types) = (&self.target, &mut self.types);
+        let ran = raw.iter().any(|t| t.state == TaskState::Running);
         torn_tasks.extend(running::add_running_chains(target, types, &mut raw));
         let known = &self.first.batch;
         self.timers.mark_due(target, types, &mut raw);
@@ -311,6 +312,12 @@ impl TaskScanner {
             torn_tasks.extend(orphans(&mut raw, &torn_tasks));
         }
         tornado::add_runner_chains(target, types, known, &mut raw, &mut self.first.heads);
+        if ran {
+            // a task made eagerly by a running task, read before that one awaited it
+            let since = gather::awaited_since_read(target, &raw);
+            raw.retain(|t| !since.contains(&t.address));
+            torn_tasks.extend(since);
+        }
         torn += torn_tasks.len() as u64 + drop_awaited_by_torn(&mut raw, &torn_tasks);
         // a task whose frame names a code that cannot be read was read torn (its code freed,
         // or no code at all): it is left out, with the tasks it awaits, and the scan goes on
