@@ -61,7 +61,8 @@ pub struct TaskLayout {
     /// Where a future's dict is (3.11–3.13), from the object: `gather`'s future keeps its
     /// children there.
     pub fut_dict: Option<isize>,
-    /// A coroutine object (the walker's row of the version).
+    /// A coroutine object: the version's row here, the walker's (from the target's debug
+    /// offsets on 3.14+) once attached.
     pub gen: GenLayout,
     pub yield_from: YieldFrom,
     /// In the frame: the stack's top (`stacktop` or `stackpointer`) and `localsplus`.

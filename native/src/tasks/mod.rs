@@ -150,7 +150,7 @@ impl TaskScanner {
         if interpreter == 0 {
             bail!("no interpreter found");
         }
-        let tl = match tl.registry {
+        let mut tl = match tl.registry {
             Registry::Lists => {
                 let at = asyncio_debug(spy.pid)?;
                 let mut raw = vec![0u8; ASYNCIO_DEBUG_WORDS * 8];
@@ -159,6 +159,8 @@ impl TaskScanner {
             }
             _ => tl,
         };
+        // the walker's coroutine object: its row, or what the target's debug offsets give
+        tl.gen = layout.gen;
         let mut scanner = TaskScanner {
             target: Target {
                 pid: spy.pid,

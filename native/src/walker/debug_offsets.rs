@@ -93,8 +93,7 @@ impl Layout {
             },
             bytes_size: word(row.bytes_size),
             bytes_data: word(row.bytes_data),
-            gen: GenLayout::of(minor)
-                .ok_or_else(|| anyhow!("no coroutine layout for Python 3.{minor}"))?,
+            gen: gen_layout(raw, &row, minor, frame_size)?,
         }
         .finish();
         let fields_inside = layout.tstate_size <= tstate_size
@@ -162,6 +161,25 @@ struct DebugRow {
     str_length: usize,
     ascii_size: usize,
     compact_size: Option<usize>,
+    /// `gen_object`'s size (3.14+), followed by `gi_name`, `gi_iframe` and `gi_frame_state`.
+    gen_object: Option<usize>,
+}
+
+/// A coroutine object of Python 3.`minor`: the version's row, with where its frame state and
+/// frame lie as the debug offsets give them (3.14+), checked: the state before the frame, and
+/// the frame (`frame_size` bytes before its locals) inside the object.
+fn gen_layout(raw: &[u8], row: &DebugRow, minor: u64, frame_size: usize) -> Result<GenLayout> {
+    let mut gen =
+        GenLayout::of(minor).ok_or_else(|| anyhow!("no coroutine layout for Python 3.{minor}"))?;
+    if let Some(at) = row.gen_object {
+        let word = |i: usize| usize_at(raw, i * 8);
+        let (size, iframe, frame_state) = (word(at), word(at + 2), word(at + 3));
+        if size > MAX_STRUCT || frame_state >= iframe || iframe + frame_size > size {
+            bail!("the debug offsets give an implausible coroutine object ({size}, {iframe}, {frame_state})");
+        }
+        (gen.iframe, gen.frame_state) = (iframe, frame_state);
+    }
+    Ok(gen)
 }
 
 impl DebugRow {
@@ -195,6 +213,7 @@ impl DebugRow {
                 str_length: 69,
                 ascii_size: 70,
                 compact_size: None,
+                gen_object: None,
             },
             14 => DebugRow {
                 words: 95,
@@ -224,6 +243,7 @@ impl DebugRow {
                 str_length: 79,
                 ascii_size: 80,
                 compact_size: None,
+                gen_object: Some(83),
             },
             15 => DebugRow {
                 words: 111,
@@ -253,6 +273,7 @@ impl DebugRow {
                 str_length: 91,
                 ascii_size: 92,
                 compact_size: Some(93),
+                gen_object: Some(99),
             },
             _ => return None,
         })
@@ -324,6 +345,14 @@ mod tests {
         );
         assert_eq!(l15.interp_threads_head, 7336);
         assert_eq!((l15.str_ascii_data, l15.str_compact_data), (40, 56));
+        // a coroutine's frame state and frame, given from 3.14 on, agree with the rows
+        assert_eq!((l14.gen.frame_state, l14.gen.iframe), (67, 72));
+        assert_eq!(l15.gen, GenLayout::of(15).expect("3.15 has a row"));
+        // and are taken from the offsets: a 3.15 whose coroutine grew a word before its frame
+        let mut moved = DEBUG_315;
+        (moved[99], moved[101], moved[102]) = (168, 80, 75);
+        let l = Layout::parse_debug_offsets(&bytes(&moved), 15).expect("still plausible");
+        assert_eq!((l.gen.frame_state, l.gen.iframe), (75, 80));
         // 3.12's table and 3.13's offsets agree where the structures did not change
         let l12 = Layout::table(12).expect("3.12 is in the table");
         assert_eq!(
@@ -340,6 +369,13 @@ mod tests {
         assert_eq!(err.to_string(), FREE_THREADED);
         // another minor version's struct, a missing cookie, a field past its structure
         assert!(Layout::parse_debug_offsets(&bytes(&DEBUG_314), 15).is_err());
+        // a coroutine's frame state past its frame, a frame past the object's end
+        let mut state = DEBUG_314;
+        state[86] = 80;
+        assert!(Layout::parse_debug_offsets(&bytes(&state), 14).is_err());
+        let mut frame = DEBUG_315;
+        frame[101] = 100;
+        assert!(Layout::parse_debug_offsets(&bytes(&frame), 15).is_err());
         let mut cookie = DEBUG_313;
         cookie[0] = 0;
         assert!(Layout::parse_debug_offsets(&bytes(&cookie), 13).is_err());

@@ -68,8 +68,9 @@ pub struct Layout {
 }
 
 /// A coroutine or generator object: where its frame state (an int8) and its frame lie, and
-/// what the states are. `_Py_DebugOffsets` gives none of it before 3.14, so each version has
-/// its row: the header is the same from 3.12 on, 3.11's is a word longer (`gi_code`).
+/// what the states are. Each version has its row: the header is the same from 3.12 on, 3.11's
+/// is a word longer (`gi_code`). From 3.14 on `_Py_DebugOffsets` gives where the state and the
+/// frame lie, and the walker takes them from there (the states stay the row's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GenLayout {
     pub frame_state: usize,
