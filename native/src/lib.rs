@@ -1,5 +1,6 @@
 //! `sidecar._native`: the sampler and the renderers, with plain Python types at the boundary.
 
+mod budget;
 mod clock;
 mod errors;
 mod memory;

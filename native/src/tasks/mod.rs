@@ -31,6 +31,7 @@ use std::sync::Arc;
 use anyhow::{bail, Result};
 use py_spy::PythonSpy;
 
+use crate::budget::{self, Charge};
 use crate::memory::{read, Batch};
 use crate::walker::objects::{Code, ShortFiles};
 use crate::walker::{layout_of, Layout};
@@ -118,7 +119,7 @@ pub struct TaskScanner {
     types: Types,
     sets: Option<Sets>,
     codes: HashMap<usize, Code, FxBuild>,
-    code_bytes: usize,
+    code_bytes: Charge,
     serial: u64,
     files: ShortFiles,
     /// Scans so far: where the slice of a scan past `MAX_TASKS` starts.
@@ -171,7 +172,7 @@ impl TaskScanner {
             types: Types::default(),
             sets: None,
             codes: HashMap::default(),
-            code_bytes: 0,
+            code_bytes: Charge::new(&budget::CODES, CODE_CACHE_BYTES),
             serial: 0,
             files: ShortFiles::new(spy.pid, spy.dockerized),
             scans: 0,
@@ -339,9 +340,9 @@ impl TaskScanner {
     /// Makes sure every code object the tasks' frames name is cached and still the one cached;
     /// returns those that could not be read.
     fn load_codes(&mut self, tasks: &[RawTask]) -> Vec<usize> {
-        if self.code_bytes > CODE_CACHE_BYTES {
+        if self.code_bytes.over(0) {
             self.codes.clear();
-            self.code_bytes = 0;
+            self.code_bytes.clear();
         }
         let (first, size) = (self.target.layout.code_first, self.target.layout.code_size);
         // the tasks' thousands of frames name a few codes: a code met lately is not collected
@@ -383,8 +384,10 @@ impl TaskScanner {
                 unreadable.push(code);
                 continue;
             };
-            self.code_bytes += loaded.cost();
-            self.codes.insert(code, loaded);
+            self.code_bytes.add(loaded.cost());
+            if let Some(old) = self.codes.insert(code, loaded) {
+                self.code_bytes.sub(old.cost());
+            }
         }
         unreadable
     }

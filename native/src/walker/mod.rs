@@ -38,9 +38,12 @@ pub use layout::{GenLayout, Layout};
 use objects::{Code, ShortFiles};
 use rustc_hash::FxBuildHasher;
 
+use crate::budget::{self, Charge};
+
 /// Sanity bound against torn or garbage reads.
 const MAX_THREADS: usize = 4096;
-/// What the code cache may hold before it is cleared (bytes, about).
+/// What the code and stack caches may hold before they are cleared (bytes, about); the
+/// process's walkers and task scanners share a budget of each kind too (`budget`).
 const CODE_CACHE_BYTES: usize = 16 << 20;
 const STACK_CACHE_BYTES: usize = 32 << 20;
 
@@ -81,10 +84,10 @@ pub struct Walker {
     layout: Layout,
     interpreter: usize,
     codes: HashMap<usize, Code, FxBuildHasher>,
-    code_bytes: usize,
+    code_bytes: Charge,
     serial: u64,
     stacks: HashMap<Vec<(u64, i64)>, Stack, FxBuildHasher>,
-    stack_bytes: usize,
+    stack_bytes: Charge,
     files: ShortFiles,
     states: ThreadStates,
     /// Code objects recent samples checked; the next one reads their headers ahead.
@@ -156,10 +159,10 @@ impl Walker {
             layout,
             interpreter,
             codes: HashMap::default(),
-            code_bytes: 0,
+            code_bytes: Charge::new(&budget::CODES, CODE_CACHE_BYTES),
             serial: 0,
             stacks: HashMap::default(),
-            stack_bytes: 0,
+            stack_bytes: Charge::new(&budget::STACKS, STACK_CACHE_BYTES),
             files: ShortFiles::new(spy.pid, spy.dockerized),
             states: ThreadStates::new(spy.pid),
             checked: Recent::default(),
@@ -343,9 +346,9 @@ impl Walker {
     /// ones.
     fn check_codes(&mut self, batch: &Batch, scratch: &mut Scratch) -> Result<()> {
         // Bounded by bytes; cleared before a sample, never halfway through one.
-        if self.code_bytes > CODE_CACHE_BYTES {
+        if self.code_bytes.over(0) {
             self.codes.clear();
-            self.code_bytes = 0;
+            self.code_bytes.clear();
         }
         let (first, size) = (self.layout.code_first, self.layout.code_size);
         let Scratch {
@@ -390,9 +393,9 @@ impl Walker {
                 let code =
                     Code::load(self.pid, &self.layout, header, self.serial, &mut self.files)?;
                 if let Some(old) = self.codes.remove(&address) {
-                    self.code_bytes = self.code_bytes.saturating_sub(old.cost());
+                    self.code_bytes.sub(old.cost());
                 }
-                self.code_bytes += code.cost();
+                self.code_bytes.add(code.cost());
                 self.codes.insert(address, code);
             }
         }
@@ -434,11 +437,11 @@ impl Walker {
         }
         let stack = Stack::new(Arc::from(text));
         let cost = stack.text().len() + key.len() * 16 + 64;
-        if self.stack_bytes + cost > STACK_CACHE_BYTES {
+        if self.stack_bytes.over(cost) {
             self.stacks.clear();
-            self.stack_bytes = 0;
+            self.stack_bytes.clear();
         }
-        self.stack_bytes += cost;
+        self.stack_bytes.add(cost);
         self.stacks.insert(key.clone(), stack.clone());
         Some(stack)
     }
