@@ -293,8 +293,9 @@ impl Cursor {
     }
 }
 
-/// Reads the tasks at `addresses`: the live ones (pending) with their chains, and how many
-/// were left out because a read tore (their addresses). What `first` holds is taken from it;
+/// Reads the tasks at `addresses`: the live ones (pending) with their chains, how many were
+/// left out because a read tore (their addresses), and when the futures they wait on were
+/// read (`timers::monotonic`; those of unchanged chains, with the tasks, a little before). What `first` holds is taken from it;
 /// tasks it did not read (new since the last scan, in the lists of 3.14+) are read now.
 pub fn read_tasks(
     target: &Target,
@@ -302,7 +303,7 @@ pub fn read_tasks(
     cache: &mut ChainCache,
     addresses: &[usize],
     first: &FirstRead,
-) -> (Vec<RawTask>, Vec<usize>) {
+) -> (Vec<RawTask>, Vec<usize>, f64) {
     let (pid, layout, tl) = (target.pid, &target.layout, &target.tl);
     let mut torn = Vec::new();
     let (gen_size, waiter_size) = (tl.gen_size(), tl.fut_state + 8);
@@ -408,6 +409,7 @@ pub fn read_tasks(
         .filter(|t| t.state != TaskState::Running && t.waiter != 0)
         .map(|t| (t.waiter, waiter_size))
         .collect();
+    let read_at = super::timers::monotonic();
     let waiters = Reads::read(pid, batch, &pieces, MERGE_GAP);
     out.retain_mut(|task| match state(pid, tl, types, &waiters, task) {
         Ok((TaskState::Waiting, _, _)) if task.unawaited => {
@@ -429,7 +431,7 @@ pub fn read_tasks(
             false
         }
     });
-    (out, torn)
+    (out, torn, read_at)
 }
 
 /// The task that awaits the task whose head is `raw`, as the task says (3.14+; none when a set

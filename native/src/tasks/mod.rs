@@ -291,7 +291,7 @@ impl TaskScanner {
         if self.sets.is_some() {
             self.first.fill(&self.target, &self.chains, &addresses);
         }
-        let (mut raw, mut torn_tasks) = read_tasks(
+        let (mut raw, mut torn_tasks, read_at) = read_tasks(
             &self.target,
             &mut self.types,
             &mut self.chains,
@@ -306,7 +306,7 @@ impl TaskScanner {
         let ran = raw.iter().any(|t| t.state == TaskState::Running);
         torn_tasks.extend(running::add_running_chains(target, types, &mut raw));
         let known = &self.first.batch;
-        self.timers.mark_due(target, types, &mut raw);
+        self.timers.mark_due(target, types, &mut raw, read_at);
         gather::link_gathered(target, types, &mut raw);
         gather::link_awaiters(target, types, &mut raw, &torn_tasks);
         if unread == 0 {
