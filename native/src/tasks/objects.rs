@@ -43,6 +43,18 @@ pub const FLOAT_VALUE: usize = 16;
 pub const METHOD_SELF: usize = 24;
 pub const FUNC_CLOSURE: usize = 72;
 pub const CELL_REF: usize = 16;
+/// A `collections.deque`'s length, its first and last blocks and the indices of its first and
+/// last items in them; a block's items, and its link to the next block (CPython's
+/// `dequeobject` and `block`, the same in every version read).
+pub const DEQUE_SIZE: usize = 16;
+pub const DEQUE_LEFT_BLOCK: usize = 24;
+pub const DEQUE_RIGHT_BLOCK: usize = 32;
+pub const DEQUE_LEFT_INDEX: usize = 40;
+pub const DEQUE_RIGHT_INDEX: usize = 48;
+pub const DEQUE_HEAD: usize = DEQUE_RIGHT_INDEX + 8;
+pub const BLOCK_ITEMS: usize = 64;
+pub const BLOCK_DATA: usize = 8;
+pub const BLOCK_NEXT: usize = BLOCK_DATA + BLOCK_ITEMS * 8;
 
 /// What an object is, as far as the task scan cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -21,7 +21,11 @@ use anyhow::{bail, Result};
 
 use super::chain::{RawTask, TaskState, MERGE_GAP};
 use super::layout::TaskLayout;
-use super::objects::{Kind, Types, FLOAT_VALUE, LIST_ITEMS, LIST_SIZE, METHOD_SELF, TUPLE_SIZE};
+use super::objects::{
+    Kind, Types, BLOCK_DATA, BLOCK_ITEMS, BLOCK_NEXT, DEQUE_HEAD, DEQUE_LEFT_BLOCK,
+    DEQUE_LEFT_INDEX, DEQUE_RIGHT_BLOCK, DEQUE_RIGHT_INDEX, DEQUE_SIZE, FLOAT_VALUE, LIST_ITEMS,
+    LIST_SIZE, METHOD_SELF, TUPLE_SIZE,
+};
 use super::registry::{find_attribute, Slot, SLOT_READ};
 use super::Target;
 use crate::memory::{read, usize_at, Batch};
@@ -37,17 +41,6 @@ const LOOP_ATTRIBUTES: usize = 8;
 const MAX_LOOPS: usize = 16;
 const MAX_TIMERS: usize = 1 << 20;
 const MAX_DUE: usize = 1 << 16;
-/// A deque's length, its first and last blocks and the indices in them; a block's items, and
-/// its link to the next (CPython's `dequeobject` and `block`, the same in 3.11-3.15).
-const DEQUE_SIZE: usize = 16;
-const DEQUE_LEFT_BLOCK: usize = 24;
-const DEQUE_RIGHT_BLOCK: usize = 32;
-const DEQUE_LEFT_INDEX: usize = 40;
-const DEQUE_RIGHT_INDEX: usize = 48;
-const DEQUE_HEAD: usize = DEQUE_RIGHT_INDEX + 8;
-const BLOCK_ITEMS: usize = 64;
-const BLOCK_DATA: usize = 8;
-const BLOCK_NEXT: usize = BLOCK_DATA + BLOCK_ITEMS * 8;
 
 /// A timer's callback and its arguments (a tuple).
 type Timer = (usize, usize);
@@ -252,36 +245,7 @@ impl Timers {
         let Some(head) = self.attribute(pid, layout, types, lp, queue, DEQUE_HEAD)? else {
             return Ok(Vec::new());
         };
-        let count = usize_at(&head, DEQUE_SIZE);
-        if count == 0 {
-            return Ok(Vec::new());
-        }
-        let (mut block, last) = (
-            usize_at(&head, DEQUE_LEFT_BLOCK),
-            usize_at(&head, DEQUE_RIGHT_BLOCK),
-        );
-        let (mut index, end) = (
-            usize_at(&head, DEQUE_LEFT_INDEX),
-            usize_at(&head, DEQUE_RIGHT_INDEX),
-        );
-        if count > MAX_DUE || index >= BLOCK_ITEMS || end >= BLOCK_ITEMS {
-            bail!("a deque of {count} callbacks: a torn read");
-        }
-        // block by block, from the first item of the first to the last of the last
-        let mut handles = Vec::with_capacity(count);
-        let mut raw = [0u8; BLOCK_NEXT + 8];
-        while handles.len() < count {
-            read(pid, block, &mut raw)?;
-            let stop = if block == last { end + 1 } else { BLOCK_ITEMS };
-            handles.extend((index..stop).map(|i| usize_at(&raw, BLOCK_DATA + i * 8)));
-            if block == last {
-                break;
-            }
-            (block, index) = (usize_at(&raw, BLOCK_NEXT), 0);
-        }
-        if handles.len() != count || handles.contains(&0) {
-            bail!("a deque that changed as it was read");
-        }
+        let handles = deque_items(pid, &head, MAX_DUE)?;
         // its timers (the rest are other callbacks)
         let pieces: Vec<(usize, usize)> = handles.iter().map(|&h| (h, 16)).collect();
         let heads = Batch::read_merged(pid, &pieces, MERGE_GAP);
@@ -380,6 +344,42 @@ fn handle_fields(pid: i32, ty: usize) -> Result<Option<HandleFields>> {
     })
 }
 
+/// The items of the deque whose head (`DEQUE_HEAD` bytes) is `head`, read block by block from
+/// the first of the first to the last of the last; a deque of more than `most`, or whose blocks
+/// do not hold as many as its length says (it changed as it was read), is refused.
+fn deque_items(pid: i32, head: &[u8], most: usize) -> Result<Vec<usize>> {
+    let count = usize_at(head, DEQUE_SIZE);
+    let (mut block, last) = (
+        usize_at(head, DEQUE_LEFT_BLOCK),
+        usize_at(head, DEQUE_RIGHT_BLOCK),
+    );
+    let (mut index, end) = (
+        usize_at(head, DEQUE_LEFT_INDEX),
+        usize_at(head, DEQUE_RIGHT_INDEX),
+    );
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    if count > most || index >= BLOCK_ITEMS || end >= BLOCK_ITEMS {
+        bail!("a deque of {count} items: a torn read");
+    }
+    let mut items = Vec::with_capacity(count);
+    let mut raw = [0u8; BLOCK_NEXT + 8];
+    while items.len() < count {
+        read(pid, block, &mut raw)?;
+        let stop = if block == last { end + 1 } else { BLOCK_ITEMS };
+        items.extend((index..stop).map(|i| usize_at(&raw, BLOCK_DATA + i * 8)));
+        if block == last {
+            break;
+        }
+        (block, index) = (usize_at(&raw, BLOCK_NEXT), 0);
+    }
+    if items.len() != count || items.contains(&0) {
+        bail!("a deque that changed as it was read");
+    }
+    Ok(items)
+}
+
 /// The futures the due timers `(callback, args)` set: each one's first argument, and the
 /// object its callback is a bound method of.
 fn futures_of(
@@ -424,4 +424,55 @@ pub fn monotonic() -> f64 {
     // SAFETY: `ts` is a valid timespec for the call to write into.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A block of this process's memory laid out as CPython's: items `first..` from `from`.
+    fn block(from: usize, first: usize, next: usize) -> Box<[u8; BLOCK_NEXT + 8]> {
+        let mut raw = Box::new([0u8; BLOCK_NEXT + 8]);
+        for i in from..BLOCK_ITEMS {
+            let at = BLOCK_DATA + i * 8;
+            raw[at..at + 8].copy_from_slice(&(first + i - from).to_le_bytes());
+        }
+        raw[BLOCK_NEXT..].copy_from_slice(&next.to_le_bytes());
+        raw
+    }
+
+    fn head(count: usize, left: usize, right: usize, indices: (usize, usize)) -> Vec<u8> {
+        let mut head = vec![0u8; DEQUE_HEAD];
+        for (at, word) in [
+            (DEQUE_SIZE, count),
+            (DEQUE_LEFT_BLOCK, left),
+            (DEQUE_RIGHT_BLOCK, right),
+            (DEQUE_LEFT_INDEX, indices.0),
+            (DEQUE_RIGHT_INDEX, indices.1),
+        ] {
+            head[at..at + 8].copy_from_slice(&word.to_le_bytes());
+        }
+        head
+    }
+
+    #[test]
+    fn a_deque_is_read_block_by_block_and_one_read_as_it_changed_is_refused() {
+        let pid = std::process::id() as i32;
+        // items 100.. from index 60 of the first block, on to index 5 of the second: 10 items
+        let second = block(0, 104, 0);
+        let first = block(60, 100, second.as_ptr() as usize);
+        let (left, right) = (first.as_ptr() as usize, second.as_ptr() as usize);
+        let items = deque_items(pid, &head(10, left, right, (60, 5)), 100).expect("reads");
+        assert_eq!(items, (100..110).collect::<Vec<_>>());
+        // one block, and an empty deque
+        let items = deque_items(pid, &head(3, left, left, (60, 62)), 100).expect("reads");
+        assert_eq!(items, vec![100, 101, 102]);
+        assert!(deque_items(pid, &head(0, 0, 0, (0, 0)), 100)
+            .expect("empty")
+            .is_empty());
+        // a length the blocks do not hold, indices past a block, more than the bound
+        assert!(deque_items(pid, &head(12, left, right, (60, 5)), 100).is_err());
+        assert!(deque_items(pid, &head(10, left, right, (64, 5)), 100).is_err());
+        assert!(deque_items(pid, &head(10, left, right, (60, 5)), 9).is_err());
+    }
 }
