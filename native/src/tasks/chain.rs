@@ -294,9 +294,10 @@ impl Cursor {
 }
 
 /// Reads the tasks at `addresses`: the live ones (pending) with their chains, how many were
-/// left out because a read tore (their addresses), and when the futures they wait on were
-/// read (`timers::monotonic`; those of unchanged chains, with the tasks, a little before). What `first` holds is taken from it;
-/// tasks it did not read (new since the last scan, in the lists of 3.14+) are read now.
+/// left out because a read tore (their addresses), and when the last of the futures they wait
+/// on were read (`timers::monotonic`; most come with the tasks, a little before). What `first`
+/// holds is taken from it; tasks it did not read (new since the last scan, in the lists of
+/// 3.14+) are read now.
 pub fn read_tasks(
     target: &Target,
     types: &mut Types,

@@ -175,7 +175,10 @@ fn gen_layout(raw: &[u8], row: &DebugRow, minor: u64, frame_size: usize) -> Resu
         let word = |i: usize| usize_at(raw, i * 8);
         let (size, iframe, frame_state) = (word(at), word(at + 2), word(at + 3));
         if size > MAX_STRUCT || frame_state >= iframe || iframe + frame_size > size {
-            bail!("the debug offsets give an implausible coroutine object ({size}, {iframe}, {frame_state})");
+            bail!(
+                "the debug offsets give an implausible coroutine object \
+                 ({size}, {iframe}, {frame_state})"
+            );
         }
         (gen.iframe, gen.frame_state) = (iframe, frame_state);
     }
