@@ -136,9 +136,7 @@ impl Timers {
         let Some(head) = self.attribute(pid, layout, types, lp, heap, LIST_HEAD)? else {
             return Ok(Vec::new());
         };
-        // the due timers the loop moved to its queue, not yet run (a queue that tore as it
-        // was read adds none)
-        let mut due = self.queued(pid, layout, types, lp, now).unwrap_or_default();
+        let mut due: Vec<Timer> = Vec::new();
         let (count, items) = (usize_at(&head, LIST_SIZE), usize_at(&head, LIST_ITEMS));
         if count > MAX_TIMERS || (count > 0 && items == 0) {
             bail!("a heap of {count} timers: a torn read");
@@ -166,6 +164,10 @@ impl Timers {
             }
             level = next;
         }
+        // then the due timers the loop moved to its queue, not yet run: read after the heap,
+        // a timer moved between the two reads is met in the queue (a queue that tore as it
+        // was read adds none)
+        due.extend(self.queued(pid, layout, types, lp, now).unwrap_or_default());
         futures_of(pid, tl.tuple_items, types, &due)
     }
 
