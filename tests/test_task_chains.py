@@ -36,17 +36,22 @@ def sleep_leaf(stack: str) -> str:
 @pytest.mark.parametrize("version", SCANNED)
 def test_a_running_task_shows_the_coroutines_it_is_in(spawn: Spawner, version: str) -> None:
     """``cruncher`` runs ``crunch``, which runs ``burn``: while it runs, its chain is both
-    coroutines (not the task's own alone), after ``main``'s, which gathers it."""
+    coroutines (not the task's own alone), after ``main``'s, which gathers it. ``crunch`` is
+    in ``burn()`` nearly all the time, and for an instant at its ``sleep(0)`` (CI once read it
+    there on 3.15)."""
     target = spawn.target("tasks_chains", python=interpreter(version))
     at = await_lines(TARGET)
-    expected = ";".join(
-        [
-            frame("main", at["main"]),
-            frame("cruncher", at["cruncher"]),
-            frame("crunch", at["crunching"]),
-            "[running]",
-        ]
-    )
+    expected = {
+        ";".join(
+            [
+                frame("main", at["main"]),
+                frame("cruncher", at["cruncher"]),
+                frame("crunch", at[line]),
+                "[running]",
+            ]
+        )
+        for line in ("crunching", "crunch")
+    }
     seen: list[str] = []
     for _ in range(TRIES):
         folded = snapshot(target.pid)["folded"]
@@ -55,7 +60,7 @@ def test_a_running_task_shows_the_coroutines_it_is_in(spawn: Spawner, version: s
         if running:
             break
     assert seen, "cruncher was never seen running"
-    assert seen[0] == expected
+    assert seen[0] in expected, (seen[0], expected)
 
 
 @pytest.mark.parametrize("version", SCANNED)
