@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 
 use super::{Counts, TaskScanner};
 use crate::readers::Readers;
-use crate::runner::MAX_SLEEP;
 use crate::windows::{Stats, Window};
 
 /// How long a scanner that could not be made waits before the next try.
@@ -99,6 +98,7 @@ impl Drop for TaskTicks {
     fn drop(&mut self) {
         if let Some((stop, handle)) = self.thread.take() {
             stop.store(true, Ordering::Relaxed);
+            handle.thread().unpark();
             let _ = handle.join();
         }
     }
@@ -120,14 +120,16 @@ fn within(stratum: Instant, period: Duration, random: &mut fastrand::Rng) -> Ins
 
 impl Scans {
     /// Scans until stopped: one at a random instant of each period, put off to keep the
-    /// budget, each folded and handed to the runner.
+    /// budget, each folded and handed to the runner. Between scans the thread is parked.
     fn run(mut self) {
         let mut stratum = Instant::now();
         let mut next = within(stratum, self.period, &mut self.random);
         while !self.stop.load(Ordering::Relaxed) {
             let now = Instant::now();
             if now < next {
-                std::thread::sleep((next - now).min(MAX_SLEEP));
+                // one wakeup per scan (on a virtual machine each costs tens of µs of CPU):
+                // parked until the scan is due, or until stopped (`TaskTicks::drop` unparks)
+                std::thread::park_timeout(next - now);
                 continue;
             }
             stratum += self.period;
