@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use anyhow::{bail, Result};
 
-use crate::memory::{read, read_upto, u32_at, usize_at};
+use crate::memory::{read, read_upto, u32_at, usize_at, Batch};
 use crate::walker::objects::string;
 use crate::walker::Layout;
 use rustc_hash::FxBuildHasher as FxBuild;
@@ -347,39 +347,65 @@ pub fn dict_get(
 /// `PySetObject`: its mask and table, the same in every version read.
 const SET_MASK: usize = 32;
 const SET_TABLE: usize = 40;
+/// The bytes of a set's header read: through its table pointer.
+const SET_HEAD: usize = 48;
 
-/// The members of the set at `set`: its live slots (a removed member's slot keeps a dummy key
-/// with the hash -1, which no object's hash is).
-pub fn set_members(pid: i32, types: &mut Types, set: usize, limit: usize) -> Result<Vec<usize>> {
-    Ok(set_entries(pid, types, set, limit)?
-        .into_iter()
-        .map(|(key, _)| key)
-        .collect())
-}
+/// A set's table as the last read found it: (set, table, slots).
+pub type SetTable = (usize, usize, usize);
 
-/// The members of the set at `set` with the hash each was stored under.
-pub fn set_entries(
+/// The members of each of the sets at `sets` with the hash each was stored under (a removed
+/// member's slot keeps a dummy key with the hash -1, which no object's hash is). Each set's
+/// header and its table where `tables` says the last read found it are read in one call: a
+/// set moves its table only as it grows or shrinks, and a table that moved is read again on
+/// its own. `tables` is left as this read found them.
+pub fn sets_entries(
     pid: i32,
     types: &mut Types,
-    set: usize,
+    sets: &[usize],
+    tables: &mut Vec<SetTable>,
     limit: usize,
-) -> Result<Vec<(usize, usize)>> {
-    let mut head = [0u8; 48];
-    read(pid, set, &mut head)?;
-    types.expect(pid, set, Some(&head), Kind::Set)?;
-    let slots = usize_at(&head, SET_MASK).wrapping_add(1);
-    let table = usize_at(&head, SET_TABLE);
-    if !slots.is_power_of_two() || slots > MAX_SET_SLOTS || table == 0 {
-        bail!("a set of {slots} slots: a torn read");
+) -> Result<Vec<Vec<(usize, usize)>>> {
+    tables.retain(|t| sets.contains(&t.0));
+    let before = tables.clone();
+    let last = |set: usize| before.iter().find(|t| t.0 == set).copied();
+    let mut pieces: Vec<(usize, usize)> = Vec::with_capacity(sets.len() * 2);
+    for &set in sets {
+        pieces.push((set, SET_HEAD));
+        if let Some((_, table, slots)) = last(set) {
+            pieces.push((table, slots * 16));
+        }
     }
-    let mut raw = vec![0u8; slots * 16];
-    read(pid, table, &mut raw)?;
-    let mut out: Vec<(usize, usize)> = raw
-        .chunks_exact(16)
-        .map(|slot| (usize_at(slot, 0), usize_at(slot, 8)))
-        .filter(|&(key, hash)| hash as i64 != -1 && key != 0 && key.is_multiple_of(8))
-        .collect();
-    out.truncate(limit);
+    let batch = Batch::read(pid, &pieces);
+    let mut out = Vec::with_capacity(sets.len());
+    for &set in sets {
+        let Some(head) = batch.get(set, SET_HEAD) else {
+            bail!("cannot read the set at {set:#x}");
+        };
+        types.expect(pid, set, Some(head), Kind::Set)?;
+        let slots = usize_at(head, SET_MASK).wrapping_add(1);
+        let table = usize_at(head, SET_TABLE);
+        if !slots.is_power_of_two() || slots > MAX_SET_SLOTS || table == 0 {
+            bail!("a set of {slots} slots: a torn read");
+        }
+        let mut fresh = Vec::new();
+        let raw = match batch.get(table, slots * 16) {
+            Some(raw) if last(set) == Some((set, table, slots)) => raw,
+            _ => {
+                fresh.resize(slots * 16, 0);
+                read(pid, table, &mut fresh)?;
+                tables.retain(|t| t.0 != set);
+                tables.push((set, table, slots));
+                &fresh[..]
+            }
+        };
+        let mut entries: Vec<(usize, usize)> = raw
+            .chunks_exact(16)
+            .map(|slot| (usize_at(slot, 0), usize_at(slot, 8)))
+            .filter(|&(key, hash)| hash as i64 != -1 && key != 0 && key.is_multiple_of(8))
+            .collect();
+        entries.truncate(limit);
+        out.push(entries);
+    }
     Ok(out)
 }
 
@@ -414,5 +440,75 @@ pub fn task_name(pid: i32, layout: &Layout, types: &mut Types, name: usize) -> R
             Ok(format!("Task-{value}"))
         }
         other => bail!("a task name that is a {other:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::MemoryReads;
+
+    /// A type object of this process laid out as CPython's, named `name` (NUL-terminated).
+    fn type_object(name: &'static [u8]) -> Box<[u8; TYPE_READ]> {
+        let mut raw = Box::new([0u8; TYPE_READ]);
+        raw[TP_NAME..TP_NAME + 8].copy_from_slice(&(name.as_ptr() as usize).to_le_bytes());
+        raw
+    }
+
+    /// A set's header: its type, mask and table.
+    fn set_head(ty: usize, slots: usize, table: usize) -> Box<[u8; SET_HEAD]> {
+        let mut raw = Box::new([0u8; SET_HEAD]);
+        raw[8..16].copy_from_slice(&ty.to_le_bytes());
+        raw[SET_MASK..SET_MASK + 8].copy_from_slice(&(slots - 1).to_le_bytes());
+        raw[SET_TABLE..SET_TABLE + 8].copy_from_slice(&table.to_le_bytes());
+        raw
+    }
+
+    /// A table of `slots` entries holding `members` (key, hash) from slot 0 on.
+    fn table(slots: usize, members: &[(usize, usize)]) -> Vec<u8> {
+        let mut raw = vec![0u8; slots * 16];
+        for (i, &(key, hash)) in members.iter().enumerate() {
+            raw[i * 16..i * 16 + 8].copy_from_slice(&key.to_le_bytes());
+            raw[i * 16 + 8..i * 16 + 16].copy_from_slice(&hash.to_le_bytes());
+        }
+        raw
+    }
+
+    fn calls() -> u64 {
+        MemoryReads::of_this_thread().calls
+    }
+
+    #[test]
+    fn a_set_whose_table_stands_is_read_with_its_header_in_one_call() {
+        let pid = std::process::id() as i32;
+        let ty = type_object(b"set\0");
+        let mut types = Types::default();
+        let mut tables = Vec::new();
+        // a member, a removed one (hash -1) and an empty slot
+        let mut first = table(8, &[(0x1000, 1), (0x2000, usize::MAX)]);
+        let mut head = set_head(ty.as_ptr() as usize, 8, first.as_ptr() as usize);
+        let set = head.as_ptr() as usize;
+        let read = sets_entries(pid, &mut types, &[set], &mut tables, 100).expect("reads");
+        assert_eq!(read, vec![vec![(0x1000, 1)]]);
+        assert_eq!(tables, vec![(set, first.as_ptr() as usize, 8)]);
+        // the same table, changed: read with the header, in one call
+        first[16..32].copy_from_slice(&table(1, &[(0x3000, 3)]));
+        std::hint::black_box(&first);
+        let before = calls();
+        let read = sets_entries(pid, &mut types, &[set], &mut tables, 100).expect("reads");
+        assert_eq!(calls() - before, 1);
+        assert_eq!(read, vec![vec![(0x1000, 1), (0x3000, 3)]]);
+        // grown into a new table: that one is read, and kept for the next read
+        let second = table(16, &[(0x4000, 4)]);
+        head[SET_TABLE..SET_TABLE + 8].copy_from_slice(&(second.as_ptr() as usize).to_le_bytes());
+        head[SET_MASK..SET_MASK + 8].copy_from_slice(&15usize.to_le_bytes());
+        std::hint::black_box(&head);
+        let read = sets_entries(pid, &mut types, &[set], &mut tables, 100).expect("reads");
+        assert_eq!(read, vec![vec![(0x4000, 4)]]);
+        assert_eq!(tables, vec![(set, second.as_ptr() as usize, 16)]);
+        // a mask that is no power of two less one: torn
+        head[SET_MASK..SET_MASK + 8].copy_from_slice(&14usize.to_le_bytes());
+        std::hint::black_box(&head);
+        assert!(sets_entries(pid, &mut types, &[set], &mut tables, 100).is_err());
     }
 }

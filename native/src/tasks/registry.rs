@@ -8,7 +8,7 @@ use anyhow::{anyhow, bail, Context, Result};
 
 use super::chain::MERGE_GAP;
 use super::layout::{Registry, ASYNCIO_DEBUG_WORDS};
-use super::objects::{dict_get, hashed_address, set_entries, set_members, Kind, TypeInfo, Types};
+use super::objects::{dict_get, hashed_address, sets_entries, Kind, SetTable, TypeInfo, Types};
 use super::Target;
 use crate::memory::{read, read_pieces, usize_at, Batch};
 use crate::walker::Layout;
@@ -29,6 +29,8 @@ pub struct Sets {
     /// hashes in the sets' tables and the references are not read. A scan whose reads of
     /// the tasks tore reads the references again (`distrust_hashes`).
     hashed: bool,
+    /// Where the last read found each set's table.
+    tables: Vec<SetTable>,
 }
 
 impl Sets {
@@ -85,12 +87,14 @@ pub fn set_tasks(
 ) -> Result<(Vec<usize>, u64)> {
     let mut out = Vec::new();
     let mut torn = 0;
-    for &set in &sets.strong {
-        out.extend(set_members(pid, types, set, limit)?);
+    // every set's header and table in one read: the strong sets, then the weak ones' data
+    let all: Vec<usize> = sets.strong.iter().chain(&sets.weak).copied().collect();
+    let mut entries = sets_entries(pid, types, &all, &mut sets.tables, limit)?.into_iter();
+    for members in entries.by_ref().take(sets.strong.len()) {
+        out.extend(members.into_iter().map(|(key, _)| key));
     }
     let mut agree = true;
-    for &data in &sets.weak {
-        let refs = set_entries(pid, types, data, limit)?;
+    for refs in entries {
         if sets.hashed {
             out.extend(refs.iter().map(|&(_, hash)| hashed_address(hash)));
             continue;
