@@ -4,14 +4,16 @@
 //! another process's memory after a sleep) costs more than the read itself. Sessions on the
 //! clock tick on a common schedule, aligned to the clock's start, so one wakeup serves every
 //! target due at that instant; they are ticked one after another, each against its own
-//! deadline (lateness counts as for a session on its own thread). A target whose ticks keep
-//! taking longer than a quarter period (hundreds of threads, say) would make every other
-//! target late: it is moved to a thread of its own.
+//! deadline (lateness counts as for a session on its own thread), and one poll of their pidfds
+//! after the reads tells which targets still run (a read is kept only if it was of the
+//! target). A target whose ticks keep taking longer than a quarter period (hundreds of
+//! threads, say) would make every other target late: it is moved to a thread of its own.
 
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
+use crate::procfs::same_processes;
 use crate::runner::{precise_sleeps, run_alone, Runner, MAX_SLEEP};
 
 static CLOCK: OnceLock<Mutex<Sender<Box<Runner>>>> = OnceLock::new();
@@ -101,21 +103,43 @@ fn tick_all(arrivals: Receiver<Box<Runner>>) {
         while let Ok(runner) = arrivals.try_recv() {
             join(&mut runners, runner);
         }
-        runners.retain_mut(|slot| {
+        // The runners due read one after another; then one poll tells which targets still
+        // run (a read is kept only if its target still runs after it); then each counts its
+        // sample. A runner's tick is its read and its count.
+        let mut reads = Vec::new();
+        for (i, slot) in runners.iter_mut().enumerate() {
             let began = Instant::now();
             if slot.runner.next > began {
-                return true;
+                continue;
             }
-            if !slot.runner.tick() {
-                return false;
+            let read = slot.runner.read();
+            reads.push((i, read, began.elapsed()));
+        }
+        let alive = {
+            let all: Vec<_> = reads
+                .iter()
+                .map(|r| runners[r.0].runner.liveness())
+                .collect();
+            same_processes(&all)
+        };
+        let mut gone = Vec::new();
+        for ((i, read, spent), same) in reads.into_iter().zip(alive) {
+            let began = Instant::now();
+            let slot = &mut runners[i];
+            if !slot.runner.count(read, same) {
+                gone.push(i);
+                continue;
             }
-            if began.elapsed() > slot.runner.period() / 4 {
+            if spent + began.elapsed() > slot.runner.period() / 4 {
                 slot.overruns += 1;
             } else {
                 slot.overruns = 0;
             }
-            true
-        });
+        }
+        // dropping a runner ends its session
+        for i in gone.into_iter().rev() {
+            runners.remove(i);
+        }
         while let Some(index) = runners.iter().position(|slot| slot.overruns >= OVERRUNS) {
             let slot = runners.swap_remove(index);
             slot.runner.note_clock(

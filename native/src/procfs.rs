@@ -64,6 +64,31 @@ impl Liveness {
     }
 }
 
+/// `Liveness::same_process` of several targets, their pidfds polled in one system call (the
+/// shared clock reads its targets one after another, then asks once whether they still run).
+pub(crate) fn same_processes(all: &[&Liveness]) -> Vec<bool> {
+    use std::os::fd::AsRawFd;
+    let mut polls: Vec<libc::pollfd> = all
+        .iter()
+        .filter_map(|l| l.pidfd.as_ref())
+        .map(|fd| libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    // SAFETY: `polls` holds valid pollfds for the length given; zero timeout.
+    let ready = unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, 0) };
+    let mut polled = polls.iter();
+    all.iter()
+        .map(|l| match (&l.pidfd, ready) {
+            // readable once the process has exited
+            (Some(_), 0..) => polled.next().is_some_and(|p| p.revents == 0),
+            _ => l.same_process(),
+        })
+        .collect()
+}
+
 /// The run state (on CPU or not) of a target's threads, through /proc stat files kept open:
 /// one read per thread and sample instead of an open, a read and a close.
 pub(crate) struct ThreadStates {
@@ -119,4 +144,28 @@ pub(crate) fn process_alive(pid: i32, started: u64) -> bool {
         .and_then(|i| stat.get(i + 2..i + 3))
         .unwrap_or("X");
     !matches!(state, "Z" | "X" | "x")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_poll_tells_which_of_several_targets_still_run() {
+        let open = |pid: u32| {
+            let pid = pid as i32;
+            Liveness::open(pid, start_time(pid).expect("a start time"))
+        };
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .expect("sleep starts");
+        let (me, other) = (open(std::process::id()), open(child.id()));
+        assert!(other.pidfd.is_some(), "this kernel gives pidfds");
+        assert_eq!(same_processes(&[&me, &other, &me]), [true, true, true]);
+        child.kill().expect("killed");
+        child.wait().expect("reaped");
+        assert_eq!(same_processes(&[&me, &other, &me]), [true, false, true]);
+        assert_eq!(same_processes(&[]), Vec::<bool>::new());
+    }
 }

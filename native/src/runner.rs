@@ -110,6 +110,21 @@ pub(crate) fn precise_sleeps() {
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1, 0, 0, 0) };
 }
 
+/// A tick's sample as read, before it is counted (`Runner::read`, `Runner::count`).
+pub(crate) struct Read {
+    result: anyhow::Result<Vec<Trace>>,
+    /// How long the threads were stopped (blocking mode).
+    pause: Option<f64>,
+    /// Seconds the read took, and when it ended (unix time).
+    read: f64,
+    wall: f64,
+    /// How late the tick began (seconds), the ticks skipped before it, and the torn reads
+    /// read again.
+    lag: f64,
+    missed: u64,
+    retried: u64,
+}
+
 /// One target's sampling between ticks: its readers, schedule and the windows it fills. A
 /// runner ticks on its own thread (`run_alone`) or beside others on the shared clock
 /// (`crate::clock`). Dropping it ends the session: the window in progress is flushed, and
@@ -182,6 +197,20 @@ impl Runner {
     /// One tick, due now: reads, folds and counts a sample, and the task scans done since the
     /// last. False once the target is gone.
     pub(crate) fn tick(&mut self) -> bool {
+        let read = self.read();
+        let same = self.liveness.same_process();
+        self.count(read, same)
+    }
+
+    /// What the target's liveness is told by (`crate::procfs::same_processes`, which the
+    /// shared clock asks once for all the targets it read in a tick).
+    pub(crate) fn liveness(&self) -> &Liveness {
+        &self.liveness
+    }
+
+    /// The first half of a tick, due now: reads a sample, to be counted by `count` once the
+    /// target is known to still run.
+    pub(crate) fn read(&mut self) -> Read {
         let options = &self.options;
         let period_s = self.period.as_secs_f64();
         let now = Instant::now();
@@ -216,12 +245,37 @@ impl Runner {
                 (result, None)
             }
         };
-        let read = read_start.elapsed().as_secs_f64();
-        let wall = unix_now();
+        Read {
+            result,
+            pause,
+            read: read_start.elapsed().as_secs_f64(),
+            wall: unix_now(),
+            lag,
+            missed,
+            retried,
+        }
+    }
+
+    /// The second half of a tick: counts the sample `read` into the window, with the task
+    /// scans done since the last, given whether the target was found to still run after it
+    /// (`same_process`). False once the target is gone.
+    pub(crate) fn count(&mut self, read: Read, same_process: bool) -> bool {
+        let options = &self.options;
+        let period_s = self.period.as_secs_f64();
+        let readers = &mut self.readers;
+        let Read {
+            result,
+            pause,
+            read,
+            wall,
+            lag,
+            missed,
+            retried,
+        } = read;
         // A read without error proves nothing about whom it read: a new process on the same
         // PID (another start time) reads fine, even at the same addresses without ASLR. So
         // every read is checked, and a read of another process is never kept.
-        if !self.liveness.same_process() && start_time(options.pid) != Some(self.started) {
+        if !same_process && start_time(options.pid) != Some(self.started) {
             let mut state = self.shared.lock().unwrap_or_else(|e| e.into_inner());
             state.end = End::Exited;
             return false;
