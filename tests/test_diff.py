@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import random
 import re
 import threading
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -322,24 +324,46 @@ def test_cli_missing_file_exits_1(tmp_path: Path) -> None:
 # --- a real target, with its handler made 3x slower ------------------------------------------
 
 
-def _paced_requests(url: str, period: float, seconds: float) -> threading.Thread:
-    """Requests at a fixed rate (one every `period` s) for a bounded time, in the background."""
+class _Pacer:
+    """Requests about one every `period` s in the background, until stopped.
 
-    def run() -> None:
+    The gaps are drawn at random between half and one and a half periods. At an exact period of
+    0.1 s the requests keep one phase against the sampler's 10 ms ticks, so a 5 ms handler is
+    seen in every sample tick or in none, and its share reads double or nothing (seen: 0.05 and
+    0.10 for the same load). The load lasts until the recording beside it has returned, however
+    long the recorder takes to start; `limit` bounds the loop if a test never stops it.
+    """
+
+    def __init__(self, url: str, period: float, limit: float = 60.0, seed: int = 1) -> None:
+        self.url, self.period, self.limit = url, period, limit
+        self.random = random.Random(seed)
+        self.stop = threading.Event()
+        self.done = 0
+        self.errors: list[str] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
         start = time.monotonic()
-        for i in range(int(seconds / period)):
-            delay = start + i * period - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
+        due = start
+        while not self.stop.is_set() and time.monotonic() - start < self.limit:
+            due += self.period * self.random.uniform(0.5, 1.5)
+            delay = due - time.monotonic()
+            if delay > 0 and self.stop.wait(delay):
+                return
             try:
-                with urllib.request.urlopen(url, timeout=5) as response:
+                with urllib.request.urlopen(self.url, timeout=5) as response:
                     response.read()
-            except OSError:
+                self.done += 1
+            except OSError as error:
+                self.errors.append(repr(error))
                 return
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
+    def finish(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=30)
+        assert not self.thread.is_alive(), "the request loop did not stop"
+        assert not self.errors, self.errors
 
 
 def _callers(stacks: dict[str, int], function: str) -> set[str]:
@@ -356,16 +380,36 @@ def _callers(stacks: dict[str, int], function: str) -> set[str]:
 def test_real_target_handler_three_times_slower_tops_the_diff(
     spawn: Spawner, tmp_path: Path
 ) -> None:
-    target = spawn.target("aiohttp_app")
-    paths = {}
-    for name, repeat in (("before", 2000), ("after", 6000)):
-        pacer = _paced_requests(f"{target.url}/cpu?repeat={repeat}", 0.1, 6.0)
-        time.sleep(0.5)
-        out = tmp_path / f"{name}.svg"
-        result = sidecar("record", "--pid", str(target.pid), "--duration", "4", "-o", str(out))
+    # "Before" and "after" are two targets of the same app recorded side by side, at the same
+    # time: whatever else loads the machine then slows both alike, where two legs one after the
+    # other could meet it in one leg only (CI once saw the before leg's handler take twice its
+    # usual share, and the ratio of the shares fall to 1.6).
+    legs = {"before": 2000, "after": 6000}
+    targets = {name: spawn.target("aiohttp_app") for name in legs}
+    paths = {name: tmp_path / f"{name}.svg" for name in legs}
+    pacers = [
+        _Pacer(f"{targets[name].url}/cpu?repeat={repeat}", 0.1) for name, repeat in legs.items()
+    ]
+    time.sleep(0.5)
+    with ThreadPoolExecutor(len(legs)) as pool:
+        records = [
+            pool.submit(
+                sidecar,
+                "record",
+                "--pid",
+                str(targets[name].pid),
+                "--duration",
+                "4",
+                "-o",
+                str(paths[name]),
+            )
+            for name in legs
+        ]
+        results = [record.result() for record in records]
+    for pacer in pacers:
+        pacer.finish()
+    for result in results:
         assert result.returncode == 0, result.stderr
-        pacer.join(timeout=30)
-        paths[name] = out
     result = sidecar(
         "diff", str(paths["before"]), str(paths["after"]), "-o", str(tmp_path / "d.svg")
     )
