@@ -7,6 +7,7 @@ The interpreters come from tests/pythons.py; the targets use the standard librar
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 from pathlib import Path
@@ -225,3 +226,74 @@ def test_a_busy_target_reads_as_pyspy_reads_it(spawn: Spawner, version: str) -> 
     hot = [stack for stack, count in ours.items() if count >= 0.05 * total]
     assert hot and all(stack in theirs for stack in hot), (hot, sorted(theirs))
     assert any("churn (targets/threads.py:" in stack for stack in hot)
+
+
+def _generated_frames(stack: str) -> list[tuple[int, int, str]]:
+    """(number, level, where) of each generated function in a folded stack, root first."""
+    return [
+        (int(number), int(level), where)
+        for number, level, where in re.findall(r"(?:^|;)gen_(\d+)_(\d+) \(([^)]*)\)", stack)
+    ]
+
+
+WALKED = [v for v in VERSIONS if _version_tuple(v) >= (3, 11)]
+
+
+@pytest.mark.parametrize("version", WALKED)
+def test_code_objects_freed_and_made_again_are_never_named_wrong(
+    spawn: Spawner, version: str
+) -> None:
+    """A thread compiles a fresh chain of six functions every 3 ms and lets the last one go, so
+    new code objects keep taking the memory of freed ones. Every chain is numbered in a row
+    (``gen_N+5_5`` calls ... ``gen_N_0``, in ``mod_K.py``): a stack that mixes numbers of two
+    chains, or shows a name where a file should be, would name a code object after one that
+    lay at its address before, or after strings freed while it was read. None does, whether
+    the walker checks each code's header (3.11-3.13) or trusts the ones the interpreter has
+    freed none of since (3.14+: its count of code objects freed moves all the time here)."""
+    target = spawn.target("generated", "--threads", "1", python=interpreter(version))
+    with _native.Sampler(target.pid, rate_hz=RATE_HZ) as sampler:
+        time.sleep(SECONDS)
+        stats = sampler.stats()
+        windows = sampler.drain(flush=True)
+    assert stats["reader"].startswith("walker"), stats["reader"]
+    chains = 0
+    for (_name, stack), _count in stack_counts(windows).items():
+        frames = _generated_frames(stack)
+        if not frames:
+            continue
+        chains += 1
+        # from the outermost (level 5) down, each in its file at line 2; a chain caught while
+        # it calls in is shorter
+        (first, top, _), *_ = frames
+        base = first - top
+        right = [(base + level, level, f"mod_{(base + level) // 100}.py:2") for level in range(6)]
+        assert top == 5 and frames == right[::-1][: len(frames)], stack
+    assert chains >= 50, chains
+
+
+@pytest.mark.parametrize("version", WALKED)
+def test_code_headers_are_read_while_code_objects_may_have_been_freed(
+    spawn: Spawner, version: str
+) -> None:
+    """On a target whose code objects stay (a ~30-frame event loop), 3.14+ walkers read no
+    code object's header once the interpreter's count of code objects freed has stood for a
+    sample: a few pieces a sample (the thread state, its current frame, the top of its data
+    stack, the count) instead of one more a code object. 3.11-3.13 have no such count and
+    check each code object's header every sample."""
+    target = spawn.target("deep", python=interpreter(version))
+    with _native.Sampler(target.pid, rate_hz=RATE_HZ) as sampler:
+        time.sleep(0.5)
+        before = sampler.stats()
+        time.sleep(SECONDS)
+        after = sampler.stats()
+    assert after["reader"].startswith("walker"), after["reader"]
+    # pieces per sample over the two seconds, from the running means at both ends
+    samples = after["samples"] + after["errors"] - before["samples"] - before["errors"]
+    pieces = (
+        after["read_pieces"] * (after["samples"] + after["errors"])
+        - before["read_pieces"] * (before["samples"] + before["errors"])
+    ) / samples
+    if _version_tuple(version) >= (3, 14):
+        assert pieces < 15, pieces
+    else:
+        assert pieces > 20, pieces

@@ -376,6 +376,7 @@ impl TaskScanner {
             let Ok(loaded) = Code::load(
                 self.target.pid,
                 &self.target.layout,
+                code,
                 header,
                 self.serial,
                 &mut self.files,

@@ -58,6 +58,7 @@ impl Layout {
             source: "_Py_DebugOffsets",
             interp_threads_head: word(row.threads_head),
             interp_modules: word(row.imports_modules),
+            interp_code_generation: row.code_generation.map(word),
             tstate_next: word(row.tstate_next),
             tstate_frame: word(row.tstate_current_frame),
             cframe_current: None,
@@ -102,6 +103,9 @@ impl Layout {
             && layout.code_adaptive <= code_size
             && layout.interp_threads_head < MAX_STRUCT
             && layout.interp_modules < MAX_STRUCT
+            && layout
+                .interp_code_generation
+                .is_none_or(|at| at < MAX_STRUCT && at % 8 == 0)
             && (32..=64).contains(&ascii)
             && layout.str_state < ascii
             && layout.str_length < ascii
@@ -137,6 +141,8 @@ struct DebugRow {
     words: usize,
     threads_head: usize,
     imports_modules: usize,
+    /// `interpreter_state.code_object_generation` (3.14+).
+    code_generation: Option<usize>,
     tstate_size: usize,
     tstate_next: usize,
     tstate_current_frame: usize,
@@ -192,6 +198,7 @@ impl DebugRow {
                 words: 73,
                 threads_head: 9,
                 imports_modules: 11,
+                code_generation: None,
                 tstate_size: 19,
                 tstate_next: 21,
                 tstate_current_frame: 23,
@@ -222,6 +229,7 @@ impl DebugRow {
                 words: 95,
                 threads_head: 9,
                 imports_modules: 12,
+                code_generation: Some(20),
                 tstate_size: 22,
                 tstate_next: 24,
                 tstate_current_frame: 26,
@@ -252,6 +260,7 @@ impl DebugRow {
                 words: 111,
                 threads_head: 9,
                 imports_modules: 12,
+                code_generation: Some(20),
                 tstate_size: 22,
                 tstate_next: 24,
                 tstate_current_frame: 26,
@@ -336,6 +345,9 @@ mod tests {
         assert_eq!(l13.code_tags, 0);
         let l14 = Layout::parse_debug_offsets(&bytes(&DEBUG_314), 14).expect("3.14 parses");
         assert_eq!((l14.frame_owner, l14.code_adaptive), (Some(74), 208));
+        // the count of code objects freed, after the GIL's state (3.14+ only)
+        assert_eq!(l14.interp_code_generation, Some(7992));
+        assert_eq!(l13.interp_code_generation, None);
         assert_eq!(l14.code_tags, 7);
         let l15 = Layout::parse_debug_offsets(&bytes(&DEBUG_315), 15).expect("3.15 parses");
         assert_eq!(
@@ -347,6 +359,7 @@ mod tests {
             (256, 264)
         );
         assert_eq!(l15.interp_threads_head, 7336);
+        assert_eq!(l15.interp_code_generation, Some(7944));
         assert_eq!((l15.str_ascii_data, l15.str_compact_data), (40, 56));
         // a coroutine's frame state and frame, given from 3.14 on, agree with the rows
         assert_eq!((l14.gen.frame_state, l14.gen.iframe), (67, 72));
@@ -382,6 +395,9 @@ mod tests {
         let mut cookie = DEBUG_313;
         cookie[0] = 0;
         assert!(Layout::parse_debug_offsets(&bytes(&cookie), 13).is_err());
+        let mut odd = DEBUG_314;
+        odd[20] = 7993; // a count of code objects freed that is not a word of its own
+        assert!(Layout::parse_debug_offsets(&bytes(&odd), 14).is_err());
         let mut wild = DEBUG_313;
         wild[43] = 1 << 20; // co_code_adaptive
         assert!(Layout::parse_debug_offsets(&bytes(&wild), 13).is_err());

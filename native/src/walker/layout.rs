@@ -19,6 +19,9 @@ pub struct Layout {
     pub interp_threads_head: usize,
     /// The interpreter state's `sys.modules` (`modules`, 3.12+ `imports.modules`).
     pub interp_modules: usize,
+    /// The interpreter's count of code objects freed (`_code_object_generation`, 3.14+ through
+    /// `_Py_DebugOffsets`): while it stands, no cached code object's memory went to another.
+    pub interp_code_generation: Option<usize>,
     pub tstate_next: usize,
     /// The thread state's field that leads to the current frame: the frame's address itself
     /// (3.13+), or that of a `_PyCFrame` whose field at `cframe_current` holds it.
@@ -115,6 +118,7 @@ impl Layout {
                 source: "table",
                 interp_threads_head: 16,
                 interp_modules: 888,
+                interp_code_generation: None,
                 tstate_next: 8,
                 tstate_frame: 56,
                 cframe_current: Some(8),
@@ -153,6 +157,7 @@ impl Layout {
                 source: "table",
                 interp_threads_head: 72,
                 interp_modules: 944,
+                interp_code_generation: None,
                 tstate_next: 8,
                 tstate_frame: 56,
                 cframe_current: Some(0),

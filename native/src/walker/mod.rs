@@ -6,7 +6,8 @@
 //! line tables, formatted frames and folded stacks. Per sample, one batched read of what recent
 //! samples found (thread states, the top of each data stack, frames outside them, the headers
 //! of the cached code objects, checked every sample) usually holds the whole stack; anything
-//! new costs one more read. The run state is read for Python threads outside a known wait only,
+//! new costs one more read. From 3.14 the interpreter counts the code objects it frees, and
+//! while that count stands the cached ones are not checked: their headers are not read. The run state is read for Python threads outside a known wait only,
 //! through /proc files it keeps open.
 //!
 //! The pieces, by concern: `crate::memory` (reads and batches), `layout` (where each version keeps
@@ -62,8 +63,10 @@ struct Scratch {
     outside: Vec<usize>,
     /// A thread state the batch did not hold.
     tstate: Vec<u8>,
-    /// The sample's code objects (sorted), their headers, and those the batch lacked.
+    /// The sample's code objects (sorted), those whose headers it checks, their headers, and
+    /// those the batch lacked.
     codes: Vec<usize>,
+    checks: Vec<usize>,
     headers: Vec<u8>,
     missing: Vec<usize>,
     /// A stack's key in the cache of folded stacks.
@@ -115,6 +118,8 @@ pub struct Walker {
     state_reads: u64,
     /// The batch each sample refills.
     batch: Batch,
+    /// The interpreter's count of code objects freed, as the last sample read it (3.14+).
+    generation: Option<u64>,
     /// The last sample met a thread whose run state this sidecar cannot read (not a thread
     /// of the target as its /proc sees it: another PID namespace), counted as running.
     guessed: bool,
@@ -177,6 +182,7 @@ impl Walker {
             reads: MemoryReads::default(),
             state_reads: 0,
             batch: Batch::default(),
+            generation: None,
             guessed: false,
         })
     }
@@ -229,10 +235,13 @@ impl Walker {
         let pieces = &mut batch.pieces;
         pieces.clear();
         pieces.push(head);
-        // the code objects recent samples checked: they do not change while they are read
+        // The code objects recent samples checked: they do not change while they are read.
+        // From 3.14 those checked while the count of code objects freed stood where it stands
+        // now are not read: unless it moved, their headers are not needed (`check_codes`).
         pieces.extend(
             self.checked
                 .addresses()
+                .filter(|&c| needs_check(&self.codes, c, self.generation))
                 .map(|c| (c + layout.code_first, layout.code_size)),
         );
         // Each thread state, then what it points to, then frames outside the data stacks: the
@@ -253,8 +262,18 @@ impl Walker {
                 .addresses()
                 .map(|f| (f + layout.frame_first, layout.frame_size)),
         );
+        // The count of code objects freed comes last: read after every frame of the batch.
+        let generation_at = layout
+            .interp_code_generation
+            .map(|at| (self.interpreter + at, 8));
+        pieces.extend(generation_at);
         batch.fill(self.pid);
         let batch = &*batch;
+        let generation = generation_at
+            .and_then(|(at, len)| batch.get(at, len))
+            .map(|bytes| usize_at(bytes, 0) as u64);
+        let before = std::mem::replace(&mut self.generation, generation);
+        let calls = MemoryReads::of_this_thread().calls;
         let Some(first) = batch.get(head.0, 8) else {
             bail!("failed to read the interpreter's list of threads");
         };
@@ -302,7 +321,10 @@ impl Walker {
         }
         self.previous_stacks.clear();
 
-        self.check_codes(batch, scratch)?;
+        // Frames read after the count (outside the batch) may run code freed since: their
+        // sample checks every header.
+        let standing = generation.filter(|_| MemoryReads::of_this_thread().calls == calls);
+        self.check_codes(batch, scratch, standing, before)?;
         self.ahead_frames.seen(&scratch.outside, self.samples);
         let mut traces = Vec::with_capacity(scratch.threads.len());
         self.guessed = false;
@@ -344,7 +366,20 @@ impl Walker {
     /// Makes sure every code object of the sample's frames is cached and still the one
     /// cached: one batched read of all their headers, then a full read of the new or changed
     /// ones.
-    fn check_codes(&mut self, batch: &Batch, scratch: &mut Scratch) -> Result<()> {
+    ///
+    /// From 3.14 the interpreter counts the code objects it frees (`_code_object_generation`,
+    /// as CPython's own remote profiler uses it). `standing` is the count read after all of
+    /// this sample's frames, `before` one read before any of its reads. A code checked while
+    /// the count was what it still is now (`Code::checked` equal to `standing`) cannot have
+    /// been freed since, so its memory is still that code: its header is not needed. The
+    /// codes checked now are marked with `before`, which no free after it can equal.
+    fn check_codes(
+        &mut self,
+        batch: &Batch,
+        scratch: &mut Scratch,
+        standing: Option<u64>,
+        before: Option<u64>,
+    ) -> Result<()> {
         // Bounded by bytes; cleared before a sample, never halfway through one.
         if self.code_bytes.over(0) {
             self.codes.clear();
@@ -353,15 +388,22 @@ impl Walker {
         let (first, size) = (self.layout.code_first, self.layout.code_size);
         let Scratch {
             frames,
-            codes,
+            codes: all,
+            checks: codes,
             headers,
             missing,
             ..
         } = scratch;
+        all.clear();
+        all.extend(frames.iter().map(|&(code, _)| code));
+        all.sort_unstable();
+        all.dedup();
         codes.clear();
-        codes.extend(frames.iter().map(|&(code, _)| code));
-        codes.sort_unstable();
-        codes.dedup();
+        codes.extend(
+            all.iter()
+                .copied()
+                .filter(|&code| needs_check(&self.codes, code, standing)),
+        );
         headers.clear();
         headers.resize(codes.len() * size, 0);
         missing.clear();
@@ -384,14 +426,24 @@ impl Walker {
         }
         for (i, &address) in codes.iter().enumerate() {
             let header = &headers[i * size..(i + 1) * size];
-            let same = self
-                .codes
-                .get(&address)
-                .is_some_and(|code| code.header[..] == *header);
+            let same = match self.codes.get_mut(&address) {
+                Some(code) if code.header[..] == *header => {
+                    code.checked = before;
+                    true
+                }
+                _ => false,
+            };
             if !same {
                 self.serial += 1;
-                let code =
-                    Code::load(self.pid, &self.layout, header, self.serial, &mut self.files)?;
+                let mut code = Code::load(
+                    self.pid,
+                    &self.layout,
+                    address,
+                    header,
+                    self.serial,
+                    &mut self.files,
+                )?;
+                code.checked = before;
                 if let Some(old) = self.codes.remove(&address) {
                     self.code_bytes.sub(old.cost());
                 }
@@ -399,7 +451,7 @@ impl Walker {
                 self.codes.insert(address, code);
             }
         }
-        self.checked.seen(codes, self.samples);
+        self.checked.seen(all, self.samples);
         Ok(())
     }
 
@@ -445,6 +497,19 @@ impl Walker {
         self.stacks.insert(key.clone(), stack.clone());
         Some(stack)
     }
+}
+
+/// Whether the header of the code object at `address` is read to check it: not when it was
+/// checked while the count of code objects freed stood at `standing` (3.14+), where it stands.
+fn needs_check(
+    codes: &HashMap<usize, Code, FxBuildHasher>,
+    address: usize,
+    standing: Option<u64>,
+) -> bool {
+    standing.is_none()
+        || codes
+            .get(&address)
+            .is_none_or(|code| code.checked != standing)
 }
 
 /// The layout of the CPython 3.11–3.15 process `spy` attached to: from the table, or from the

@@ -21,6 +21,9 @@ pub struct Code {
     pub serial: u64,
     /// The fields checked every sample (`Layout::code_first`, `code_size`).
     pub header: Vec<u8>,
+    /// The interpreter's count of code objects freed when the header was last checked (read
+    /// before it), from 3.14: while the count stands there, the code is still this one.
+    pub checked: Option<u64>,
     name: String,
     /// The filename as shown: shortened to its package path like py-spy does.
     shown: String,
@@ -34,14 +37,23 @@ pub struct Code {
 }
 
 impl Code {
-    /// Reads the code object whose checked fields are `header`.
+    /// Reads the code object at `address` whose checked fields are `header`.
+    ///
+    /// Its names and line table are objects of their own, read after the header: were the
+    /// code freed meanwhile, they could be freed too and their memory hold another's name (a
+    /// thread that compiles and drops functions all the time showed `gen_761_5 (gen_762_0:3)`,
+    /// the next function's name read as this one's file). So the object is read again after
+    /// them and must still be this code, alive: the same header, the same type, a plausible
+    /// reference count (`object_head`).
     pub fn load(
         pid: i32,
         layout: &Layout,
+        address: usize,
         header: &[u8],
         serial: u64,
         files: &mut ShortFiles,
     ) -> Result<Code> {
+        let head = object_head(pid, address, None)?;
         let field = |offset: usize| usize_at(header, offset - layout.code_first);
         let file = string(pid, layout, field(layout.code_filename))?;
         let name = match string(pid, layout, field(layout.code_qualname)) {
@@ -49,10 +61,17 @@ impl Code {
             Err(_) => string(pid, layout, field(layout.code_name))?,
         };
         let table = bytes(pid, layout, field(layout.code_linetable))?;
+        let mut again = vec![0u8; header.len()];
+        read(pid, address + layout.code_first, &mut again)?;
+        object_head(pid, address, Some(head))?;
+        if again != header {
+            bail!("a code object that changed while it was read: a torn read");
+        }
         let first_line = u32_at(header, layout.code_firstlineno - layout.code_first) as i32;
         Ok(Code {
             serial,
             header: header.to_vec(),
+            checked: None,
             waits: is_wait(&name, &file),
             hidden: file.is_empty() || file == "<shim>",
             shown: files.short(&file),
@@ -80,6 +99,26 @@ impl Code {
     pub fn cost(&self) -> usize {
         self.name.len() + self.shown.len() + self.table.len() + self.header.len() + 256
     }
+}
+
+/// The reference count and type of the live object at `address` (with `same`, also the type
+/// read before). Freed memory fails: the allocators write their links over the first word
+/// (pymalloc an address or 0, glibc a pointer it mangles, its cache of freed blocks a random
+/// key over the second too), so the count is 0 or an address, or the type no address. (A
+/// count of 2**48 or more is 3.14's static objects: their flags are the word's top bits.)
+fn object_head(pid: i32, address: usize, same: Option<usize>) -> Result<usize> {
+    let mut head = [0u8; 16];
+    read(pid, address, &mut head)?;
+    let (count, kind) = (usize_at(&head, 0), usize_at(&head, 8));
+    let plausible = count != 0
+        && !(1 << 40..1 << 48).contains(&count)
+        && kind % 8 == 0
+        && (1 << 16..1 << 47).contains(&kind)
+        && same.is_none_or(|same| same == kind);
+    if !plausible {
+        bail!("a code object freed while it was read: a torn read");
+    }
+    Ok(kind)
 }
 
 /// A `str` object's text: compact strings of 1, 2 or 4 bytes a character.
@@ -271,5 +310,30 @@ mod tests {
         assert_eq!(line_number(&table, 10, 6), 9);
         // before the first instruction: the first entry's line
         assert_eq!(line_number(&table, 10, -2), 10);
+    }
+
+    #[test]
+    fn an_object_read_after_it_was_freed_is_refused() {
+        // an object's first two words in this process's memory: a count and a type
+        let pid = std::process::id() as i32;
+        let kind = 0x55d0_0040_1000usize;
+        let mut object = Box::new([3usize, kind]);
+        let at = object.as_ptr() as usize;
+        assert_eq!(object_head(pid, at, None).unwrap(), kind);
+        assert_eq!(object_head(pid, at, Some(kind)).unwrap(), kind);
+        // 3.14's static objects carry flags in the count's top bits
+        object[0] = (3 << 30) | (1 << 50);
+        assert!(object_head(pid, at, Some(kind)).is_ok());
+        // freed: pymalloc's link to the next free block, or none; glibc's mangled link with
+        // the key of its cache of freed blocks over the type; another type than before
+        for freed in [
+            [0x7f3a_2c01_8e40, kind],
+            [0, kind],
+            [0x0005_5d00_0401, 0x9e1b_7c3f_22a4_5d10],
+            [3, kind + 64],
+        ] {
+            *object = freed;
+            assert!(object_head(pid, at, Some(kind)).is_err(), "{freed:x?}");
+        }
     }
 }
