@@ -68,10 +68,13 @@ def native_floor(
     rt: int | None,
     shape: tuple[int, int] | None = None,
     also: tuple[int, ...] = (),
+    replay: tuple[Path, int] | None = None,
 ) -> dict[str, Any]:
     """The native floor program's figures for ``pid`` (each of its parts ``seconds``); with
     ``shape`` (pieces, bytes), also those of a read of that shape per tick, of ``pid`` and then
-    of each of ``also`` (one wakeup for all, as a shared clock)."""
+    of each of ``also`` (one wakeup for all, as a shared clock); with ``replay`` (a file of
+    recorded reads, and the ticks they were made in; it needs ``shape``), also those of
+    replaying them, each tick its share."""
     subprocess.run(
         ["cargo", "build", "--release", "--quiet", "--example", "floor"],
         cwd=NATIVE,
@@ -80,6 +83,7 @@ def native_floor(
     binary = NATIVE / "target" / "release" / "examples" / "floor"
     argv = [str(binary), ",".join(str(p) for p in (pid, *also)), f"{rate:g}", f"{seconds:g}"]
     argv += [str(n) for n in shape] if shape else []
+    argv += [str(replay[0]), str(replay[1])] if shape and replay else []
     child = procs.start(argv, rt=rt)
     code = child.popen.wait(4 * seconds + 30)
     procs.children.remove(child)

@@ -9,11 +9,14 @@ read from /proc. Per version the median round counts, set against 3.11's walker.
 
 Then four 3.11 targets on the shared clock (how ``serve`` samples: one wakeup per tick for all),
 in rounds each followed at once by the machine's floor on the same targets
-(``native/examples/floor.rs``): a native thread that only wakes at 100 Hz, and the same with a
-read of each target per wakeup, of the shape the round's walker read (its pieces and bytes per
-sample), one after another. sidecar's own work
-is the CPU per sample above that floor: a wakeup and a read of each target, over the targets.
-The round with the median own work counts.
+(``native/examples/floor.rs``): a native thread that only wakes at 100 Hz, and the same with, per
+wakeup, the very reads the round's samplers made (recorded for a second after the measured
+time, ``_native.record_reads``, and replayed in order, their share each tick). sidecar's own
+work is the CPU per sample above that floor: everything but waking up and the kernel's copying
+of the memory it read. The floor of the earlier reports, a read of each target of the same
+shape (pieces and bytes per sample) laid out in the target's heap, is measured and shown too:
+the kernel's part of a read depends on where the pieces lie (pages, mappings), so it charged
+the real reads' extra kernel time to sidecar. The round with the median own work counts.
 
     python -m benchmarks.versions [--rounds 3] [--seconds 6]
 
@@ -50,6 +53,8 @@ WITHIN = 1.25
 OWN_WORK_US = 8.0
 #: Targets on the shared clock.
 SHARED_TARGETS = 4
+#: How long the shared clock's reads are recorded for the floor to replay (s).
+RECORD_SECONDS = 1.0
 
 
 def leg(pid: int, reader: str, seconds: float) -> dict[str, Any]:
@@ -79,15 +84,20 @@ def leg(pid: int, reader: str, seconds: float) -> dict[str, Any]:
     }
 
 
-def shared_leg(pids: list[int], seconds: float) -> dict[str, Any]:
+def shared_leg(pids: list[int], seconds: float, reads: Path) -> dict[str, Any]:
     """Samplers of ``pids`` on the shared clock for ``seconds`` after the warm-up: the CPU of
-    the sampling threads per sample, and the first sampler's reads per sample."""
+    the sampling threads per sample, and the first sampler's reads per sample. Then their reads
+    of a second more are recorded into ``reads`` (one call per line: PID ADDRESS:LENGTH ...),
+    with the clock's ticks meanwhile, for the floor to replay."""
     samplers = [_native.Sampler(pid, rate_hz=RATE, clock="shared") for pid in pids]
     try:
         time.sleep(WARMUP)
         cpu0, stats0 = sampler_thread_seconds(), [s.stats() for s in samplers]
         time.sleep(seconds)
         cpu1, stats1 = sampler_thread_seconds(), [s.stats() for s in samplers]
+        before = samplers[0].stats()
+        recorded = _native.record_reads(pids, RECORD_SECONDS)
+        after = samplers[0].stats()
     finally:
         for sampler in samplers:
             sampler.stop()
@@ -100,8 +110,16 @@ def shared_leg(pids: list[int], seconds: float) -> dict[str, Any]:
         total = first1[key] * ticks1 - first0[key] * ticks0  # type: ignore[literal-required]
         return float(total) / max(ticks1 - ticks0, 1)
 
+    reads.write_text(
+        "".join(
+            f"{pid} {' '.join(f'{address}:{length}' for address, length in pieces)}\n"
+            for pid, pieces in recorded
+        )
+    )
+    recorded_ticks = after["samples"] + after["errors"] - before["samples"] - before["errors"]
     return {
         "clock": first1["clock"],
+        "recorded": {"reads": len(recorded), "ticks": recorded_ticks},
         "samples": samples,
         "errors": sum(b["errors"] - a["errors"] for a, b in zip(stats0, stats1, strict=True)),
         "cpu_per_sample_us": (cpu1 - cpu0) / max(samples, 1) * 1e6,
@@ -141,7 +159,8 @@ def run(rounds: int, seconds: float, workdir: Path) -> dict[str, Any]:
         # between runs on a shared host, more than the own work measured).
         shared = []
         for round_ in range(rounds):
-            result = shared_leg(shared_pids, seconds)
+            reads = workdir / f"reads-{round_ + 1}.txt"
+            result = shared_leg(shared_pids, seconds, reads)
             shape = (max(1, round(result["read_pieces"])), max(1, round(result["read_bytes"])))
             result["floor"] = floor.native_floor(
                 procs,
@@ -151,6 +170,7 @@ def run(rounds: int, seconds: float, workdir: Path) -> dict[str, Any]:
                 rt=None,
                 shape=shape,
                 also=tuple(shared_pids[1:]),
+                replay=(reads, result["recorded"]["ticks"]),
             )
             result["shape"] = shape
             shared.append(result)
@@ -171,16 +191,17 @@ def run(rounds: int, seconds: float, workdir: Path) -> dict[str, Any]:
     }
 
 
-def shared_floor(result: dict[str, Any]) -> float:
+def shared_floor(result: dict[str, Any], leg: str = "replay") -> float:
     """The floor of a sample on the shared clock, from the floor measured after its round: one
-    wakeup and a read of the round's shape of each target per tick, over the targets."""
-    shaped = float(result["floor"]["shape"]["cpu_per_tick_us"])
-    return shaped / int(result["floor"]["shape"]["targets"])
+    wakeup and, per tick, the round's own reads replayed (``leg="replay"``) or a read of the
+    round's shape of each target (``"shape"``), over the targets."""
+    per_tick = float(result["floor"][leg]["cpu_per_tick_us"])
+    return per_tick / int(result["floor"]["shape"]["targets"])
 
 
-def shared_own(result: dict[str, Any]) -> float:
+def shared_own(result: dict[str, Any], leg: str = "replay") -> float:
     """sidecar's own work per sample on the shared clock in one round: above its floor."""
-    return float(result["cpu_per_sample_us"]) - shared_floor(result)
+    return float(result["cpu_per_sample_us"]) - shared_floor(result, leg)
 
 
 def median_cpu(results: list[dict[str, Any]]) -> float:
@@ -236,30 +257,44 @@ def write_report(data: dict[str, Any]) -> None:
     ranked = sorted(shared, key=shared_own)
     mid = ranked[len(ranked) // 2]
     wake = mid["floor"]["sleep"]["cpu_per_tick_us"]
+    replayed = mid["floor"]["replay"]
     shaped = mid["floor"]["shape"]["cpu_per_tick_us"]
     pieces, size = mid["shape"]
+    reads_per_tick = replayed["reads"] / max(replayed["recorded_ticks"], 1)
+    pieces_per_tick = replayed["pieces"] / max(replayed["recorded_ticks"], 1)
     own_each = ", ".join(f"{shared_own(r):.1f}" for r in shared)
+    shape_each = ", ".join(f"{shared_own(r, 'shape'):.1f}" for r in shared)
     mid_own = shared_own(mid)
     lines += [
         "",
         "## Above the machine's floor",
         "",
         f"{targets} targets of 3.11 on the shared clock (one wakeup per tick for all, as `serve` "
-        "samples), in rounds each followed at once by the machine's floor: a native thread that "
-        f"only wakes at {RATE:g} Hz, then the same with a read of the shape the round's walker "
-        f"read of each of the {targets} targets, one after another, per wakeup "
-        f"(`native/examples/floor.rs`): the floor of a sample is 1/{targets} of that. sidecar's "
-        "own work (walking, folding, counting, /proc run states, the liveness check) is the CPU "
-        "per sample above it. The round with the median own work:",
+        "samples), in rounds each followed at once by the machine's floor "
+        f"(`native/examples/floor.rs`): a native thread that only wakes at {RATE:g} Hz, then "
+        "the same replaying, per wakeup, the reads the round's samplers made (recorded for "
+        f"{RECORD_SECONDS:g} s after the measured time, in order, each tick its share): the "
+        f"floor of a sample is 1/{targets} of that. sidecar's own work (walking, folding, "
+        "counting, /proc run states, the liveness check: all but waking up and the kernel's "
+        "copying of what it read) is the CPU per sample above it. The same targets read with "
+        "pieces of the same number and size laid out in their heaps instead (the floor of the "
+        "earlier reports) cost the kernel less than the real reads, whose pieces lie on more "
+        "pages and mappings; that floor and the own work above it are shown beside. The round "
+        "with the median own work:",
         "",
-        "| CPU per sample (µs) | wakeup (µs) | wakeup and a read of each target (µs) "
-        "| read shape | floor per sample (µs) | own work (µs) |",
-        "|---:|---:|---:|---|---:|---:|",
-        f"| {mid['cpu_per_sample_us']:.1f} | {wake:.1f} | {shaped:.1f} "
-        f"| {pieces} pieces, {size} bytes | {shared_floor(mid):.1f} | {mid_own:.1f} |",
+        "| CPU per sample (µs) | wakeup (µs) | wakeup and the round's reads (µs) "
+        "| reads per tick | floor per sample (µs) | own work (µs) "
+        "| wakeup and reads of the same shape in the heap (µs) | own work above that (µs) |",
+        "|---:|---:|---:|---|---:|---:|---:|---:|",
+        f"| {mid['cpu_per_sample_us']:.1f} | {wake:.1f} | {replayed['cpu_per_tick_us']:.1f} "
+        f"| {reads_per_tick:.2f} calls, {pieces_per_tick:.0f} pieces "
+        f"({replayed['failed']} of {replayed['ticks']} ticks' calls failed) "
+        f"| {shared_floor(mid):.1f} | {mid_own:.1f} "
+        f"| {shaped:.1f} ({pieces} pieces, {size} bytes a target) "
+        f"| {shared_own(mid, 'shape'):.1f} |",
         "",
-        f"Own work per round: {own_each} µs. Own work on the shared clock, {mid_own:.1f} µs "
-        "per sample, is "
+        f"Own work per round: {own_each} µs (above the heap-shaped floor: {shape_each} µs). "
+        f"Own work on the shared clock, {mid_own:.1f} µs per sample, is "
         + (
             f"within the {OWN_WORK_US:g} µs it should stay under."
             if mid_own <= OWN_WORK_US

@@ -20,6 +20,7 @@ __all__ = [
     "frame_names",
     "process_start_time",
     "read_svg",
+    "record_reads",
     "render_svg",
     "return_large_allocations",
     "scan_tasks",
@@ -188,6 +189,11 @@ def render_svg(
 
 def process_start_time(pid: int) -> int | None:
     """Field 22 of /proc/PID/stat (start time in clock ticks), None if there is no such process."""
+
+def record_reads(pids: list[int], seconds: float) -> list[tuple[int, list[tuple[int, int]]]]:
+    """Every read this process makes of the memory of ``pids`` for ``seconds``, in order: the
+    PID and the (address, length) pieces of each call. For benchmarks: the machine's floor
+    replays them. Blocks for ``seconds`` (0 to 60) without the GIL."""
 
 def return_large_allocations() -> bool:
     """Allocations of 128 KiB and more mapped for themselves and given back to the kernel when

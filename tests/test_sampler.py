@@ -231,6 +231,37 @@ def test_a_steady_target_costs_one_read_per_sample(spawn: Spawner) -> None:
     assert (theirs["read_calls"], theirs["read_pieces"], theirs["read_bytes"]) == (0, 0, 0)
 
 
+def test_the_reads_of_a_sampler_are_recorded_as_made(spawn: Spawner) -> None:
+    """``record_reads`` keeps every read of the named targets' memory for its time, in order:
+    as many calls and pieces as the sampler counted meanwhile, none of another target's."""
+    target, other = spawn.target("spin"), spawn.target("spin")
+    with (
+        _native.Sampler(target.pid, rate_hz=100) as sampler,
+        _native.Sampler(other.pid, rate_hz=100),
+    ):
+        time.sleep(0.5)
+        before = _reads(sampler.stats())
+        recorded = _native.record_reads([target.pid], 1.0)
+        after = _reads(sampler.stats())
+    ticks, calls, pieces, _size = (b - a for a, b in zip(before, after, strict=True))
+    assert ticks >= 50
+    assert {pid for pid, _ in recorded} == {target.pid}
+    # the stats are read a moment before and after the recording: a tick's reads either way
+    assert abs(len(recorded) - calls) <= 4, (len(recorded), calls)
+    assert abs(sum(len(p) for _, p in recorded) - pieces) <= 4 * pieces / calls
+    assert all(length > 0 for _, p in recorded for _, length in p)
+    # only the targets named: no sampler reads this process; one recording at a time; bounded
+    assert _native.record_reads([os.getpid()], 0.2) == []
+    with pytest.raises(ValueError, match="between 0 and 60"):
+        _native.record_reads([target.pid], 61)
+    busy = threading.Thread(target=_native.record_reads, args=([target.pid], 0.5))
+    busy.start()
+    time.sleep(0.1)
+    with pytest.raises(ValueError, match="being recorded already"):
+        _native.record_reads([target.pid], 0.1)
+    busy.join()
+
+
 def sampler_threads() -> list[str]:
     """Names of this process's sampling threads (the shared clock's, and each own thread's,
     whose "-PID" the kernel's 15-character thread names cut off)."""

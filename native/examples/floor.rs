@@ -1,7 +1,7 @@
 //! The machine's floor for goals 3 and 4 of the benchmark: what any sampler pays on this
 //! machine, with none of sidecar's work in it.
 //!
-//!     floor PID[,PID...] [RATE_HZ] [SECONDS] [PIECES BYTES]
+//!     floor PID[,PID...] [RATE_HZ] [SECONDS] [PIECES BYTES [READS TICKS]]
 //!
 //! Ticks on a sampler's schedule (timer slack 1 ns, a tick skipped when a whole period late)
 //! in several ways (the CPU ones in turns of a second, then the pauses), and prints one JSON
@@ -14,6 +14,11 @@
 //!   data stack) and 72-byte ones (code headers) each on a page of its own of the target's heap;
 //!   with several PIDs, one such read of each target per tick, one after another (a clock
 //!   shared by several targets: one wakeup, then a read of each);
+//! - `replay` (with READS and TICKS): the same plus the very reads a sampler made, as recorded
+//!   (`sidecar._native.record_reads`) over TICKS ticks of its clock: READS is a file of one
+//!   `process_vm_readv` per line (`PID ADDRESS:LENGTH ...`), and each tick replays its share
+//!   of them in the order made. The kernel's part of a read depends on where its pieces lie
+//!   (pages, mappings), which the synthetic shape only approximates;
 //! - `pause`: per tick, the ptrace stop and resume of the target's main thread as blocking mode
 //!   does it (remoteprocess: seize, interrupt, wait, detach), with nothing read; the pause's
 //!   percentiles in microseconds.
@@ -106,6 +111,30 @@ fn tick(rate: f64, seconds: f64, mut work: impl FnMut()) -> (u64, u64) {
     (ticks, thread_cpu_ns() - cpu0)
 }
 
+/// One recorded `process_vm_readv`: the target's PID and the remote pieces, (address, length).
+type Call = (i32, Vec<(usize, usize)>);
+
+/// The reads of a recording, from `PID ADDRESS:LENGTH ...` lines.
+fn recorded(path: &str) -> Result<Vec<Call>, String> {
+    let text = std::fs::read_to_string(path).map_err(|err| format!("{path}: {err}"))?;
+    let piece = |word: &str| -> Option<(usize, usize)> {
+        let (address, len) = word.split_once(':')?;
+        Some((address.parse().ok()?, len.parse().ok()?))
+    };
+    text.lines()
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| {
+            let mut words = line.split_whitespace();
+            let pid = words.next().and_then(|w| w.parse().ok());
+            let pieces: Option<Vec<_>> = words.map(piece).collect();
+            match (pid, pieces) {
+                (Some(pid), Some(pieces)) if !pieces.is_empty() => Ok((pid, pieces)),
+                _ => Err(format!("{path}: not a recorded read: {line:.80}")),
+            }
+        })
+        .collect()
+}
+
 fn percentile(sorted: &[f64], pct: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -121,13 +150,22 @@ fn main() {
         .map(|a| a.split(',').filter_map(|p| p.parse().ok()).collect())
         .unwrap_or_default();
     let Some(&pid) = pids.first() else {
-        eprintln!("usage: floor PID[,PID...] [RATE_HZ] [SECONDS] [PIECES BYTES]");
+        eprintln!("usage: floor PID[,PID...] [RATE_HZ] [SECONDS] [PIECES BYTES [READS TICKS]]");
         std::process::exit(2);
     };
     let rate: f64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(100.0);
     let seconds: f64 = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(5.0);
     let pieces: usize = args.get(4).and_then(|a| a.parse().ok()).unwrap_or(0);
     let bytes: usize = args.get(5).and_then(|a| a.parse().ok()).unwrap_or(0);
+    let replay = match args.get(6).map(|path| recorded(path)) {
+        Some(Ok(calls)) => calls,
+        Some(Err(err)) => {
+            eprintln!("floor: {err}");
+            std::process::exit(1);
+        }
+        None => Vec::new(),
+    };
+    let recorded_ticks: usize = args.get(7).and_then(|a| a.parse().ok()).unwrap_or(1).max(1);
     // each target's heap, the first's for the 64-byte read, and the shape read from it
     let mut heaps: Vec<(usize, usize)> = Vec::new();
     for &each in &pids {
@@ -153,6 +191,7 @@ fn main() {
     let shaped_bytes: usize = shaped.iter().map(|p| p.1).sum();
     let largest = shapes
         .iter()
+        .chain(&replay)
         .map(|(_, s)| s.iter().map(|p| p.1).sum::<usize>())
         .max();
     buffer.resize(largest.unwrap_or(0).max(64), 0);
@@ -160,6 +199,9 @@ fn main() {
     let (mut sleep_ticks, mut sleep_cpu) = (0u64, 0u64);
     let (mut read_ticks, mut read_cpu) = (0u64, 0u64);
     let (mut shape_ticks, mut shape_cpu) = (0u64, 0u64);
+    let (mut replay_ticks, mut replay_cpu, mut replay_failed) = (0u64, 0u64, 0u64);
+    // the recorded reads by tick: tick k replays those from k*calls/ticks on, in turn
+    let mut replayed = 0usize;
     let slices = seconds.ceil().max(1.0) as u64;
     let slice = seconds / slices as f64;
     for _ in 0..slices {
@@ -180,6 +222,22 @@ fn main() {
                 }
             });
             (shape_ticks, shape_cpu) = (shape_ticks + ticks, shape_cpu + cpu);
+        }
+        if !replay.is_empty() {
+            let (ticks, cpu) = tick(rate, slice, || {
+                let tick = replayed % recorded_ticks;
+                let (from, to) = (
+                    tick * replay.len() / recorded_ticks,
+                    (tick + 1) * replay.len() / recorded_ticks,
+                );
+                for (each, pieces) in &replay[from..to] {
+                    if !read(*each, pieces, &mut buffer) {
+                        replay_failed += 1;
+                    }
+                }
+                replayed += 1;
+            });
+            (replay_ticks, replay_cpu) = (replay_ticks + ticks, replay_cpu + cpu);
         }
     }
 
@@ -203,6 +261,8 @@ fn main() {
          \"read\": {{\"ticks\": {read_ticks}, \"cpu_per_tick_us\": {:.3}, \"failed\": {failed}}}, \
          \"shape\": {{\"ticks\": {shape_ticks}, \"cpu_per_tick_us\": {:.3}, \"failed\": {shape_failed}, \
          \"pieces\": {}, \"bytes\": {shaped_bytes}, \"targets\": {}}}, \
+         \"replay\": {{\"ticks\": {replay_ticks}, \"cpu_per_tick_us\": {:.3}, \"failed\": {replay_failed}, \
+         \"reads\": {}, \"recorded_ticks\": {recorded_ticks}, \"pieces\": {}, \"bytes\": {}}}, \
          \"pause\": {{\"ticks\": {pause_ticks}, \"cpu_per_tick_us\": {:.3}, \"errors\": {lock_errors}, \
          \"p50_us\": {:.2}, \"p99_us\": {:.2}, \"max_us\": {:.2}, \"mean_us\": {:.2}}}}}",
         per(sleep_cpu, sleep_ticks),
@@ -210,6 +270,10 @@ fn main() {
         per(shape_cpu, shape_ticks),
         shaped.len(),
         shapes.len(),
+        per(replay_cpu, replay_ticks),
+        replay.len(),
+        replay.iter().map(|(_, p)| p.len()).sum::<usize>(),
+        replay.iter().flat_map(|(_, p)| p).map(|p| p.1).sum::<usize>(),
         per(pause_cpu, pause_ticks),
         percentile(&pauses, 50.0),
         percentile(&pauses, 99.0),

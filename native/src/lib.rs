@@ -397,6 +397,25 @@ fn return_large_allocations() -> bool {
     }
 }
 
+/// Every read this process makes of the memory of `pids` for `seconds`, in order: (PID,
+/// [(address, length), ...]) per `process_vm_readv` call. For benchmarks: the machine's floor
+/// replays them. Blocks for `seconds` without the GIL.
+#[pyfunction]
+fn record_reads(
+    py: Python<'_>,
+    pids: Vec<i32>,
+    seconds: f64,
+) -> PyResult<Vec<memory::RecordedRead>> {
+    if !(0.0..=60.0).contains(&seconds) {
+        return Err(PyValueError::new_err(format!(
+            "seconds must be between 0 and 60, not {seconds}"
+        )));
+    }
+    let duration = std::time::Duration::from_secs_f64(seconds);
+    py.detach(|| memory::record(&pids, duration))
+        .map_err(|err| PyValueError::new_err(err.to_string()))
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Sampler>()?;
@@ -408,6 +427,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(render_svg, m)?)?;
     m.add_function(wrap_pyfunction!(process_start_time, m)?)?;
     m.add_function(wrap_pyfunction!(return_large_allocations, m)?)?;
+    m.add_function(wrap_pyfunction!(record_reads, m)?)?;
     m.add_function(wrap_pyfunction!(scan_tasks, m)?)?;
     m.add_function(wrap_pyfunction!(svgread::read_svg, m)?)?;
     shares::register(m)?;

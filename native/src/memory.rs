@@ -3,6 +3,9 @@
 
 use std::cell::Cell;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
 
 use anyhow::{anyhow, bail, Result};
 
@@ -31,6 +34,41 @@ impl MemoryReads {
         self.calls += after.calls - before.calls;
         self.pieces += after.pieces - before.pieces;
         self.bytes += after.bytes - before.bytes;
+    }
+}
+
+/// A read as `record` keeps it: the target's PID and the remote pieces of one call.
+pub type RecordedRead = (i32, Vec<(usize, usize)>);
+
+/// While on, every read of one of `RECORDED`'s PIDs is kept there (`record`).
+static RECORDING: AtomicBool = AtomicBool::new(false);
+static RECORDED: Mutex<(Vec<i32>, Vec<RecordedRead>)> = Mutex::new((Vec::new(), Vec::new()));
+/// At most this many reads are kept by one recording.
+const RECORD_MAX: usize = 1 << 16;
+
+/// Every read of the memory of `pids` that this process's threads make for `duration`, in
+/// the order made (up to `RECORD_MAX` of them): what the machine's floor of a benchmark
+/// replays to charge the kernel for the very reads sidecar made. One recording at a time.
+pub fn record(pids: &[i32], duration: Duration) -> Result<Vec<RecordedRead>> {
+    {
+        let mut recorded = RECORDED.lock().unwrap_or_else(|e| e.into_inner());
+        if RECORDING.swap(true, Ordering::SeqCst) {
+            bail!("the reads are being recorded already");
+        }
+        recorded.0 = pids.to_vec();
+        recorded.1.clear();
+    }
+    std::thread::sleep(duration);
+    let mut recorded = RECORDED.lock().unwrap_or_else(|e| e.into_inner());
+    RECORDING.store(false, Ordering::SeqCst);
+    recorded.0.clear();
+    Ok(std::mem::take(&mut recorded.1))
+}
+
+fn keep(pid: i32, pieces: &[(usize, usize)]) {
+    let mut recorded = RECORDED.lock().unwrap_or_else(|e| e.into_inner());
+    if recorded.0.contains(&pid) && recorded.1.len() < RECORD_MAX {
+        recorded.1.push((pid, pieces.to_vec()));
     }
 }
 
@@ -323,6 +361,9 @@ fn read_vectored(pid: i32, pieces: &[(usize, usize)], out: &mut [u8]) -> usize {
     let n =
         unsafe { libc::process_vm_readv(pid, &local, 1, remote.as_ptr(), remote.len() as _, 0) };
     let n = n.max(0) as usize;
+    if RECORDING.load(Ordering::Relaxed) {
+        keep(pid, pieces);
+    }
     READS.set({
         let mut reads = READS.get();
         reads.calls += 1;

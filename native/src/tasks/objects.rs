@@ -366,18 +366,21 @@ pub fn sets_entries(
     limit: usize,
 ) -> Result<Vec<Vec<(usize, usize)>>> {
     tables.retain(|t| sets.contains(&t.0));
-    let before = tables.clone();
-    let last = |set: usize| before.iter().find(|t| t.0 == set).copied();
+    // by set, the table the last scan found (looked up before `tables` is updated below)
+    let last: Vec<Option<SetTable>> = sets
+        .iter()
+        .map(|&set| tables.iter().find(|t| t.0 == set).copied())
+        .collect();
     let mut pieces: Vec<(usize, usize)> = Vec::with_capacity(sets.len() * 2);
-    for &set in sets {
+    for (&set, last) in sets.iter().zip(&last) {
         pieces.push((set, SET_HEAD));
-        if let Some((_, table, slots)) = last(set) {
+        if let Some((_, table, slots)) = *last {
             pieces.push((table, slots * 16));
         }
     }
     let batch = Batch::read(pid, &pieces);
     let mut out = Vec::with_capacity(sets.len());
-    for &set in sets {
+    for (&set, &last) in sets.iter().zip(&last) {
         let Some(head) = batch.get(set, SET_HEAD) else {
             bail!("cannot read the set at {set:#x}");
         };
@@ -389,7 +392,7 @@ pub fn sets_entries(
         }
         let mut fresh = Vec::new();
         let raw = match batch.get(table, slots * 16) {
-            Some(raw) if last(set) == Some((set, table, slots)) => raw,
+            Some(raw) if last == Some((set, table, slots)) => raw,
             _ => {
                 fresh.resize(slots * 16, 0);
                 read(pid, table, &mut fresh)?;
