@@ -288,7 +288,7 @@ def write_report(data: dict[str, Any]) -> None:
         "|---:|---:|---:|---|---:|---:|---:|---:|",
         f"| {mid['cpu_per_sample_us']:.1f} | {wake:.1f} | {replayed['cpu_per_tick_us']:.1f} "
         f"| {reads_per_tick:.2f} calls, {pieces_per_tick:.0f} pieces "
-        f"({replayed['failed']} of {replayed['ticks']} ticks' calls failed) "
+        f"({replayed['failed']} replayed calls failed in {replayed['ticks']} ticks) "
         f"| {shared_floor(mid):.1f} | {mid_own:.1f} "
         f"| {shaped:.1f} ({pieces} pieces, {size} bytes a target) "
         f"| {shared_own(mid, 'shape'):.1f} |",
