@@ -7,8 +7,9 @@
 //! samples found (thread states, the top of each data stack, frames outside them, the headers
 //! of the cached code objects, checked every sample) usually holds the whole stack; anything
 //! new costs one more read. From 3.14 the interpreter counts the code objects it frees, and
-//! while that count stands the cached ones are not checked: their headers are not read. The run state is read for Python threads outside a known wait only,
-//! through /proc files it keeps open.
+//! while that count stands the cached ones are not checked: their headers are not read. The
+//! run state is read for Python threads outside a known wait only, through /proc files it
+//! keeps open.
 //!
 //! The pieces, by concern: `crate::memory` (reads and batches), `layout` (where each version keeps
 //! what is read: a table for 3.11 and 3.12, the target's own `_Py_DebugOffsets` from 3.13),

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::{bail, Result};
 
 use super::layout::Layout;
-use crate::memory::{read, u32_at, usize_at};
+use crate::memory::{read, read_pieces, u32_at, usize_at};
 use crate::stack::{format_frame, is_wait};
 use rustc_hash::FxBuildHasher;
 
@@ -44,7 +44,7 @@ impl Code {
     /// thread that compiles and drops functions all the time showed `gen_761_5 (gen_762_0:3)`,
     /// the next function's name read as this one's file). So the object is read again after
     /// them and must still be this code, alive: the same header, the same type, a plausible
-    /// reference count (`object_head`).
+    /// reference count (`live_head`).
     pub fn load(
         pid: i32,
         layout: &Layout,
@@ -53,7 +53,9 @@ impl Code {
         serial: u64,
         files: &mut ShortFiles,
     ) -> Result<Code> {
-        let head = object_head(pid, address, None)?;
+        let mut head = [0u8; 16];
+        read(pid, address, &mut head)?;
+        let kind = live_head(&head, None)?;
         let field = |offset: usize| usize_at(header, offset - layout.code_first);
         let file = string(pid, layout, field(layout.code_filename))?;
         let name = match string(pid, layout, field(layout.code_qualname)) {
@@ -61,10 +63,12 @@ impl Code {
             Err(_) => string(pid, layout, field(layout.code_name))?,
         };
         let table = bytes(pid, layout, field(layout.code_linetable))?;
-        let mut again = vec![0u8; header.len()];
-        read(pid, address + layout.code_first, &mut again)?;
-        object_head(pid, address, Some(head))?;
-        if again != header {
+        // the head and the header again, in one read
+        let mut again = vec![0u8; 16 + header.len()];
+        let pieces = [(address, 16), (address + layout.code_first, header.len())];
+        read_pieces(pid, &pieces, &mut again)?;
+        live_head(&again[..16], Some(kind))?;
+        if again[16..] != *header {
             bail!("a code object that changed while it was read: a torn read");
         }
         let first_line = u32_at(header, layout.code_firstlineno - layout.code_first) as i32;
@@ -101,15 +105,13 @@ impl Code {
     }
 }
 
-/// The reference count and type of the live object at `address` (with `same`, also the type
-/// read before). Freed memory fails: the allocators write their links over the first word
-/// (pymalloc an address or 0, glibc a pointer it mangles, its cache of freed blocks a random
-/// key over the second too), so the count is 0 or an address, or the type no address. (A
-/// count of 2**48 or more is 3.14's static objects: their flags are the word's top bits.)
-fn object_head(pid: i32, address: usize, same: Option<usize>) -> Result<usize> {
-    let mut head = [0u8; 16];
-    read(pid, address, &mut head)?;
-    let (count, kind) = (usize_at(&head, 0), usize_at(&head, 8));
+/// The type of a live object whose first two words (reference count, type) are `head`, when
+/// it is `same` if given. Freed memory fails: the allocators write their links over the first
+/// word (pymalloc an address or 0, glibc a pointer it mangles, its cache of freed blocks a
+/// random key over the second too), so the count is 0 or an address, or the type no address.
+/// (A count of 2**48 or more is 3.14's static objects: their flags are the word's top bits.)
+fn live_head(head: &[u8], same: Option<usize>) -> Result<usize> {
+    let (count, kind) = (usize_at(head, 0), usize_at(head, 8));
     let plausible = count != 0
         && !(1 << 40..1 << 48).contains(&count)
         && kind % 8 == 0
@@ -314,16 +316,14 @@ mod tests {
 
     #[test]
     fn an_object_read_after_it_was_freed_is_refused() {
-        // an object's first two words in this process's memory: a count and a type
-        let pid = std::process::id() as i32;
+        // an object's first two words: a count and a type
+        let head =
+            |words: [usize; 2]| -> Vec<u8> { words.iter().flat_map(|w| w.to_le_bytes()).collect() };
         let kind = 0x55d0_0040_1000usize;
-        let mut object = Box::new([3usize, kind]);
-        let at = object.as_ptr() as usize;
-        assert_eq!(object_head(pid, at, None).unwrap(), kind);
-        assert_eq!(object_head(pid, at, Some(kind)).unwrap(), kind);
+        assert_eq!(live_head(&head([3, kind]), None).unwrap(), kind);
+        assert_eq!(live_head(&head([3, kind]), Some(kind)).unwrap(), kind);
         // 3.14's static objects carry flags in the count's top bits
-        object[0] = (3 << 30) | (1 << 50);
-        assert!(object_head(pid, at, Some(kind)).is_ok());
+        assert!(live_head(&head([(3 << 30) | (1 << 50), kind]), Some(kind)).is_ok());
         // freed: pymalloc's link to the next free block, or none; glibc's mangled link with
         // the key of its cache of freed blocks over the type; another type than before
         for freed in [
@@ -332,8 +332,7 @@ mod tests {
             [0x0005_5d00_0401, 0x9e1b_7c3f_22a4_5d10],
             [3, kind + 64],
         ] {
-            *object = freed;
-            assert!(object_head(pid, at, Some(kind)).is_err(), "{freed:x?}");
+            assert!(live_head(&head(freed), Some(kind)).is_err(), "{freed:x?}");
         }
     }
 }
