@@ -95,7 +95,6 @@ def shared_leg(pids: list[int], seconds: float, reads: Path) -> dict[str, Any]:
         cpu0, stats0 = sampler_thread_seconds(), [s.stats() for s in samplers]
         time.sleep(seconds)
         cpu1, stats1 = sampler_thread_seconds(), [s.stats() for s in samplers]
-        before = samplers[0].stats()
         recorded = _native.record_reads(pids, RECORD_SECONDS)
         after = samplers[0].stats()
     finally:
@@ -116,7 +115,7 @@ def shared_leg(pids: list[int], seconds: float, reads: Path) -> dict[str, Any]:
             for pid, pieces in recorded
         )
     )
-    recorded_ticks = after["samples"] + after["errors"] - before["samples"] - before["errors"]
+    recorded_ticks = after["samples"] + after["errors"] - ticks1
     return {
         "clock": first1["clock"],
         "recorded": {"reads": len(recorded), "ticks": recorded_ticks},

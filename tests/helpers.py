@@ -338,6 +338,18 @@ def free_port() -> int:
         return port
 
 
+def memory_reads(stats: Any) -> tuple[float, float, float, float]:
+    """(ticks, process_vm_readv calls, pieces, bytes) of a sampler so far, from its per-tick
+    means in ``stats()``: the difference of two tells what was read in between."""
+    ticks = stats["samples"] + stats["errors"]
+    return (
+        ticks,
+        stats["read_calls"] * ticks,
+        stats["read_pieces"] * ticks,
+        stats["read_bytes"] * ticks,
+    )
+
+
 def stack_counts(windows: Iterable[Window]) -> Counter[tuple[str, str]]:
     """Samples per (thread name, folded stack) in a sampler's windows."""
     counts: Counter[tuple[str, str]] = Counter()

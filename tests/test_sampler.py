@@ -10,7 +10,7 @@ from collections import Counter
 from typing import Any, Literal
 
 import pytest
-from helpers import Spawner, frequent, proc_status, stack_counts
+from helpers import Spawner, frequent, memory_reads, proc_status, stack_counts
 
 from sidecar import _native
 
@@ -198,17 +198,6 @@ def test_walker_follows_a_busy_target(spawn: Spawner) -> None:
     assert top and all(key in theirs for key in top), (top, list(theirs)[:10])
 
 
-def _reads(stats: Any) -> tuple[float, float, float, float]:
-    """(ticks, process_vm_readv calls, pieces, bytes) so far, from the per-tick means."""
-    ticks = stats["samples"] + stats["errors"]
-    return (
-        ticks,
-        stats["read_calls"] * ticks,
-        stats["read_pieces"] * ticks,
-        stats["read_bytes"] * ticks,
-    )
-
-
 def test_a_steady_target_costs_one_read_per_sample(spawn: Spawner) -> None:
     """Once the walker has met a steady target's stacks, a sample is one read of its memory
     (what recent samples found, read ahead); py-spy's reads are not counted."""
@@ -218,9 +207,9 @@ def test_a_steady_target_costs_one_read_per_sample(spawn: Spawner) -> None:
         _native.Sampler(target.pid, rate_hz=100, reader="py-spy") as pyspy,
     ):
         time.sleep(1.5)
-        before = _reads(walker.stats())
+        before = memory_reads(walker.stats())
         time.sleep(2.0)
-        after = _reads(walker.stats())
+        after = memory_reads(walker.stats())
         theirs = pyspy.stats()
     ticks, calls, pieces, size = (b - a for a, b in zip(before, after, strict=True))
     assert ticks >= 100
@@ -240,9 +229,9 @@ def test_the_reads_of_a_sampler_are_recorded_as_made(spawn: Spawner) -> None:
         _native.Sampler(other.pid, rate_hz=100),
     ):
         time.sleep(0.5)
-        before = _reads(sampler.stats())
+        before = memory_reads(sampler.stats())
         recorded = _native.record_reads([target.pid], 1.0)
-        after = _reads(sampler.stats())
+        after = memory_reads(sampler.stats())
     ticks, calls, pieces, _size = (b - a for a, b in zip(before, after, strict=True))
     assert ticks >= 50
     assert {pid for pid, _ in recorded} == {target.pid}
