@@ -3,6 +3,8 @@
 
 use std::collections::{HashMap, HashSet};
 
+use rustc_hash::FxBuildHasher;
+
 /// Field 22 of /proc/PID/stat: the start time in clock ticks since boot. A PID plus its start
 /// time names one process; a reused PID has a different start time.
 pub fn start_time(pid: i32) -> Option<u64> {
@@ -93,33 +95,39 @@ pub(crate) fn same_processes(all: &[&Liveness]) -> Vec<bool> {
 /// one read per thread and sample instead of an open, a read and a close.
 pub(crate) struct ThreadStates {
     pid: i32,
-    files: HashMap<i32, std::fs::File>,
+    files: HashMap<i32, std::fs::File, FxBuildHasher>,
 }
+
+/// How much of a stat file is read: the state follows the PID and the command name, which the
+/// kernel cuts at 15 bytes for a user thread (64 for kernel threads), so it lies in this.
+const STAT_HEAD: usize = 96;
 
 impl ThreadStates {
     pub(crate) fn new(pid: i32) -> Self {
         ThreadStates {
             pid,
-            files: HashMap::new(),
+            files: HashMap::default(),
         }
     }
 
     /// Is the thread on CPU? (state R in its stat; the name may contain ')' and spaces)
     /// None when `tid` is not a thread of the target as this sidecar's /proc sees it.
     pub(crate) fn running(&mut self, tid: i32) -> Option<bool> {
+        use std::collections::hash_map::Entry;
         use std::os::unix::fs::FileExt;
-        if !self.files.contains_key(&tid) {
-            let path = format!("/proc/{}/task/{tid}/stat", self.pid);
-            self.files.insert(tid, std::fs::File::open(path).ok()?);
-        }
-        let mut buf = [0u8; 512];
-        let Ok(n) = self.files.get(&tid)?.read_at(&mut buf, 0) else {
+        let file = match self.files.entry(tid) {
+            Entry::Occupied(file) => file.into_mut(),
+            Entry::Vacant(slot) => {
+                let path = format!("/proc/{}/task/{tid}/stat", self.pid);
+                slot.insert(std::fs::File::open(path).ok()?)
+            }
+        };
+        let mut buf = [0u8; STAT_HEAD];
+        let Ok(n) = file.read_at(&mut buf, 0) else {
             self.files.remove(&tid);
             return None;
         };
-        let stat = &buf[..n];
-        let close = stat.iter().rposition(|&b| b == b')')?;
-        stat.get(close + 2).map(|&state| state == b'R')
+        state_is_running(&buf[..n])
     }
 
     /// Closes the files of threads not in `alive`.
@@ -129,6 +137,14 @@ impl ThreadStates {
             self.files.retain(|tid, _| alive.contains(tid));
         }
     }
+}
+
+/// Whether the head of a stat file (`PID (NAME) STATE ...`) says running (R): the state
+/// follows the last ')' (a name may hold ')' and spaces, and no later field does). None when
+/// the head holds no state.
+fn state_is_running(head: &[u8]) -> Option<bool> {
+    let close = head.iter().rposition(|&b| b == b')')?;
+    head.get(close + 2).map(|&state| state == b'R')
 }
 
 /// The same process still runs: same start time, and not a zombie waiting to be reaped.
@@ -149,6 +165,50 @@ pub(crate) fn process_alive(pid: i32, started: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_state_is_read_after_the_last_parenthesis_of_the_head() {
+        assert_eq!(state_is_running(b"42 (python3) R 1 42 42 0 -1"), Some(true));
+        assert_eq!(
+            state_is_running(b"42 (python3) S 1 42 42 0 -1"),
+            Some(false)
+        );
+        // a thread name may hold ')' and spaces
+        assert_eq!(state_is_running(b"7 (a) R (b) ) S 1 7"), Some(false));
+        assert_eq!(state_is_running(b"7 (a) S (b) ) R 1 7"), Some(true));
+        // a head cut before the state says nothing
+        assert_eq!(state_is_running(b"7 (worker)"), None);
+        assert_eq!(state_is_running(b"7 (worker"), None);
+        assert_eq!(state_is_running(b""), None);
+    }
+
+    #[test]
+    fn a_thread_of_this_process_reads_as_running_and_a_sleeping_one_not() {
+        let pid = std::process::id() as i32;
+        let mut states = ThreadStates::new(pid);
+        // this thread runs while it reads its own state
+        // SAFETY: gettid takes no arguments.
+        let me = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
+        assert_eq!(states.running(me), Some(true));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (stop, wait) = std::sync::mpsc::channel::<()>();
+        let sleeper = std::thread::spawn(move || {
+            // SAFETY: as above.
+            tx.send(unsafe { libc::syscall(libc::SYS_gettid) } as i32)
+                .expect("sent");
+            wait.recv().ok();
+        });
+        let tid = rx.recv().expect("its thread id");
+        // it blocks in recv: asleep once it got there
+        let asleep = (0..200).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            states.running(tid) == Some(false)
+        });
+        assert!(asleep, "a thread blocked in recv reads as not running");
+        assert_eq!(states.running(i32::MAX), None, "no such thread");
+        stop.send(()).expect("stopped");
+        sleeper.join().expect("joined");
+    }
 
     #[test]
     fn one_poll_tells_which_of_several_targets_still_run() {

@@ -110,6 +110,16 @@ impl GenLayout {
 }
 
 impl Layout {
+    /// The piece of a string object that marks it: its length, hash and state, and the first
+    /// bytes after them (an ASCII string's first characters). Another string made at the same
+    /// address almost always differs in these.
+    pub fn string_mark(&self, string: usize) -> (usize, usize) {
+        (
+            string + self.str_length,
+            self.str_ascii_data + 8 - self.str_length,
+        )
+    }
+
     /// The table for 3.11 and 3.12; None for other versions.
     pub fn table(minor: u64) -> Option<Layout> {
         let layout = match minor {

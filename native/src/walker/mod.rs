@@ -48,6 +48,9 @@ const MAX_THREADS: usize = 4096;
 /// process's walkers and task scanners share a budget of each kind too (`budget`).
 const CODE_CACHE_BYTES: usize = 16 << 20;
 const STACK_CACHE_BYTES: usize = 32 << 20;
+/// For how many samples after a cached code object was found changed the names of cached
+/// ones are checked too (`Walker::churning`).
+const CHURN_SAMPLES: u64 = 1000;
 
 /// A thread as read: OS thread id, where its frames (innermost first) are in the sample's
 /// list of frames.
@@ -64,14 +67,34 @@ struct Scratch {
     outside: Vec<usize>,
     /// A thread state the batch did not hold.
     tstate: Vec<u8>,
-    /// The sample's code objects (sorted), those whose headers it checks, their headers, and
-    /// those the batch lacked.
+    /// The sample's code objects (sorted), those whose headers it checks, and those the batch
+    /// lacked; the frames `codes` was made of.
     codes: Vec<usize>,
+    last_frames: Vec<RawFrame>,
     checks: Vec<usize>,
-    headers: Vec<u8>,
     missing: Vec<usize>,
     /// A stack's key in the cache of folded stacks.
     key: Vec<(u64, i64)>,
+}
+
+/// The marks of a cached code object's names as a read holds them (`Walker::marks_in`).
+enum Marks<'b> {
+    /// Not needed: code objects are not being freed and made again.
+    Unchecked,
+    /// The name's and the file name's.
+    Read(&'b [u8], &'b [u8]),
+    /// Needed, but the read lacks them.
+    Unreadable,
+}
+
+/// A thread's frames as a sample folded them: its stack, whether it waits, and the serial of
+/// the last code object loaded then (`Walker::folded`).
+#[derive(Default)]
+struct LastFold {
+    frames: Vec<RawFrame>,
+    stack: Option<Stack>,
+    waits: bool,
+    serial: u64,
 }
 
 /// Why the walker does not read a target.
@@ -121,6 +144,10 @@ pub struct Walker {
     batch: Batch,
     /// The interpreter's count of code objects freed, as the last sample read it (3.14+).
     generation: Option<u64>,
+    /// Until which sample the names of cached code objects are checked too (`churning`).
+    churn_until: u64,
+    /// By thread: its frames in the last sample folded, and what they folded to.
+    last_folds: HashMap<u64, LastFold, FxBuildHasher>,
     /// The last sample met a thread whose run state this sidecar cannot read (not a thread
     /// of the target as its /proc sees it: another PID namespace), counted as running.
     guessed: bool,
@@ -184,6 +211,8 @@ impl Walker {
             state_reads: 0,
             batch: Batch::default(),
             generation: None,
+            churn_until: 0,
+            last_folds: HashMap::default(),
             guessed: false,
         })
     }
@@ -245,6 +274,15 @@ impl Walker {
                 .filter(|&c| needs_check(&self.codes, c, self.generation))
                 .map(|c| (c + layout.code_first, layout.code_size)),
         );
+        // While code objects are freed and made again (up to 3.13), their names' marks too.
+        if self.churning() {
+            pieces.extend(
+                self.checked
+                    .addresses()
+                    .filter_map(|c| self.codes.get(&c))
+                    .flat_map(|code| code.marks_at),
+            );
+        }
         // Each thread state, then what it points to, then frames outside the data stacks: the
         // target runs on as they are read, so each piece is read right after what leads to it
         // (a coroutine's frame read before the stack that calls it may be one not resumed yet).
@@ -332,12 +370,7 @@ impl Walker {
         for (tid, range) in &scratch.threads {
             let tid = *tid;
             let frames = &scratch.frames[range.clone()];
-            // the innermost frame of the program (3.13+ entry trampolines are not)
-            let innermost = frames
-                .iter()
-                .filter_map(|(code, _)| self.codes.get(code))
-                .find(|code| !code.hidden);
-            let waits = innermost.is_some_and(|code| code.waits);
+            let (stack, waits) = self.folded(tid, frames, &mut scratch.key);
             // A thread in a known wait is idle whatever the OS says: its /proc file is not read.
             let running = match &run_state {
                 _ if waits => Some(false),
@@ -355,8 +388,13 @@ impl Walker {
                 tid,
                 // A thread this sidecar cannot see counts as running, as in py-spy.
                 active: running.unwrap_or(true),
-                stack: self.fold(frames, &mut scratch.key),
+                stack,
             });
+        }
+        if self.last_folds.len() > scratch.threads.len() {
+            let threads = &scratch.threads;
+            self.last_folds
+                .retain(|tid, _| threads.iter().any(|(t, _)| t == tid));
         }
         if let RunState::Read = run_state {
             self.states.keep(traces.iter().map(|t| t.tid as i32));
@@ -391,68 +429,157 @@ impl Walker {
             frames,
             codes: all,
             checks: codes,
-            headers,
             missing,
+            last_frames,
             ..
         } = scratch;
-        all.clear();
-        all.extend(frames.iter().map(|&(code, _)| code));
-        all.sort_unstable();
-        all.dedup();
+        // the same frames as the last sample's (threads that wait): the same code objects
+        if frames != last_frames {
+            all.clear();
+            all.extend(frames.iter().map(|&(code, _)| code));
+            all.sort_unstable();
+            all.dedup();
+            last_frames.clone_from(frames);
+        }
         codes.clear();
         codes.extend(
             all.iter()
                 .copied()
                 .filter(|&code| needs_check(&self.codes, code, standing)),
         );
-        headers.clear();
-        headers.resize(codes.len() * size, 0);
+        // Headers the batch holds are compared where they lie (with their names' marks while
+        // code objects are freed and made again); the others are read at once.
+        let churning = self.churning();
+        let marked = |walker: &Walker, code: usize| churning && walker.codes.contains_key(&code);
         missing.clear();
-        for (i, &code) in codes.iter().enumerate() {
+        for &code in codes.iter() {
+            let marks = match marked(self, code) {
+                true => self.marks_in(batch, code),
+                false => Marks::Unchecked,
+            };
             match batch.get(code + first, size) {
-                Some(bytes) => headers[i * size..(i + 1) * size].copy_from_slice(bytes),
-                None => missing.push(i),
+                Some(header) if !matches!(marks, Marks::Unreadable) => {
+                    self.settle(code, header, marks, before)?
+                }
+                _ => missing.push(code),
             }
         }
         if !missing.is_empty() {
-            let pieces: Vec<(usize, usize)> =
-                missing.iter().map(|&i| (codes[i] + first, size)).collect();
+            let mut pieces: Vec<(usize, usize)> = Vec::with_capacity(missing.len() * 3);
+            for &code in missing.iter() {
+                pieces.push((code + first, size));
+                if let Some(cached) = self.codes.get(&code).filter(|_| churning) {
+                    pieces.extend(cached.marks_at);
+                }
+            }
             let read = Batch::read(self.pid, &pieces);
-            for (&i, &(address, len)) in missing.iter().zip(&pieces) {
-                let Some(bytes) = read.get(address, len) else {
+            for &code in missing.iter() {
+                let Some(header) = read.get(code + first, size) else {
                     bail!("failed to read a code object: a torn read");
                 };
-                headers[i * size..(i + 1) * size].copy_from_slice(bytes);
-            }
-        }
-        for (i, &address) in codes.iter().enumerate() {
-            let header = &headers[i * size..(i + 1) * size];
-            let same = match self.codes.get_mut(&address) {
-                Some(code) if code.header[..] == *header => {
-                    code.checked = before;
-                    true
-                }
-                _ => false,
-            };
-            if !same {
-                self.serial += 1;
-                let mut code = Code::load(
-                    self.pid,
-                    &self.layout,
-                    address,
-                    header,
-                    self.serial,
-                    &mut self.files,
-                )?;
-                code.checked = before;
-                if let Some(old) = self.codes.remove(&address) {
-                    self.code_bytes.sub(old.cost());
-                }
-                self.code_bytes.add(code.cost());
-                self.codes.insert(address, code);
+                let marks = match marked(self, code) {
+                    true => self.marks_in(&read, code),
+                    false => Marks::Unchecked,
+                };
+                self.settle(code, header, marks, before)?;
             }
         }
         self.checked.seen(all, self.samples);
+        Ok(())
+    }
+
+    /// A thread's folded stack and whether its innermost frame of the program (3.13+ entry
+    /// trampolines are not) is a known wait. A thread whose frames are those of its last
+    /// sample, no code object loaded since, has the stack it had: it is not folded again (a
+    /// thread that waits, as most do, has the same frames sample after sample).
+    fn folded(
+        &mut self,
+        tid: u64,
+        frames: &[RawFrame],
+        key: &mut Vec<(u64, i64)>,
+    ) -> (Option<Stack>, bool) {
+        if let Some(last) = self.last_folds.get(&tid) {
+            if last.serial == self.serial && last.frames == frames {
+                return (last.stack.clone(), last.waits);
+            }
+        }
+        let waits = frames
+            .iter()
+            .filter_map(|(code, _)| self.codes.get(code))
+            .find(|code| !code.hidden)
+            .is_some_and(|code| code.waits);
+        let stack = self.fold(frames, key);
+        let last = self.last_folds.entry(tid).or_default();
+        last.frames.clear();
+        last.frames.extend_from_slice(frames);
+        last.stack.clone_from(&stack);
+        last.waits = waits;
+        last.serial = self.serial;
+        (stack, waits)
+    }
+
+    /// Whether code objects are being freed and made again, so that a cached one's header
+    /// alone does not tell it is still that code: up to 3.13 (from 3.14 the interpreter's count
+    /// of code objects freed tells), for `CHURN_SAMPLES` after a cached code object's header
+    /// was found changed. The same function compiled again and again is made the same way,
+    /// its strings taking the freed ones' addresses: 3.11 showed a function named after the
+    /// one that lay there ten compilations before.
+    fn churning(&self) -> bool {
+        self.layout.interp_code_generation.is_none() && self.samples <= self.churn_until
+    }
+
+    /// The marks of the cached code object at `address`'s names, as `read` holds them.
+    fn marks_in<'b>(&self, read: &'b Batch, address: usize) -> Marks<'b> {
+        let Some(code) = self.codes.get(&address) else {
+            return Marks::Unchecked;
+        };
+        let [(name, name_len), (file, file_len)] = code.marks_at;
+        match (read.get(name, name_len), read.get(file, file_len)) {
+            (Some(name), Some(file)) => Marks::Read(name, file),
+            _ => Marks::Unreadable,
+        }
+    }
+
+    /// Keeps the cached code object at `address` when its `header` (and, given them, its
+    /// names' `marks`) are as cached, else loads it (under a new serial); either way marks it
+    /// checked at `before`.
+    fn settle(
+        &mut self,
+        address: usize,
+        header: &[u8],
+        marks: Marks<'_>,
+        before: Option<u64>,
+    ) -> Result<()> {
+        if let Some(code) = self.codes.get_mut(&address) {
+            let same_marks = match marks {
+                Marks::Unchecked => true,
+                Marks::Read(name, file) => {
+                    let (at_name, at_file) = code.marks.split_at(code.marks_at[0].1);
+                    at_name == name && at_file == file
+                }
+                Marks::Unreadable => false,
+            };
+            if code.header[..] == *header && same_marks {
+                code.checked = before;
+                return Ok(());
+            }
+            self.churn_until = self.samples + CHURN_SAMPLES;
+        }
+        self.serial += 1;
+        let mut code = Code::load(
+            self.pid,
+            &self.layout,
+            address,
+            header,
+            self.serial,
+            &mut self.files,
+        )?;
+        code.checked = before;
+        if let Some(old) = self.codes.remove(&address) {
+            self.code_bytes.sub(old.cost());
+        }
+        self.code_bytes.add(code.cost());
+        self.codes.insert(address, code);
         Ok(())
     }
 

@@ -24,6 +24,11 @@ pub struct Code {
     /// The interpreter's count of code objects freed when the header was last checked (read
     /// before it), from 3.14: while the count stands there, the code is still this one.
     pub checked: Option<u64>,
+    /// Where the heads of its name's and its file name's string objects lie, and what they
+    /// held when it was loaded (`Layout::string_mark`): a code object freed and made again of
+    /// the same shape, its strings at the same addresses, has the same header, but not these.
+    pub marks_at: [(usize, usize); 2],
+    pub marks: Vec<u8>,
     name: String,
     /// The filename as shown: shortened to its package path like py-spy does.
     shown: String,
@@ -57,18 +62,29 @@ impl Code {
         read(pid, address, &mut head)?;
         let kind = live_head(&head, None)?;
         let field = |offset: usize| usize_at(header, offset - layout.code_first);
-        let file = string(pid, layout, field(layout.code_filename))?;
-        let name = match string(pid, layout, field(layout.code_qualname)) {
-            Ok(name) => name,
-            Err(_) => string(pid, layout, field(layout.code_name))?,
+        let file_at = field(layout.code_filename);
+        let file = string(pid, layout, file_at)?;
+        let (name, name_at) = match string(pid, layout, field(layout.code_qualname)) {
+            Ok(name) => (name, field(layout.code_qualname)),
+            Err(_) => (
+                string(pid, layout, field(layout.code_name))?,
+                field(layout.code_name),
+            ),
         };
         let table = bytes(pid, layout, field(layout.code_linetable))?;
-        // the head and the header again, in one read
-        let mut again = vec![0u8; 16 + header.len()];
-        let pieces = [(address, 16), (address + layout.code_first, header.len())];
+        // the head and the header again, and the marks of the names, in one read
+        let marks_at = [layout.string_mark(name_at), layout.string_mark(file_at)];
+        let end = 16 + header.len();
+        let mut again = vec![0u8; end + marks_at[0].1 + marks_at[1].1];
+        let pieces = [
+            (address, 16),
+            (address + layout.code_first, header.len()),
+            marks_at[0],
+            marks_at[1],
+        ];
         read_pieces(pid, &pieces, &mut again)?;
         live_head(&again[..16], Some(kind))?;
-        if again[16..] != *header {
+        if again[16..end] != *header {
             bail!("a code object that changed while it was read: a torn read");
         }
         let first_line = u32_at(header, layout.code_firstlineno - layout.code_first) as i32;
@@ -76,6 +92,8 @@ impl Code {
             serial,
             header: header.to_vec(),
             checked: None,
+            marks_at,
+            marks: again[end..].to_vec(),
             waits: is_wait(&name, &file),
             hidden: file.is_empty() || file == "<shim>",
             shown: files.short(&file),
