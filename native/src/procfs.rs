@@ -8,10 +8,17 @@ use rustc_hash::FxBuildHasher;
 /// Field 22 of /proc/PID/stat: the start time in clock ticks since boot. A PID plus its start
 /// time names one process; a reused PID has a different start time.
 pub fn start_time(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) is in parentheses and may contain spaces: split after it.
-    let rest = &stat[stat.rfind(')')? + 2..];
+    let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+    let rest = std::str::from_utf8(after_name(&stat)?).ok()?;
     rest.split(' ').nth(19)?.parse().ok()
+}
+
+/// The fields of a stat file after the command name (field 2), from the state on: the name is
+/// in parentheses and may hold ')' and spaces, and no later field holds ')'. None when `stat`
+/// ends before the state.
+fn after_name(stat: &[u8]) -> Option<&[u8]> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    stat.get(close + 2..).filter(|rest| !rest.is_empty())
 }
 
 /// Tells whether the target still runs, cheaply enough to ask after every read: a pidfd
@@ -143,8 +150,7 @@ impl ThreadStates {
 /// follows the last ')' (a name may hold ')' and spaces, and no later field does). None when
 /// the head holds no state.
 fn state_is_running(head: &[u8]) -> Option<bool> {
-    let close = head.iter().rposition(|&b| b == b')')?;
-    head.get(close + 2).map(|&state| state == b'R')
+    after_name(head).map(|rest| rest[0] == b'R')
 }
 
 /// The same process still runs: same start time, and not a zombie waiting to be reaped.
@@ -152,14 +158,11 @@ pub(crate) fn process_alive(pid: i32, started: u64) -> bool {
     if start_time(pid) != Some(started) {
         return false;
     }
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+    let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
         return false;
     };
-    let state = stat
-        .rfind(')')
-        .and_then(|i| stat.get(i + 2..i + 3))
-        .unwrap_or("X");
-    !matches!(state, "Z" | "X" | "x")
+    let state = after_name(&stat).map_or(b'X', |rest| rest[0]);
+    !matches!(state, b'Z' | b'X' | b'x')
 }
 
 #[cfg(test)]

@@ -450,10 +450,9 @@ impl Walker {
         // Headers the batch holds are compared where they lie (with their names' marks while
         // code objects are freed and made again); the others are read at once.
         let churning = self.churning();
-        let marked = |walker: &Walker, code: usize| churning && walker.codes.contains_key(&code);
         missing.clear();
         for &code in codes.iter() {
-            let marks = match marked(self, code) {
+            let marks = match churning {
                 true => self.marks_in(batch, code),
                 false => Marks::Unchecked,
             };
@@ -477,7 +476,7 @@ impl Walker {
                 let Some(header) = read.get(code + first, size) else {
                     bail!("failed to read a code object: a torn read");
                 };
-                let marks = match marked(self, code) {
+                let marks = match churning {
                     true => self.marks_in(&read, code),
                     false => Marks::Unchecked,
                 };
@@ -528,7 +527,8 @@ impl Walker {
         self.layout.interp_code_generation.is_none() && self.samples <= self.churn_until
     }
 
-    /// The marks of the cached code object at `address`'s names, as `read` holds them.
+    /// The marks of the cached code object at `address`'s names, as `read` holds them; none
+    /// are needed of a code object not cached (it is loaded).
     fn marks_in<'b>(&self, read: &'b Batch, address: usize) -> Marks<'b> {
         let Some(code) = self.codes.get(&address) else {
             return Marks::Unchecked;
