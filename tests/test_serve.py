@@ -24,8 +24,10 @@ def by_framework(targets: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def test_targets_profiles_and_timeline(spawn: Spawner, load: LoadDriver, serve: Any) -> None:
     aio = spawn.target("aiohttp_app", "--uvloop")
     tor = spawn.target("tornado_app")
-    load.start(aio.url + "/hard", seconds=30, connections=10)
-    load.start(tor.url + "/hard", seconds=30, connections=10)
+    # the load outlasts every wait below (the fixture stops it when the test ends); the /hard
+    # handlers run only briefly between awaits, so thirty connections make them show sooner
+    load.start(aio.url + "/hard", seconds=120, connections=30)
+    load.start(tor.url + "/hard", seconds=120, connections=30)
     server = serve(pids=(aio.pid, tor.pid))
     assert wait_until(lambda: len(server.targets()) == 2, timeout=15), server.targets()
     targets = by_framework(server.targets())
@@ -43,7 +45,7 @@ def test_targets_profiles_and_timeline(spawn: Spawner, load: LoadDriver, serve: 
     # the handlers run briefly between awaits: wait until busy samples caught them (the
     # depth asserted below is that of busy samples)
     assert wait_until(
-        lambda: "hard_handler (targets/aiohttp_app.py:" in folded(tid, "&state=busy"), timeout=30
+        lambda: "hard_handler (targets/aiohttp_app.py:" in folded(tid, "&state=busy"), timeout=60
     )
     tor_id = targets["tornado"]["id"]
     assert wait_until(
