@@ -85,8 +85,14 @@ thread_local! {
 pub struct Batch {
     /// The pieces the next `fill` reads: (address, length).
     pub pieces: Vec<(usize, usize)>,
-    at: HashMap<(usize, usize), usize, FxBuildHasher>,
+    /// Where each piece lies in `buf`, and whether the last fill read it whole.
     offsets: Vec<usize>,
+    whole: Vec<bool>,
+    /// Each piece's place in `pieces`, by (address, length); made again only when the pieces
+    /// differ from those it was made for (a walker asks for much the same pieces sample after
+    /// sample).
+    index: HashMap<(usize, usize), u32, FxBuildHasher>,
+    indexed: Vec<(usize, usize)>,
     buf: Vec<u8>,
     /// A merged batch's spans read whole, by address: (start, end, offset in `buf`); a piece
     /// anywhere within one is handed out.
@@ -137,12 +143,16 @@ impl Batch {
         let last = self.spans.take().unwrap_or_default();
         self.pieces.clear();
         self.pieces.extend_from_slice(&self.merged);
-        self.fill(pid);
+        self.read_in(pid);
         let mut whole = Vec::with_capacity(self.pieces.len());
-        whole.extend(self.pieces.iter().filter_map(|&(start, len)| {
-            let offset = *self.at.get(&(start, len))?;
-            Some((start, start + len, offset))
-        }));
+        whole.extend(
+            self.pieces
+                .iter()
+                .zip(&self.offsets)
+                .zip(&self.whole)
+                .filter(|(_, &read)| read)
+                .map(|((&(start, len), &offset), _)| (start, start + len, offset)),
+        );
         // the same spans read whole as last time: the table of pages stands
         if whole != last || self.pages.is_empty() {
             self.pages.clear();
@@ -181,6 +191,12 @@ impl Batch {
 
     /// Reads `self.pieces`, replacing what the batch held.
     pub fn fill(&mut self, pid: i32) {
+        self.read_in(pid);
+        self.index();
+    }
+
+    /// Reads `self.pieces` into `buf`, noting which were read whole.
+    fn read_in(&mut self, pid: i32) {
         let pieces = &self.pieces;
         self.offsets.clear();
         let mut total = 0usize;
@@ -189,8 +205,8 @@ impl Batch {
             total += len;
         }
         self.offsets.push(total);
-        self.at.clear();
-        self.at.reserve(pieces.len());
+        self.whole.clear();
+        self.whole.resize(pieces.len(), false);
         self.spans = None;
         // Grown, never cleared: only pieces read whole are handed out, so what earlier
         // samples left in the rest is never seen.
@@ -210,11 +226,24 @@ impl Batch {
             // go on after the failed one.
             let mut j = i;
             while j < end && offsets[j + 1] - offsets[i] <= n {
-                self.at.insert(pieces[j], offsets[j]);
+                self.whole[j] = true;
                 j += 1;
             }
             i = if j == end { end } else { j + 1 };
         }
+    }
+
+    /// Makes `index` for the pieces now asked for, unless it was made for these already.
+    fn index(&mut self) {
+        if self.indexed == self.pieces {
+            return;
+        }
+        self.index.clear();
+        self.index.reserve(self.pieces.len());
+        for (i, &piece) in self.pieces.iter().enumerate() {
+            self.index.entry(piece).or_insert(i as u32);
+        }
+        self.indexed.clone_from(&self.pieces);
     }
 
     /// The bytes of a piece that was asked for exactly so and read whole; of a merged batch,
@@ -243,7 +272,11 @@ impl Batch {
             }
             return None;
         }
-        let &at = self.at.get(&(address, len))?;
+        let i = *self.index.get(&(address, len))? as usize;
+        if !self.whole[i] {
+            return None;
+        }
+        let at = self.offsets[i];
         self.buf.get(at..at + len)
     }
 }
@@ -406,6 +439,34 @@ mod tests {
         assert_eq!(batch.get(base + 900, 8), Some(&data[900..908]));
         assert_eq!(batch.get(base + 100, 8), None);
         assert_eq!(batch.get(base + 210, 8), None);
+    }
+
+    #[test]
+    fn a_batch_refilled_with_the_same_pieces_hands_out_what_it_read_now() {
+        let pid = std::process::id() as i32;
+        let mut data: Vec<u8> = vec![1; 256];
+        let base = data.as_ptr() as usize;
+        let mut batch = Batch {
+            pieces: vec![(base, 16), (8, 8), (base + 100, 8), (base, 16)],
+            ..Batch::default()
+        };
+        batch.fill(pid);
+        assert_eq!(batch.get(base, 16), Some(&[1u8; 16][..]));
+        assert_eq!(batch.get(8, 8), None);
+        assert_eq!(batch.get(base + 100, 8), Some(&[1u8; 8][..]));
+        // asked for exactly so only
+        assert_eq!(batch.get(base, 8), None);
+        data[..16].fill(2);
+        data[100..108].fill(3);
+        std::hint::black_box(&data);
+        batch.fill(pid);
+        assert_eq!(batch.get(base, 16), Some(&[2u8; 16][..]));
+        assert_eq!(batch.get(base + 100, 8), Some(&[3u8; 8][..]));
+        // other pieces: the old ones are no longer handed out
+        batch.pieces = vec![(base + 200, 8)];
+        batch.fill(pid);
+        assert_eq!(batch.get(base + 200, 8), Some(&[1u8; 8][..]));
+        assert_eq!(batch.get(base, 16), None);
     }
 
     #[test]

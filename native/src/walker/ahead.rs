@@ -1,10 +1,6 @@
 //! What the next sample reads ahead in its batch: where each thread's stack was, and the
 //! addresses (code objects, frames outside the data stacks) recent samples met.
 
-use std::collections::HashMap;
-
-use rustc_hash::FxBuildHasher;
-
 /// At most this many frames and code objects are read ahead per sample.
 const READ_AHEAD_MAX: usize = 8192;
 /// Code objects and frames outside the data stacks are read ahead while some sample of the
@@ -67,10 +63,13 @@ impl AheadStack {
     }
 }
 
-/// Addresses met by recent samples, with the last sample that met each.
+/// Addresses met by recent samples, with the last sample that met each, by address.
 #[derive(Default)]
 pub struct Recent {
-    last: HashMap<usize, u64, FxBuildHasher>,
+    last: Vec<(usize, u64)>,
+    /// Room for the next `last`, and for addresses given out of order.
+    merged: Vec<(usize, u64)>,
+    sorted: Vec<usize>,
 }
 
 impl Recent {
@@ -78,25 +77,56 @@ impl Recent {
     /// recently, within the last RECENT_SAMPLES samples: a service whose stacks vary a lot
     /// should not read ahead every code object it ran lately.
     pub fn seen(&mut self, addresses: &[usize], sample: u64) {
+        let addresses = if addresses.windows(2).all(|pair| pair[0] < pair[1]) {
+            addresses
+        } else {
+            self.sorted.clear();
+            self.sorted.extend_from_slice(addresses);
+            self.sorted.sort_unstable();
+            self.sorted.dedup();
+            &self.sorted[..]
+        };
+        // the same addresses as all those kept (a stack that did not change): all met now
+        if self.last.len() == addresses.len()
+            && self.last.iter().zip(addresses).all(|(&(a, _), &b)| a == b)
+        {
+            self.last.iter_mut().for_each(|entry| entry.1 = sample);
+            return;
+        }
+        // one pass over both, by address: those met now, and the others still recent
+        let recent = |&(_, last): &(usize, u64)| last + RECENT_SAMPLES > sample;
+        let (last, merged) = (&self.last, &mut self.merged);
+        merged.clear();
+        let mut i = 0;
         for &address in addresses {
-            self.last.insert(address, sample);
+            while i < last.len() && last[i].0 < address {
+                if recent(&last[i]) {
+                    merged.push(last[i]);
+                }
+                i += 1;
+            }
+            if i < last.len() && last[i].0 == address {
+                i += 1;
+            }
+            merged.push((address, sample));
         }
+        merged.extend(last[i..].iter().filter(|entry| recent(entry)));
+        std::mem::swap(&mut self.last, &mut self.merged);
         let keep = (addresses.len() + RECENT_EXTRA).min(READ_AHEAD_MAX);
-        if self.last.len() > addresses.len() {
-            self.last
-                .retain(|_, &mut last| last + RECENT_SAMPLES > sample);
-        }
         if self.last.len() > keep {
             // the keep-th most recent sample; ties with it may stay, up to this sample's own
-            let mut lasts: Vec<u64> = self.last.values().copied().collect();
+            let mut lasts: Vec<u64> = self.last.iter().map(|&(_, last)| last).collect();
             let (_, &mut cut, _) = lasts.select_nth_unstable_by(keep - 1, |a, b| b.cmp(a));
             self.last
-                .retain(|_, &mut last| last > cut || (last == cut && cut == sample));
+                .retain(|&(_, last)| last > cut || (last == cut && cut == sample));
         }
     }
 
     pub fn addresses(&self) -> impl Iterator<Item = usize> + '_ {
-        self.last.keys().copied().take(READ_AHEAD_MAX)
+        self.last
+            .iter()
+            .map(|&(address, _)| address)
+            .take(READ_AHEAD_MAX)
     }
 }
 
@@ -114,13 +144,19 @@ mod tests {
         }
         // the most recent ones stay, whole samples of them: 40 and 39 (38 would pass 10 + 16)
         assert_eq!(recent.last.len(), 20);
-        assert!((0..10).all(|i| recent.last.contains_key(&(4000 + i))));
-        assert!((0..10).all(|i| recent.last.contains_key(&(3900 + i))));
+        let has = |recent: &Recent, address| recent.addresses().any(|a| a == address);
+        assert!((0..10).all(|i| has(&recent, 4000 + i)));
+        assert!((0..10).all(|i| has(&recent, 3900 + i)));
         recent.seen(&[4000, 4001, 4002, 4003, 4004], 41);
         assert!(recent.last.len() <= 5 + RECENT_EXTRA);
         // and none met longer ago than RECENT_SAMPLES samples
         recent.seen(&[1], 41 + RECENT_SAMPLES);
         assert_eq!(recent.addresses().collect::<Vec<_>>(), vec![1]);
+        // addresses met out of order or twice: each kept once, by address
+        recent.seen(&[9, 3, 9], 42 + RECENT_SAMPLES);
+        assert_eq!(recent.addresses().collect::<Vec<_>>(), vec![1, 3, 9]);
+        recent.seen(&[3, 9], 43 + RECENT_SAMPLES);
+        assert_eq!(recent.addresses().collect::<Vec<_>>(), vec![1, 3, 9]);
     }
 
     #[test]

@@ -91,7 +91,11 @@ impl Walker {
             top
         };
         let stack_len = top.saturating_sub(stack_start);
-        self.stack.resize(8 + stack_len, 0);
+        if stack_len > 0 {
+            let next = AheadStack::next(ahead, current_at, stack_start, top, self.samples);
+            self.ahead_stacks.insert(thread, next);
+        }
+        // the current frame and the data stack: where the batch holds them, else read now
         let read_ahead = ahead
             .filter(|a| a.current == current_at && a.start <= stack_start && top <= a.end)
             .and_then(|a| {
@@ -103,33 +107,29 @@ impl Walker {
                 let stack = batch.get(a.start, a.end - a.start)?;
                 Some((current, &stack[stack_start - a.start..top - a.start]))
             });
-        match read_ahead {
-            Some((current, stack)) => {
-                self.stack[..8].copy_from_slice(&current.to_le_bytes());
-                self.stack[8..].copy_from_slice(stack);
-            }
+        let (current, stack) = match read_ahead {
+            Some(read) => read,
             None if current_at != 0 => {
+                self.stack.resize(8 + stack_len, 0);
                 let pieces = [(current_at, 8), (stack_start, stack_len)];
                 read_pieces(
                     self.pid,
                     &pieces[..if stack_len > 0 { 2 } else { 1 }],
                     &mut self.stack,
                 )?;
+                (usize_at(&self.stack, 0), &self.stack[8..])
             }
             None => {
-                self.stack[..8].copy_from_slice(&field.to_le_bytes());
+                self.stack.resize(stack_len, 0);
                 if stack_len > 0 {
-                    read(self.pid, stack_start, &mut self.stack[8..])?;
+                    read(self.pid, stack_start, &mut self.stack)?;
                 }
+                (field, &self.stack[..])
             }
-        }
-        if stack_len > 0 {
-            let next = AheadStack::next(ahead, current_at, stack_start, top, self.samples);
-            self.ahead_stacks.insert(thread, next);
-        }
+        };
         let mut walked = std::mem::take(&mut self.walked);
         walked.clear();
-        let ends = self.walk(out, stack_start, top, batch, &mut walked)?;
+        let ends = self.walk(out, current, stack, stack_start, batch, &mut walked)?;
         outside.extend(walked.iter().filter(|f| !f.on_stack).map(|f| f.frame));
         // A thread's first frame is the first one pushed on its first chunk of data stack, at
         // its second slot (3.11–3.15): a walk that ends there is whole. One that ends anywhere
@@ -143,7 +143,7 @@ impl Walker {
         let torn = match ends.last {
             Some(last) if !whole(last) => {
                 let all = ends.first_outside || ends.last_in_object || in_chunk(last);
-                let torn = !self.still_as_read(thread, field, current_at, all, &walked);
+                let torn = !self.still_as_read(thread, field, current_at, current, all, &walked);
                 if !torn && !all && !ends.last_in_object {
                     if let Some(stack) = self.ahead_stacks.get_mut(&thread) {
                         stack.root = last;
@@ -155,7 +155,7 @@ impl Walker {
             // no frame of the program: in 3.11 and 3.12, a `_PyCFrame` read as its C call
             // began or after it returned may name none, or frames without code
             None if current_at != 0 => {
-                !self.still_as_read(thread, field, current_at, true, &walked)
+                !self.still_as_read(thread, field, current_at, current, true, &walked)
             }
             None => false,
         };
@@ -187,11 +187,13 @@ impl Walker {
     /// at the same address all along, but its callers link to another request's coroutine).
     /// A thread running on at a stack that spans several chunks is not checked with `all`:
     /// the top of its stack changes as it runs, the frames of its older chunks do not.
+    #[allow(clippy::too_many_arguments)]
     fn still_as_read(
         &self,
         thread: usize,
         field: usize,
         current_at: usize,
+        walked_from: usize,
         all: bool,
         walked: &[WalkedFrame],
     ) -> bool {
@@ -235,26 +237,25 @@ impl Walker {
         } else {
             (Some(field), word(thread + layout.tstate_frame))
         };
-        frames_as_read
-            && cframe == Some(field)
-            && (!all || current == Some(usize_at(&self.stack, 0)))
+        frames_as_read && cframe == Some(field) && (!all || current == Some(walked_from))
     }
 
-    /// Follows the frames from the current one (the first 8 bytes of `self.stack`, the data
-    /// stack from `stack_start` to `top` after them), innermost first, into `out`, and as
-    /// read into `walked`.
+    /// Follows the frames from `current`, innermost first, into `out`, and as read into
+    /// `walked`; `stack` holds the data stack from `stack_start` on.
     fn walk(
         &self,
         out: &mut Vec<RawFrame>,
+        current: usize,
+        stack: &[u8],
         stack_start: usize,
-        top: usize,
         batch: &Batch,
         walked: &mut Vec<WalkedFrame>,
     ) -> Result<Ends> {
         let layout = &self.layout;
         let (first_at, size) = (layout.frame_first, layout.frame_size);
         let field = |raw: &[u8], offset: usize| usize_at(raw, offset - first_at);
-        let mut frame = usize_at(&self.stack, 0);
+        let top = stack_start + stack.len();
+        let mut frame = current;
         let mut read_here = [0u8; MAX_FRAME_READ];
         let mut seen = 0usize;
         // Brent's cycle check: a chain torn into a loop ends at once, not after MAX_DEPTH reads
@@ -279,8 +280,8 @@ impl Walker {
             let first = frame + first_at;
             let on_stack = first >= stack_start && first + size <= top;
             let raw: &[u8] = if on_stack {
-                let at = 8 + first - stack_start;
-                &self.stack[at..at + size]
+                let at = first - stack_start;
+                &stack[at..at + size]
             } else {
                 match batch.get(first, size) {
                     Some(bytes) => bytes,

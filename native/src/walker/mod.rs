@@ -119,7 +119,8 @@ pub struct Walker {
     states: ThreadStates,
     /// Code objects recent samples checked; the next one reads their headers ahead.
     checked: Recent,
-    /// The current frame's address and the top of a thread's data stack, as last read.
+    /// A thread's current frame's address and the top of its data stack, when the batch did
+    /// not hold them and they were read on their own.
     stack: Vec<u8>,
     /// Thread states of the previous sample and frames outside the data stacks of recent
     /// ones: read ahead, with the code headers in `checked`, in one batch at the start of
