@@ -120,7 +120,6 @@ pub struct TaskScanner {
     sets: Option<Sets>,
     codes: HashMap<usize, Code, FxBuild>,
     code_bytes: Charge,
-    serial: u64,
     files: ShortFiles,
     /// Scans so far: where the slice of a scan past `MAX_TASKS` starts.
     scans: usize,
@@ -173,7 +172,6 @@ impl TaskScanner {
             sets: None,
             codes: HashMap::default(),
             code_bytes: Charge::new(&budget::CODES, CODE_CACHE_BYTES),
-            serial: 0,
             files: ShortFiles::new(spy.pid, spy.dockerized),
             scans: 0,
             found: Vec::new(),
@@ -372,13 +370,11 @@ impl TaskScanner {
             {
                 continue;
             }
-            self.serial += 1;
             let Ok(loaded) = Code::load(
                 self.target.pid,
                 &self.target.layout,
                 code,
                 header,
-                self.serial,
                 &mut self.files,
             ) else {
                 self.codes.remove(&code);

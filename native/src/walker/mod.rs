@@ -73,8 +73,6 @@ struct Scratch {
     last_frames: Vec<RawFrame>,
     checks: Vec<usize>,
     missing: Vec<usize>,
-    /// A stack's key in the cache of folded stacks.
-    key: Vec<(u64, i64)>,
 }
 
 /// The marks of a cached code object's names as a read holds them (`Walker::marks_in`).
@@ -87,14 +85,13 @@ enum Marks<'b> {
     Unreadable,
 }
 
-/// A thread's frames as a sample folded them: its stack, whether it waits, and the serial of
-/// the last code object loaded then (`Walker::folded`).
+/// A thread's frames as a sample folded them: its stack and whether it waits
+/// (`Walker::folded`); forgotten with the cache of folded stacks.
 #[derive(Default)]
 struct LastFold {
     frames: Vec<RawFrame>,
     stack: Option<Stack>,
     waits: bool,
-    serial: u64,
 }
 
 /// Why the walker does not read a target.
@@ -112,8 +109,8 @@ pub struct Walker {
     interpreter: usize,
     codes: HashMap<usize, Code, FxBuildHasher>,
     code_bytes: Charge,
-    serial: u64,
-    stacks: HashMap<Vec<(u64, i64)>, Stack, FxBuildHasher>,
+    /// Folded stacks by the frames they were folded from (`fold`).
+    stacks: HashMap<Vec<RawFrame>, Option<Stack>, FxBuildHasher>,
     stack_bytes: Charge,
     files: ShortFiles,
     states: ThreadStates,
@@ -194,7 +191,6 @@ impl Walker {
             interpreter,
             codes: HashMap::default(),
             code_bytes: Charge::new(&budget::CODES, CODE_CACHE_BYTES),
-            serial: 0,
             stacks: HashMap::default(),
             stack_bytes: Charge::new(&budget::STACKS, STACK_CACHE_BYTES),
             files: ShortFiles::new(spy.pid, spy.dockerized),
@@ -371,7 +367,7 @@ impl Walker {
         for (tid, range) in &scratch.threads {
             let tid = *tid;
             let frames = &scratch.frames[range.clone()];
-            let (stack, waits) = self.folded(tid, frames, &mut scratch.key);
+            let (stack, waits) = self.folded(tid, frames);
             // A thread in a known wait is idle whatever the OS says: its /proc file is not read.
             let running = match &run_state {
                 _ if waits => Some(false),
@@ -424,6 +420,7 @@ impl Walker {
         if self.code_bytes.over(0) {
             self.codes.clear();
             self.code_bytes.clear();
+            self.forget_stacks();
         }
         let (first, size) = (self.layout.code_first, self.layout.code_size);
         let Scratch {
@@ -490,16 +487,11 @@ impl Walker {
 
     /// A thread's folded stack and whether its innermost frame of the program (3.13+ entry
     /// trampolines are not) is a known wait. A thread whose frames are those of its last
-    /// sample, no code object loaded since, has the stack it had: it is not folded again (a
-    /// thread that waits, as most do, has the same frames sample after sample).
-    fn folded(
-        &mut self,
-        tid: u64,
-        frames: &[RawFrame],
-        key: &mut Vec<(u64, i64)>,
-    ) -> (Option<Stack>, bool) {
+    /// sample, no cached code object replaced since, has the stack it had: it is not folded
+    /// again (a thread that waits, as most do, has the same frames sample after sample).
+    fn folded(&mut self, tid: u64, frames: &[RawFrame]) -> (Option<Stack>, bool) {
         if let Some(last) = self.last_folds.get(&tid) {
-            if last.serial == self.serial && last.frames == frames {
+            if last.frames == frames {
                 return (last.stack.clone(), last.waits);
             }
         }
@@ -508,13 +500,12 @@ impl Walker {
             .filter_map(|(code, _)| self.codes.get(code))
             .find(|code| !code.hidden)
             .is_some_and(|code| code.waits);
-        let stack = self.fold(frames, key);
+        let stack = self.fold(frames);
         let last = self.last_folds.entry(tid).or_default();
         last.frames.clear();
         last.frames.extend_from_slice(frames);
         last.stack.clone_from(&stack);
         last.waits = waits;
-        last.serial = self.serial;
         (stack, waits)
     }
 
@@ -542,7 +533,7 @@ impl Walker {
     }
 
     /// Keeps the cached code object at `address` when its `header` (and, given them, its
-    /// names' `marks`) are as cached, else loads it (under a new serial); either way marks it
+    /// names' `marks`) are as cached, else loads it; either way marks it
     /// checked at `before`.
     fn settle(
         &mut self,
@@ -566,18 +557,12 @@ impl Walker {
             }
             self.churn_until = self.samples + CHURN_SAMPLES;
         }
-        self.serial += 1;
-        let mut code = Code::load(
-            self.pid,
-            &self.layout,
-            address,
-            header,
-            self.serial,
-            &mut self.files,
-        )?;
+        let mut code = Code::load(self.pid, &self.layout, address, header, &mut self.files)?;
         code.checked = before;
         if let Some(old) = self.codes.remove(&address) {
             self.code_bytes.sub(old.cost());
+            // stacks folded with the old code name it by this address
+            self.forget_stacks();
         }
         self.code_bytes.add(code.cost());
         self.codes.insert(address, code);
@@ -585,24 +570,17 @@ impl Walker {
     }
 
     /// The folded stack of frames given innermost first, without the frames of code that is
-    /// not the program's (3.13+ entry trampolines); None when no frame is left. `key` is
-    /// room for the stack's key in the cache.
-    fn fold(&mut self, frames: &[RawFrame], key: &mut Vec<(u64, i64)>) -> Option<Stack> {
-        key.clear();
-        for &(code, offset) in frames.iter().rev() {
-            match self.codes.get(&code) {
-                Some(code) if code.hidden => {}
-                Some(code) => key.push((code.serial, offset)),
-                None => key.push((0, offset)),
-            }
-        }
-        if key.is_empty() {
-            return None;
-        }
-        if let Some(stack) = self.stacks.get(&key[..]) {
-            return Some(stack.clone());
+    /// not the program's (3.13+ entry trampolines); None when no frame is left.
+    ///
+    /// The cache of folded stacks is keyed by the frames as walked (code object addresses and
+    /// offsets): it is emptied whenever a cached code object is replaced or the cache of code
+    /// objects is, so an address in a key always names the code it was folded with.
+    fn fold(&mut self, frames: &[RawFrame]) -> Option<Stack> {
+        if let Some(stack) = self.stacks.get(frames) {
+            return stack.clone();
         }
         let mut text = String::new();
+        let mut all_cached = true;
         for &(code, offset) in frames.iter().rev() {
             let code = self.codes.get_mut(&code);
             if code.as_ref().is_some_and(|c| c.hidden) {
@@ -613,18 +591,32 @@ impl Walker {
             }
             match code {
                 Some(code) => text.push_str(&code.frame(offset)),
-                None => text.push_str("? (?:0)"),
+                None => {
+                    all_cached = false;
+                    text.push_str("? (?:0)");
+                }
             }
         }
-        let stack = Stack::new(Arc::from(text));
-        let cost = stack.text().len() + key.len() * 16 + 64;
-        if self.stack_bytes.over(cost) {
-            self.stacks.clear();
-            self.stack_bytes.clear();
+        let stack = (!text.is_empty()).then(|| Stack::new(Arc::from(text)));
+        // (every code object of a sample's frames is cached by now; a stack folded without
+        // one is not kept)
+        if all_cached {
+            let text_len = stack.as_ref().map_or(0, |s| s.text().len());
+            let cost = text_len + frames.len() * 16 + 64;
+            if self.stack_bytes.over(cost) {
+                self.forget_stacks();
+            }
+            self.stack_bytes.add(cost);
+            self.stacks.insert(frames.to_vec(), stack.clone());
         }
-        self.stack_bytes.add(cost);
-        self.stacks.insert(key.clone(), stack.clone());
-        Some(stack)
+        stack
+    }
+
+    /// Empties the cache of folded stacks, and each thread's last (`folded`).
+    fn forget_stacks(&mut self) {
+        self.stacks.clear();
+        self.stack_bytes.clear();
+        self.last_folds.clear();
     }
 }
 

@@ -18,7 +18,6 @@ const MAX_LINETABLE: usize = 1 << 20;
 
 /// A code object as first read, with its formatted frames by instruction offset.
 pub struct Code {
-    pub serial: u64,
     /// The fields checked every sample (`Layout::code_first`, `code_size`).
     pub header: Vec<u8>,
     /// The interpreter's count of code objects freed when the header was last checked (read
@@ -55,7 +54,6 @@ impl Code {
         layout: &Layout,
         address: usize,
         header: &[u8],
-        serial: u64,
         files: &mut ShortFiles,
     ) -> Result<Code> {
         let mut head = [0u8; 16];
@@ -89,7 +87,6 @@ impl Code {
         }
         let first_line = u32_at(header, layout.code_firstlineno - layout.code_first) as i32;
         Ok(Code {
-            serial,
             header: header.to_vec(),
             checked: None,
             marks_at,
