@@ -246,6 +246,19 @@ impl Batch {
         self.indexed.clone_from(&self.pieces);
     }
 
+    /// The bytes of the pieces at `range` of `pieces`, which lie one after another in the
+    /// batch, when every one of them was read whole (not of a merged batch).
+    pub fn run(&self, range: std::ops::Range<usize>) -> Option<&[u8]> {
+        if self.spans.is_some() || range.end > self.whole.len() {
+            return None;
+        }
+        if !self.whole[range.clone()].iter().all(|&read| read) {
+            return None;
+        }
+        self.buf
+            .get(self.offsets[range.start]..self.offsets[range.end])
+    }
+
     /// The bytes of a piece that was asked for exactly so and read whole; of a merged batch,
     /// of any piece within a span read whole.
     pub fn get(&self, address: usize, len: usize) -> Option<&[u8]> {

@@ -19,6 +19,7 @@
 //! before trusting it.
 
 mod ahead;
+mod compared;
 mod debug_offsets;
 mod frames;
 mod layout;
@@ -35,6 +36,7 @@ use crate::memory::{read, usize_at, Batch, MemoryReads};
 use crate::procfs::ThreadStates;
 use crate::stack::{RunState, Stack, Trace};
 use ahead::{AheadStack, Recent};
+use compared::Compared;
 use frames::{RawFrame, WalkedFrame};
 pub use layout::{GenLayout, Layout};
 use objects::{Code, ShortFiles};
@@ -71,6 +73,8 @@ struct Scratch {
     /// lacked; the frames `codes` was made of.
     codes: Vec<usize>,
     last_frames: Vec<RawFrame>,
+    /// The code objects whose headers the batch reads ahead, by address.
+    ahead_codes: Vec<usize>,
     checks: Vec<usize>,
     missing: Vec<usize>,
 }
@@ -114,8 +118,10 @@ pub struct Walker {
     stack_bytes: Charge,
     files: ShortFiles,
     states: ThreadStates,
-    /// Code objects recent samples checked; the next one reads their headers ahead.
+    /// Code objects recent samples checked; the next one reads their headers ahead. Up to
+    /// 3.13, which of those headers were the cached code's, and what they read then.
     checked: Recent,
+    compared: Compared,
     /// A thread's current frame's address and the top of its data stack, when the batch did
     /// not hold them and they were read on their own.
     stack: Vec<u8>,
@@ -131,15 +137,15 @@ pub struct Walker {
     previous_stacks: HashMap<usize, AheadStack, FxBuildHasher>,
     /// The frames of a thread's walk, as read.
     walked: Vec<WalkedFrame>,
-    scratch: Scratch,
+    /// Room a sample reuses: the batch it refills and its scratch (boxed, so that a sample
+    /// moves a pointer, not the structures, to borrow them beside the walker).
+    room: Option<Box<(Batch, Scratch)>>,
     /// Samples read so far.
     samples: u64,
     /// What reading them took: system calls, remote pieces and bytes.
     reads: MemoryReads,
     /// Run states read from /proc so far (threads in a known wait are not read).
     state_reads: u64,
-    /// The batch each sample refills.
-    batch: Batch,
     /// The interpreter's count of code objects freed, as the last sample read it (3.14+).
     generation: Option<u64>,
     /// Until which sample the names of cached code objects are checked too (`churning`).
@@ -196,17 +202,17 @@ impl Walker {
             files: ShortFiles::new(spy.pid, spy.dockerized),
             states: ThreadStates::new(spy.pid),
             checked: Recent::default(),
+            compared: Compared::default(),
             stack: Vec::new(),
             ahead_threads: Vec::new(),
             ahead_frames: Recent::default(),
             ahead_stacks: HashMap::default(),
             previous_stacks: HashMap::default(),
             walked: Vec::new(),
-            scratch: Scratch::default(),
+            room: None,
             samples: 0,
             reads: MemoryReads::default(),
             state_reads: 0,
-            batch: Batch::default(),
             generation: None,
             churn_until: 0,
             last_folds: HashMap::default(),
@@ -222,11 +228,10 @@ impl Walker {
     /// Every Python thread's stack, innermost frame last in the folded text.
     pub fn read(&mut self, run_state: RunState<'_>) -> Result<Vec<Trace>> {
         let before = MemoryReads::of_this_thread();
-        let mut batch = std::mem::take(&mut self.batch);
-        let mut scratch = std::mem::take(&mut self.scratch);
-        let result = self.read_all(run_state, &mut batch, &mut scratch);
-        self.batch = batch;
-        self.scratch = scratch;
+        let mut room = self.room.take().unwrap_or_default();
+        let (batch, scratch) = &mut *room;
+        let result = self.read_all(run_state, batch, scratch);
+        self.room = Some(room);
         self.reads
             .add_between(before, MemoryReads::of_this_thread());
         result
@@ -265,11 +270,17 @@ impl Walker {
         // The code objects recent samples checked: they do not change while they are read.
         // From 3.14 those checked while the count of code objects freed stood where it stands
         // now are not read: unless it moved, their headers are not needed (`check_codes`).
-        pieces.extend(
+        let ahead_codes = &mut scratch.ahead_codes;
+        ahead_codes.clear();
+        ahead_codes.extend(
             self.checked
                 .addresses()
-                .filter(|&c| needs_check(&self.codes, c, self.generation))
-                .map(|c| (c + layout.code_first, layout.code_size)),
+                .filter(|&c| needs_check(&self.codes, c, self.generation)),
+        );
+        pieces.extend(
+            ahead_codes
+                .iter()
+                .map(|&c| (c + layout.code_first, layout.code_size)),
         );
         // While code objects are freed and made again (up to 3.13), their names' marks too.
         if self.churning() {
@@ -305,6 +316,15 @@ impl Walker {
         pieces.extend(generation_at);
         batch.fill(self.pid);
         let batch = &*batch;
+        // Up to 3.13, the headers read ahead as they were (not while code objects are freed
+        // and made again: then their names' marks are compared too)
+        if layout.interp_code_generation.is_none() && !self.churning() {
+            let headers = batch.run(1..1 + scratch.ahead_codes.len());
+            self.compared
+                .begin(&scratch.ahead_codes, headers, layout.code_size);
+        } else {
+            self.compared.forget();
+        }
         let generation = generation_at
             .and_then(|(at, len)| batch.get(at, len))
             .map(|bytes| usize_at(bytes, 0) as u64);
@@ -421,6 +441,7 @@ impl Walker {
             self.codes.clear();
             self.code_bytes.clear();
             self.forget_stacks();
+            self.compared.forget();
         }
         let (first, size) = (self.layout.code_first, self.layout.code_size);
         let Scratch {
@@ -450,13 +471,18 @@ impl Walker {
         let churning = self.churning();
         missing.clear();
         for &code in codes.iter() {
+            // read ahead as the last sample found it, the cached code's
+            if self.compared.unchanged(code) {
+                continue;
+            }
             let marks = match churning {
                 true => self.marks_in(batch, code),
                 false => Marks::Unchecked,
             };
             match batch.get(code + first, size) {
                 Some(header) if !matches!(marks, Marks::Unreadable) => {
-                    self.settle(code, header, marks, before)?
+                    self.settle(code, header, marks, before)?;
+                    self.compared.settled(code);
                 }
                 _ => missing.push(code),
             }
