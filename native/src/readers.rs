@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use py_spy::config::LockingStrategy;
 use py_spy::{Config, PythonSpy, StackTrace};
+use rustc_hash::FxBuildHasher;
 
 use crate::errors::InitError;
 use crate::memory::MemoryReads;
@@ -122,8 +123,8 @@ impl Readers {
             spy,
             walker,
             cache,
-            names: HashMap::new(),
-            named: HashSet::new(),
+            names: HashMap::default(),
+            named: HashSet::default(),
             last_lookup: None,
             os: OnCpu::new(pid),
         };
@@ -141,7 +142,7 @@ impl Readers {
     }
 
     /// Thread names met so far.
-    pub(crate) fn names(&self) -> &HashMap<u64, String> {
+    pub(crate) fn names(&self) -> &HashMap<u64, String, FxBuildHasher> {
         &self.names
     }
 
@@ -162,9 +163,9 @@ pub(crate) struct Readers {
     spy: PythonSpy,
     walker: Option<Walker>,
     cache: FrameCache,
-    names: HashMap<u64, String>,
+    names: HashMap<u64, String, FxBuildHasher>,
     /// Threads whose names were looked up (the walker does not read names).
-    named: HashSet<u64>,
+    named: HashSet<u64, FxBuildHasher>,
     last_lookup: Option<Instant>,
     /// Thread ids and on-CPU states from the OS, and where they could not be had.
     os: OnCpu,
@@ -245,7 +246,7 @@ pub(crate) fn attach_spy(pid: i32, config: &Config) -> anyhow::Result<PythonSpy>
 fn spy_read(
     spy: &mut PythonSpy,
     cache: &mut FrameCache,
-    names: &mut HashMap<u64, String>,
+    names: &mut HashMap<u64, String, FxBuildHasher>,
     mut os: Option<(&mut OnCpu, &RunState<'_>)>,
 ) -> anyhow::Result<Vec<Trace>> {
     let traces = spy.get_stack_traces()?;
@@ -289,7 +290,7 @@ fn checked_walker(
         Err(why) if why.refuse => return Err(why.reason),
         Err(why) => return Ok((None, format!("py-spy ({})", why.reason))),
     };
-    let mut names = HashMap::new();
+    let mut names = HashMap::default();
     let key = |traces: Vec<Trace>| {
         let mut key: Vec<(u64, Option<String>)> = traces
             .into_iter()

@@ -45,7 +45,7 @@ pub struct Window {
     /// Sampling ticks that produced stacks during the window.
     pub samples: u64,
     pub stacks: HashMap<StackKey, u64, FxBuildHasher>,
-    pub thread_names: HashMap<u64, String>,
+    pub thread_names: HashMap<u64, String, FxBuildHasher>,
     /// Task stacks (folded, leaf `[running]`, `[ready]` or `[waiting]`) with task-samples,
     /// and the task scans that counted them.
     pub tasks: HashMap<String, u64, FxBuildHasher>,
@@ -61,7 +61,7 @@ impl Window {
             end: start + length,
             samples: 0,
             stacks: HashMap::default(),
-            thread_names: HashMap::new(),
+            thread_names: HashMap::default(),
             tasks: HashMap::default(),
             task_scans: 0,
             task_unread: 0,

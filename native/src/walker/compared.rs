@@ -14,6 +14,8 @@ pub struct Compared {
     addresses: Vec<usize>,
     bytes: Vec<u8>,
     same: Vec<bool>,
+    /// Where the last `find` found its address: a sample asks in order of address.
+    cursor: std::cell::Cell<usize>,
 }
 
 impl Compared {
@@ -45,17 +47,33 @@ impl Compared {
     /// Whether the header of the code object at `address`, as this sample read it ahead, is
     /// the cached code's.
     pub fn unchanged(&self, address: usize) -> bool {
-        self.addresses
-            .binary_search(&address)
-            .is_ok_and(|i| self.same[i])
+        self.find(address).is_some_and(|i| self.same[i])
     }
 
     /// Notes that the code object at `address` is cached with the header this sample read
     /// ahead (it was compared with it, or loaded with it).
     pub fn settled(&mut self, address: usize) {
-        if let Ok(i) = self.addresses.binary_search(&address) {
+        if let Some(i) = self.find(address) {
             self.same[i] = true;
         }
+    }
+
+    /// Where `address` is among those read ahead: on from the last one found when it lies
+    /// past it, as it does when asked in order.
+    fn find(&self, address: usize) -> Option<usize> {
+        let addresses = &self.addresses;
+        let from = self.cursor.get();
+        let from = match addresses.get(from) {
+            Some(&at) if at <= address => from,
+            _ => 0,
+        };
+        let i = from
+            + addresses[from..]
+                .iter()
+                .take_while(|&&a| a < address)
+                .count();
+        self.cursor.set(i);
+        (addresses.get(i) == Some(&address)).then_some(i)
     }
 
     /// Forgets every header: the cached code objects were dropped.
@@ -63,6 +81,7 @@ impl Compared {
         self.addresses.clear();
         self.bytes.clear();
         self.same.clear();
+        self.cursor.set(0);
     }
 }
 

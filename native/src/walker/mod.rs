@@ -69,12 +69,13 @@ struct Scratch {
     outside: Vec<usize>,
     /// A thread state the batch did not hold.
     tstate: Vec<u8>,
-    /// The sample's code objects (sorted), those whose headers it checks, and those the batch
-    /// lacked; the frames `codes` was made of.
+    /// The sample's code objects (sorted), and those of the frames it was made of, frame by
+    /// frame.
     codes: Vec<usize>,
-    last_frames: Vec<RawFrame>,
+    frame_codes: Vec<usize>,
     /// The code objects whose headers the batch reads ahead, by address.
     ahead_codes: Vec<usize>,
+    /// The code objects whose headers the sample checks, and those the batch lacked.
     checks: Vec<usize>,
     missing: Vec<usize>,
 }
@@ -449,16 +450,17 @@ impl Walker {
             codes: all,
             checks: codes,
             missing,
-            last_frames,
+            frame_codes,
             ..
         } = scratch;
-        // the same frames as the last sample's (threads that wait): the same code objects
-        if frames != last_frames {
-            all.clear();
-            all.extend(frames.iter().map(|&(code, _)| code));
+        // the same code objects as the last sample's frames (threads that wait, or run on in
+        // the same functions): the same sorted list
+        if !frames.iter().map(|f| f.0).eq(frame_codes.iter().copied()) {
+            frame_codes.clear();
+            frame_codes.extend(frames.iter().map(|f| f.0));
+            all.clone_from(frame_codes);
             all.sort_unstable();
             all.dedup();
-            last_frames.clone_from(frames);
         }
         codes.clear();
         codes.extend(
