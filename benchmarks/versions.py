@@ -16,9 +16,12 @@ work is the CPU per sample above that floor: everything but waking up and the ke
 of the memory it read. The floor of the earlier reports, a read of each target of the same
 shape (pieces and bytes per sample) laid out in the target's heap, is measured and shown too:
 the kernel's part of a read depends on where the pieces lie (pages, mappings), so it charged
-the real reads' extra kernel time to sidecar. The round with the median own work counts.
+the real reads' extra kernel time to sidecar. A third floor replays the reads and also reads
+each target thread's run state from /proc as a sampler does: the kernel's share of the own
+work. The round with the median own work counts; there are ``--shared-rounds`` of them (five:
+on a shared host one round's own work moves by several microseconds).
 
-    python -m benchmarks.versions [--rounds 3] [--seconds 6]
+    python -m benchmarks.versions [--rounds 3] [--shared-rounds 5] [--seconds 6]
 
 Writes benchmarks/REPORT-versions.md and REPORT-versions.json.
 """
@@ -124,10 +127,11 @@ def shared_leg(pids: list[int], seconds: float, reads: Path) -> dict[str, Any]:
         "cpu_per_sample_us": (cpu1 - cpu0) / max(samples, 1) * 1e6,
         "read_pieces": per_tick("read_pieces"),
         "read_bytes": per_tick("read_bytes"),
+        "state_reads": per_tick("state_reads"),
     }
 
 
-def run(rounds: int, seconds: float, workdir: Path) -> dict[str, Any]:
+def run(rounds: int, shared_rounds: int, seconds: float, workdir: Path) -> dict[str, Any]:
     pythons = find_pythons()
     missing = [v for v in VERSIONS if v not in pythons]
     if missing:
@@ -157,7 +161,7 @@ def run(rounds: int, seconds: float, workdir: Path) -> dict[str, Any]:
         # so that both see the machine as it is then (CPU per sample moves by a quarter
         # between runs on a shared host, more than the own work measured).
         shared = []
-        for round_ in range(rounds):
+        for round_ in range(shared_rounds):
             reads = workdir / f"reads-{round_ + 1}.txt"
             result = shared_leg(shared_pids, seconds, reads)
             shape = (max(1, round(result["read_pieces"])), max(1, round(result["read_bytes"])))
@@ -201,6 +205,15 @@ def shared_floor(result: dict[str, Any], leg: str = "replay") -> float:
 def shared_own(result: dict[str, Any], leg: str = "replay") -> float:
     """sidecar's own work per sample on the shared clock in one round: above its floor."""
     return float(result["cpu_per_sample_us"]) - shared_floor(result, leg)
+
+
+def shared_states(result: dict[str, Any]) -> float:
+    """What the kernel's reads of the run states cost a sample of the round (part of the own
+    work): the floor's replay with each target thread's stat file read per tick, above the
+    replay alone, over the targets."""
+    floor_ = result["floor"]
+    extra = float(floor_["states"]["cpu_per_tick_us"]) - float(floor_["replay"]["cpu_per_tick_us"])
+    return extra / int(floor_["shape"]["targets"])
 
 
 def median_cpu(results: list[dict[str, Any]]) -> float:
@@ -292,6 +305,16 @@ def write_report(data: dict[str, Any]) -> None:
         f"| {shaped:.1f} ({pieces} pieces, {size} bytes a target) "
         f"| {shared_own(mid, 'shape'):.1f} |",
         "",
+        f"Of the own work, the kernel's reads of the run states cost {shared_states(mid):.1f} µs "
+        f"a sample: the floor's replay with the stat file of each of the targets' "
+        f"{mid['floor']['states']['threads']} threads read per tick took "
+        f"{mid['floor']['states']['cpu_per_tick_us']:.1f} µs a tick, against "
+        f"{replayed['cpu_per_tick_us']:.1f} without (the samplers read "
+        f"{mid['state_reads']:.2f} run states a sample). The rest, "
+        f"{mid_own - shared_states(mid):.1f} µs, is the sampler's own code (walking, folding, "
+        "counting, the liveness check) and what it costs the kernel's reads beyond their "
+        "replay: the caches the code displaced between them, the torn samples read again.",
+        "",
         f"Own work per round: {own_each} µs (above the heap-shaped floor: {shape_each} µs). "
         f"Own work on the shared clock, {mid_own:.1f} µs per sample, is "
         + (
@@ -306,10 +329,11 @@ def write_report(data: dict[str, Any]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--shared-rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=6.0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        data = run(args.rounds, args.seconds, Path(tmp))
+        data = run(args.rounds, args.shared_rounds, args.seconds, Path(tmp))
     RESULTS.write_text(json.dumps(data, indent=1) + "\n")
     write_report(data)
     print(REPORT.read_text())

@@ -19,6 +19,10 @@
 //!   `process_vm_readv` per line (`PID ADDRESS:LENGTH ...`), and each tick replays its share
 //!   of them in the order made. The kernel's part of a read depends on where its pieces lie
 //!   (pages, mappings), which the synthetic shape only approximates;
+//! - `states` (with READS and TICKS): the replay, plus per tick one read of the run state of
+//!   each thread of the targets, as a sampler reads it (the first 96 bytes of the thread's
+//!   `/proc/PID/task/TID/stat`, from a file kept open): what the kernel charges for the true
+//!   on-CPU state, which sidecar's own work above the replay includes;
 //! - `pause`: per tick, the ptrace stop and resume of the target's main thread as blocking mode
 //!   does it (remoteprocess: seize, interrupt, wait, detach), with nothing read; the pause's
 //!   percentiles in microseconds.
@@ -111,6 +115,22 @@ fn tick(rate: f64, seconds: f64, mut work: impl FnMut()) -> (u64, u64) {
     (ticks, thread_cpu_ns() - cpu0)
 }
 
+/// The stat files of every thread of `pids`, kept open.
+fn stat_files(pids: &[i32]) -> Vec<std::fs::File> {
+    let mut files = Vec::new();
+    for pid in pids {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            if let Ok(file) = std::fs::File::open(task.path().join("stat")) {
+                files.push(file);
+            }
+        }
+    }
+    files
+}
+
 /// One recorded `process_vm_readv`: the target's PID and the remote pieces, (address, length).
 type Call = (i32, Vec<(usize, usize)>);
 
@@ -200,8 +220,23 @@ fn main() {
     let (mut read_ticks, mut read_cpu) = (0u64, 0u64);
     let (mut shape_ticks, mut shape_cpu) = (0u64, 0u64);
     let (mut replay_ticks, mut replay_cpu, mut replay_failed) = (0u64, 0u64, 0u64);
+    let (mut states_ticks, mut states_cpu, mut states_failed) = (0u64, 0u64, 0u64);
+    let stats = stat_files(&pids);
     // the recorded reads by tick: tick k replays those from k*calls/ticks on, in turn
     let mut replayed = 0usize;
+    let mut replay_tick = |buffer: &mut [u8], failed: &mut u64| {
+        let tick = replayed % recorded_ticks;
+        let (from, to) = (
+            tick * replay.len() / recorded_ticks,
+            (tick + 1) * replay.len() / recorded_ticks,
+        );
+        for (each, pieces) in &replay[from..to] {
+            if !read(*each, pieces, buffer) {
+                *failed += 1;
+            }
+        }
+        replayed += 1;
+    };
     let slices = seconds.ceil().max(1.0) as u64;
     let slice = seconds / slices as f64;
     for _ in 0..slices {
@@ -224,20 +259,19 @@ fn main() {
             (shape_ticks, shape_cpu) = (shape_ticks + ticks, shape_cpu + cpu);
         }
         if !replay.is_empty() {
+            let (ticks, cpu) = tick(rate, slice, || replay_tick(&mut buffer, &mut replay_failed));
+            (replay_ticks, replay_cpu) = (replay_ticks + ticks, replay_cpu + cpu);
             let (ticks, cpu) = tick(rate, slice, || {
-                let tick = replayed % recorded_ticks;
-                let (from, to) = (
-                    tick * replay.len() / recorded_ticks,
-                    (tick + 1) * replay.len() / recorded_ticks,
-                );
-                for (each, pieces) in &replay[from..to] {
-                    if !read(*each, pieces, &mut buffer) {
-                        replay_failed += 1;
+                replay_tick(&mut buffer, &mut replay_failed);
+                let mut head = [0u8; 96];
+                for file in &stats {
+                    use std::os::unix::fs::FileExt;
+                    if !file.read_at(&mut head, 0).is_ok_and(|n| n > 0) {
+                        states_failed += 1;
                     }
                 }
-                replayed += 1;
             });
-            (replay_ticks, replay_cpu) = (replay_ticks + ticks, replay_cpu + cpu);
+            (states_ticks, states_cpu) = (states_ticks + ticks, states_cpu + cpu);
         }
     }
 
@@ -263,6 +297,8 @@ fn main() {
          \"pieces\": {}, \"bytes\": {shaped_bytes}, \"targets\": {}}}, \
          \"replay\": {{\"ticks\": {replay_ticks}, \"cpu_per_tick_us\": {:.3}, \"failed\": {replay_failed}, \
          \"reads\": {}, \"recorded_ticks\": {recorded_ticks}, \"pieces\": {}, \"bytes\": {}}}, \
+         \"states\": {{\"ticks\": {states_ticks}, \"cpu_per_tick_us\": {:.3}, \"failed\": {states_failed}, \
+         \"threads\": {}}}, \
          \"pause\": {{\"ticks\": {pause_ticks}, \"cpu_per_tick_us\": {:.3}, \"errors\": {lock_errors}, \
          \"p50_us\": {:.2}, \"p99_us\": {:.2}, \"max_us\": {:.2}, \"mean_us\": {:.2}}}}}",
         per(sleep_cpu, sleep_ticks),
@@ -274,6 +310,8 @@ fn main() {
         replay.len(),
         replay.iter().map(|(_, p)| p.len()).sum::<usize>(),
         replay.iter().flat_map(|(_, p)| p).map(|p| p.1).sum::<usize>(),
+        per(states_cpu, states_ticks),
+        stats.len(),
         per(pause_cpu, pause_ticks),
         percentile(&pauses, 50.0),
         percentile(&pauses, 99.0),
