@@ -331,9 +331,12 @@ def test_a_task_read_across_its_step_is_never_taken_for_a_parked_one(
     that. Each is read again with the next (the coroutine unmoved, still awaiting the same
     object), else the task tore; the awaited coroutine's frame is taken from that read, and a
     chain that ends at a generator in a bare yield is read once more, between two reads of
-    its awaiter. So a waiting handler is always parked in its stage's sleep, never in the
-    generator expression of its next line (before, a few in 100,000 task-samples on 3.12
-    were, and about 3 in 10,000 on 3.13, which the last two closed)."""
+    its awaiter. The coroutine's stack top is compared too: one being resumed has the value
+    sent to it pushed while it still reads suspended, and its slot of what it awaits then
+    reads one too high, where what it last yielded, its task's future, was (CI once read
+    ``handler;[waiting]`` so on 3.11). So a waiting handler is always parked in its stage's
+    sleep, never in the generator expression of its next line (before, a few in 100,000
+    task-samples on 3.12 were, and about 3 in 10,000 on 3.13, which the reads again closed)."""
     target = spawn.target("tasks_stepping", python=interpreter(version))
     out = tmp_path / "stepping.folded"
     result = record_tasks(target.pid, out, duration=6)

@@ -163,6 +163,12 @@ pub struct Gen {
     native: bool,
     pub code: usize,
     pub instr: usize,
+    /// The top of its frame's value stack as read (a count of slots, or a pointer): where the
+    /// slot of what it awaits is. A coroutine being resumed has the value sent to it pushed
+    /// while it still reads suspended at the same instruction; a stack top read then is one
+    /// slot higher, over a stale slot that held what it last yielded up (its task's future):
+    /// so a coroutine whose stack top moved has moved.
+    top: usize,
 }
 
 /// The chains of the last scan's parked tasks, where the next scan takes them from (the
@@ -498,12 +504,17 @@ pub fn read_gen(
     if code == 0 || !code.is_multiple_of(8) {
         bail!("a coroutine frame without code");
     }
+    let top = match tl.stack_top {
+        StackTop::Index => usize_at(frame, tl.frame_stack_top) as u32 as usize,
+        StackTop::Pointer => usize_at(frame, tl.frame_stack_top),
+    };
     Ok(Gen {
         address: gen,
         state,
         native: kind == Kind::Coroutine,
         code,
         instr,
+        top,
     })
 }
 
@@ -802,18 +813,17 @@ fn step(
         ends_at(cursor, read);
         return Ok(());
     }
-    let frame = &raw[tl.gen.iframe..];
     let slots = gen + tl.gen.iframe + tl.frame_localsplus;
     let top = match tl.stack_top {
         StackTop::Index => {
-            let count = usize_at(frame, tl.frame_stack_top) as u32 as usize;
+            let count = read.top;
             if count < tl.awaited_slot || count > MAX_STACK_SLOTS {
                 bail!("a value stack of {count} slots: a torn read");
             }
             slots + (count - tl.awaited_slot) * 8
         }
         StackTop::Pointer => {
-            let pointer = usize_at(frame, tl.frame_stack_top);
+            let pointer = read.top;
             let depth = tl.awaited_slot * 8;
             if pointer < slots + depth
                 || pointer > slots + MAX_STACK_SLOTS * 8
