@@ -39,6 +39,8 @@ impl Compared {
             for ((same, now), then) in self.same.iter_mut().zip(now).zip(then) {
                 *same = *same && now == then;
             }
+        } else {
+            return; // the same headers, byte for byte: nothing to take
         }
         self.bytes.clear();
         self.bytes.extend_from_slice(bytes);

@@ -3,7 +3,8 @@
 //! Frames of plain calls lie at the top of the thread's data stack: that part and the
 //! current frame's address come from the batch when they lie where recent samples found
 //! them, else from one read. Only frames elsewhere (coroutines and generators keep theirs
-//! inside the object) come from the batch's frames read ahead, or cost a read each.
+//! inside the object) come from the batch's frames read ahead, or cost a read each. A thread
+//! that reads the same bytes as its last whole walk has its frames (`unchanged`).
 //!
 //! The target runs on while it is read, so these reads are not of one instant, and a walk can
 //! end before the thread's first frame: a stack without its root. A coroutine's frame links to
@@ -19,6 +20,7 @@
 use anyhow::{bail, Result};
 
 use super::ahead::AheadStack;
+use super::unchanged::Read;
 use super::Walker;
 use crate::memory::{read, read_pieces, usize_at, Batch};
 
@@ -127,18 +129,29 @@ impl Walker {
                 (field, &self.stack[..])
             }
         };
+        // the same bytes as the thread's last whole walk read: the same frames
+        let read = Read {
+            current,
+            base,
+            stack_start,
+            stack,
+        };
+        if self.unchanged.replay(thread, &read, batch, out, outside) {
+            return Ok(());
+        }
         let mut walked = std::mem::take(&mut self.walked);
         walked.clear();
+        let start = out.len();
         let ends = self.walk(out, current, stack, stack_start, batch, &mut walked)?;
+        let outside_start = outside.len();
         outside.extend(walked.iter().filter(|f| !f.on_stack).map(|f| f.frame));
         // A thread's first frame is the first one pushed on its first chunk of data stack, at
         // its second slot (3.11–3.15): a walk that ends there is whole. One that ends anywhere
         // else is checked, once for a stack that spans several chunks (it ends in an older one,
         // at the frame a check found).
         let root = ahead.map_or(0, |a| a.root);
-        let whole = |last: usize| {
-            (last >= base && last <= base + 8) || (last == root && !ends.last_in_object)
-        };
+        let first_frame = |last: usize| last >= base && last <= base + 8;
+        let whole = |last: usize| first_frame(last) || (last == root && !ends.last_in_object);
         let in_chunk = |last: usize| last >= base && last < top;
         let torn = match ends.last {
             Some(last) if !whole(last) => {
@@ -151,7 +164,20 @@ impl Walker {
                 }
                 torn
             }
-            Some(_) => false,
+            Some(last) => {
+                // kept only when it ended at the first frame itself (not at a root a check
+                // found)
+                if first_frame(last) {
+                    self.unchanged.keep(
+                        thread,
+                        &read,
+                        batch,
+                        &outside[outside_start..],
+                        &out[start..],
+                    );
+                }
+                false
+            }
             // no frame of the program: in 3.11 and 3.12, a `_PyCFrame` read as its C call
             // began or after it returned may name none, or frames without code
             None if current_at != 0 => {

@@ -13,7 +13,8 @@
 //!
 //! The pieces, by concern: `crate::memory` (reads and batches), `layout` (where each version keeps
 //! what is read: a table for 3.11 and 3.12, the target's own `_Py_DebugOffsets` from 3.13),
-//! `objects` (strings, code objects, line tables), `frames` (the walk of one thread), `ahead`
+//! `objects` (strings, code objects, line tables), `frames` (the walk of one thread), `unchanged`
+//! (a thread's last whole walk, taken again while the thread reads the same bytes), `ahead`
 //! (what the next sample reads ahead). py-spy still attaches (it finds the interpreter and its
 //! version) and stays the reader for other versions; the sampler compares this walker with it
 //! before trusting it.
@@ -24,6 +25,7 @@ mod debug_offsets;
 mod frames;
 mod layout;
 pub(crate) mod objects;
+mod unchanged;
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -138,6 +140,8 @@ pub struct Walker {
     previous_stacks: HashMap<usize, AheadStack, FxBuildHasher>,
     /// The frames of a thread's walk, as read.
     walked: Vec<WalkedFrame>,
+    /// Each thread's last whole walk, with what it read: taken again while it reads the same.
+    unchanged: unchanged::Walks,
     /// Room a sample reuses: the batch it refills and its scratch (boxed, so that a sample
     /// moves a pointer, not the structures, to borrow them beside the walker).
     room: Option<Box<(Batch, Scratch)>>,
@@ -194,6 +198,7 @@ impl Walker {
         }
         Ok(Walker {
             pid: spy.pid,
+            unchanged: unchanged::Walks::new(layout.frame_first, layout.frame_size),
             layout,
             interpreter,
             codes: HashMap::default(),
@@ -377,6 +382,7 @@ impl Walker {
             thread = next;
         }
         self.previous_stacks.clear();
+        self.unchanged.retain(&self.ahead_threads);
 
         // Frames read after the count (outside the batch) may run code freed since: their
         // sample checks every header.
