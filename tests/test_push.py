@@ -67,6 +67,10 @@ def test_windows_arrive_with_their_states_and_the_stores_counts(
 ) -> None:
     target = spawn.target("aiohttp_app")
     load.start(target.url + "/blocking", seconds=40, connections=2)
+    # the loop's own work between blocking calls is about 0.5 % of its samples (2-7 of 800 in
+    # 8 s here; a CI run once stored none): 8 ms of pure Python a /cpu request gives the busy
+    # state samples to compare by (about 7 % of the loop's)
+    load.start(target.url + "/cpu?repeat=2000", seconds=40, connections=1)
     db = tmp_path / "s.db"
     server = pushing(db, target.pid, pyroscope.url, "--service-name", "shop")
     assert wait_until(lambda: health(server)["push"]["pushed_windows"] >= 6, timeout=40), health(
