@@ -8,9 +8,14 @@ use rustc_hash::FxBuildHasher;
 /// Field 22 of /proc/PID/stat: the start time in clock ticks since boot. A PID plus its start
 /// time names one process; a reused PID has a different start time.
 pub fn start_time(pid: i32) -> Option<u64> {
+    state_and_start(pid).map(|(_, started)| started)
+}
+
+/// The state (field 3) and the start time (field 22) of /proc/PID/stat, from one read.
+fn state_and_start(pid: i32) -> Option<(u8, u64)> {
     let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
     let rest = std::str::from_utf8(after_name(&stat)?).ok()?;
-    rest.split(' ').nth(19)?.parse().ok()
+    Some((rest.as_bytes()[0], rest.split(' ').nth(19)?.parse().ok()?))
 }
 
 /// The fields of a stat file after the command name (field 2), from the state on: the name is
@@ -155,14 +160,10 @@ fn state_is_running(head: &[u8]) -> Option<bool> {
 
 /// The same process still runs: same start time, and not a zombie waiting to be reaped.
 pub(crate) fn process_alive(pid: i32, started: u64) -> bool {
-    if start_time(pid) != Some(started) {
-        return false;
+    match state_and_start(pid) {
+        Some((state, start)) => start == started && !matches!(state, b'Z' | b'X' | b'x'),
+        None => false,
     }
-    let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    let state = after_name(&stat).map_or(b'X', |rest| rest[0]);
-    !matches!(state, b'Z' | b'X' | b'x')
 }
 
 #[cfg(test)]
@@ -211,6 +212,31 @@ mod tests {
         assert_eq!(states.running(i32::MAX), None, "no such thread");
         stop.send(()).expect("stopped");
         sleeper.join().expect("joined");
+    }
+
+    #[test]
+    fn a_process_is_alive_until_it_exits_even_before_it_is_reaped() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .expect("sleep starts");
+        let pid = child.id() as i32;
+        let started = start_time(pid).expect("a start time");
+        assert!(process_alive(pid, started));
+        assert!(
+            !process_alive(pid, started + 1),
+            "another start time: another process"
+        );
+        child.kill().expect("killed");
+        // a zombie until reaped: its stat file still reads, with state Z
+        let dead = (0..200).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            !process_alive(pid, started)
+        });
+        assert!(dead, "a killed child not yet reaped reads as gone");
+        assert_eq!(start_time(pid), Some(started), "its stat file still reads");
+        child.wait().expect("reaped");
+        assert!(!process_alive(pid, started));
     }
 
     #[test]

@@ -19,6 +19,8 @@ use crate::memory::Batch;
 /// What one thread's kept walk read and found.
 #[derive(Default)]
 struct Kept {
+    /// False while it holds no walk to take again (its room stays for the thread's next).
+    valid: bool,
     current: usize,
     base: usize,
     stack_start: usize,
@@ -40,7 +42,8 @@ pub struct Read<'a> {
 
 impl Read<'_> {
     fn is(&self, kept: &Kept) -> bool {
-        kept.current == self.current
+        kept.valid
+            && kept.current == self.current
             && kept.base == self.base
             && kept.stack_start == self.stack_start
             && kept.stack == self.stack
@@ -94,7 +97,8 @@ impl Walks {
     /// Keeps `thread`'s walk that found `frames`, as read from `read`, and from `batch` the
     /// frames at `outside` (those it read outside the data stack, in the order walked): a
     /// whole walk. One that read such a frame the batch lacks (read on its own, by then maybe
-    /// other bytes than the batch's) is not kept.
+    /// other bytes than the batch's) is not kept, and the thread's walk kept before it is not
+    /// taken again (its buffers stay, for the thread's next walk).
     pub fn keep(
         &mut self,
         thread: usize,
@@ -104,11 +108,11 @@ impl Walks {
         frames: &[RawFrame],
     ) {
         let kept = self.kept.entry(thread).or_default();
+        kept.valid = false;
         kept.outside.clear();
         kept.outside_bytes.clear();
         for &frame in outside {
             let Some(bytes) = batch.get(frame + self.first_at, self.size) else {
-                self.kept.remove(&thread);
                 return;
             };
             kept.outside.push(frame);
@@ -121,6 +125,7 @@ impl Walks {
         kept.stack.extend_from_slice(read.stack);
         kept.frames.clear();
         kept.frames.extend_from_slice(frames);
+        kept.valid = true;
     }
 
     /// Forgets the walks of threads not in `threads` once it holds more than those (a walk
@@ -177,7 +182,12 @@ mod tests {
         let again = Batch::read(pid, &[(at, 64)]);
         assert!(!walks.replay(7, &read, &again, &mut out, &mut outside));
         assert!(!walks.replay(7, &read, &Batch::default(), &mut out, &mut outside));
-        // a walk whose frame outside the stack the batch lacks is not kept
+        // a walk whose frame outside the stack the batch lacks is not kept, and the one
+        // kept before it is not taken again
+        walks.keep(7, &read, &again, &[at], &found);
+        assert!(walks.replay(7, &read, &again, &mut out, &mut outside));
+        out.clear();
+        outside.clear();
         walks.keep(7, &read, &Batch::default(), &[at], &found);
         assert!(!walks.replay(7, &read, &again, &mut out, &mut outside));
         // threads gone are forgotten
