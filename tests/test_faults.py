@@ -210,7 +210,7 @@ def test_targets_that_exit_crash_restart_and_fork(
     server = sidecars(db, "--window", "1", "--match", r"-m targets\.lifecycle ")
     # 5 s each: at least two of serve's scans (every 2 s, then up to 0.5 s to the next check)
     # see them, and one the first scan missed still has seconds sampled (with 3 s, under one
-    # was left to it, on a loaded machine barely the 50 samples asked for below)
+    # was left to it, against the 50 samples asked for below)
     ending = {
         mode: spawn.target("lifecycle", mode, "--after", "5") for mode in ("exit", "segv", "abort")
     }

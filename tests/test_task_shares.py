@@ -108,10 +108,10 @@ def test_the_ready_share_of_requests_rises_when_cpu_work_saturates_the_loop(
     CPU work (/cpu, about 2,000 path classifications each): the requests' sleeps end on time,
     but their tasks then wait their turn (due to run, their timers or wakeups behind the CPU
     work), and the /cpu requests queue behind each other, so the share of the requests'
-    task-samples that are ready rises (Tornado's on a quiet machine: 1-4% calm, 29-53%
+    task-samples that are ready rises (Tornado's on a quiet machine: 0.7-4% calm, 29-53%
     saturated; the "many coroutines in the scheduler" of "Tornado vs Aiohttp: a journey into
     the wilds of asynchronous frameworks", Avito). On uvloop, whose due timers are out of the
-    scan's reach, the /stages requests' own share hardly moves under Tornado (0-0.8% in both
+    scan's reach, the /stages requests' own share hardly moves under Tornado (0-1% in both
     phases): there the rise is the /cpu requests'."""
     target = start(spawn, app, loop)
     shares: dict[str, tuple[float, int]] = {}
