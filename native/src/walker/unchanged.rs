@@ -34,7 +34,8 @@ struct Kept {
 /// Where a thread's walk began and what it read of its data stack (`Walks::replay`).
 pub struct Read<'a> {
     pub current: usize,
-    /// The start of the thread's first chunk of data stack's frames.
+    /// Where the frames of the thread's current chunk of data stack start (its first chunk's
+    /// while the stack fits in one).
     pub base: usize,
     pub stack_start: usize,
     pub stack: &'a [u8],
