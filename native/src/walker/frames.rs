@@ -12,7 +12,8 @@
 //! it), so one read a little before it was resumed ends the walk there; so does one whose
 //! memory went to another coroutine since, and, in 3.11 and 3.12, a current frame read from a
 //! `_PyCFrame` whose C call has just returned (it still names the frame that call ran, left
-//! as it was). A thread's first frame lies at the start of its first chunk of data stack; a
+//! as it was). A thread's first frame lies at the second slot of its first chunk of data
+//! stack (a later chunk's first frame at its first slot, linked to the chunk before); a
 //! walk that ends anywhere else is checked with one more read, and stands only when what it
 //! read is still so (a stack that spans several chunks, a thread whose first frame is a
 //! generator's); else it is a torn read, and the sample is read again.
@@ -146,11 +147,13 @@ impl Walker {
         let outside_start = outside.len();
         outside.extend(walked.iter().filter(|f| !f.on_stack).map(|f| f.frame));
         // A thread's first frame is the first one pushed on its first chunk of data stack, at
-        // its second slot (3.11–3.15): a walk that ends there is whole. One that ends anywhere
-        // else is checked, once for a stack that spans several chunks (it ends in an older one,
-        // at the frame a check found).
+        // its second slot (3.11–3.15: CPython skips the first slot of the chunk without a
+        // previous one only; a later chunk's first frame is at its first slot, and the
+        // second frame of any chunk lies a whole frame further on), so a walk that ends there
+        // is whole. One that ends anywhere else is checked, once for a stack that spans
+        // several chunks (it ends in an older one, at the frame a check found).
         let root = ahead.map_or(0, |a| a.root);
-        let first_frame = |last: usize| last >= base && last <= base + 8;
+        let first_frame = |last: usize| last == base + 8;
         let whole = |last: usize| first_frame(last) || (last == root && !ends.last_in_object);
         let in_chunk = |last: usize| last >= base && last < top;
         let torn = match ends.last {
