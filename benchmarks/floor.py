@@ -69,12 +69,14 @@ def native_floor(
     shape: tuple[int, int] | None = None,
     also: tuple[int, ...] = (),
     replay: tuple[Path, int] | None = None,
+    state_file: str = "stat",
 ) -> dict[str, Any]:
     """The native floor program's figures for ``pid`` (each of its parts ``seconds``); with
     ``shape`` (pieces, bytes), also those of a read of that shape per tick, of ``pid`` and then
     of each of ``also`` (one wakeup for all, as a shared clock); with ``replay`` (a file of
     recorded reads, and the ticks they were made in; it needs ``shape``), also those of
-    replaying them, each tick its share."""
+    replaying them, each tick its share, and of that with a read of each target thread's
+    ``state_file`` (``stat`` or ``wchan``, as the samplers read run states)."""
     subprocess.run(
         ["cargo", "build", "--release", "--quiet", "--example", "floor"],
         cwd=NATIVE,
@@ -83,7 +85,7 @@ def native_floor(
     binary = NATIVE / "target" / "release" / "examples" / "floor"
     argv = [str(binary), ",".join(str(p) for p in (pid, *also)), f"{rate:g}", f"{seconds:g}"]
     argv += [str(n) for n in shape] if shape else []
-    argv += [str(replay[0]), str(replay[1])] if shape and replay else []
+    argv += [str(replay[0]), str(replay[1]), state_file] if shape and replay else []
     child = procs.start(argv, rt=rt)
     code = child.popen.wait(4 * seconds + 30)
     procs.children.remove(child)

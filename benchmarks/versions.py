@@ -17,9 +17,10 @@ of the memory it read. The floor of the earlier reports, a read of each target o
 shape (pieces and bytes per sample) laid out in the target's heap, is measured and shown too:
 the kernel's part of a read depends on where the pieces lie (pages, mappings), so it charged
 the real reads' extra kernel time to sidecar. A third floor replays the reads and also reads
-each target thread's run state from /proc as a sampler does: the kernel's share of the own
-work. The round with the median own work counts; there are ``--shared-rounds`` of them (five:
-on a shared host one round's own work moves by several microseconds).
+each target thread's run state from /proc as the samplers did (from the file they report,
+``stat`` or ``wchan``): the kernel's share of the own work. The round with the median own work
+counts; there are ``--shared-rounds`` of them (five: on a shared host one round's own work
+moves by several microseconds).
 
     python -m benchmarks.versions [--rounds 3] [--shared-rounds 5] [--seconds 6]
 
@@ -128,6 +129,7 @@ def shared_leg(pids: list[int], seconds: float, reads: Path) -> dict[str, Any]:
         "read_pieces": per_tick("read_pieces"),
         "read_bytes": per_tick("read_bytes"),
         "state_reads": per_tick("state_reads"),
+        "state_file": first1["state_file"],
     }
 
 
@@ -174,6 +176,7 @@ def run(rounds: int, shared_rounds: int, seconds: float, workdir: Path) -> dict[
                 shape=shape,
                 also=tuple(shared_pids[1:]),
                 replay=(reads, result["recorded"]["ticks"]),
+                state_file=result["state_file"],
             )
             result["shape"] = shape
             shared.append(result)
@@ -209,7 +212,7 @@ def shared_own(result: dict[str, Any], leg: str = "replay") -> float:
 
 def shared_states(result: dict[str, Any]) -> float:
     """What the kernel's reads of the run states cost a sample of the round (part of the own
-    work): the floor's replay with each target thread's stat file read per tick, above the
+    work): the floor's replay with each target thread's state file read per tick, above the
     replay alone, over the targets."""
     floor_ = result["floor"]
     extra = float(floor_["states"]["cpu_per_tick_us"]) - float(floor_["replay"]["cpu_per_tick_us"])
@@ -306,7 +309,8 @@ def write_report(data: dict[str, Any]) -> None:
         f"| {shared_own(mid, 'shape'):.1f} |",
         "",
         f"Of the own work, the kernel's reads of the run states cost {shared_states(mid):.1f} µs "
-        f"a sample: the floor's replay with the stat file of each of the targets' "
+        f"a sample: the floor's replay with the `{mid['floor']['states']['file']}` file (the "
+        f"one the samplers read run states from) of each of the targets' "
         f"{mid['floor']['states']['threads']} threads read per tick took "
         f"{mid['floor']['states']['cpu_per_tick_us']:.1f} µs a tick, against "
         f"{replayed['cpu_per_tick_us']:.1f} without (the samplers read "

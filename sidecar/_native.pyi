@@ -98,6 +98,9 @@ class SamplerStats(TypedDict):
     #: per tick, thread run states the walker read from /proc (a thread whose innermost frame
     #: is a known wait, such as a selector's select or a condition's wait, is idle unread)
     state_reads: float
+    #: the /proc file of those run states: "stat", or "wchan" once it has named the wait of a
+    #: thread that "stat" showed asleep (it costs the kernel less); "" through py-spy
+    state_file: str
     #: folding stacks into text, per sample
     fold_mean: float
     #: blocking mode: samples that stopped the target, and how long its Python threads stood

@@ -1,7 +1,7 @@
 //! The machine's floor for goals 3 and 4 of the benchmark: what any sampler pays on this
 //! machine, with none of sidecar's work in it.
 //!
-//!     floor PID[,PID...] [RATE_HZ] [SECONDS] [PIECES BYTES [READS TICKS]]
+//!     floor PID[,PID...] [RATE_HZ] [SECONDS] [PIECES BYTES [READS TICKS [STATE_FILE]]]
 //!
 //! Ticks on a sampler's schedule (timer slack 1 ns, a tick skipped when a whole period late)
 //! in several ways (the CPU ones in turns of a second, then the pauses), and prints one JSON
@@ -20,9 +20,10 @@
 //!   of them in the order made. The kernel's part of a read depends on where its pieces lie
 //!   (pages, mappings), which the synthetic shape only approximates;
 //! - `states` (with READS and TICKS): the replay, plus per tick one read of the run state of
-//!   each thread of the targets, as a sampler reads it (the first 96 bytes of the thread's
-//!   `/proc/PID/task/TID/stat`, from a file kept open): what the kernel charges for the true
-//!   on-CPU state, which sidecar's own work above the replay includes;
+//!   each thread of the targets, as a sampler reads it (from a file kept open, the first 96
+//!   bytes of the thread's `/proc/PID/task/TID/stat`, or with STATE_FILE `wchan` the first 2
+//!   of its `wchan`, the file the sampler reports in `state_file`): what the kernel charges for
+//!   the true on-CPU state, which sidecar's own work above the replay includes;
 //! - `pause`: per tick, the ptrace stop and resume of the target's main thread as blocking mode
 //!   does it (remoteprocess: seize, interrupt, wait, detach), with nothing read; the pause's
 //!   percentiles in microseconds.
@@ -115,15 +116,15 @@ fn tick(rate: f64, seconds: f64, mut work: impl FnMut()) -> (u64, u64) {
     (ticks, thread_cpu_ns() - cpu0)
 }
 
-/// The stat files of every thread of `pids`, kept open.
-fn stat_files(pids: &[i32]) -> Vec<std::fs::File> {
+/// The `name` files (`stat`, `wchan`) of every thread of `pids`, kept open.
+fn state_files(pids: &[i32], name: &str) -> Vec<std::fs::File> {
     let mut files = Vec::new();
     for pid in pids {
         let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
             continue;
         };
         for task in tasks.flatten() {
-            if let Ok(file) = std::fs::File::open(task.path().join("stat")) {
+            if let Ok(file) = std::fs::File::open(task.path().join(name)) {
                 files.push(file);
             }
         }
@@ -186,6 +187,16 @@ fn main() {
         None => Vec::new(),
     };
     let recorded_ticks: usize = args.get(7).and_then(|a| a.parse().ok()).unwrap_or(1).max(1);
+    // what the sampler reads of each file: the head of stat holds the state, "0" or a name
+    // tells wchan's
+    let (state_file, state_head) = match args.get(8).map(String::as_str) {
+        None | Some("stat") => ("stat", 96),
+        Some("wchan") => ("wchan", 2),
+        Some(other) => {
+            eprintln!("floor: STATE_FILE must be stat or wchan, not {other:?}");
+            std::process::exit(2);
+        }
+    };
     // each target's heap, the first's for the 64-byte read, and the shape read from it
     let mut heaps: Vec<(usize, usize)> = Vec::new();
     for &each in &pids {
@@ -221,7 +232,7 @@ fn main() {
     let (mut shape_ticks, mut shape_cpu) = (0u64, 0u64);
     let (mut replay_ticks, mut replay_cpu, mut replay_failed) = (0u64, 0u64, 0u64);
     let (mut states_ticks, mut states_cpu, mut states_failed) = (0u64, 0u64, 0u64);
-    let stats = stat_files(&pids);
+    let stats = state_files(&pids, state_file);
     // the recorded reads by tick: tick k replays those from k*calls/ticks on, in turn
     let mut replayed = 0usize;
     let mut replay_tick = |buffer: &mut [u8], failed: &mut u64| {
@@ -266,7 +277,10 @@ fn main() {
                 let mut head = [0u8; 96];
                 for file in &stats {
                     use std::os::unix::fs::FileExt;
-                    if !file.read_at(&mut head, 0).is_ok_and(|n| n > 0) {
+                    if !file
+                        .read_at(&mut head[..state_head], 0)
+                        .is_ok_and(|n| n > 0)
+                    {
                         states_failed += 1;
                     }
                 }
@@ -298,7 +312,7 @@ fn main() {
          \"replay\": {{\"ticks\": {replay_ticks}, \"cpu_per_tick_us\": {:.3}, \"failed\": {replay_failed}, \
          \"reads\": {}, \"recorded_ticks\": {recorded_ticks}, \"pieces\": {}, \"bytes\": {}}}, \
          \"states\": {{\"ticks\": {states_ticks}, \"cpu_per_tick_us\": {:.3}, \"failed\": {states_failed}, \
-         \"threads\": {}}}, \
+         \"threads\": {}, \"file\": \"{state_file}\"}}, \
          \"pause\": {{\"ticks\": {pause_ticks}, \"cpu_per_tick_us\": {:.3}, \"errors\": {lock_errors}, \
          \"p50_us\": {:.2}, \"p99_us\": {:.2}, \"max_us\": {:.2}, \"mean_us\": {:.2}}}}}",
         per(sleep_cpu, sleep_ticks),

@@ -9,6 +9,7 @@ mod procfs;
 mod readers;
 mod render;
 mod runner;
+mod runstate;
 mod sampler;
 mod shares;
 mod stack;
@@ -249,6 +250,7 @@ impl Sampler {
         dict.set_item("read_pieces", reads.pieces as f64 / ticks)?;
         dict.set_item("read_bytes", reads.bytes as f64 / ticks)?;
         dict.set_item("state_reads", stats.state_reads as f64 / ticks)?;
+        dict.set_item("state_file", stats.state_file)?;
         dict.set_item("fold_mean", stats.fold_sum / (stats.samples.max(1) as f64))?;
         dict.set_item("pauses", stats.pauses.count)?;
         dict.set_item(

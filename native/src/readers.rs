@@ -136,9 +136,12 @@ impl Readers {
         self.spy.version.to_string()
     }
 
-    /// The walker's reads of the target so far: memory and run states (none through py-spy).
-    pub(crate) fn walker_reads(&self) -> Option<(MemoryReads, u64)> {
-        self.walker.as_ref().map(|w| (w.reads(), w.state_reads()))
+    /// The walker's reads of the target so far: memory and run states (none through py-spy),
+    /// and the /proc file of the run states.
+    pub(crate) fn walker_reads(&self) -> Option<(MemoryReads, u64, &'static str)> {
+        self.walker
+            .as_ref()
+            .map(|w| (w.reads(), w.state_reads(), w.state_file()))
     }
 
     /// Thread names met so far.

@@ -7,8 +7,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::procfs::{process_alive, start_time, Liveness, ThreadStates};
+use crate::procfs::{process_alive, start_time, Liveness};
 use crate::readers::Readers;
+use crate::runstate::ThreadStates;
 use crate::stack::{RunState, Trace};
 use crate::tasks::TaskTicks;
 use crate::windows::{End, Options, Shared, StackKey, Window};
@@ -317,9 +318,10 @@ impl Runner {
             state.stats.late += 1;
         }
         state.stats.read_sum += read;
-        if let Some((memory, states)) = readers.walker_reads() {
+        if let Some((memory, states, file)) = readers.walker_reads() {
             state.stats.memory_reads = memory;
             state.stats.state_reads = states;
+            state.stats.state_file = file;
         }
         if result.is_ok() && state.stats.on_cpu != readers.on_cpu() {
             state.stats.on_cpu = readers.on_cpu().to_string();

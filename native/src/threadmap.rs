@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use py_spy::StackTrace;
 
 use crate::memory::read_upto;
-use crate::procfs::ThreadStates;
+use crate::runstate::ThreadStates;
 use crate::stack::{is_wait, RunState, Trace};
 
 /// Bytes of each descriptor that calibration looks at.

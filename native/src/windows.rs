@@ -126,6 +126,9 @@ pub struct Stats {
     /// Thread run states the walker read from /proc so far (a thread in a known wait is idle
     /// without one).
     pub state_reads: u64,
+    /// The /proc file those run states come from: "stat", or "wchan" once it named a sleeping
+    /// thread's wait (`runstate`); empty through py-spy.
+    pub state_file: &'static str,
     /// Task scans done, task-samples they counted, tasks left out because a read of them
     /// tore, tasks past a scan's bound, scans that failed and why the last one did.
     pub task_scans: u64,

@@ -35,7 +35,7 @@ use anyhow::{bail, Result};
 use py_spy::PythonSpy;
 
 use crate::memory::{read, usize_at, Batch, MemoryReads};
-use crate::procfs::ThreadStates;
+use crate::runstate::ThreadStates;
 use crate::stack::{RunState, Stack, Trace};
 use ahead::{AheadStack, Recent};
 use compared::Compared;
@@ -251,6 +251,11 @@ impl Walker {
     /// Run states read from /proc so far: threads in a known wait are not read.
     pub fn state_reads(&self) -> u64 {
         self.state_reads
+    }
+
+    /// The /proc file the run states come from now: "stat" or "wchan" (`runstate`).
+    pub fn state_file(&self) -> &'static str {
+        self.states.file()
     }
 
     /// Whether the last sample guessed some thread's on-CPU state (`guessed`).
