@@ -25,9 +25,9 @@ pub struct AheadStack {
     /// The highest top of the stack recent samples saw, and the sample that saw it.
     high: usize,
     high_seen: u64,
-    /// The thread's first frame, when a checked walk found it outside the chunk the thread
-    /// pushes its frames on (a stack that spans several chunks): a walk that ends there is
-    /// whole without another check. 0 while none is known.
+    /// The thread's first frame, once a walk ended there outside the chunk the thread pushes
+    /// its frames on (a stack that spans several chunks; found through the chunks' links): a
+    /// walk that ends there is whole without a check. 0 while none is known.
     pub root: usize,
 }
 

@@ -13,10 +13,10 @@
 //! memory went to another coroutine since, and, in 3.11 and 3.12, a current frame read from a
 //! `_PyCFrame` whose C call has just returned (it still names the frame that call ran, left
 //! as it was). A thread's first frame lies at the second slot of its first chunk of data
-//! stack (a later chunk's first frame at its first slot, linked to the chunk before); a
-//! walk that ends anywhere else is checked with one more read, and stands only when what it
-//! read is still so (a stack that spans several chunks, a thread whose first frame is a
-//! generator's); else it is a torn read, and the sample is read again.
+//! stack (a later chunk's first frame at its first slot, linked to the chunk before), found
+//! through the chunks' links when the stack spans several; a walk that ends anywhere else is
+//! checked with one more read, and stands only when what it read is still so (a thread whose
+//! first frame is a generator's); else it is a torn read, and the sample is read again.
 
 use anyhow::{bail, Result};
 
@@ -27,6 +27,9 @@ use crate::memory::{read, read_pieces, usize_at, Batch};
 
 /// Sanity bound against torn or garbage reads.
 const MAX_DEPTH: usize = 4096;
+/// The most chunks of data stack followed to a thread's first one (each holds 16 KiB or more:
+/// a megabyte of frames, some ten thousand of them).
+const MAX_CHUNKS: usize = 64;
 /// The most of a frame a layout may read (`Layout::frame_size`).
 pub const MAX_FRAME_READ: usize = 256;
 /// How much of the top of a thread's data stack (where the frames of plain calls live) is
@@ -56,12 +59,13 @@ const OWNED_BY_GENERATOR: u8 = 1;
 const OWNED_BY_FRAME_OBJECT: u8 = 2;
 
 /// How a walk began and ended: whether its first frame lay outside the data stack as read,
-/// where its last frame of the program was (with code or without), and whether that one lies
-/// in an object.
+/// where its last frame of the program was (with code or without), whether that one lies in
+/// an object, and whether it had code.
 struct Ends {
     first_outside: bool,
     last: Option<usize>,
     last_in_object: bool,
+    last_with_code: bool,
 }
 
 impl Walker {
@@ -150,22 +154,30 @@ impl Walker {
         // its second slot (3.11–3.15: CPython skips the first slot of the chunk without a
         // previous one only; a later chunk's first frame is at its first slot, and the
         // second frame of any chunk lies a whole frame further on), so a walk that ends there
-        // is whole. One that ends anywhere else is checked, once for a stack that spans
-        // several chunks (it ends in an older one, at the frame a check found).
+        // is whole. For a stack that spans several chunks that frame lies in an older one,
+        // found once through the chunks' links. A walk that ends anywhere else is checked.
         let root = ahead.map_or(0, |a| a.root);
         let first_frame = |last: usize| last == base + 8;
         let whole = |last: usize| first_frame(last) || (last == root && !ends.last_in_object);
         let in_chunk = |last: usize| last >= base && last < top;
         let torn = match ends.last {
             Some(last) if !whole(last) => {
-                let all = ends.first_outside || ends.last_in_object || in_chunk(last);
-                let torn = !self.still_as_read(thread, field, current_at, current, all, &walked);
-                if !torn && !all && !ends.last_in_object {
+                let older = !in_chunk(last) && !ends.last_in_object;
+                if older && self.first_chunk_frame(chunk) == Some(last) {
                     if let Some(stack) = self.ahead_stacks.get_mut(&thread) {
                         stack.root = last;
                     }
+                    false
+                } else if !ends.last_with_code {
+                    // Short of the first frame at one without code: memory read before a
+                    // frame was set up there, such as a chunk of data stack the thread freed
+                    // and was given again (it reads as zeros until it recurses that deep
+                    // again, so a check reads it alike).
+                    true
+                } else {
+                    let all = ends.first_outside || ends.last_in_object || in_chunk(last);
+                    !self.still_as_read(thread, field, current_at, current, all, &walked)
                 }
-                torn
             }
             Some(last) => {
                 // kept only when it ended at the first frame itself (not at a root a check
@@ -193,6 +205,23 @@ impl Walker {
             bail!("a chain of frames that ends outside the data stack: a torn read");
         }
         Ok(())
+    }
+
+    /// The second slot of the thread's first chunk of data stack, where its first frame lies:
+    /// followed from its current chunk `chunk` through each chunk's `previous` (the first word
+    /// of its header) to the one without. None when a link does not read, or after
+    /// `MAX_CHUNKS` links (a torn read, or a stack too deep to follow).
+    fn first_chunk_frame(&self, chunk: usize) -> Option<usize> {
+        let mut at = chunk;
+        for _ in 0..MAX_CHUNKS {
+            let mut previous = [0u8; 8];
+            read(self.pid, at, &mut previous).ok()?;
+            match usize_at(&previous, 0) {
+                0 => return Some(at + self.layout.chunk_data + 8),
+                older => at = older,
+            }
+        }
+        None
     }
 
     /// Whether a walk that did not end at the thread's first frame read the thread as it is:
@@ -293,6 +322,7 @@ impl Walker {
             first_outside: false,
             last: None,
             last_in_object: false,
+            last_with_code: false,
         };
         while frame != 0 {
             seen += 1;
@@ -346,6 +376,7 @@ impl Walker {
                 ends.last = Some(frame);
                 ends.last_in_object =
                     matches!(owner, Some(OWNED_BY_GENERATOR | OWNED_BY_FRAME_OBJECT));
+                ends.last_with_code = code != 0;
             }
             frame = previous;
         }
