@@ -25,6 +25,8 @@ SITES = ROOT / ".cache" / "sites"
 
 #: Parametrizes a test over the versions: ``@each_version`` then ``python = interpreter(version)``.
 each_version = pytest.mark.parametrize("version", VERSIONS)
+#: The versions sidecar's own walker reads (3.11+); py-spy reads the others.
+WALKED = [v for v in VERSIONS if tuple(map(int, v.split("."))) >= (3, 11)]
 
 
 def _pyenv() -> dict[str, Path]:

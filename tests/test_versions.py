@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from helpers import Proc, Spawner, frequent, memory_reads, stack_counts
-from pythons import VERSIONS, each_version, interpreter
+from pythons import WALKED, each_version, interpreter
 
 from sidecar import _native
 from sidecar.classify import code_frames
@@ -190,7 +190,7 @@ def test_a_blocked_loop_is_blocked(spawn: Spawner, version: str) -> None:
     assert blocked["blocking_sleep"] >= 0.9 * sum(blocked.values()), blocked
 
 
-@pytest.mark.parametrize("version", [v for v in VERSIONS if _version_tuple(v) >= (3, 11)])
+@pytest.mark.parametrize("version", WALKED)
 def test_a_thread_in_a_known_wait_costs_no_run_state_read(spawn: Spawner, version: str) -> None:
     """Threads parked in ``Condition.wait`` (qualified names, as the walker reads them) are idle
     by the known-wait rule: the walker reads no /proc run state for them, only for the two that
@@ -234,9 +234,6 @@ def _generated_frames(stack: str) -> list[tuple[int, int, str]]:
         (int(number), int(level), where)
         for number, level, where in re.findall(r"(?:^|;)gen_(\d+)_(\d+) \(([^)]*)\)", stack)
     ]
-
-
-WALKED = [v for v in VERSIONS if _version_tuple(v) >= (3, 11)]
 
 
 @pytest.mark.parametrize("version", WALKED)

@@ -15,7 +15,7 @@ from collections import Counter
 
 import pytest
 from helpers import LoadDriver, Spawner, wait_until
-from pythons import VERSIONS, interpreter
+from pythons import WALKED, interpreter
 
 from sidecar import _native
 
@@ -26,6 +26,17 @@ ROOT = (
     "<module> (targets/aiohttp_app.py:",
 )
 HANDLER = "cpu_handler (targets/aiohttp_app.py:"
+
+
+def without_root(counts: Counter[str], root: tuple[str, ...]) -> dict[str, int]:
+    """The stacks of ``counts`` (with their counts) that do not begin with the frames of
+    ``root`` (each given by its start), in order."""
+    return {
+        stack: n
+        for stack, n in counts.items()
+        if stack.count(";") < len(root) - 1
+        or not all(f.startswith(r) for f, r in zip(stack.split(";"), root, strict=False))
+    }
 
 
 @pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
@@ -50,21 +61,12 @@ def test_every_sample_of_a_busy_service_has_its_root(
         for row in window["stacks"]:
             if row.thread_id == target.pid:
                 main[row.stack] += row.count
-    rootless = {
-        stack: count
-        for stack, count in main.items()
-        if not all(f.startswith(r) for f, r in zip(stack.split(";"), ROOT, strict=False))
-        or stack.count(";") < len(ROOT) - 1
-    }
+    rootless = without_root(main, ROOT)
     through = sum(count for stack, count in main.items() if HANDLER in stack)
     assert through >= 200, (through, main.most_common(3))
     assert not rootless, (sum(rootless.values()), sorted(rootless.items(), key=lambda i: -i[1])[:5])
     ticks = stats["samples"] + stats["errors"]
     assert stats["errors"] <= 0.05 * ticks, (stats["errors"], ticks, stats["last_error"])
-
-
-#: The versions the walker reads.
-WALKED = [v for v in VERSIONS if tuple(map(int, v.split("."))) >= (3, 11)]
 
 
 @pytest.mark.parametrize("version", WALKED)
@@ -92,11 +94,6 @@ def test_a_stack_that_keeps_crossing_chunks_of_data_stack_keeps_its_root(
     deep = sum(n for stack, n in counts.items() if stack.count("descend (") >= 150)
     root = ("_run_module_as_main (<frozen runpy>:", "_run_code (<frozen runpy>:")
     root += ("<module> (targets/chunks.py:", "main (targets/chunks.py:")
-    rootless = {
-        stack: n
-        for stack, n in counts.items()
-        if stack.count(";") < len(root) - 1
-        or not all(f.startswith(r) for f, r in zip(stack.split(";"), root, strict=False))
-    }
+    rootless = without_root(counts, root)
     assert total >= 600 and deep >= 100, (total, deep, stats["errors"], stats["last_error"])
     assert not rootless, (sum(rootless.values()), [s[:160] for s in rootless][:3])
