@@ -171,7 +171,9 @@ def test_full_database_keeps_sampling_and_recovers(
     load.start(target.url + "/cpu?repeat=1", seconds=60, connections=2)
     # a cap a little over the empty database (96 KiB), and many small windows
     server = serve("--max-db-size", "112K", "--rate", "400", "--window", "2", pids=(target.pid,))
-    assert wait_until(lambda: server.json("/healthz")["store"]["write_errors"] > 0, timeout=30)
+    assert wait_until(lambda: server.json("/healthz")["store"]["write_errors"] > 0, timeout=30), (
+        server.json("/healthz")
+    )
     health = server.json("/healthz")
     samples_then = server.metric("sidecar_sampler_samples_total")
     assert wait_until(lambda: server.metric("sidecar_sampler_samples_total") > samples_then)
