@@ -350,9 +350,14 @@ pub fn read_pieces(pid: i32, pieces: &[(usize, usize)], out: &mut [u8]) -> Resul
     }
     let n = read_vectored(pid, pieces, &mut out[..total]);
     if n != total {
-        let err = std::io::Error::last_os_error();
+        // A read that fails at once sets errno; one that stops part way (at a piece whose
+        // pages are not mapped, or are freed under it) returns what it read and sets none.
+        let why = match n {
+            0 => std::io::Error::last_os_error().to_string(),
+            _ => "the rest is not mapped in the target".to_string(),
+        };
         return Err(anyhow!(
-            "failed to read the target's memory ({n} of {total} bytes): {err}"
+            "failed to read the target's memory ({n} of {total} bytes): {why}"
         ));
     }
     Ok(())
@@ -423,6 +428,23 @@ fn read_vectored(pid: i32, pieces: &[(usize, usize)], out: &mut [u8]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_read_that_stops_part_way_says_so_and_one_that_fails_says_why() {
+        let pid = std::process::id() as i32;
+        let data = [5u8; 16];
+        let mut out = [0u8; 24];
+        let pieces = [(data.as_ptr() as usize, 16), (8, 8)];
+        let err = read_pieces(pid, &pieces, &mut out).unwrap_err().to_string();
+        assert!(
+            err.ends_with("(16 of 24 bytes): the rest is not mapped in the target"),
+            "{err}"
+        );
+        let err = read_pieces(pid, &[(8, 8)], &mut out)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("(0 of 8 bytes): Bad address"), "{err}");
+    }
 
     #[test]
     fn a_merged_batch_hands_out_the_pieces_of_the_spans_it_read() {

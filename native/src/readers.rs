@@ -280,9 +280,21 @@ fn spy_read(
         .collect())
 }
 
+/// Pairs of reads of the running target the walker check makes, and then pairs read with its
+/// threads stopped.
+const CHECK_TRIES: u32 = 100;
+const STOPPED_CHECK_TRIES: u32 = 3;
+
 /// The walker, if it applies to this target and reads the same stacks as py-spy: both read
 /// the running target back to back until one pair agrees on every thread (an idle thread
 /// agrees at once; a busy one within a few tries).
+///
+/// A thread whose stack changes faster than two reads (a deep recursion that never rests,
+/// its frames in chunks of data stack given back as they are read) can tear every one of
+/// them. Then both read with the target's threads stopped, a pair at a time, so they read one
+/// instant: the stops are ptrace seize + interrupt, as blocking mode's, and last one pair's
+/// reads (1-6 ms for a stack 700 frames deep, most of it py-spy's read of each frame); the
+/// reader then says how long they were stopped.
 /// Err says why the target is refused: no reader reads it right.
 fn checked_walker(
     spy: &mut PythonSpy,
@@ -294,33 +306,66 @@ fn checked_walker(
         Err(why) => return Ok((None, format!("py-spy ({})", why.reason))),
     };
     let mut names = HashMap::default();
-    let key = |traces: Vec<Trace>| {
-        let mut key: Vec<(u64, Option<String>)> = traces
-            .into_iter()
-            .map(|t| (t.tid, t.stack.map(|s| s.text().to_string())))
-            .collect();
-        key.sort();
-        key
-    };
     let mut last = String::from("no read succeeded");
-    for _ in 0..100 {
+    let mut agree = |spy: &mut PythonSpy, walker: &mut Walker, last: &mut String| {
         let theirs = spy_read(spy, cache, &mut names, None);
         let ours = walker.read(RunState::Read);
         match (theirs, ours) {
-            (Ok(theirs), Ok(ours)) => {
-                if key(theirs) == key(ours) {
-                    let reader = format!(
-                        "walker (Python {}, offsets from {})",
-                        spy.version,
-                        walker.layout_source()
-                    );
-                    return Ok((Some(walker), reader));
-                }
-                last = "the stacks differed".into();
+            (Ok(theirs), Ok(ours)) if check_key(&theirs) == check_key(&ours) => true,
+            (Ok(_), Ok(_)) => {
+                *last = "the stacks differed".into();
+                false
             }
-            (_, Err(err)) => last = format!("{err:#}"),
-            (Err(_), _) => {}
+            (_, Err(err)) => {
+                *last = format!("{err:#}");
+                false
+            }
+            (Err(_), _) => false,
+        }
+    };
+    let reader = |spy: &PythonSpy, walker: &Walker| {
+        format!(
+            "walker (Python {}, offsets from {}",
+            spy.version,
+            walker.layout_source()
+        )
+    };
+    for _ in 0..CHECK_TRIES {
+        if agree(spy, &mut walker, &mut last) {
+            let reader = format!("{})", reader(spy, &walker));
+            return Ok((Some(walker), reader));
+        }
+    }
+    for _ in 0..STOPPED_CHECK_TRIES {
+        let began = Instant::now();
+        let lock = match spy.process.lock() {
+            Ok(lock) => lock,
+            Err(err) => {
+                last = format!("{last}; its threads could not be stopped for it: {err}");
+                break;
+            }
+        };
+        let agreed = agree(spy, &mut walker, &mut last);
+        drop(lock);
+        if agreed {
+            let reader = format!(
+                "{}; checked with the threads stopped for {:.1} ms, as they changed under every \
+                 read)",
+                reader(spy, &walker),
+                began.elapsed().as_secs_f64() * 1e3
+            );
+            return Ok((Some(walker), reader));
         }
     }
     Ok((None, format!("py-spy (walker check failed: {last})")))
+}
+
+/// What the walker check compares of a read: every thread's id and folded stack.
+fn check_key(traces: &[Trace]) -> Vec<(u64, Option<&str>)> {
+    let mut key: Vec<(u64, Option<&str>)> = traces
+        .iter()
+        .map(|t| (t.tid, t.stack.as_ref().map(|s| s.text())))
+        .collect();
+    key.sort();
+    key
 }
