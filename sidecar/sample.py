@@ -182,6 +182,8 @@ class Recording:
     elapsed: float
     #: Task scans per second asked for (0: none).
     task_rate_hz: float = 0.0
+    #: Whether the target was paused for each read.
+    blocking: bool = False
 
 
 Progress = Callable[[float, "SamplerStats"], None]
@@ -244,4 +246,5 @@ def record(
         interrupted=interrupted,
         elapsed=time.monotonic() - begin,
         task_rate_hz=tasks_hz,
+        blocking=blocking,
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -223,3 +224,31 @@ def test_render_command(tmp_path: Path) -> None:
     negative = sidecar("render", str(folded), "--min-width", "-1")
     assert negative.returncode == 2
     assert "--min-width: must be >= 0" in negative.stderr
+
+
+def test_a_target_that_tears_most_reads_is_told_to_use_blocking_mode(
+    spawn: Spawner, tmp_path: Path
+) -> None:
+    """``targets/chunks.py`` changes its 100-700-frame stack faster than a read: about a third
+    of the ticks here tear on every try and read no sample. The summary says how many and that
+    ``--blocking`` reads the target paused; with it, that line is gone."""
+    target = spawn.target("chunks", "--seconds", "30", "--settle", "0")
+    result = sidecar(
+        "record", "--pid", str(target.pid), "--duration", "3", "--rate", "200",
+        "--format", "folded", "-o", str(tmp_path / "torn.txt"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    warned = [line for line in result.stderr.splitlines() if "--blocking pauses it" in line]
+    assert len(warned) == 1, result.stderr
+    share = float(warned[0].split("%")[0])
+    assert share >= 5, warned
+    result = sidecar(
+        "record", "--pid", str(target.pid), "--duration", "3", "--rate", "200", "--blocking",
+        "--format", "folded", "-o", str(tmp_path / "stopped.txt"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "--blocking pauses it" not in result.stderr, result.stderr
+    read = re.search(r"samples ([\d,]+) in .* · errors (\d+) ·", result.stderr)
+    assert read, result.stderr
+    samples, errors = int(read[1].replace(",", "")), int(read[2])
+    assert samples > 300 and errors < 0.05 * (samples + errors), result.stderr

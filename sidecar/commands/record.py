@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
 HELP = "sample a running Python process and write a flamegraph or profile"
 SUFFIXES = {"folded": ".txt", "speedscope": ".json", "pprof": ".pb.gz"}
+#: The share of ticks without a sample (every read of them torn) the summary warns of.
+TORN_SHARE = 0.05
 
 
 def add_parser(sub: Any) -> None:
@@ -122,6 +124,13 @@ def summary(rec: Recording) -> list[str]:
             + " · ".join(
                 f"{name} {percent(states[name], total)}" for name in ("busy", "idle", "blocked")
             )
+        )
+    ticks = stats["samples"] + stats["errors"]
+    if not rec.blocking and ticks and stats["errors"] >= TORN_SHARE * ticks:
+        lines.append(
+            f"{percent(stats['errors'], ticks)} of the ticks read no sample: the target changed "
+            "its stacks under each read and the reads again, so what it ran then is "
+            "under-counted; --blocking pauses it for each read"
         )
     if stats.get("last_error") and stats["errors"]:
         lines.append(f"last sampling error: {stats['last_error']}")
