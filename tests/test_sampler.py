@@ -233,11 +233,12 @@ def test_the_reads_of_a_sampler_are_recorded_as_made(spawn: Spawner) -> None:
         recorded = _native.record_reads([target.pid], 1.0)
         after = memory_reads(sampler.stats())
     ticks, calls, pieces, _size = (b - a for a, b in zip(before, after, strict=True))
-    assert ticks >= 50
-    assert {pid for pid, _ in recorded} == {target.pid}
+    counted = (ticks, calls, pieces, len(recorded), sum(len(p) for _, p in recorded))
+    assert ticks >= 50, counted
+    assert {pid for pid, _ in recorded} == {target.pid}, {pid for pid, _ in recorded}
     # the stats are read a moment before and after the recording: a tick's reads either way
-    assert abs(len(recorded) - calls) <= 4, (len(recorded), calls)
-    assert abs(sum(len(p) for _, p in recorded) - pieces) <= 4 * pieces / calls
+    assert abs(len(recorded) - calls) <= 4, counted
+    assert abs(sum(len(p) for _, p in recorded) - pieces) <= 4 * pieces / calls, counted
     assert all(length > 0 for _, p in recorded for _, length in p)
     # only the targets named: no sampler reads this process; one recording at a time; bounded
     assert _native.record_reads([os.getpid()], 0.2) == []
