@@ -151,6 +151,24 @@ def on_cpu_source(on_cpu: str) -> str:
     return on_cpu or "not read yet"
 
 
+#: The share of ticks without a sample (every read of them torn) that record's summary and
+#: serve's log warn of.
+TORN_SHARE = 0.05
+
+
+def torn_note(errors: int, ticks: int, blocking: bool) -> str | None:
+    """What to say of ``errors`` ticks of ``ticks`` that read no sample, if anything: a target
+    that changes its stacks faster than a read tears every read of some ticks (each is read
+    again twice), so what it ran then is under-counted; read paused, it cannot tear."""
+    if blocking or not ticks or errors < TORN_SHARE * ticks:
+        return None
+    return (
+        f"{errors / ticks:.1%} of {ticks:,} ticks read no sample: the target changed its stacks "
+        "under each read and the reads again, so what it ran then is under-counted; "
+        "--blocking pauses it for each read"
+    )
+
+
 def open_sampler(
     pid: int,
     *,

@@ -32,7 +32,7 @@ from sidecar.discover import (
     settle_role,
 )
 from sidecar.errors import TargetError
-from sidecar.sample import classify_window, on_cpu_source, open_sampler
+from sidecar.sample import TORN_SHARE, classify_window, on_cpu_source, open_sampler, torn_note
 from sidecar.store import Gone, ProcessRecord, WindowBatch
 from sidecar.tasks import in_flight, task_rows
 
@@ -44,6 +44,8 @@ log = logging.getLogger("sidecar.sessions")
 
 Key = tuple[int, int]
 COUNTERS = ("samples", "errors", "retried", "late", "missed", "dropped_windows", "dropped_samples")
+#: Ticks of a session its share without a sample is judged over, for the log (10 s at 100 Hz).
+TORN_TICKS = 1000
 Describe = Callable[[int], tuple[str, str]]
 
 
@@ -115,6 +117,10 @@ class Session:
     tasks: dict[tuple[str, str], float] = field(default_factory=dict)
     #: Tasks in flight past the scans' bound, not read, in that window (of no state nor kind).
     tasks_unread: float = 0.0
+    #: Its sampler's samples and errors when their share was last judged, and whether too
+    #: many of its ticks then read no sample (``sample.torn_note``), as last logged.
+    judged: tuple[int, int] = (0, 0)
+    torn: bool = False
 
     def unsettled(self) -> bool:
         """Whether its stacks may still tell its role (``discover.settle_role``): a master's
@@ -318,6 +324,30 @@ class Sessions:
                     level = logging.INFO if on_cpu == "os" else logging.WARNING
                     log.log(level, "PID %d: on-CPU state %s", key[0], on_cpu_source(on_cpu))
                 session.on_cpu = on_cpu
+            self._judge_reads(session)
+
+    def _judge_reads(self, session: Session) -> None:
+        """Says in the log when a session's ticks, TORN_TICKS at a time, read no sample too
+        often (every read of them torn), and when its reads stand again (under half that)."""
+        stats = session.sampler.stats()
+        samples, errors = int(stats["samples"]), int(stats["errors"])
+        ticks = samples + errors - sum(session.judged)
+        if ticks < TORN_TICKS:
+            return
+        failed = errors - session.judged[1]
+        session.judged = (samples, errors)
+        note = torn_note(failed, ticks, self.blocking)
+        if note and not session.torn:
+            session.torn = True
+            log.warning("PID %d: %s", session.key[0], note)
+        elif session.torn and failed < TORN_SHARE / 2 * ticks:
+            session.torn = False
+            log.info(
+                "PID %d: its reads stand again (%d of its last %d ticks without a sample)",
+                session.key[0],
+                failed,
+                ticks,
+            )
 
     def _close(self, key: Key, session: Session) -> None:
         """Stops one session, hands over every window it has and records the process gone."""

@@ -6,7 +6,7 @@ the main thread recurses to depths from 100 to 700 frames and back, again and ag
 property read from C at the bottom, so the frames of its deeper calls lie in chunks it is given
 and gives back many times a second, often at the addresses of the last ones. Prints "ready",
 holds still for ``--settle`` seconds (so a sampler attaches to a steady stack), then recurses
-until ``--seconds`` have passed.
+until ``--seconds`` have passed, and sleeps ``--rest`` seconds more before it exits.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--settle", type=float, default=1.0)
+    parser.add_argument("--rest", type=float, default=0.0)
     args = parser.parse_args()
     sys.setrecursionlimit(10_000)
     response = Response()
@@ -41,6 +42,7 @@ def main() -> None:
     while time.monotonic() < end:
         for depth in range(100, 700, 3):
             descend(depth, response)
+    time.sleep(args.rest)
 
 
 if __name__ == "__main__":

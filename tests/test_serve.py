@@ -426,3 +426,25 @@ def test_push_options_default_to_their_environment_variables(
     for variable in variables.values():
         monkeypatch.setenv(variable, "")
     assert all(getattr(parsed(), dest) is None for dest in variables)
+
+
+def test_a_target_whose_reads_tear_is_named_in_the_log_until_they_stand(
+    spawn: Spawner, serve: Any
+) -> None:
+    """``targets/chunks.py`` changes its 100-700-frame stack faster than a read for 8 s (about
+    a third of the ticks here read no sample), then sleeps. serve's log says so of its PID,
+    judged 1,000 ticks at a time, with ``--blocking`` as the way out; then that its reads
+    stand again."""
+    target = spawn.target("chunks", "--seconds", "8", "--settle", "0", "--rest", "60")
+    server = serve("--rate", "200", pids=(target.pid,))
+
+    def lines(text: str) -> list[str]:
+        return [line for line in server.log_text().splitlines() if text in line]
+
+    assert wait_until(lambda: lines("under-counted"), timeout=30), server.log_text()[-3000:]
+    torn = lines("under-counted")
+    assert len(torn) == 1 and f"PID {target.pid}: " in torn[0], torn
+    assert "ticks read no sample" in torn[0] and "--blocking" in torn[0], torn
+    assert wait_until(lambda: lines("reads stand again"), timeout=30), server.log_text()[-3000:]
+    assert f"PID {target.pid}: " in lines("reads stand again")[0]
+    assert len(lines("under-counted")) == 1

@@ -14,7 +14,7 @@ from sidecar import _native, defaults, pprof
 from sidecar.errors import NoSamples, UsageError
 from sidecar.output import percent, write_bytes, write_text
 from sidecar.render import FORMATS, RenderOptions, export
-from sidecar.sample import Recording, on_cpu_source, record
+from sidecar.sample import Recording, on_cpu_source, record, torn_note
 from sidecar.tasks import snapshot
 
 if TYPE_CHECKING:
@@ -22,8 +22,6 @@ if TYPE_CHECKING:
 
 HELP = "sample a running Python process and write a flamegraph or profile"
 SUFFIXES = {"folded": ".txt", "speedscope": ".json", "pprof": ".pb.gz"}
-#: The share of ticks without a sample (every read of them torn) the summary warns of.
-TORN_SHARE = 0.05
 
 
 def add_parser(sub: Any) -> None:
@@ -125,13 +123,9 @@ def summary(rec: Recording) -> list[str]:
                 f"{name} {percent(states[name], total)}" for name in ("busy", "idle", "blocked")
             )
         )
-    ticks = stats["samples"] + stats["errors"]
-    if not rec.blocking and ticks and stats["errors"] >= TORN_SHARE * ticks:
-        lines.append(
-            f"{percent(stats['errors'], ticks)} of the ticks read no sample: the target changed "
-            "its stacks under each read and the reads again, so what it ran then is "
-            "under-counted; --blocking pauses it for each read"
-        )
+    torn = torn_note(stats["errors"], stats["samples"] + stats["errors"], rec.blocking)
+    if torn:
+        lines.append(torn)
     if stats.get("last_error") and stats["errors"]:
         lines.append(f"last sampling error: {stats['last_error']}")
     return lines
