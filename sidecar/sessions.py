@@ -117,10 +117,11 @@ class Session:
     tasks: dict[tuple[str, str], float] = field(default_factory=dict)
     #: Tasks in flight past the scans' bound, not read, in that window (of no state nor kind).
     tasks_unread: float = 0.0
-    #: Its sampler's samples and errors when their share was last judged, and whether too
-    #: many of its ticks then read no sample (``sample.torn_note``), as last logged.
+    #: Its sampler's samples and errors when their share was last judged, and what was said
+    #: then of too many of its ticks without a sample (``sample.torn_note``), None while its
+    #: reads stand.
     judged: tuple[int, int] = (0, 0)
-    torn: bool = False
+    torn: str | None = None
 
     def unsettled(self) -> bool:
         """Whether its stacks may still tell its role (``discover.settle_role``): a master's
@@ -338,10 +339,11 @@ class Sessions:
         session.judged = (samples, errors)
         note = torn_note(failed, ticks, self.blocking)
         if note and not session.torn:
-            session.torn = True
             log.warning("PID %d: %s", session.key[0], note)
+        if note:
+            session.torn = note
         elif session.torn and failed < TORN_SHARE / 2 * ticks:
-            session.torn = False
+            session.torn = None
             log.info(
                 "PID %d: its reads stand again (%d of its last %d ticks without a sample)",
                 session.key[0],

@@ -69,6 +69,7 @@ export function renderTargets(list, targets, selected, onPick) {
       <div class="t-meta">${meta.join(" · ")}</div>
       ${problem ? `<div class="t-problem" role="note"><strong>Cannot trace:</strong> ${esc(problem)}</div>` : ""}
       ${estimated ? `<div class="t-problem" role="note"><strong>Busy and idle are estimated:</strong> ${esc(estimated.replace(/^estimated \((.*)\)$/, "$1"))}</div>` : ""}
+      ${alive && t.torn ? `<div class="t-problem t-torn" role="note"><strong>Samples missing:</strong> ${esc(t.torn)}</div>` : ""}
     </button></li>`);
   }
   const focused = document.activeElement && document.activeElement.closest("#targets .target");
