@@ -334,16 +334,16 @@ fn checked_walker(
             (Err(_), _) => false,
         }
     };
-    let reader = |spy: &PythonSpy, walker: &Walker| {
+    let reader = |spy: &PythonSpy, walker: &Walker, how: &str| {
         format!(
-            "walker (Python {}, offsets from {}",
+            "walker (Python {}, offsets from {}{how})",
             spy.version,
             walker.layout_source()
         )
     };
     for _ in 0..CHECK_TRIES {
         if agree(spy, &mut walker, &mut last) {
-            let reader = format!("{})", reader(spy, &walker));
+            let reader = reader(spy, &walker, "");
             return Ok((Some(walker), reader));
         }
     }
@@ -359,12 +359,12 @@ fn checked_walker(
         let agreed = agree(spy, &mut walker, &mut last);
         drop(lock);
         if agreed {
-            let reader = format!(
-                "{}; checked with the threads stopped for {:.1} ms, as they changed under every \
-                 read)",
-                reader(spy, &walker),
-                began.elapsed().as_secs_f64() * 1e3
+            let stopped_ms = began.elapsed().as_secs_f64() * 1e3;
+            let how = format!(
+                "; checked with the threads stopped for {stopped_ms:.1} ms, as they changed \
+                 under every read"
             );
+            let reader = reader(spy, &walker, &how);
             return Ok((Some(walker), reader));
         }
     }
