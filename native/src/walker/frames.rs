@@ -66,6 +66,9 @@ struct Ends {
     last: Option<usize>,
     last_in_object: bool,
     last_with_code: bool,
+    /// The chain's final frame (the one whose link is 0) is not one of the program's: from
+    /// 3.12 every thread's chain ends at an entry frame on the C stack.
+    final_hidden: bool,
 }
 
 impl Walker {
@@ -160,46 +163,51 @@ impl Walker {
         let first_frame = |last: usize| last == base + 8;
         let whole = |last: usize| first_frame(last) || (last == root && !ends.last_in_object);
         let in_chunk = |last: usize| last >= base && last < top;
-        let torn = match ends.last {
-            Some(last) if !whole(last) => {
-                let older = !in_chunk(last) && !ends.last_in_object;
-                if older && self.first_chunk_frame(chunk) == Some(last) {
-                    if let Some(stack) = self.ahead_stacks.get_mut(&thread) {
-                        stack.root = last;
+        // From 3.12 a chain that does not end at an entry frame on the C stack was read as a
+        // frame was pushed or popped: a generator's frame that yielded (its caller link cleared)
+        // just after the thread state named it current, which a check can read alike.
+        let unrooted = layout.owner_hidden.is_some() && !ends.final_hidden;
+        let torn = unrooted
+            || match ends.last {
+                Some(last) if !whole(last) => {
+                    let older = !in_chunk(last) && !ends.last_in_object;
+                    if older && self.first_chunk_frame(chunk) == Some(last) {
+                        if let Some(stack) = self.ahead_stacks.get_mut(&thread) {
+                            stack.root = last;
+                        }
+                        false
+                    } else if !ends.last_with_code {
+                        // Short of the first frame at one without code: memory read before a
+                        // frame was set up there, such as a chunk of data stack the thread freed
+                        // and was given again (it reads as zeros until it recurses that deep
+                        // again, so a check reads it alike).
+                        true
+                    } else {
+                        let all = ends.first_outside || ends.last_in_object || in_chunk(last);
+                        !self.still_as_read(thread, field, current_at, current, all, &walked)
+                    }
+                }
+                Some(last) => {
+                    // kept only when it ended at the first frame itself (not at a root a check
+                    // found)
+                    if first_frame(last) {
+                        self.unchanged.keep(
+                            thread,
+                            &read,
+                            batch,
+                            &outside[outside_start..],
+                            &out[start..],
+                        );
                     }
                     false
-                } else if !ends.last_with_code {
-                    // Short of the first frame at one without code: memory read before a
-                    // frame was set up there, such as a chunk of data stack the thread freed
-                    // and was given again (it reads as zeros until it recurses that deep
-                    // again, so a check reads it alike).
-                    true
-                } else {
-                    let all = ends.first_outside || ends.last_in_object || in_chunk(last);
-                    !self.still_as_read(thread, field, current_at, current, all, &walked)
                 }
-            }
-            Some(last) => {
-                // kept only when it ended at the first frame itself (not at a root a check
-                // found)
-                if first_frame(last) {
-                    self.unchanged.keep(
-                        thread,
-                        &read,
-                        batch,
-                        &outside[outside_start..],
-                        &out[start..],
-                    );
+                // no frame of the program: in 3.11 and 3.12, a `_PyCFrame` read as its C call
+                // began or after it returned may name none, or frames without code
+                None if current_at != 0 => {
+                    !self.still_as_read(thread, field, current_at, current, true, &walked)
                 }
-                false
-            }
-            // no frame of the program: in 3.11 and 3.12, a `_PyCFrame` read as its C call
-            // began or after it returned may name none, or frames without code
-            None if current_at != 0 => {
-                !self.still_as_read(thread, field, current_at, current, true, &walked)
-            }
-            None => false,
-        };
+                None => false,
+            };
         self.walked = walked;
         if torn {
             bail!("a chain of frames that ends outside the data stack: a torn read");
@@ -323,6 +331,7 @@ impl Walker {
             last: None,
             last_in_object: false,
             last_with_code: false,
+            final_hidden: true,
         };
         while frame != 0 {
             seen += 1;
@@ -372,6 +381,7 @@ impl Walker {
                 let offset = instr as i64 - (code + layout.code_adaptive) as i64;
                 out.push((code, offset));
             }
+            ends.final_hidden = hidden;
             if !hidden {
                 ends.last = Some(frame);
                 ends.last_in_object =
