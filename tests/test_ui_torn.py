@@ -6,15 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from helpers import CHROMIUM, CHROMIUM_ARGS, REPORTS, Serve, Spawner, wait_until
 from playwright.sync_api import sync_playwright
-
-
-def targets(server: Serve) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = server.json("/api/targets")
-    return rows
 
 
 def test_a_target_whose_reads_tear_says_samples_are_missing_until_they_stand(
@@ -28,7 +22,7 @@ def test_a_target_whose_reads_tear_says_samples_are_missing_until_they_stand(
     server = serve("--rate", "200", pids=(target.pid,), db=tmp_path / "torn.db")
 
     def torn() -> str | None:
-        rows = [t for t in targets(server) if t["pid"] == target.pid]
+        rows = [t for t in server.targets() if t["pid"] == target.pid]
         return rows[0]["torn"] if rows else None
 
     assert wait_until(lambda: torn() is not None, timeout=30), server.log_text()[-2000:]
