@@ -95,9 +95,14 @@ class SamplerStats(TypedDict):
     read_calls: float
     read_pieces: float
     read_bytes: float
+    #: per tick, the seconds spent in those calls, timed around each: the kernel's share of a
+    #: sample as the machine was then (a benchmark's floor without a replay)
+    read_calls_mean: float
     #: per tick, thread run states the walker read from /proc (a thread whose innermost frame
     #: is a known wait, such as a selector's select or a condition's wait, is idle unread)
     state_reads: float
+    #: per tick, the seconds spent in those reads, timed around each
+    state_reads_mean: float
     #: the /proc file of those run states: "stat", or "wchan" once it has named the wait of a
     #: thread that "stat" showed asleep (it costs the kernel less); "" through py-spy
     state_file: str

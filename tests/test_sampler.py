@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any, Literal
 
 import pytest
@@ -200,7 +202,7 @@ def test_walker_follows_a_busy_target(spawn: Spawner) -> None:
 
 def test_a_steady_target_costs_one_read_per_sample(spawn: Spawner) -> None:
     """Once the walker has met a steady target's stacks, a sample is one read of its memory
-    (what recent samples found, read ahead); py-spy's reads are not counted."""
+    (what recent samples found, read ahead), timed as made; py-spy's reads are not counted."""
     target = spawn.target("aiohttp_app", "--uvloop")
     with (
         _native.Sampler(target.pid, rate_hz=100) as walker,
@@ -209,7 +211,8 @@ def test_a_steady_target_costs_one_read_per_sample(spawn: Spawner) -> None:
         time.sleep(1.5)
         before = memory_reads(walker.stats())
         time.sleep(2.0)
-        after = memory_reads(walker.stats())
+        ours = walker.stats()
+        after = memory_reads(ours)
         theirs = pyspy.stats()
     ticks, calls, pieces, size = (b - a for a, b in zip(before, after, strict=True))
     assert ticks >= 100
@@ -218,6 +221,28 @@ def test_a_steady_target_costs_one_read_per_sample(spawn: Spawner) -> None:
     assert pieces / calls > 3
     assert size / ticks > 256
     assert (theirs["read_calls"], theirs["read_pieces"], theirs["read_bytes"]) == (0, 0, 0)
+    # the calls are timed as made: part of a tick's read, never all of it (the walk is not)
+    assert 0 < ours["read_calls_mean"] < ours["read_mean"], ours
+    assert theirs["read_calls_mean"] == 0
+
+
+def test_the_stats_have_the_keys_the_stub_declares(spawn: Spawner) -> None:
+    """``stats()`` gives exactly the keys ``SamplerStats`` declares in the module's stub: a
+    counter added to one and not the other is caught here (stubtest checks signatures only)."""
+    stub = ast.parse(Path(_native.__file__).with_name("_native.pyi").read_text())
+    declared = next(
+        node for node in stub.body if isinstance(node, ast.ClassDef) and node.name == "SamplerStats"
+    )
+    keys = {
+        node.target.id
+        for node in declared.body
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+    }
+    target = spawn.target("spin")
+    with _native.Sampler(target.pid, rate_hz=100) as sampler:
+        time.sleep(0.3)
+        stats = sampler.stats()
+    assert set(stats) == keys, (set(stats) - keys, keys - set(stats))
 
 
 def test_the_reads_of_a_sampler_are_recorded_as_made(spawn: Spawner) -> None:

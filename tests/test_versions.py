@@ -204,6 +204,8 @@ def test_a_thread_in_a_known_wait_costs_no_run_state_read(spawn: Spawner, versio
     assert stats["reader"].startswith("walker"), stats["reader"]
     # 21 Python threads a tick (the main one waits too); only the two spinning ones are read
     assert 1.5 <= stats["state_reads"] <= 2.5, stats["state_reads"]
+    # and those reads are timed as made: part of a tick's read, never all of it
+    assert 0 < stats["state_reads_mean"] < stats["read_mean"], stats
     parked = [
         row for w in windows for row in w["stacks"] if "parked (targets/threads.py:" in row.stack
     ]

@@ -249,7 +249,9 @@ impl Sampler {
         dict.set_item("read_calls", reads.calls as f64 / ticks)?;
         dict.set_item("read_pieces", reads.pieces as f64 / ticks)?;
         dict.set_item("read_bytes", reads.bytes as f64 / ticks)?;
+        dict.set_item("read_calls_mean", reads.nanos as f64 / 1e9 / ticks)?;
         dict.set_item("state_reads", stats.state_reads as f64 / ticks)?;
+        dict.set_item("state_reads_mean", stats.state_nanos as f64 / 1e9 / ticks)?;
         dict.set_item("state_file", stats.state_file)?;
         dict.set_item("fold_mean", stats.fold_sum / (stats.samples.max(1) as f64))?;
         dict.set_item("pauses", stats.pauses.count)?;

@@ -5,7 +5,7 @@ use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
 
@@ -14,13 +14,15 @@ use rustc_hash::FxBuildHasher;
 /// process_vm_readv takes at most this many remote pieces per call.
 const IOV_MAX: usize = 1024;
 
-/// Reads of the target's memory: `process_vm_readv` calls, the remote pieces they named, and
-/// the bytes they copied.
+/// Reads of the target's memory: `process_vm_readv` calls, the remote pieces they named, the
+/// bytes they copied, and the time spent in them (timed around each call, so that a benchmark
+/// charges the kernel for the very reads made, as the machine was at that instant).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MemoryReads {
     pub calls: u64,
     pub pieces: u64,
     pub bytes: u64,
+    pub nanos: u64,
 }
 
 impl MemoryReads {
@@ -34,6 +36,7 @@ impl MemoryReads {
         self.calls += after.calls - before.calls;
         self.pieces += after.pieces - before.pieces;
         self.bytes += after.bytes - before.bytes;
+        self.nanos += after.nanos - before.nanos;
     }
 }
 
@@ -75,7 +78,7 @@ fn keep(pid: i32, pieces: &[(usize, usize)]) {
 thread_local! {
     /// Every read of this thread so far; a walker counts its own as the difference across
     /// one of its samples (the shared clock reads several targets on one thread).
-    static READS: Cell<MemoryReads> = const { Cell::new(MemoryReads { calls: 0, pieces: 0, bytes: 0 }) };
+    static READS: Cell<MemoryReads> = const { Cell::new(MemoryReads { calls: 0, pieces: 0, bytes: 0, nanos: 0 }) };
 }
 
 /// Remote pieces read in as few calls as the kernel allows; a piece that cannot be read
@@ -409,8 +412,10 @@ fn read_vectored(pid: i32, pieces: &[(usize, usize)], out: &mut [u8]) -> usize {
     };
     // SAFETY: `local` covers `out` exactly; the remote pieces are only read by the kernel,
     // which checks them against the target's mappings.
+    let started = Instant::now();
     let n =
         unsafe { libc::process_vm_readv(pid, &local, 1, remote.as_ptr(), remote.len() as _, 0) };
+    let took = started.elapsed();
     let n = n.max(0) as usize;
     if RECORDING.load(Ordering::Relaxed) {
         keep(pid, pieces);
@@ -420,6 +425,7 @@ fn read_vectored(pid: i32, pieces: &[(usize, usize)], out: &mut [u8]) -> usize {
         reads.calls += 1;
         reads.pieces += pieces.len() as u64;
         reads.bytes += n as u64;
+        reads.nanos += took.as_nanos() as u64;
         reads
     });
     n

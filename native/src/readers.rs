@@ -137,11 +137,11 @@ impl Readers {
     }
 
     /// The walker's reads of the target so far: memory and run states (none through py-spy),
-    /// and the /proc file of the run states.
-    pub(crate) fn walker_reads(&self) -> Option<(MemoryReads, u64, &'static str)> {
+    /// the time the run states took (ns), and the /proc file they come from.
+    pub(crate) fn walker_reads(&self) -> Option<(MemoryReads, u64, u64, &'static str)> {
         self.walker
             .as_ref()
-            .map(|w| (w.reads(), w.state_reads(), w.state_file()))
+            .map(|w| (w.reads(), w.state_reads(), w.state_nanos(), w.state_file()))
     }
 
     /// Thread names met so far.

@@ -318,9 +318,10 @@ impl Runner {
             state.stats.late += 1;
         }
         state.stats.read_sum += read;
-        if let Some((memory, states, file)) = readers.walker_reads() {
+        if let Some((memory, states, state_nanos, file)) = readers.walker_reads() {
             state.stats.memory_reads = memory;
             state.stats.state_reads = states;
+            state.stats.state_nanos = state_nanos;
             state.stats.state_file = file;
         }
         if result.is_ok() && state.stats.on_cpu != readers.on_cpu() {

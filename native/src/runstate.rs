@@ -20,6 +20,7 @@ use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
+use std::time::Instant;
 
 use rustc_hash::FxBuildHasher;
 
@@ -48,6 +49,8 @@ pub(crate) struct ThreadStates {
     /// Each thread's open file of the source in use.
     files: HashMap<i32, File, FxBuildHasher>,
     source: Source,
+    /// Time spent in the reads of the files so far, timed around each.
+    nanos: u64,
 }
 
 impl ThreadStates {
@@ -56,6 +59,7 @@ impl ThreadStates {
             pid,
             files: HashMap::default(),
             source: Source::Stat(WCHAN_TRIES),
+            nanos: 0,
         }
     }
 
@@ -92,13 +96,21 @@ impl ThreadStates {
                 slot.insert(File::open(path).ok()?)
             }
         };
-        match file.read_at(buf, 0) {
+        let started = Instant::now();
+        let read = file.read_at(buf, 0);
+        self.nanos += started.elapsed().as_nanos() as u64;
+        match read {
             Ok(n) => Some(n),
             Err(_) => {
                 self.files.remove(&tid);
                 None
             }
         }
+    }
+
+    /// Time spent reading the files so far (ns): the kernel's share of the run states.
+    pub(crate) fn nanos(&self) -> u64 {
+        self.nanos
     }
 
     /// The file the states come from now: "stat" or "wchan".

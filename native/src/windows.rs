@@ -126,6 +126,8 @@ pub struct Stats {
     /// Thread run states the walker read from /proc so far (a thread in a known wait is idle
     /// without one).
     pub state_reads: u64,
+    /// The time those reads took (ns), timed around each.
+    pub state_nanos: u64,
     /// The /proc file those run states come from: "stat", or "wchan" once it named a sleeping
     /// thread's wait (`runstate`); empty through py-spy.
     pub state_file: &'static str,

@@ -253,6 +253,11 @@ impl Walker {
         self.state_reads
     }
 
+    /// Time spent in those reads so far (ns), timed around each.
+    pub fn state_nanos(&self) -> u64 {
+        self.states.nanos()
+    }
+
     /// The /proc file the run states come from now: "stat" or "wchan" (`runstate`).
     pub fn state_file(&self) -> &'static str {
         self.states.file()
