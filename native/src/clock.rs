@@ -112,8 +112,8 @@ fn tick_all(arrivals: Receiver<Box<Runner>>) {
             if slot.runner.next > began {
                 continue;
             }
-            let read = slot.runner.read();
-            reads.push((i, read, began.elapsed()));
+            let read = slot.runner.read(began);
+            reads.push((i, read));
         }
         let alive = {
             let all: Vec<_> = reads
@@ -123,14 +123,14 @@ fn tick_all(arrivals: Receiver<Box<Runner>>) {
             same_processes(&all)
         };
         let mut gone = Vec::new();
-        for ((i, read, spent), same) in reads.into_iter().zip(alive) {
-            let began = Instant::now();
+        for ((i, read), same) in reads.into_iter().zip(alive) {
             let slot = &mut runners[i];
-            if !slot.runner.count(read, same) {
+            let spent = read.took();
+            let Some(counting) = slot.runner.count(read, same) else {
                 gone.push(i);
                 continue;
-            }
-            if spent + began.elapsed() > slot.runner.period() / 4 {
+            };
+            if spent + counting > slot.runner.period() / 4 {
                 slot.overruns += 1;
             } else {
                 slot.overruns = 0;

@@ -126,6 +126,13 @@ pub(crate) struct Read {
     retried: u64,
 }
 
+impl Read {
+    /// How long the read took.
+    pub(crate) fn took(&self) -> Duration {
+        Duration::from_secs_f64(self.read)
+    }
+}
+
 /// One target's sampling between ticks: its readers, schedule and the windows it fills. A
 /// runner ticks on its own thread (`run_alone`) or beside others on the shared clock
 /// (`crate::clock`). Dropping it ends the session: the window in progress is flushed, and
@@ -195,12 +202,12 @@ impl Runner {
         state.stats.clock = clock.to_string();
     }
 
-    /// One tick, due now: reads, folds and counts a sample, and the task scans done since the
-    /// last. False once the target is gone.
-    pub(crate) fn tick(&mut self) -> bool {
-        let read = self.read();
+    /// One tick, due at `now`: reads, folds and counts a sample, and the task scans done since
+    /// the last. False once the target is gone.
+    pub(crate) fn tick(&mut self, now: Instant) -> bool {
+        let read = self.read(now);
         let same = self.liveness.same_process();
-        self.count(read, same)
+        self.count(read, same).is_some()
     }
 
     /// What the target's liveness is told by (`crate::procfs::same_processes`, which the
@@ -209,12 +216,12 @@ impl Runner {
         &self.liveness
     }
 
-    /// The first half of a tick, due now: reads a sample, to be counted by `count` once the
-    /// target is known to still run.
-    pub(crate) fn read(&mut self) -> Read {
+    /// The first half of a tick, due at `now` (the clock's reading that found it due, which
+    /// also starts the read's time): reads a sample, to be counted by `count` once the target
+    /// is known to still run.
+    pub(crate) fn read(&mut self, now: Instant) -> Read {
         let options = &self.options;
         let period_s = self.period.as_secs_f64();
-        let now = Instant::now();
         let lag = now.saturating_duration_since(self.next).as_secs_f64();
         let mut missed = 0u64;
         if lag >= period_s {
@@ -224,7 +231,6 @@ impl Runner {
         self.next += self.period;
 
         let readers = &mut self.readers;
-        let read_start = Instant::now();
         let mut retried = 0u64;
         let (result, pause) = match (&self.process, options.blocking) {
             (Ok(process), true) => read_stopped(
@@ -249,7 +255,7 @@ impl Runner {
         Read {
             result,
             pause,
-            read: read_start.elapsed().as_secs_f64(),
+            read: now.elapsed().as_secs_f64(),
             wall: unix_now(),
             lag,
             missed,
@@ -259,8 +265,9 @@ impl Runner {
 
     /// The second half of a tick: counts the sample `read` into the window, with the task
     /// scans done since the last, given whether the target was found to still run after it
-    /// (`same_process`). False once the target is gone.
-    pub(crate) fn count(&mut self, read: Read, same_process: bool) -> bool {
+    /// (`same_process`). The time it took; None once the target is gone.
+    pub(crate) fn count(&mut self, read: Read, same_process: bool) -> Option<Duration> {
+        let began = Instant::now();
         let options = &self.options;
         let period_s = self.period.as_secs_f64();
         let readers = &mut self.readers;
@@ -279,11 +286,10 @@ impl Runner {
         if !same_process && start_time(options.pid) != Some(self.started) {
             let mut state = self.shared.lock().unwrap_or_else(|e| e.into_inner());
             state.end = End::Exited;
-            return false;
+            return None;
         }
 
         // Fold outside the lock, so drain() never waits on it.
-        let fold_start = Instant::now();
         let folded = &mut self.folded;
         folded.clear();
         let mut empty = 0u64;
@@ -302,7 +308,10 @@ impl Runner {
                 folded.push((trace.tid, key));
             }
         }
-        let fold = fold_start.elapsed().as_secs_f64();
+        // what the clock counts against the quarter period: up to here, the scans' results
+        // handed over below take no time of their own
+        let took = began.elapsed();
+        let fold = took.as_secs_f64();
         let task_scans = match (&result, self.tasks.as_mut()) {
             (Ok(_), Some(tasks)) => tasks.collect(readers),
             _ => Vec::new(),
@@ -335,11 +344,11 @@ impl Runner {
         if let Err(err) = result {
             if !process_alive(options.pid, self.started) {
                 state.end = End::Exited;
-                return false;
+                return None;
             }
             state.stats.errors += 1;
             state.stats.last_error = Some(format!("{err:#}"));
-            return true;
+            return Some(took);
         }
 
         let window_start = (wall / options.window).floor() * options.window;
@@ -379,7 +388,7 @@ impl Runner {
             }
             *window.stacks.entry(key).or_insert(0) += 1;
         }
-        true
+        Some(took)
     }
 }
 
@@ -407,7 +416,7 @@ pub(crate) fn run_alone(mut runner: Runner) {
             std::thread::sleep((runner.next - now).min(MAX_SLEEP));
             continue;
         }
-        if !runner.tick() {
+        if !runner.tick(now) {
             break;
         }
     }
