@@ -17,6 +17,15 @@ use crate::threadmap::OnCpu;
 use crate::walker::Walker;
 use crate::windows::Options;
 
+/// What the walker has read of its target so far: its memory, and the run states of its
+/// threads from /proc (how many, the time they took, and the file they come from).
+pub(crate) struct WalkerReads {
+    pub memory: MemoryReads,
+    pub states: u64,
+    pub state_nanos: u64,
+    pub state_file: &'static str,
+}
+
 /// What the frame and stack caches may hold, in bytes (about): a bound on size, not count,
 /// because 50,000 stacks 2,000 frames deep are gigabytes.
 const FRAME_CACHE_BYTES: usize = 16 << 20;
@@ -136,12 +145,14 @@ impl Readers {
         self.spy.version.to_string()
     }
 
-    /// The walker's reads of the target so far: memory and run states (none through py-spy),
-    /// the time the run states took (ns), and the /proc file they come from.
-    pub(crate) fn walker_reads(&self) -> Option<(MemoryReads, u64, u64, &'static str)> {
-        self.walker
-            .as_ref()
-            .map(|w| (w.reads(), w.state_reads(), w.state_nanos(), w.state_file()))
+    /// The walker's reads of the target so far (none through py-spy).
+    pub(crate) fn walker_reads(&self) -> Option<WalkerReads> {
+        self.walker.as_ref().map(|w| WalkerReads {
+            memory: w.reads(),
+            states: w.state_reads(),
+            state_nanos: w.state_nanos(),
+            state_file: w.state_file(),
+        })
     }
 
     /// Thread names met so far.

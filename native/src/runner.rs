@@ -308,8 +308,8 @@ impl Runner {
                 folded.push((trace.tid, key));
             }
         }
-        // what the clock counts against the quarter period: up to here, the scans' results
-        // handed over below take no time of their own
+        // what the clock counts against the quarter period: up to here (the task scans'
+        // results handed over below, and the scan thread started now and then, are not)
         let took = began.elapsed();
         let fold = took.as_secs_f64();
         let task_scans = match (&result, self.tasks.as_mut()) {
@@ -327,11 +327,11 @@ impl Runner {
             state.stats.late += 1;
         }
         state.stats.read_sum += read;
-        if let Some((memory, states, state_nanos, file)) = readers.walker_reads() {
-            state.stats.memory_reads = memory;
-            state.stats.state_reads = states;
-            state.stats.state_nanos = state_nanos;
-            state.stats.state_file = file;
+        if let Some(reads) = readers.walker_reads() {
+            state.stats.memory_reads = reads.memory;
+            state.stats.state_reads = reads.states;
+            state.stats.state_nanos = reads.state_nanos;
+            state.stats.state_file = reads.state_file;
         }
         if result.is_ok() && state.stats.on_cpu != readers.on_cpu() {
             state.stats.on_cpu = readers.on_cpu().to_string();
