@@ -213,7 +213,8 @@ def run(rounds: int, shared_rounds: int, seconds: float, workdir: Path) -> dict[
 def shared_floor(result: dict[str, Any], leg: str = "replay") -> float:
     """The floor of a sample on the shared clock, from the floor measured after its round: one
     wakeup and, per tick, the round's own reads replayed (``leg="replay"``) or a read of the
-    round's shape of each target (``"shape"``), over the targets."""
+    round's shape of each target (``"shape"``), or the wakeup alone (``"sleep"``), over the
+    targets."""
     per_tick = float(result["floor"][leg]["cpu_per_tick_us"])
     return per_tick / int(result["floor"]["shape"]["targets"])
 
@@ -228,9 +229,7 @@ def shared_own_in_place(result: dict[str, Any]) -> float:
     floor's wakeup per sample and the time the samplers spent in their reads as they made them
     (no replay at another instant, so a machine whose speed moves between the round and its
     floor moves both alike)."""
-    wake = float(result["floor"]["sleep"]["cpu_per_tick_us"]) / int(
-        result["floor"]["shape"]["targets"]
-    )
+    wake = shared_floor(result, "sleep")
     return float(result["cpu_per_sample_us"]) - wake - float(result["read_calls_us"])
 
 
@@ -382,7 +381,7 @@ def write_report(data: dict[str, Any]) -> None:
         "|---:|---:|---:|---:|---:|---:|---:|---:|",
         *(
             f"| {i} | {r['cpu_per_sample_us']:.1f} "
-            f"| {r['floor']['sleep']['cpu_per_tick_us'] / targets:.1f} "
+            f"| {shared_floor(r, 'sleep'):.1f} "
             f"| {r['read_calls_us']:.1f} | {shared_own_in_place(r):.1f} "
             f"| {r['state_reads_us']:.1f} | {shared_own_in_place(r) - r['state_reads_us']:.1f} "
             f"| {shared_own(r):.1f} |"
