@@ -76,7 +76,7 @@ def native_floor(
     of each of ``also`` (one wakeup for all, as a shared clock); with ``replay`` (a file of
     recorded reads, and the ticks they were made in; it needs ``shape``), also those of
     replaying them, each tick its share, and of that with a read of each target thread's
-    ``state_file`` (``stat`` or ``wchan``, as the samplers read run states)."""
+    ``state_file`` (``stat`` or ``syscall``, as the samplers read run states)."""
     subprocess.run(
         ["cargo", "build", "--release", "--quiet", "--example", "floor"],
         cwd=NATIVE,

@@ -18,7 +18,7 @@ shape (pieces and bytes per sample) laid out in the target's heap, is measured a
 the kernel's part of a read depends on where the pieces lie (pages, mappings), so it charged
 the real reads' extra kernel time to sidecar. A third floor replays the reads and also reads
 each target thread's run state from /proc as the samplers did (from the file they report,
-``stat`` or ``wchan``): the kernel's share of the own work. The round with the median own work
+``stat`` or ``syscall``): the kernel's share of the own work. The round with the median own work
 counts; there are ``--shared-rounds`` of them (five: on a shared host one round's own work
 moves by several microseconds).
 

@@ -103,8 +103,8 @@ class SamplerStats(TypedDict):
     state_reads: float
     #: per tick, the seconds spent in those reads, timed around each
     state_reads_mean: float
-    #: the /proc file of those run states: "stat", or "wchan" once it has named the wait of a
-    #: thread that "stat" showed asleep (it costs the kernel less); "" through py-spy
+    #: the /proc file of those run states: "stat", or "syscall" once it has named the system
+    #: call of a thread that "stat" showed asleep (it costs the kernel less); "" through py-spy
     state_file: str
     #: folding stacks into text, per sample
     fold_mean: float

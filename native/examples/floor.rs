@@ -21,8 +21,8 @@
 //!   (pages, mappings), which the synthetic shape only approximates;
 //! - `states` (with READS and TICKS): the replay, plus per tick one read of the run state of
 //!   each thread of the targets, as a sampler reads it (from a file kept open, the first 96
-//!   bytes of the thread's `/proc/PID/task/TID/stat`, or with STATE_FILE `wchan` the first 2
-//!   of its `wchan`, the file the sampler reports in `state_file`): what the kernel charges for
+//!   bytes of the thread's `/proc/PID/task/TID/stat`, or with STATE_FILE `syscall` the first
+//!   2 of its `syscall`, the file the sampler reports in `state_file`): what the kernel charges for
 //!   the true on-CPU state, which sidecar's own work above the replay includes;
 //! - `pause`: per tick, the ptrace stop and resume of the target's main thread as blocking mode
 //!   does it (remoteprocess: seize, interrupt, wait, detach), with nothing read; the pause's
@@ -116,7 +116,7 @@ fn tick(rate: f64, seconds: f64, mut work: impl FnMut()) -> (u64, u64) {
     (ticks, thread_cpu_ns() - cpu0)
 }
 
-/// The `name` files (`stat`, `wchan`) of every thread of `pids`, kept open.
+/// The `name` files (`stat`, `syscall`) of every thread of `pids`, kept open.
 fn state_files(pids: &[i32], name: &str) -> Vec<std::fs::File> {
     let mut files = Vec::new();
     for pid in pids {
@@ -187,13 +187,13 @@ fn main() {
         None => Vec::new(),
     };
     let recorded_ticks: usize = args.get(7).and_then(|a| a.parse().ok()).unwrap_or(1).max(1);
-    // what the sampler reads of each file: the head of stat holds the state, "0" or a name
-    // tells wchan's
+    // what the sampler reads of each file: the head of stat holds the state, "running" or a
+    // call's number tells syscall's
     let (state_file, state_head) = match args.get(8).map(String::as_str) {
         None | Some("stat") => ("stat", 96),
-        Some("wchan") => ("wchan", 2),
+        Some("syscall") => ("syscall", 2),
         Some(other) => {
-            eprintln!("floor: STATE_FILE must be stat or wchan, not {other:?}");
+            eprintln!("floor: STATE_FILE must be stat or syscall, not {other:?}");
             std::process::exit(2);
         }
     };

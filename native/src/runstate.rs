@@ -2,19 +2,25 @@
 //! files kept open: one read per thread and sample instead of an open, a read and a close.
 //!
 //! Two files tell it. A thread's `stat` gives its state letter (R: running or runnable) on
-//! every kernel, but the kernel formats all of its 52 fields for each read. Its `wchan` names
-//! the kernel function a sleeping thread waits in, and reads "0" for one that is running,
-//! runnable or being woken: the same line between on CPU and not, for less of the kernel's
-//! time (`benchmarks.versions` measures both). It also reads "0", though, where the kernel
-//! cannot name a wait: built without kallsyms, with an unwinder that cannot walk a sleeping
-//! thread's stack (older kernels without frame pointers), or for a reader without ptrace
-//! access to the target. So `wchan` stands in for `stat` only once it has named the wait of a
-//! thread of this target whose `stat` showed it asleep. Until then `stat` is read, and `wchan`
-//! beside it for a thread found asleep, `WCHAN_TRIES` times at most.
+//! every kernel, but the kernel formats all of its 52 fields for each read. Its `syscall` reads
+//! "running" for a thread that is running or runnable, and for one asleep the system call it
+//! waits in (or -1 outside one), taken from its saved registers: the same line between on CPU
+//! and not, for less of the kernel's time when the thread sleeps (`benchmarks.versions`
+//! measures both). It holds nothing for a reader without ptrace access to the target (the read
+//! fails) and is readable by the target's owner only, and kernels without the tracehook
+//! (outside x86, arm64 and the like) lack it; so `syscall` stands in for `stat` only once it
+//! has named the system call of a thread of this target whose `stat` showed it asleep. Until
+//! then `stat` is read, and `syscall` beside it for a thread found asleep, `SYSCALL_TRIES`
+//! times at most.
 //!
 //! Either way a thread counts as on CPU when runnable but waiting for a CPU, as it does in
-//! `stat`; and through `wchan`, a main thread that has exited while others run on (a zombie
-//! until the process ends) reads as running, where `stat` says Z.
+//! `stat`. `wchan`, which names the kernel function a sleeping thread waits in, is not used: it
+//! reads "0" (as if running) for a thread that has gone to sleep while the scheduler still
+//! keeps it queued (the delayed dequeue of Linux 6.12+), which made a target sleeping 5,000
+//! times a second read 15.7 % on CPU where `stat` and `syscall` read 14.1 and 14.0; and it
+//! costs the kernel an unwind of the sleeping thread's stack and a symbol lookup per read.
+//! What `syscall` costs instead is a wait while a thread that is going to sleep is still on its
+//! CPU, a few microseconds, and only at that instant.
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
@@ -30,18 +36,18 @@ use crate::procfs::after_name;
 /// kernel cuts at 15 bytes for a user thread (64 for kernel threads), so it lies in this.
 const STAT_HEAD: usize = 96;
 
-/// How many sleeping threads' `wchan` is read beside their `stat` before `stat` is kept for
-/// good: a thread its `stat` found asleep may have woken before its `wchan` is read, so one
-/// "0" does not yet tell that the kernel names no waits.
-const WCHAN_TRIES: u32 = 32;
+/// How many sleeping threads' `syscall` is read beside their `stat` before `stat` is kept for
+/// good: a thread its `stat` found asleep may have woken before its `syscall` is read, so one
+/// "running" does not yet tell that the file cannot name its system calls.
+const SYSCALL_TRIES: u32 = 32;
 
 /// Which file gives the states.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Source {
-    /// `stat`, with so many tries of `wchan` left.
+    /// `stat`, with so many tries of `syscall` left.
     Stat(u32),
-    /// `wchan`: it named a sleeping thread's wait.
-    Wchan,
+    /// `syscall`: it named a sleeping thread's system call.
+    Syscall,
 }
 
 pub(crate) struct ThreadStates {
@@ -58,7 +64,7 @@ impl ThreadStates {
         ThreadStates {
             pid,
             files: HashMap::default(),
-            source: Source::Stat(WCHAN_TRIES),
+            source: Source::Stat(SYSCALL_TRIES),
             nanos: 0,
         }
     }
@@ -66,19 +72,19 @@ impl ThreadStates {
     /// Is the thread on CPU (running or runnable)? None when `tid` is not a thread of the
     /// target as this sidecar's /proc sees it.
     pub(crate) fn running(&mut self, tid: i32) -> Option<bool> {
-        if self.source == Source::Wchan {
+        if self.source == Source::Syscall {
             let mut head = [0u8; 2];
-            let n = self.read(tid, "wchan", &mut head)?;
-            return wchan_is_running(&head[..n]);
+            let n = self.read(tid, "syscall", &mut head)?;
+            return syscall_is_running(&head[..n]);
         }
         let mut head = [0u8; STAT_HEAD];
         let n = self.read(tid, "stat", &mut head)?;
         let running = state_is_running(&head[..n]);
         if let (Some(false), Source::Stat(tries @ 1..)) = (running, self.source) {
-            self.source = if names_a_wait(self.pid, tid) {
-                // the stat files go; each thread's wchan is opened at its next read
+            self.source = if names_a_syscall(self.pid, tid) {
+                // the stat files go; each thread's syscall is opened at its next read
                 self.files.clear();
-                Source::Wchan
+                Source::Syscall
             } else {
                 Source::Stat(tries - 1)
             };
@@ -113,11 +119,11 @@ impl ThreadStates {
         self.nanos
     }
 
-    /// The file the states come from now: "stat" or "wchan".
+    /// The file the states come from now: "stat" or "syscall".
     pub(crate) fn file(&self) -> &'static str {
         match self.source {
             Source::Stat(_) => "stat",
-            Source::Wchan => "wchan",
+            Source::Syscall => "syscall",
         }
     }
 
@@ -137,16 +143,21 @@ fn state_is_running(head: &[u8]) -> Option<bool> {
     after_name(head).map(|rest| rest[0] == b'R')
 }
 
-/// Whether the start of a wchan file says running: "0" alone (no kernel symbol is "0" or
-/// begins with a digit). None when it is empty.
-fn wchan_is_running(head: &[u8]) -> Option<bool> {
-    (!head.is_empty()).then(|| head == b"0")
+/// Whether the start of a syscall file says running: "running", where a sleeping thread's
+/// begins with its system call's number or with -1 (asleep outside one). None when it is empty
+/// or begins otherwise.
+fn syscall_is_running(head: &[u8]) -> Option<bool> {
+    match head.first()? {
+        b'r' => Some(true),
+        b'0'..=b'9' | b'-' => Some(false),
+        _ => None,
+    }
 }
 
-/// Whether the thread's wchan file names the kernel function it waits in.
-fn names_a_wait(pid: i32, tid: i32) -> bool {
-    std::fs::read(format!("/proc/{pid}/task/{tid}/wchan"))
-        .is_ok_and(|wchan| wchan_is_running(&wchan) == Some(false))
+/// Whether the thread's syscall file names the system call it sleeps in.
+fn names_a_syscall(pid: i32, tid: i32) -> bool {
+    std::fs::read(format!("/proc/{pid}/task/{tid}/syscall"))
+        .is_ok_and(|syscall| syscall_is_running(&syscall) == Some(false))
 }
 
 #[cfg(test)]
@@ -170,36 +181,67 @@ mod tests {
     }
 
     #[test]
-    fn a_wchan_reads_running_as_0_and_asleep_as_a_name() {
-        assert_eq!(wchan_is_running(b"0"), Some(true));
-        assert_eq!(wchan_is_running(b"do"), Some(false));
-        assert_eq!(wchan_is_running(b"hrtimer_nanosleep"), Some(false));
-        assert_eq!(wchan_is_running(b""), None);
+    fn a_syscall_file_reads_running_as_such_and_asleep_as_a_call() {
+        assert_eq!(syscall_is_running(b"running\n"), Some(true));
+        assert_eq!(syscall_is_running(b"ru"), Some(true));
+        // read(2) is call 0 on x86-64; -1: asleep outside a system call
+        assert_eq!(syscall_is_running(b"0 0x3 0x7ffd"), Some(false));
+        assert_eq!(
+            syscall_is_running(b"230 0x1 0x1 0x7ffe1bb3ae90"),
+            Some(false)
+        );
+        assert_eq!(syscall_is_running(b"-1 0x7ffe 0x4011"), Some(false));
+        assert_eq!(syscall_is_running(b""), None);
+        assert_eq!(syscall_is_running(b"?"), None);
     }
 
-    /// This process's own thread (running while it reads) and one blocked in `recv`.
-    fn with_a_sleeper(check: impl FnOnce(i32, i32)) {
-        // SAFETY: gettid takes no arguments.
-        let me = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
+    /// A thread of this process that spins (running, or runnable while others have the CPUs)
+    /// and one blocked in `recv`. Not the reading thread itself: its `syscall` file names the
+    /// very read (a sampler never reads its own thread's state).
+    fn with_threads(check: impl FnOnce(i32, i32)) {
+        use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+        use std::sync::Arc;
+        // SAFETY (both): gettid takes no arguments.
+        let gettid = || unsafe { libc::syscall(libc::SYS_gettid) } as i32;
+        let (spinning, done) = (
+            Arc::new(AtomicI32::new(0)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let spinner = std::thread::spawn({
+            let (spinning, done) = (Arc::clone(&spinning), Arc::clone(&done));
+            // no system call once its id is out, so nothing it does can put it to sleep
+            move || {
+                spinning.store(gettid(), Ordering::Release);
+                while !done.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            }
+        });
+        let spinning = loop {
+            match spinning.load(Ordering::Acquire) {
+                0 => std::thread::yield_now(),
+                tid => break tid,
+            }
+        };
         let (tx, rx) = std::sync::mpsc::channel();
         let (stop, wait) = std::sync::mpsc::channel::<()>();
         let sleeper = std::thread::spawn(move || {
-            // SAFETY: as above.
-            tx.send(unsafe { libc::syscall(libc::SYS_gettid) } as i32)
-                .expect("sent");
+            tx.send(gettid()).expect("sent");
             wait.recv().ok();
         });
         let tid = rx.recv().expect("its thread id");
-        check(me, tid);
+        check(spinning, tid);
+        done.store(true, Ordering::Relaxed);
         stop.send(()).expect("stopped");
+        spinner.join().expect("joined");
         sleeper.join().expect("joined");
     }
 
     #[test]
     fn a_thread_of_this_process_reads_as_running_and_a_sleeping_one_not() {
-        with_a_sleeper(|me, tid| {
+        with_threads(|spinning, tid| {
             let mut states = ThreadStates::new(std::process::id() as i32);
-            assert_eq!(states.running(me), Some(true));
+            assert_eq!(states.running(spinning), Some(true));
             // it blocks in recv: asleep once it got there
             let asleep = (0..200).any(|_| {
                 std::thread::sleep(std::time::Duration::from_millis(5));
@@ -211,8 +253,8 @@ mod tests {
     }
 
     #[test]
-    fn wchan_stands_in_for_stat_once_it_named_a_sleeping_threads_wait() {
-        with_a_sleeper(|me, tid| {
+    fn syscall_stands_in_for_stat_once_it_named_a_sleeping_threads_call() {
+        with_threads(|spinning, tid| {
             let pid = std::process::id() as i32;
             // what this kernel says of the sleeper, read straight from its files
             let asleep_in_stat = (0..200).any(|_| {
@@ -221,19 +263,23 @@ mod tests {
                 state_is_running(&stat) == Some(false)
             });
             assert!(asleep_in_stat);
-            let named = names_a_wait(pid, tid);
+            let named = names_a_syscall(pid, tid);
             let mut states = ThreadStates::new(pid);
             assert_eq!(states.file(), "stat");
             assert_eq!(states.running(tid), Some(false));
             if named {
-                assert_eq!(states.file(), "wchan", "it named the wait: wchan stands in");
+                assert_eq!(
+                    states.file(),
+                    "syscall",
+                    "it named the call: syscall stands in"
+                );
                 // running and asleep read as they did through stat
-                assert_eq!(states.running(me), Some(true));
+                assert_eq!(states.running(spinning), Some(true));
                 assert_eq!(states.running(tid), Some(false));
                 assert_eq!(states.running(i32::MAX), None, "no such thread");
             } else {
-                // a kernel that names no waits: stat stays, after its tries
-                for _ in 0..2 * WCHAN_TRIES {
+                // a kernel (or a reader) that cannot name them: stat stays, after its tries
+                for _ in 0..2 * SYSCALL_TRIES {
                     assert_eq!(states.running(tid), Some(false));
                 }
                 assert_eq!(states.file(), "stat");

@@ -128,8 +128,8 @@ pub struct Stats {
     pub state_reads: u64,
     /// The time those reads took (ns), timed around each.
     pub state_nanos: u64,
-    /// The /proc file those run states come from: "stat", or "wchan" once it named a sleeping
-    /// thread's wait (`runstate`); empty through py-spy.
+    /// The /proc file those run states come from: "stat", or "syscall" once it named a
+    /// sleeping thread's system call (`runstate`); empty through py-spy.
     pub state_file: &'static str,
     /// Task scans done, task-samples they counted, tasks left out because a read of them
     /// tore, tasks past a scan's bound, scans that failed and why the last one did.

@@ -258,7 +258,7 @@ impl Walker {
         self.states.nanos()
     }
 
-    /// The /proc file the run states come from now: "stat" or "wchan" (`runstate`).
+    /// The /proc file the run states come from now: "stat" or "syscall" (`runstate`).
     pub fn state_file(&self) -> &'static str {
         self.states.file()
     }
