@@ -36,13 +36,16 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmarks import floor
 from benchmarks.pauses import sampler_thread_seconds
 from benchmarks.procs import Procs, load_average, machine
 from benchmarks.testtools import find_pythons
 from sidecar import _native
+
+if TYPE_CHECKING:
+    from sidecar._native import SamplerStats
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORT = ROOT / "benchmarks" / "REPORT-versions.md"
@@ -61,6 +64,21 @@ SHARED_TARGETS = 4
 RECORD_SECONDS = 1.0
 
 
+def ticks(stats: SamplerStats) -> int:
+    """The ticks a sampler's per-tick means in ``stats()`` are over: samples and errors."""
+    return stats["samples"] + stats["errors"]
+
+
+def total(stats: SamplerStats, key: str) -> float:
+    """A per-tick mean of ``stats()`` back as the total so far."""
+    return float(stats[key]) * ticks(stats)  # type: ignore[literal-required]
+
+
+def per_tick(before: SamplerStats, after: SamplerStats, key: str) -> float:
+    """A per-tick mean of ``stats()`` over the ticks between two of its readings."""
+    return (total(after, key) - total(before, key)) / max(ticks(after) - ticks(before), 1)
+
+
 def leg(pid: int, reader: str, seconds: float) -> dict[str, Any]:
     """One sampler on ``pid`` for ``seconds`` after the warm-up: its CPU and reads per sample."""
     with _native.Sampler(pid, rate_hz=RATE, reader=reader) as sampler:  # type: ignore[arg-type]
@@ -68,23 +86,16 @@ def leg(pid: int, reader: str, seconds: float) -> dict[str, Any]:
         cpu0, stats0 = sampler_thread_seconds(), sampler.stats()
         time.sleep(seconds)
         cpu1, stats1 = sampler_thread_seconds(), sampler.stats()
-    ticks0 = stats0["samples"] + stats0["errors"]
-    ticks1 = stats1["samples"] + stats1["errors"]
-    ticks = max(ticks1 - ticks0, 1)
-
-    def per_tick(key: str) -> float:
-        # the sampler reports per-tick means since its start: back to totals, then the delta
-        return (stats1[key] * ticks1 - stats0[key] * ticks0) / ticks  # type: ignore[literal-required]
-
+    made = max(ticks(stats1) - ticks(stats0), 1)
     return {
         "reader": stats1["reader"],
-        "samples": ticks,
+        "samples": made,
         "errors": stats1["errors"] - stats0["errors"],
-        "cpu_per_sample_us": (cpu1 - cpu0) / ticks * 1e6,
-        "read_calls": per_tick("read_calls"),
-        "read_pieces": per_tick("read_pieces"),
-        "read_bytes": per_tick("read_bytes"),
-        "state_reads": per_tick("state_reads"),
+        "cpu_per_sample_us": (cpu1 - cpu0) / made * 1e6,
+        "read_calls": per_tick(stats0, stats1, "read_calls"),
+        "read_pieces": per_tick(stats0, stats1, "read_pieces"),
+        "read_bytes": per_tick(stats0, stats1, "read_bytes"),
+        "state_reads": per_tick(stats0, stats1, "state_reads"),
     }
 
 
@@ -106,29 +117,19 @@ def shared_leg(pids: list[int], seconds: float, reads: Path) -> dict[str, Any]:
             sampler.stop()
     samples = sum(b["samples"] - a["samples"] for a, b in zip(stats0, stats1, strict=True))
     first0, first1 = stats0[0], stats1[0]
-    ticks0 = first0["samples"] + first0["errors"]
-    ticks1 = first1["samples"] + first1["errors"]
-
-    def per_tick(key: str) -> float:
-        total = first1[key] * ticks1 - first0[key] * ticks0  # type: ignore[literal-required]
-        return float(total) / max(ticks1 - ticks0, 1)
-
     reads.write_text(
         "".join(
             f"{pid} {' '.join(f'{address}:{length}' for address, length in pieces)}\n"
             for pid, pieces in recorded
         )
     )
-    recorded_ticks = after["samples"] + after["errors"] - ticks1
+    recorded_ticks = ticks(after) - ticks(first1)
 
     def in_place(key: str) -> float:
         """The time every sampler spent in its reads of one kind (timed around each) per
         sample of the round, in µs."""
-        total = sum(
-            b[key] * (b["samples"] + b["errors"]) - a[key] * (a["samples"] + a["errors"])  # type: ignore[literal-required]
-            for a, b in zip(stats0, stats1, strict=True)
-        )
-        return float(total) / max(samples, 1) * 1e6
+        spent = sum(total(b, key) - total(a, key) for a, b in zip(stats0, stats1, strict=True))
+        return spent / max(samples, 1) * 1e6
 
     return {
         "clock": first1["clock"],
@@ -138,9 +139,9 @@ def shared_leg(pids: list[int], seconds: float, reads: Path) -> dict[str, Any]:
         "cpu_per_sample_us": (cpu1 - cpu0) / max(samples, 1) * 1e6,
         "read_calls_us": in_place("read_calls_mean"),
         "state_reads_us": in_place("state_reads_mean"),
-        "read_pieces": per_tick("read_pieces"),
-        "read_bytes": per_tick("read_bytes"),
-        "state_reads": per_tick("state_reads"),
+        "read_pieces": per_tick(first0, first1, "read_pieces"),
+        "read_bytes": per_tick(first0, first1, "read_bytes"),
+        "state_reads": per_tick(first0, first1, "state_reads"),
         "state_file": first1["state_file"],
     }
 
