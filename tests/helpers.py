@@ -15,7 +15,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -83,12 +83,14 @@ class Spawner:
         timeout: float = 20.0,
         python: str | Path = PYTHON,
         path: Path | None = None,
+        prefix: Sequence[str] = (),
     ) -> Proc:
         """Starts ``python -m targets.MODULE ARGS`` and waits for its ready line; ``python`` is
-        the interpreter, the venv's unless told, and ``path`` a folder of packages for it."""
+        the interpreter, the venv's unless told, ``path`` a folder of packages for it, and
+        ``prefix`` a command that runs it (one that ends by executing it, as ``setpriv``)."""
         env = {**os.environ, "PYTHONPATH": str(path)} if path is not None else None
         popen = subprocess.Popen(
-            [str(python), "-m", f"targets.{module}", *args],
+            [*prefix, str(python), "-m", f"targets.{module}", *args],
             cwd=ROOT,
             env=env,
             stdout=subprocess.PIPE,

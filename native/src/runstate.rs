@@ -20,7 +20,9 @@
 //! times a second read 15.7 % on CPU where `stat` and `syscall` read 14.1 and 14.0; and it
 //! costs the kernel an unwind of the sleeping thread's stack and a symbol lookup per read.
 //! What `syscall` costs instead is a wait while a thread that is going to sleep is still on its
-//! CPU, a few microseconds, and only at that instant.
+//! CPU, a few microseconds, and only at that instant; and, as it takes the lock that guards the
+//! target's credentials, a wait while the target starts another program (`execve`), after
+//! which it is another process and its sampling ends.
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
