@@ -243,6 +243,27 @@ def shared_states(result: dict[str, Any]) -> float:
     return extra / int(floor_["shape"]["targets"])
 
 
+def own_per_read(result: dict[str, Any]) -> float:
+    """The own work with the reads timed in place, per µs of those reads: both move with the
+    machine's speed at the instant, so their ratio compares rounds and runs where either alone
+    moves with the machine."""
+    return shared_own_in_place(result) / max(float(result["read_calls_us"]), 1e-9)
+
+
+def steadier(shared: list[dict[str, Any]]) -> str:
+    """What the ratio of own work to reads says of the rounds, beside the absolute figures."""
+    owns = [shared_own_in_place(r) for r in shared]
+    ratios = [own_per_read(r) for r in shared]
+    return (
+        f"Set against the reads timed at the same instants, the own work was "
+        f"{statistics.median(ratios):.2f} µs per µs of them (median round; from "
+        f"{min(ratios):.2f} to {max(ratios):.2f}, {max(ratios) / min(ratios):.2f}x, where the "
+        f"own work itself went from {min(owns):.1f} to {max(owns):.1f} µs, "
+        f"{max(owns) / min(owns):.2f}x): the figure to compare builds and runs by on a machine "
+        "whose speed moves, not a measure of the goal, which is in µs."
+    )
+
+
 def own_verdict(shared: list[dict[str, Any]]) -> str:
     """The run's word on the own work: each measure's median round against the goal, and where
     the rounds lie, so that one round on a machine whose speed moves does not decide it."""
@@ -378,16 +399,18 @@ def write_report(data: dict[str, Any]) -> None:
         "",
         "| round | CPU per sample (µs) | wakeup per sample (µs) | reads timed in place (µs) "
         "| own work (µs) | of it, run states timed in place (µs) | the rest (µs) "
-        "| own work by the replayed floor (µs) |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| own work by the replayed floor (µs) | own work per µs of the reads |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         *(
             f"| {i} | {r['cpu_per_sample_us']:.1f} "
             f"| {shared_floor(r, 'sleep'):.1f} "
             f"| {r['read_calls_us']:.1f} | {shared_own_in_place(r):.1f} "
             f"| {r['state_reads_us']:.1f} | {shared_own_in_place(r) - r['state_reads_us']:.1f} "
-            f"| {shared_own(r):.1f} |"
+            f"| {shared_own(r):.1f} | {own_per_read(r):.2f} |"
             for i, r in enumerate(shared, 1)
         ),
+        "",
+        steadier(shared),
         "",
         own_verdict(shared),
     ]
