@@ -84,6 +84,15 @@ fn tick_all(arrivals: Receiver<Box<Runner>>) {
     loop {
         // dropping a runner ends its session (flushes its window, wakes its stop())
         runners.retain(|slot| !slot.runner.stopped());
+        if runners.is_empty() {
+            // nothing to tick: wait for a runner
+            match arrivals.recv_timeout(MAX_SLEEP) {
+                Ok(runner) => join(&mut runners, runner),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+            continue;
+        }
         let now = Instant::now();
         let wait = runners
             .iter()
@@ -92,12 +101,10 @@ fn tick_all(arrivals: Receiver<Box<Runner>>) {
             .unwrap_or(MAX_SLEEP)
             .min(MAX_SLEEP);
         if !wait.is_zero() {
-            match arrivals.recv_timeout(wait) {
-                Ok(runner) => join(&mut runners, runner),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) if runners.is_empty() => return,
-                Err(RecvTimeoutError::Disconnected) => std::thread::sleep(wait),
-            }
+            // A plain sleep, as the machine's floor sleeps: waking from a channel's wait costs
+            // more (its waker registered and taken back each tick). Runners that arrive
+            // meanwhile join at the tick.
+            std::thread::sleep(wait);
             continue;
         }
         while let Ok(runner) = arrivals.try_recv() {
