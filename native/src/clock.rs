@@ -13,7 +13,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
-use crate::procfs::same_processes;
+use crate::procfs::Polls;
 use crate::runner::{precise_sleeps, run_alone, Runner, MAX_SLEEP};
 
 static CLOCK: OnceLock<Mutex<Sender<Box<Runner>>>> = OnceLock::new();
@@ -74,6 +74,10 @@ fn tick_all(arrivals: Receiver<Box<Runner>>) {
     precise_sleeps();
     let epoch = Instant::now();
     let mut runners: Vec<Slot> = Vec::new();
+    // a tick's reads, the targets' liveness and the runners gone, kept from tick to tick
+    let mut reads = Vec::new();
+    let mut polls = Polls::default();
+    let mut gone = Vec::new();
     let join = |runners: &mut Vec<Slot>, mut runner: Box<Runner>| {
         runner.next = aligned(epoch, Instant::now(), runner.period());
         runners.push(Slot {
@@ -113,7 +117,6 @@ fn tick_all(arrivals: Receiver<Box<Runner>>) {
         // The runners due read one after another; then one poll tells which targets still
         // run (a read is kept only if its target still runs after it); then each counts its
         // sample. A runner's tick is its read and its count.
-        let mut reads = Vec::new();
         for (i, slot) in runners.iter_mut().enumerate() {
             let began = Instant::now();
             if slot.runner.next > began {
@@ -122,15 +125,8 @@ fn tick_all(arrivals: Receiver<Box<Runner>>) {
             let read = slot.runner.read(began);
             reads.push((i, read));
         }
-        let alive = {
-            let all: Vec<_> = reads
-                .iter()
-                .map(|r| runners[r.0].runner.liveness())
-                .collect();
-            same_processes(&all)
-        };
-        let mut gone = Vec::new();
-        for ((i, read), same) in reads.into_iter().zip(alive) {
+        let alive = polls.same_processes(reads.iter().map(|r| runners[r.0].runner.liveness()));
+        for ((i, read), &same) in reads.drain(..).zip(alive) {
             let slot = &mut runners[i];
             let spent = read.took();
             let Some(counting) = slot.runner.count(read, same) else {
@@ -144,7 +140,7 @@ fn tick_all(arrivals: Receiver<Box<Runner>>) {
             }
         }
         // dropping a runner ends its session
-        for i in gone.into_iter().rev() {
+        for i in gone.drain(..).rev() {
             runners.remove(i);
         }
         while let Some(index) = runners.iter().position(|slot| slot.overruns >= OVERRUNS) {

@@ -76,27 +76,41 @@ impl Liveness {
 
 /// `Liveness::same_process` of several targets, their pidfds polled in one system call (the
 /// shared clock reads its targets one after another, then asks once whether they still run).
-pub(crate) fn same_processes(all: &[&Liveness]) -> Vec<bool> {
-    use std::os::fd::AsRawFd;
-    let mut polls: Vec<libc::pollfd> = all
-        .iter()
-        .filter_map(|l| l.pidfd.as_ref())
-        .map(|fd| libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
-    // SAFETY: `polls` holds valid pollfds for the length given; zero timeout.
-    let ready = unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, 0) };
-    let mut polled = polls.iter();
-    all.iter()
-        .map(|l| match (&l.pidfd, ready) {
+/// Kept from tick to tick, so that asking allocates nothing.
+#[derive(Default)]
+pub(crate) struct Polls {
+    fds: Vec<libc::pollfd>,
+    same: Vec<bool>,
+}
+
+impl Polls {
+    /// For each of `all`, in order, whether it is still the same process.
+    pub(crate) fn same_processes<'a, I>(&mut self, all: I) -> &[bool]
+    where
+        I: Iterator<Item = &'a Liveness> + Clone,
+    {
+        use std::os::fd::AsRawFd;
+        self.fds.clear();
+        self.fds.extend(
+            all.clone()
+                .filter_map(|l| l.pidfd.as_ref())
+                .map(|fd| libc::pollfd {
+                    fd: fd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                }),
+        );
+        // SAFETY: `fds` holds valid pollfds for the length given; zero timeout.
+        let ready = unsafe { libc::poll(self.fds.as_mut_ptr(), self.fds.len() as libc::nfds_t, 0) };
+        let mut polled = self.fds.iter();
+        self.same.clear();
+        self.same.extend(all.map(|l| match (&l.pidfd, ready) {
             // readable once the process has exited
             (Some(_), 0..) => polled.next().is_some_and(|p| p.revents == 0),
             _ => l.same_process(),
-        })
-        .collect()
+        }));
+        &self.same
+    }
 }
 
 /// The same process still runs: same start time, and not a zombie waiting to be reaped.
@@ -148,10 +162,18 @@ mod tests {
             .expect("sleep starts");
         let (me, other) = (open(std::process::id()), open(child.id()));
         assert!(other.pidfd.is_some(), "this kernel gives pidfds");
-        assert_eq!(same_processes(&[&me, &other, &me]), [true, true, true]);
+        let mut polls = Polls::default();
+        let all = [&me, &other, &me];
+        assert_eq!(
+            polls.same_processes(all.iter().copied()),
+            [true, true, true]
+        );
         child.kill().expect("killed");
         child.wait().expect("reaped");
-        assert_eq!(same_processes(&[&me, &other, &me]), [true, false, true]);
-        assert_eq!(same_processes(&[]), Vec::<bool>::new());
+        assert_eq!(
+            polls.same_processes(all.iter().copied()),
+            [true, false, true]
+        );
+        assert!(polls.same_processes(std::iter::empty()).is_empty());
     }
 }

@@ -210,7 +210,7 @@ impl Runner {
         self.count(read, same).is_some()
     }
 
-    /// What the target's liveness is told by (`crate::procfs::same_processes`, which the
+    /// What the target's liveness is told by (`crate::procfs::Polls::same_processes`, which the
     /// shared clock asks once for all the targets it read in a tick).
     pub(crate) fn liveness(&self) -> &Liveness {
         &self.liveness
