@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import LoadDriver, Spawner, free_port, sidecar, wait_until
+from helpers import HARD_CONNECTIONS, LoadDriver, Spawner, free_port, sidecar, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
 
@@ -24,10 +24,9 @@ def by_framework(targets: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def test_targets_profiles_and_timeline(spawn: Spawner, load: LoadDriver, serve: Any) -> None:
     aio = spawn.target("aiohttp_app", "--uvloop")
     tor = spawn.target("tornado_app")
-    # the load outlasts every wait below (the fixture stops it when the test ends); the /hard
-    # handlers run only briefly between awaits, so thirty connections make them show sooner
-    load.start(aio.url + "/hard", seconds=120, connections=30)
-    load.start(tor.url + "/hard", seconds=120, connections=30)
+    # the load outlasts every wait below (the fixture stops it when the test ends)
+    load.start(aio.url + "/hard", seconds=120, connections=HARD_CONNECTIONS)
+    load.start(tor.url + "/hard", seconds=120, connections=HARD_CONNECTIONS)
     server = serve(pids=(aio.pid, tor.pid))
     assert wait_until(lambda: len(server.targets()) == 2, timeout=15), server.targets()
     targets = by_framework(server.targets())

@@ -24,6 +24,7 @@ import pytest
 from helpers import (
     CHROMIUM,
     CHROMIUM_ARGS,
+    HARD_CONNECTIONS,
     REPORTS,
     LoadDriver,
     Serve,
@@ -121,10 +122,7 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UI]:
     try:
         aio = spawner.target("aiohttp_app", "--uvloop")
         tor = spawner.target("tornado_app")
-        # The handler runs for microseconds between its awaits: with 6 connections (48
-        # requests a second) busy samples caught it 0 to 11 times in 4,000-6,000 ticks, and
-        # none in the 40 s the fixture waited once. Five times the requests, as test_serve.
-        load.start(aio.url + "/hard", seconds=LOAD_SECONDS, connections=30)
+        load.start(aio.url + "/hard", seconds=LOAD_SECONDS, connections=HARD_CONNECTIONS)
         load.start(tor.url + "/hard", seconds=LOAD_SECONDS, connections=4)
         load.start(tor.url + "/blocking", seconds=LOAD_SECONDS, connections=1)
         db = tmp_path_factory.mktemp("ui") / "sidecar.db"
