@@ -34,10 +34,11 @@ from typing import Any
 from benchmarks import floor, pauses
 from benchmarks.procs import PYTHON, Procs, load_average
 from sidecar import _native
-from sidecar.classify import classify
-from sidecar.query import Reader
-from sidecar.sessions import Selection, Session, Sessions, scan
+from sidecar.classify.threads import classify
+from sidecar.discover import Selection, scan
+from sidecar.serve.sessions import Session, Sessions
 from sidecar.store import ProcessRecord, Store
+from sidecar.store.query import Reader
 
 WINDOW = 10
 RATE = 100.0

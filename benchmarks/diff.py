@@ -32,9 +32,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sidecar.diff import diff_profiles, render_diff
-from sidecar.inputs import load_profile
-from sidecar.render import RenderOptions, render_svg
+from sidecar.analyze.diff import diff_profiles, render_diff
+from sidecar.formats.inputs import load_profile
+from sidecar.formats.render import RenderOptions, render_svg
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORT = ROOT / "benchmarks" / "REPORT-diff.md"

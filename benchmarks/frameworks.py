@@ -29,10 +29,10 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from sidecar.analyze import Analysis, analyze
+from sidecar.analyze.threads import Analysis, analyze
+from sidecar.classify.tasks import in_flight, task_rows
 from sidecar.discover import describe
-from sidecar.sample import record
-from sidecar.tasks import in_flight, task_rows
+from sidecar.sample.record import record
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORT = ROOT / "benchmarks" / "REPORT-frameworks.md"

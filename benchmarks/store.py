@@ -31,9 +31,9 @@ from typing import Any
 
 from benchmarks.common import cpu_seconds
 from benchmarks.sections import CPU_GOAL
-from sidecar.query import Range, Reader
 from sidecar.store import ProcessRecord, Store, WindowBatch
 from sidecar.store.file import WAL_PAGES
+from sidecar.store.query import Range, Reader
 from sidecar.store.retention import DOWNSAMPLE_TIERS
 from targets.demo import start_loads, start_service
 

@@ -27,9 +27,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from sidecar import _native
-from sidecar.classify import code_frames, is_loop_stack
+from sidecar.classify.threads import is_loop_stack
 from sidecar.errors import PermissionDenied, TargetError, TargetGone
-from sidecar.profile import Frame
+from sidecar.rules.frames import Frame, code_frames
 
 #: Extension modules that give a framework away in /proc/PID/maps (path fragments).
 _MAPS_MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -350,3 +350,33 @@ def prefork_role(pid: int) -> str | None:
 def _version_from_exe(pid: int) -> str:
     match = re.match(r"python(\d)\.(\d+)", exe_name(pid))
     return f"{match[1]}.{match[2]}" if match else ""
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which processes to sample."""
+
+    pids: frozenset[int] = frozenset()
+    match: re.Pattern[str] | None = None
+
+    def wants(self, pid: int, cmdline: str) -> bool:
+        if self.pids and pid not in self.pids:
+            return False
+        return self.match is None or self.match.search(cmdline) is not None
+
+
+def scan(selection: Selection) -> list[int]:
+    """PIDs of Python processes this sidecar should sample."""
+    mine = os.getpid()  # never the sidecar itself
+    found: list[int] = []
+    # with --pid, only those are looked at, not every process in sight
+    candidates = selection.pids or (int(e) for e in os.listdir("/proc") if e.isdigit())
+    for pid in candidates:
+        if pid == mine:
+            continue
+        cmdline = read_cmdline(pid)
+        if not cmdline or not selection.wants(pid, cmdline):
+            continue
+        if looks_like_python(pid):
+            found.append(pid)
+    return sorted(found)

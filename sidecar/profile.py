@@ -12,43 +12,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from sidecar.errors import ProfileFormatError
+from sidecar.rules.frames import state_of
 
-IDLE_LEAF = "[idle]"
-BLOCKED_LEAF = "[blocked]"
-STATES = ("busy", "idle", "blocked")
-
-_FRAME = re.compile(r"^(?P<name>.*) \((?P<file>[^()]*?):(?P<line>-?\d+)\)$")
 _COUNT = re.compile(r"^(?P<stack>.*\S)\s+(?P<count>\d[\d,_]*)$")
-
-
-@dataclass(frozen=True)
-class Frame:
-    """One parsed frame; `file` is empty and `line` 0 for frames that name no code location."""
-
-    name: str
-    file: str = ""
-    line: int = 0
-
-    @property
-    def is_code(self) -> bool:
-        return bool(self.file)
-
-
-def parse_frame(text: str) -> Frame:
-    """Splits ``function (file:line)``; anything else is a frame with only a name."""
-    match = _FRAME.match(text)
-    if match is None:
-        return Frame(text)
-    return Frame(match["name"], match["file"], int(match["line"]))
-
-
-def state_of(stack: str) -> str:
-    """The state a folded stack records: its synthetic leaf, or busy without one."""
-    if stack.endswith(IDLE_LEAF):
-        return "idle"
-    if stack.endswith(BLOCKED_LEAF):
-        return "blocked"
-    return "busy"
 
 
 @dataclass

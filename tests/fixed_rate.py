@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from helpers import PYTHON, ROOT, Spawner
 
 from sidecar.profile import Profile
-from sidecar.sample import record
+from sidecar.sample.record import record
 
 
 def start_load(spawn: Spawner, url: str, rate: float, seconds: float) -> subprocess.Popen[str]:

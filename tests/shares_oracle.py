@@ -1,5 +1,5 @@
 """The counts behind a comparison, written plainly in Python: the oracle the native counting
-(``sidecar.diff.compare_shares``, native/src/shares.rs) is tested against.
+(``sidecar.analyze.diff.compare_shares``, native/src/shares.rs) is tested against.
 
 Per function: self samples (busy stacks' leaf), total samples (once per stack it is on, not
 the [idle]/[blocked] leaves; idle stacks count in no function), per caller -> callee edge the
@@ -13,8 +13,9 @@ import itertools
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from sidecar.diff import function_of
-from sidecar.profile import BLOCKED_LEAF, IDLE_LEAF, Profile, state_of
+from sidecar.analyze.diff import function_of
+from sidecar.profile import Profile
+from sidecar.rules.frames import BLOCKED_LEAF, IDLE_LEAF, state_of
 
 _LEAVES = {IDLE_LEAF, BLOCKED_LEAF}
 

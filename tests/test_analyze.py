@@ -10,17 +10,10 @@ import pytest
 from fixed_rate import profile_under_load, profiles_under_load
 from helpers import Spawner
 
-from sidecar.analyze import (
-    Analysis,
-    Depth,
-    analyze,
-    by_framework,
-    layer_of_file,
-    module_of,
-    stats_document,
-)
+from sidecar.analyze.threads import Analysis, Depth, analyze, by_framework, stats_document
 from sidecar.discover import ProcessInfo, describe
 from sidecar.profile import parse_folded
+from sidecar.rules.layers import layer_of_file, module_of
 
 #: The same load for both frameworks: the "hard" handler of "Tornado vs Aiohttp" at a fixed rate.
 RATE = 400

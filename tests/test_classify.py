@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.classify import classify, estimate_state, is_loop_stack, state_counts
-from sidecar.profile import parse_frame
+from sidecar.classify.threads import classify, estimate_state, is_loop_stack, state_counts
+from sidecar.rules.frames import parse_frame
 
 MAIN = "<module> (app.py:10);main (app.py:5)"
 ASYNCIO = (

@@ -19,7 +19,7 @@ from shares_oracle import carriers, counted
 from test_svg import STACKS
 
 from sidecar import _native
-from sidecar.diff import (
+from sidecar.analyze.diff import (
     compare_shares,
     diff_profiles,
     function_of,
@@ -28,10 +28,11 @@ from sidecar.diff import (
     scaled,
 )
 from sidecar.errors import ProfileFormatError
-from sidecar.inputs import PARALLEL_BYTES, load_profile, load_profiles
-from sidecar.profile import BLOCKED_LEAF, IDLE_LEAF, Profile, parse_folded, parse_frame
-from sidecar.render import RenderOptions, render_svg
-from sidecar.svg import read_flamegraph, read_svg
+from sidecar.formats.inputs import PARALLEL_BYTES, load_profile, load_profiles
+from sidecar.formats.render import RenderOptions, render_svg
+from sidecar.formats.svg import read_flamegraph, read_svg
+from sidecar.profile import Profile, parse_folded
+from sidecar.rules.frames import BLOCKED_LEAF, IDLE_LEAF, parse_frame
 
 GOLDEN = Path(__file__).parent / "golden"
 

@@ -29,8 +29,8 @@ from faultkit import (
 )
 from helpers import PYTHON, ROOT, LoadDriver, Proc, Servers, Spawner, free_port, wait_until
 
-from sidecar.query import Reader
 from sidecar.store import ProcessRecord, Store
+from sidecar.store.query import Reader
 from sidecar.store.schema import MIGRATIONS
 
 pytestmark = pytest.mark.faults

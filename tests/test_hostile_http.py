@@ -32,9 +32,9 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-import sidecar.api
-from sidecar.api import TokenMiddleware
-from sidecar.render import RenderOptions, render_svg
+import sidecar.serve.api
+from sidecar.formats.render import RenderOptions, render_svg
+from sidecar.serve.api import TokenMiddleware
 from targets.generated import HOSTILE
 
 pytestmark = pytest.mark.faults
@@ -251,8 +251,8 @@ TRAVERSALS = [
     "/%2e%2e%2f%2e%2e%2f%2e%2e%2fetc%2fpasswd",
     "/..%2f..%2f..%2fetc%2fpasswd",
     "/..%252f..%252fetc%252fpasswd",
-    "/js/../../sidecar/api.py",
-    "/js/..%2f..%2fsidecar%2fapi.py",
+    "/js/../../api.py",
+    "/js/..%2f..%2fapi.py",
     "/js/%2e%2e/%2e%2e/pyproject.toml",
     "/..%5c..%5cpyproject.toml",
     "/%c0%ae%c0%ae/%c0%ae%c0%ae/etc/passwd",
@@ -333,13 +333,13 @@ def test_the_token_is_compared_in_constant_time_by_the_middleware(
             assert "token" not in mentioned and "given" not in names, ast.unparse(node)
 
     seen: list[tuple[object, object]] = []
-    real = sidecar.api.hmac.compare_digest
+    real = sidecar.serve.api.hmac.compare_digest
 
     def spy(a: bytes, b: bytes) -> bool:
         seen.append((a, b))
         return real(a, b)
 
-    monkeypatch.setattr(sidecar.api.hmac, "compare_digest", spy)
+    monkeypatch.setattr(sidecar.serve.api.hmac, "compare_digest", spy)
 
     async def ok(request: Any) -> PlainTextResponse:
         return PlainTextResponse("ok")
@@ -426,7 +426,7 @@ def test_served_svgs_are_sandboxed_and_escape_hostile_frames(server: Serve) -> N
 
 
 def test_no_web_file_is_an_svg_served_without_a_sandbox() -> None:
-    web = Path(sidecar.api.WEB)
+    web = Path(sidecar.serve.api.WEB)
     assert not list(web.rglob("*.svg")), "static SVGs would be served without the CSP"
 
 

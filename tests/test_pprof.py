@@ -13,7 +13,7 @@ from typing import Any
 from helpers import LoadDriver, Spawner, sidecar, wait_until
 
 from sidecar.profile import parse_folded
-from sidecar.push.series import MAX_SAMPLES, OTHER, profiles
+from sidecar.serve.push.series import MAX_SAMPLES, OTHER, profiles
 from sidecar.store import WindowBatch
 
 GO = shutil.which("go") or "/usr/local/go/bin/go"

@@ -29,7 +29,7 @@ from helpers import (
 from playwright.sync_api import sync_playwright
 from prometheus_client.parser import text_string_to_metric_families
 
-from sidecar.push.series import service_name
+from sidecar.serve.push.series import service_name
 
 pytestmark = pytest.mark.slow
 WORKERS = 2

@@ -8,8 +8,8 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from sidecar.errors import ProfileFormatError
+from sidecar.formats.render import export
 from sidecar.profile import parse_folded
-from sidecar.render import export
 
 TEXT = (
     "a (x.py:1);b (x.py:2) 3\n"

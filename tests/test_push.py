@@ -18,10 +18,10 @@ import pytest
 from helpers import LoadDriver, Serve, Spawner, sidecar, wait_until
 from pyroscope import PERIOD_NS, Pyroscope, build, wait_pushed
 
-from sidecar.push import Client, Pusher, endpoint
-from sidecar.query import Range, Reader
+from sidecar.serve.push import Client, Pusher, endpoint
 from sidecar.store import ProcessRecord, WindowBatch
-from sidecar.taskquery import TaskReader
+from sidecar.store.query import Range, Reader
+from sidecar.store.taskquery import TaskReader
 
 CPU = "process_cpu:cpu:nanoseconds:cpu:nanoseconds"
 WALL = "wall:wall:nanoseconds:wall:nanoseconds"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from helpers import PYTHON, ROOT, LoadDriver, Spawner, sidecar
 
-from sidecar.classify import is_loop_stack, state_counts
+from sidecar.classify.threads import is_loop_stack, state_counts
 from sidecar.profile import Profile, parse_folded
 
 

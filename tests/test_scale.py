@@ -17,7 +17,7 @@ import pytest
 from faultkit import Entry, query, record, rss_bytes
 from helpers import Servers, Spawner, wait_until
 
-from sidecar.query import Reader
+from sidecar.store.query import Reader
 
 pytestmark = pytest.mark.faults
 

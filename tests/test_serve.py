@@ -335,9 +335,9 @@ class Clock:
 def test_health_is_degraded_for_a_recent_problem_only(tmp_path: Path, problem: str) -> None:
     """A window dropped or a database started anew degrades /healthz for RECENT seconds after
     it (by the service's clock), not forever; /metrics keeps counting it."""
-    from sidecar.metrics import registry_for
-    from sidecar.service import ServeConfig, Service
-    from sidecar.sinks import RECENT
+    from sidecar.serve.metrics import registry_for
+    from sidecar.serve.service import ServeConfig, Service
+    from sidecar.serve.sinks import RECENT
     from sidecar.store import WindowBatch
 
     db = tmp_path / "health.db"

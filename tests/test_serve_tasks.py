@@ -17,8 +17,8 @@ from pythons import interpreter
 from test_stats import SCHEMA
 from test_tasks import await_lines
 
-from sidecar.query import Range, Reader
-from sidecar.taskquery import NoTaskScans, TaskReader
+from sidecar.store.query import Range, Reader
+from sidecar.store.taskquery import NoTaskScans, TaskReader
 
 PARKED = 12
 #: The parked tasks, the ticker and main's task.

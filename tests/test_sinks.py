@@ -7,11 +7,12 @@ from pathlib import Path
 
 from helpers import Spawner, wait_until
 
-from sidecar.query import Range, Reader
-from sidecar.sessions import Selection, Sessions
-from sidecar.sinks import Fanout
-from sidecar.store import WindowBatch, Writer
-from sidecar.store.writer import Message
+from sidecar.discover import Selection
+from sidecar.serve.sessions import Sessions
+from sidecar.serve.sinks import Fanout, Message
+from sidecar.serve.writer import Writer
+from sidecar.store import WindowBatch
+from sidecar.store.query import Range, Reader
 
 
 class Counting:
@@ -84,9 +85,9 @@ def test_every_sink_gets_every_window_and_a_broken_one_costs_only_itself(
 def test_every_sink_health_follows_one_recent_problem_rule() -> None:
     """The store's and the pusher's health are degraded while failing, and for RECENT seconds
     after their last problem of any kind, not after; their counters stay."""
-    from sidecar.push import PushHealth
-    from sidecar.sinks import RECENT
-    from sidecar.store import WriterHealth
+    from sidecar.serve.push import PushHealth
+    from sidecar.serve.sinks import RECENT
+    from sidecar.serve.writer import WriterHealth
 
     now = 1_000_000.0
     store, push = WriterHealth(), PushHealth()

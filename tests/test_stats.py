@@ -15,7 +15,7 @@ import pytest
 from fixed_rate import profile_under_load, start_load, wait_measuring
 from helpers import Spawner, sidecar
 
-from sidecar.render import RenderOptions, export
+from sidecar.formats.render import RenderOptions, export
 
 SHARE = {"type": "number", "minimum": 0, "maximum": 1}
 DEPTH_VALUE = {"type": ["number", "null"], "minimum": 0}

@@ -18,8 +18,9 @@ import pytest
 from faultkit import Entry, integrity, query, record, window_ticks
 from helpers import LoadDriver, Servers, Spawner, free_port, sidecar, wait_until
 
-from sidecar.query import Range, Reader
-from sidecar.store import ProcessRecord, Store, StoreLocked, WindowBatch, Writer
+from sidecar.serve.writer import Writer
+from sidecar.store import ProcessRecord, Store, StoreLocked, WindowBatch
+from sidecar.store.query import Range, Reader
 
 pytestmark = pytest.mark.faults
 

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sidecar.query import Range, Reader, StoreUnavailable
 from sidecar.store import ProcessRecord, Store, StoreLocked, WindowBatch, counts
+from sidecar.store.query import Range, Reader, StoreUnavailable
 from sidecar.store.schema import MIGRATIONS, frame_hash
 
 FRAME = st.text(
@@ -321,7 +321,7 @@ def test_tasks_are_stored_beside_threads_and_kept_alike(tmp_path: Path) -> None:
     """Task windows are read back as task profiles (with their leaves), their scans give
     tasks in flight, requests are told by their root; downsampling and hourly rollups keep
     every task-sample, retention takes them, and collection keeps the stacks tasks use."""
-    from sidecar.taskquery import NoTaskScans, TaskReader
+    from sidecar.store.taskquery import NoTaskScans, TaskReader
 
     db = tmp_path / "tasks.db"
     store, record = open_store(db)
@@ -413,7 +413,7 @@ def test_a_version_5_database_gains_tasks_and_keeps_its_threads(tmp_path: Path) 
     """Schema 6 adds the tasks to a database of schema 5: its thread windows read the same,
     they have no task scans (a clear refusal, not an empty task profile), and new windows
     store tasks."""
-    from sidecar.taskquery import NoTaskScans, TaskReader
+    from sidecar.store.taskquery import NoTaskScans, TaskReader
 
     db = tmp_path / "v5.db"
     conn = at_schema(db, 5)
@@ -446,7 +446,7 @@ def test_a_version_6_database_gains_unread_tasks_and_keeps_its_tasks(tmp_path: P
     """Schema 7 adds each window's tasks past the scans' bound: a window of schema 6 reads
     the same (none unread, every task read), new windows count their unread tasks in flight,
     and downsampling keeps them."""
-    from sidecar.taskquery import TaskReader
+    from sidecar.store.taskquery import TaskReader
 
     db = tmp_path / "v6.db"
     conn = at_schema(db, 6)

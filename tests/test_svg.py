@@ -17,12 +17,11 @@ from hypothesis import strategies as st
 from svg_oracle import OracleRefused, scan
 
 from sidecar import _native
-from sidecar.diff import diff_profiles
+from sidecar.analyze.diff import diff_profiles
 from sidecar.errors import ProfileFormatError
-from sidecar.inputs import load_profile, parse_profile, sniff
-from sidecar.profile import BLOCKED_LEAF, IDLE_LEAF, Profile, parse_folded
-from sidecar.render import RenderOptions, render_svg
-from sidecar.svg import (
+from sidecar.formats.inputs import load_profile, parse_profile, sniff
+from sidecar.formats.render import RenderOptions, render_svg
+from sidecar.formats.svg import (
     MAX_DEPTH,
     PRUNED_FRAME,
     SEMICOLON_STANDIN,
@@ -30,6 +29,8 @@ from sidecar.svg import (
     read_svg,
     to_profile,
 )
+from sidecar.profile import Profile, parse_folded
+from sidecar.rules.frames import BLOCKED_LEAF, IDLE_LEAF
 
 GOLDEN = ROOT / "tests" / "golden"
 BLESS = os.environ.get("SIDECAR_BLESS") == "1"
@@ -84,7 +85,7 @@ def test_inferno_round_trip_is_exact(stacks: dict[str, int], inverted: bool) -> 
 def _native_read(svg: bytes) -> Profile | None:
     """The profile read_svg makes of the native reader's folded stacks, None if it did not fold
     them (another layout, an inconsistent graph, or an error)."""
-    from sidecar.svg import _inferno_profile
+    from sidecar.formats.svg import _inferno_profile
 
     try:
         read = _native.read_svg(svg, max_depth=MAX_DEPTH)

@@ -16,7 +16,7 @@ from helpers import ROOT, Spawner, sidecar
 from pythons import interpreter
 from test_tasks import await_lines, record_tasks, task_counts
 
-from sidecar.tasks import snapshot
+from sidecar.sample.tasks import snapshot
 
 TARGET = ROOT / "targets" / "tasks_chains.py"
 SCANNED = ("3.11", "3.12", "3.13", "3.14", "3.15")

@@ -17,7 +17,7 @@ from helpers import PYTHON, ROOT, LoadDriver, Proc, Spawner
 from pythons import frameworks_site, interpreter
 from test_tasks import await_lines, record_tasks, task_counts
 
-from sidecar.tasks import is_request
+from sidecar.rules.tasks import is_request
 
 #: Per framework: the demo service, the frame of its /stages handler, and how the chain of a
 #: request's task begins (aiohttp: the connection's task, which awaits the request's; Tornado:

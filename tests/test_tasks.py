@@ -17,7 +17,8 @@ from helpers import ROOT, Spawner, proc_status, sidecar
 from pythons import interpreter
 
 from sidecar import _native
-from sidecar.tasks import TASK_LEAVES, tree_lines
+from sidecar.rules.tasks import TASK_LEAVES
+from sidecar.sample.tasks import tree_lines
 
 TARGET = ROOT / "targets" / "tasks_tree.py"
 SCANNED = ("3.11", "3.12", "3.13", "3.14", "3.15")

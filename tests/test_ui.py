@@ -360,8 +360,8 @@ RULE_FRAMES = (
 def test_the_ui_reads_frames_by_the_rules_the_api_serves(ui: UI) -> None:
     """The UI keeps no copy of the leaves, the frame grammar or the layer tables: it reads each
     frame as the analysis does (analyze.layer_of_file), from GET /api/rules."""
-    from sidecar.analyze import layer_of_file
-    from sidecar.profile import BLOCKED_LEAF, IDLE_LEAF, parse_frame
+    from sidecar.rules.frames import BLOCKED_LEAF, IDLE_LEAF, parse_frame
+    from sidecar.rules.layers import layer_of_file
 
     rules = ui.api("/api/rules")
     assert rules["leaves"] == {"idle": IDLE_LEAF, "blocked": BLOCKED_LEAF}

@@ -17,9 +17,8 @@ from helpers import Proc, Spawner, frequent, memory_reads, stack_counts
 from pythons import WALKED, each_version, interpreter
 
 from sidecar import _native
-from sidecar.classify import code_frames
-from sidecar.profile import BLOCKED_LEAF
-from sidecar.sample import Counts
+from sidecar.rules.frames import BLOCKED_LEAF, code_frames
+from sidecar.sample.record import Counts
 from targets.stdlib_server import WORKER_NAMES
 
 #: Seconds each case samples (at RATE_HZ) or drives load: enough for shares, short in all.

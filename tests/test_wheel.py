@@ -114,7 +114,7 @@ def test_installed_wheel_serves_the_ui_and_samples_a_target(
         return any(row["pid"] == target.pid and row["samples"] > 0 for row in rows)
 
     assert wait_until(sampled, timeout=30), "the installed sidecar stored no samples"
-    shipped = ROOT / "sidecar" / "web"
+    shipped = ROOT / "sidecar" / "serve" / "web"
     status, kind, body = fetch(base + "/")
     assert status == 200 and kind.startswith("text/html")
     assert body == (shipped / "index.html").read_bytes()

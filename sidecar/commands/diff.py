@@ -7,12 +7,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sidecar.analyze.diff import diff_profiles, render_diff, report
 from sidecar.commands.render import add_min_width
-from sidecar.diff import diff_profiles, render_diff, report
 from sidecar.errors import UsageError
-from sidecar.inputs import load_profiles
+from sidecar.formats.inputs import load_profiles
+from sidecar.formats.render import RenderOptions
 from sidecar.output import write_text
-from sidecar.render import RenderOptions
 
 HELP = "compare two profiles (flamegraph SVGs or folded stacks) in a differential flamegraph"
 

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import time
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from sidecar import _native, defaults, pprof
+from sidecar import _native, defaults
+from sidecar.commands.signals import terminate_as_interrupt
 from sidecar.errors import NoSamples, UsageError
+from sidecar.formats import pprof
+from sidecar.formats.render import FORMATS, RenderOptions, export
 from sidecar.output import percent, write_bytes, write_text
-from sidecar.render import FORMATS, RenderOptions, export
-from sidecar.sample import Recording, on_cpu_source, record, torn_note
-from sidecar.tasks import snapshot
+from sidecar.sample.record import Recording, record
+from sidecar.sample.sampler import on_cpu_source, torn_note
+from sidecar.sample.tasks import snapshot
 
 if TYPE_CHECKING:
     from sidecar._native import SamplerStats
@@ -99,10 +100,6 @@ class _Progress:
         if self.enabled:
             sys.stderr.write("\r\x1b[K")
             sys.stderr.flush()
-
-
-def _terminate_as_interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
 
 
 def summary(rec: Recording) -> list[str]:
@@ -194,7 +191,6 @@ def run(args: argparse.Namespace) -> int:
     if args.tasks:
         snapshot(args.pid)  # a target whose tasks cannot be read is refused before sampling
     progress = _Progress(args.pid, args.duration, not args.quiet)
-    previous = signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     try:
         until = f"for {args.duration:g} s" if args.duration else "until Ctrl-C"
 
@@ -205,17 +201,17 @@ def run(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
 
-        rec = record(
-            args.pid,
-            duration=args.duration,
-            rate_hz=args.rate,
-            blocking=args.blocking,
-            progress=progress,
-            on_attach=attached,
-            tasks_hz=args.task_rate if args.tasks else 0.0,
-        )
+        with terminate_as_interrupt():
+            rec = record(
+                args.pid,
+                duration=args.duration,
+                rate_hz=args.rate,
+                blocking=args.blocking,
+                progress=progress,
+                on_attach=attached,
+                tasks_hz=args.task_rate if args.tasks else 0.0,
+            )
     finally:
-        signal.signal(signal.SIGTERM, previous)
         progress.done()
     profile = rec.counts.to_profile(cpu_only=args.cpu, threads=args.threads)
     profile.target = rec.target

@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sidecar.formats.render import RenderOptions, render_svg
 from sidecar.output import read_text, write_text
 from sidecar.profile import parse_folded
-from sidecar.render import RenderOptions, render_svg
 
 HELP = "render folded stacks into a flamegraph SVG"
 

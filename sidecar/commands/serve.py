@@ -9,7 +9,6 @@ import ipaddress
 import logging
 import os
 import re
-import signal
 import socket
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from types import FrameType
 from typing import Any
 
 from sidecar import defaults
+from sidecar.commands.signals import terminate_as_interrupt
 from sidecar.errors import SidecarError, UsageError
 
 HELP = "sample Python processes continuously, store profiles and serve the UI and API"
@@ -150,10 +150,6 @@ def _read_token(path: str) -> str:
     return token
 
 
-def _stop(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
-
-
 def _server(app: Any, host: str, port: int) -> Any:
     """uvicorn's server, looking for a stop request once a second instead of ten times, and at
     once when a signal asks for it: a sidecar's idle CPU is part of what it costs."""
@@ -216,9 +212,9 @@ def _from_environment(
 
 def run(args: argparse.Namespace) -> int:
 
-    from sidecar.api import create_app
-    from sidecar.push import endpoint
-    from sidecar.service import ServeConfig, Service
+    from sidecar.serve.api import create_app
+    from sidecar.serve.push import endpoint
+    from sidecar.serve.service import ServeConfig, Service
 
     if not 0 < args.rate <= 10_000:
         raise UsageError("--rate must be between 0 and 10000 Hz")
@@ -279,15 +275,15 @@ def run(args: argparse.Namespace) -> int:
     service = Service(config)
     try:
         service.start()
-        signal.signal(signal.SIGTERM, _stop)
-        server = _server(create_app(service), args.host, args.port)
-        port = sock.getsockname()[1]  # the port given, or the one picked for --port 0
-        print(
-            f"sidecar: serving http://{args.host}:{port} (database {args.db})",
-            file=sys.stderr,
-            flush=True,
-        )
-        server.run(sockets=[sock])
+        with terminate_as_interrupt():
+            server = _server(create_app(service), args.host, args.port)
+            port = sock.getsockname()[1]  # the port given, or the one picked for --port 0
+            print(
+                f"sidecar: serving http://{args.host}:{port} (database {args.db})",
+                file=sys.stderr,
+                flush=True,
+            )
+            server.run(sockets=[sock])
     except KeyboardInterrupt:
         pass
     finally:

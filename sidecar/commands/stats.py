@@ -8,21 +8,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 from dataclasses import replace
-from types import FrameType
 from typing import Any
 
 from sidecar import defaults
-from sidecar.analyze import LAYERS, Analysis, Ranked, analyze, stats_document
+from sidecar.analyze.tasks import task_block, task_lines
+from sidecar.analyze.threads import Analysis, Ranked, analyze, stats_document
+from sidecar.classify.tasks import InFlight
+from sidecar.commands.signals import terminate_as_interrupt
 from sidecar.discover import ProcessInfo, describe, refine
 from sidecar.errors import NoSamples, UsageError
-from sidecar.inputs import load_profile
+from sidecar.formats.inputs import load_profile
 from sidecar.profile import Profile
-from sidecar.sample import record
-from sidecar.tasks import snapshot
-from sidecar.taskstats import InFlight, task_block, task_lines
+from sidecar.rules.layers import LAYERS
+from sidecar.sample.record import record
+from sidecar.sample.tasks import snapshot
 
 #: How a role in a pre-fork server reads in the header line.
 ROLE_NAMES = {
@@ -69,10 +70,6 @@ def add_parser(sub: Any) -> None:
     parser.set_defaults(run=run)
 
 
-def _terminate_as_interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
-
-
 def _live(
     pid: int, duration: float, tasks_hz: float
 ) -> tuple[Profile, ProcessInfo, dict[str, Any] | None]:
@@ -80,11 +77,8 @@ def _live(
     if tasks_hz:
         snapshot(pid)  # a target whose tasks cannot be read is refused before sampling
     print(f"sampling PID {pid} for {duration:g} s", file=sys.stderr)
-    previous = signal.signal(signal.SIGTERM, _terminate_as_interrupt)
-    try:
+    with terminate_as_interrupt():
         rec = record(pid, duration=duration, tasks_hz=tasks_hz)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     profile = rec.counts.to_profile()
     profile.target = rec.target
     profile.rate_hz = rec.rate_hz

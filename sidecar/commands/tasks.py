@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from sidecar.tasks import snapshot, summary_line, tree_lines
+from sidecar.sample.tasks import snapshot, summary_line, tree_lines
 
 HELP = "print the asyncio tasks of a running process (CPython 3.11+) as a tree"
 

@@ -1,18 +1,9 @@
-"""Profiles over time in SQLite: one writer (``Writer``/``Store``), readers in ``sidecar.query``."""
+"""Profiles over time in SQLite: the one class that writes (``Store``), its schema and
+retention, and the readers (``query``: targets, timelines, Profiles; ``taskquery``: tasks)."""
 
 from sidecar.errors import StoreError
 from sidecar.store.db import Store
 from sidecar.store.file import StoreLocked
 from sidecar.store.records import ProcessRecord, WindowBatch
-from sidecar.store.writer import Gone, Writer, WriterHealth
 
-__all__ = [
-    "Gone",
-    "ProcessRecord",
-    "Store",
-    "StoreError",
-    "StoreLocked",
-    "WindowBatch",
-    "Writer",
-    "WriterHealth",
-]
+__all__ = ["ProcessRecord", "Store", "StoreError", "StoreLocked", "WindowBatch"]

@@ -1,7 +1,7 @@
 """The writer side of the store: ``Store``, the one class that writes a sidecar database.
 
-Only the writer thread (``sidecar.store.writer``) uses a ``Store``; readers open their own
-read-only connections (``sidecar.query``). It is made of three parts over one connection:
+Only the writer thread (``sidecar.serve.writer``) uses a ``Store``; readers open their own
+read-only connections (``sidecar.store.query``). It is made of three parts over one connection:
 the database file's life (``sidecar.store.file``: lock, open, check, recreate, checkpoint,
 close, transactions), writing processes and windows (``sidecar.store.windows``), and
 retention (``sidecar.store.retention``: prune, evict, downsample, roll up, collect stacks).

@@ -25,7 +25,7 @@ Version 6 adds the asyncio tasks, beside the threads and kept alike (retention, 
 hourly rollups): ``task_counts`` and ``task_hour_counts`` pack each window's (hour's)
 (task stack, 0, task state) → task-samples the same way, the stack interned like a thread's
 without its state leaf; ``windows`` gains the window's task scans and its task-samples per
-state, of all tasks and of requests' tasks (``sidecar.tasks.is_request``), which the task
+state, of all tasks and of requests' tasks (``sidecar.rules.tasks.is_request``), which the task
 timeline reads: tasks in flight = task-samples / scans.
 
 Version 7 adds to ``windows`` the tasks its scans found past their bound and did not read

@@ -9,7 +9,9 @@ process, and added to its hour's rollup too when that hour is already rolled up.
 
 from __future__ import annotations
 
-from sidecar.classify import code_frames, is_loop_stack
+from sidecar.classify.threads import is_loop_stack
+from sidecar.rules.frames import code_frames
+from sidecar.rules.tasks import is_request
 from sidecar.store import counts
 from sidecar.store.counts import Counts
 from sidecar.store.file import StoreFile
@@ -25,7 +27,6 @@ from sidecar.store.schema import (
     WINDOW_SUMS,
     frame_hash,
 )
-from sidecar.tasks import is_request
 
 #: Interning caches: characters of stack text, and rows of nodes and frames, kept in memory.
 #: Bounded by size, not count: a count of deep stacks is no bound on memory.

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 
 from sidecar import _native
 from sidecar.errors import ProfileFormatError
-from sidecar.profile import _FRAME as FRAME_PATTERN  # parse_frame's pattern
-from sidecar.profile import BLOCKED_LEAF, IDLE_LEAF, STATES, Profile
-from sidecar.render import RenderOptions, render_svg
+from sidecar.formats.render import RenderOptions, render_svg
+from sidecar.profile import Profile
+from sidecar.rules.frames import BLOCKED_LEAF, IDLE_LEAF, STATES
+from sidecar.rules.frames import FRAME as FRAME_PATTERN
 
 _HEX = re.compile(r"0x[0-9a-fA-F]+")
 _THREAD = re.compile(r"thread \((?P<inner>.*)\)", re.DOTALL)

@@ -1,6 +1,6 @@
 """``sidecar serve``'s engine: discovery, sampling, the writer and the reader, wired together.
 
-The HTTP layer (``sidecar.api``) only translates requests into calls on a ``Service``.
+The HTTP layer (``sidecar.serve.api``) only translates requests into calls on a ``Service``.
 """
 
 from __future__ import annotations
@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from sidecar import defaults
-from sidecar.permissions import detect
-from sidecar.push import Client, Endpoint, Pusher, pod_labels
-from sidecar.query import Reader
-from sidecar.sessions import Selection, Sessions
-from sidecar.sinks import Fanout
-from sidecar.store import Writer
+from sidecar.discover import Selection
+from sidecar.sample.permissions import detect
+from sidecar.serve.push import Client, Endpoint, Pusher, pod_labels
+from sidecar.serve.sessions import Sessions
+from sidecar.serve.sinks import Fanout
+from sidecar.serve.writer import Writer
+from sidecar.store.query import Reader
 
 log = logging.getLogger("sidecar.service")
 

@@ -2,14 +2,14 @@
 
 Each window becomes two gzipped pprof profiles: ``process_cpu`` (the busy samples, in CPU
 nanoseconds at one period per sample) and ``wall`` (every sample, in wall nanoseconds). Every
-sample is labelled with its ``state`` and its ``thread_name`` (``sidecar.pprof``). A window with
-task scans adds a third, ``asyncio_tasks``: each task-sample stands for one scan period of one
-task, in wall nanoseconds, so a stack's value is the time tasks spent in that await chain; its
-samples are labelled with the task's ``state`` (running, ready, waiting) and ``task`` (request,
-background). A series is
-named by ``service_name`` (``--service-name``, else a short name of the target's command line)
-and labelled with the target's ``framework``, ``loop`` and ``python_version``, and with the pod's
-name and namespace where the manifests pass them in (``POD_NAME``, ``POD_NAMESPACE``).
+sample is labelled with its ``state`` and its ``thread_name`` (``sidecar.formats.pprof``). A
+window with task scans adds a third, ``asyncio_tasks``: each task-sample stands for one scan
+period of one task, in wall nanoseconds, so a stack's value is the time tasks spent in that
+await chain; its samples are labelled with the task's ``state`` (running, ready, waiting) and
+``task`` (request, background). A series is named by ``service_name`` (``--service-name``, else
+a short name of the target's command line) and labelled with the target's ``framework``,
+``loop`` and ``python_version``, and with the pod's name and namespace where the manifests pass
+them in (``POD_NAME``, ``POD_NAMESPACE``).
 
 Pyroscope's default limits are kept: at most 16,000 samples per profile (the rarest stacks of a
 larger window are counted together as one ``[other stacks]`` stack per state and thread, so the
@@ -23,11 +23,12 @@ import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 
-from sidecar import _native, pprof
-from sidecar.classify import leaf_for
+from sidecar import _native
 from sidecar.discover import gunicorn_title
+from sidecar.formats import pprof
+from sidecar.rules.frames import leaf_for
+from sidecar.rules.tasks import task_kind, task_leaf
 from sidecar.store import ProcessRecord, WindowBatch
-from sidecar.tasks import task_kind, task_leaf
 
 #: Pyroscope's default limits (distributor): samples per profile, bytes per profile, label sizes.
 MAX_SAMPLES = 16_000

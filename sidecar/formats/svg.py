@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 
 from sidecar import _native
 from sidecar.errors import ProfileFormatError
-from sidecar.profile import Profile, state_of
+from sidecar.profile import Profile
+from sidecar.rules.frames import state_of
 
 MAX_SVG_BYTES = 128 * 1024 * 1024
 MAX_DEPTH = 100

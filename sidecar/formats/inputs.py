@@ -8,8 +8,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 from sidecar.errors import ProfileFormatError, SidecarError
+from sidecar.formats.svg import MAX_SVG_BYTES, read_svg
 from sidecar.profile import Profile, parse_folded
-from sidecar.svg import MAX_SVG_BYTES, read_svg
 
 #: Inputs above this size are refused before they are read.
 MAX_INPUT_BYTES = MAX_SVG_BYTES

@@ -19,12 +19,11 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from sidecar.push.client import Client, PushFailed
-from sidecar.push.series import Labels, Series, request, series_labels, series_of
-from sidecar.sinks import SinkHealth
-from sidecar.store import Gone, ProcessRecord, WindowBatch
+from sidecar.serve.push.client import Client, PushFailed
+from sidecar.serve.push.series import Labels, Series, request, series_labels, series_of
+from sidecar.serve.sinks import Gone, Message, SinkHealth
+from sidecar.store import ProcessRecord, WindowBatch
 from sidecar.store.records import ProcessKey
-from sidecar.store.writer import Message
 
 log = logging.getLogger("sidecar.push")
 
@@ -65,7 +64,7 @@ class _Item:
 
 
 class Pusher:
-    """Pushes windows to Pyroscope; the push sink of ``sidecar.sinks``."""
+    """Pushes windows to Pyroscope; the push sink of ``sidecar.serve.sinks``."""
 
     name = "push"
 

@@ -23,26 +23,27 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 
-from sidecar import __version__, pprof
-from sidecar.analyze import stats_json
-from sidecar.diff import Change, diff_profiles, render_diff
+from sidecar import __version__
+from sidecar.analyze.diff import Change, diff_profiles, render_diff
+from sidecar.analyze.tasks import task_block
+from sidecar.analyze.threads import stats_json
 from sidecar.discover import ProcessInfo
 from sidecar.errors import NoSamples, SidecarError, UsageError
-from sidecar.metrics import registry_for
+from sidecar.formats import pprof
+from sidecar.formats.render import RenderOptions, render_svg, speedscope
 from sidecar.profile import Profile
-from sidecar.query import QueryError, Range, StoreUnavailable, UnknownTarget
-from sidecar.render import RenderOptions, render_svg, speedscope
 from sidecar.rules import document as rules_document
-from sidecar.taskquery import WHICH, NoTaskScans, TaskReader
-from sidecar.taskstats import task_block
+from sidecar.serve.metrics import registry_for
+from sidecar.store.query import QueryError, Range, StoreUnavailable, UnknownTarget
+from sidecar.store.taskquery import WHICH, NoTaskScans, TaskReader
 
 if TYPE_CHECKING:
-    from sidecar.service import Service
+    from sidecar.serve.service import Service
 
 log = logging.getLogger("sidecar.api")
 
 #: The browser UI, shipped inside the package as data.
-WEB = resources.files("sidecar").joinpath("web")
+WEB = resources.files("sidecar.serve").joinpath("web")
 PROTECTED_PREFIXES = ("/api/", "/openapi.json")
 #: Served SVGs run their own scripts only in a sandbox with an opaque origin.
 SVG_CSP = (
@@ -94,7 +95,7 @@ class TokenMiddleware(BaseHTTPMiddleware):
 
 
 def create_app(service: Service) -> FastAPI:
-    """The API over a running ``sidecar.service.Service``."""
+    """The API over a running ``sidecar.serve.service.Service``."""
     app = FastAPI(
         title="sidecar",
         version=__version__,

@@ -9,54 +9,18 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from sidecar import _native, defaults
-from sidecar.classify import classify, leaf_for, state_counts
+from sidecar.classify.threads import classify_window, state_counts
 from sidecar.discover import read_cmdline
-from sidecar.errors import native_errors
-from sidecar.pprof import Sample
+from sidecar.formats.pprof import Sample
 from sidecar.profile import Profile, Target
+from sidecar.rules.frames import leaf_for
+from sidecar.sample.sampler import open_sampler
 
 if TYPE_CHECKING:
     from sidecar._native import SamplerStats, Window
-
-
-@dataclass(frozen=True)
-class ClassifiedWindow:
-    """A sampler's window decoded once, for ``record`` and ``serve`` alike: its rows with
-    their state, summed per (folded stack, thread id, state)."""
-
-    start: float
-    end: float
-    ticks: int
-    #: (folded stack, thread id, state, samples): the store's rows
-    rows: list[tuple[str, int, str, int]]
-    thread_names: dict[int, str]
-    #: busy / idle / blocked samples of every thread
-    states: dict[str, int]
-
-
-def classify_window(window: Window) -> ClassifiedWindow:
-    """Each row of ``window`` classified busy, idle or blocked (once per unique stack)."""
-    counts: dict[tuple[str, int, str], int] = {}
-    states = {"busy": 0, "idle": 0, "blocked": 0}
-    names: dict[int, str] = {}
-    for row in window["stacks"]:
-        state = classify(row.stack, row.on_cpu)
-        at = (row.stack, row.thread_id, state)
-        counts[at] = counts.get(at, 0) + row.count
-        states[state] += row.count
-        if row.thread_name:
-            names[row.thread_id] = row.thread_name
-    return ClassifiedWindow(
-        start=float(window["start"]),
-        end=float(window["end"]),
-        ticks=int(window["samples"]),
-        rows=[(stack, tid, state, count) for (stack, tid, state), count in counts.items()],
-        thread_names=names,
-        states=states,
-    )
 
 
 @dataclass(frozen=True)
@@ -141,50 +105,6 @@ class Counts:
         for stack, count in self.tasks.items():
             profile.add(stack, count)
         return profile
-
-
-def on_cpu_source(on_cpu: str) -> str:
-    """Where on-CPU states come from, from the sampler's ``on_cpu`` stat, to follow "on-CPU
-    state": "from the OS", "estimated (why)", or "not read yet"."""
-    if on_cpu == "os":
-        return "from the OS"
-    return on_cpu or "not read yet"
-
-
-#: The share of ticks without a sample (every read of them torn) that record's summary and
-#: serve's log warn of.
-TORN_SHARE = 0.05
-
-
-def torn_note(errors: int, ticks: int, blocking: bool) -> str | None:
-    """What to say of ``errors`` ticks of ``ticks`` that read no sample, if anything: a target
-    that changes its stacks faster than a read tears every read of some ticks (each is read
-    again twice), so what it ran then is under-counted; read paused, it cannot tear."""
-    if blocking or not ticks or errors < TORN_SHARE * ticks:
-        return None
-    return (
-        f"{errors / ticks:.1%} of {ticks:,} ticks read no sample: the target changed its stacks "
-        "under each read and the reads again, so what it ran then is under-counted; "
-        "--blocking pauses it for each read"
-    )
-
-
-def open_sampler(
-    pid: int,
-    *,
-    rate_hz: float = defaults.RATE_HZ,
-    blocking: bool = False,
-    window: float = defaults.SAMPLER_WINDOW_S,
-    clock: Literal["own", "shared"] = "own",
-    tasks_hz: float = 0.0,
-) -> _native.Sampler:
-    """Attaches to ``pid``; native errors become sidecar's domain errors. ``clock="shared"``
-    ticks it on the one sampling thread of every sampler that asks for it (``serve``);
-    ``tasks_hz`` > 0 scans its asyncio tasks too, at that rate."""
-    with native_errors():
-        return _native.Sampler(
-            pid, rate_hz=rate_hz, blocking=blocking, window=window, clock=clock, tasks_hz=tasks_hz
-        )
 
 
 @dataclass

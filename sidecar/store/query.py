@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sidecar.classify import leaf_for
 from sidecar.errors import SidecarError
-from sidecar.profile import STATES, Profile, Target
+from sidecar.profile import Profile, Target
+from sidecar.rules.frames import STATES, leaf_for
 from sidecar.store import counts
 from sidecar.store.schema import COUNT_TABLES, HOUR, STATE_CODES, STATE_NAMES, SUM_COLUMNS
 

@@ -2,7 +2,7 @@
 
 Labels never carry stack or function names: only PID, framework, loop, role (``master`` /
 ``worker`` in a pre-fork server, empty for a lone process), state and the kind of a task
-(``request`` or ``background``, ``sidecar.tasks.is_request``).
+(``request`` or ``background``, ``sidecar.rules.tasks.is_request``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from sidecar.service import Service
+    from sidecar.serve.service import Service
 
 
 def problem_reason(error: str) -> str:

@@ -6,7 +6,7 @@ leaf, counted in task-samples) and the scans that counted them, the same for ``s
 
 - tasks in flight: task-samples / scans, pooled over the range (``mean``), and the highest
   mean of one window (``max``: a stored window for the API, a sampler's window for the CLI);
-  split by state and into requests' tasks (``sidecar.tasks.is_request``) and background ones;
+  split by state and into requests' tasks (``sidecar.rules.tasks.is_request``) and background ones;
   the tasks the scans found past their bound and did not read (``unread``) count in ``mean``
   and ``max``, in no state and neither requests' nor background; ``sampled`` is the share of
   the tasks in flight that were read (1 when every task was), which the profile is made of;
@@ -24,50 +24,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from sidecar.analyze import layer_of_file
-from sidecar.profile import parse_frame
-from sidecar.tasks import STATES, is_request, split_leaf
-
-
-@dataclass(frozen=True)
-class InFlight:
-    """Tasks in flight over a range: pooled means ((task-samples + unread) / scans) of all,
-    per state and of requests' tasks, the highest mean of one window, and the mean of the
-    tasks past the scans' bound, not read (in ``mean`` and ``max``, in no state)."""
-
-    scans: int
-    mean: float
-    max: float
-    states: dict[str, float]
-    requests: float
-    unread: float = 0.0
-
-    @property
-    def background(self) -> float:
-        return max(0.0, self.mean - self.unread - self.requests)
-
-    @property
-    def sampled(self) -> float:
-        """The share of the tasks in flight that the scans read (1 when they read all)."""
-        return (self.mean - self.unread) / self.mean if self.mean > 0 else 1.0
-
-    @classmethod
-    def of(cls, stacks: Mapping[str, int], scans: int, peak: float, unread: int = 0) -> InFlight:
-        """Pooled over ``scans`` scans of these task stacks (a recording's), which found
-        ``unread`` tasks past their bound in all."""
-        states = dict.fromkeys(STATES, 0.0)
-        requests = 0
-        for stack, count in stacks.items():
-            body, state = split_leaf(stack)
-            states[state] += count
-            requests += count if is_request(body) else 0
-        per = 1 / scans if scans else 0.0
-        means = {state: total * per for state, total in states.items()}
-        rest = unread * per
-        return cls(scans, sum(means.values()) + rest, peak, means, requests * per, rest)
+from sidecar.classify.tasks import InFlight
+from sidecar.rules.frames import parse_frame
+from sidecar.rules.layers import layer_of_file
+from sidecar.rules.tasks import STATES, is_request, split_leaf
 
 
 def await_site(body: str) -> tuple[str, str]:

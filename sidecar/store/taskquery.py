@@ -3,7 +3,7 @@ the stats block of a target is made of.
 
 The store keeps, per window and process, the task-samples of each task stack and state, and in
 ``windows`` the scans that counted them with their sums per state, of all tasks and of
-requests' tasks (``sidecar.tasks.is_request``), and the tasks the scans found past their
+requests' tasks (``sidecar.rules.tasks.is_request``), and the tasks the scans found past their
 bound and did not read (``task_unread``). Tasks in flight over a span = (task-samples +
 unread) / scans, pooled per process (a target runs one process at a time) and summed over the
 processes that run side by side (all targets). A range whose processes were never scanned (``serve
@@ -16,13 +16,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from sidecar.classify.tasks import InFlight
 from sidecar.errors import SidecarError
 from sidecar.profile import Profile, Target
-from sidecar.query import MAX_BUCKETS, QueryError, Range, Reader, StoreUnavailable
+from sidecar.rules.tasks import STATES, is_request, task_leaf
 from sidecar.store import counts
+from sidecar.store.query import MAX_BUCKETS, QueryError, Range, Reader, StoreUnavailable
 from sidecar.store.schema import COUNT_TABLES, TASK_COLUMNS, TASK_STATE_CODES, TASK_STATE_NAMES
-from sidecar.tasks import STATES, is_request, task_leaf
-from sidecar.taskstats import InFlight
 
 #: Which tasks a task profile keeps.
 WHICH = ("all", "requests", "background")

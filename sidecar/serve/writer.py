@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sidecar.sinks import SinkHealth, recent
+from sidecar.serve.sinks import Message, SinkHealth, recent
 from sidecar.store.db import Store
 from sidecar.store.file import CORRUPT, is_corrupt
 from sidecar.store.records import ProcessKey, ProcessRecord, WindowBatch
@@ -28,15 +28,6 @@ from sidecar.store.records import ProcessKey, ProcessRecord, WindowBatch
 log = logging.getLogger("sidecar.store")
 #: Windows written per transaction.
 CHUNK = 50
-
-
-@dataclass(frozen=True)
-class Gone:
-    key: ProcessKey
-    when: float
-
-
-Message = ProcessRecord | Gone | WindowBatch
 
 
 @dataclass
@@ -69,7 +60,7 @@ class WriterHealth(SinkHealth):
 
 class Writer:
     """Owns the Store on its own thread; everything else talks to it through ``submit``.
-    The store's sink (``sidecar.sinks``)."""
+    The store's sink (``sidecar.serve.sinks``)."""
 
     name = "store"
 

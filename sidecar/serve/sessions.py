@@ -3,7 +3,7 @@
 Every few seconds the /proc of the sidecar's PID namespace is scanned (in a pod with
 ``shareProcessNamespace`` that is the whole pod). Python processes are picked (all, ``--pid``,
 or ``--match`` on the command line), never the sidecar itself. Each gets a native sampler; its
-windows are classified and handed to the sinks (``sidecar.sinks``: the store's writer, the
+windows are classified and handed to the sinks (``sidecar.serve.sinks``: the store's writer, the
 pusher), each of which queues them on its own. A process that cannot be traced is
 reported with the reason and retried with back-off.
 """
@@ -11,8 +11,6 @@ reported with the reason and retried with back-off.
 from __future__ import annotations
 
 import logging
-import os
-import re
 import threading
 import time
 from collections import deque
@@ -21,24 +19,27 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sidecar import _native
+from sidecar.classify.tasks import in_flight, task_rows
+from sidecar.classify.threads import classify_window
 from sidecar.discover import (
+    Selection,
     framework_and_loop,
     group_of,
-    looks_like_python,
     prefork_role,
     program,
     read_cmdline,
     role_marks,
+    scan,
     settle_role,
 )
 from sidecar.errors import TargetError
-from sidecar.sample import TORN_SHARE, classify_window, on_cpu_source, open_sampler, torn_note
-from sidecar.store import Gone, ProcessRecord, WindowBatch
-from sidecar.tasks import in_flight, task_rows
+from sidecar.sample.sampler import TORN_SHARE, on_cpu_source, open_sampler, torn_note
+from sidecar.serve.sinks import Gone
+from sidecar.store import ProcessRecord, WindowBatch
 
 if TYPE_CHECKING:
     from sidecar._native import SamplerStats, Window
-    from sidecar.sinks import Sink
+    from sidecar.serve.sinks import Sink
 
 log = logging.getLogger("sidecar.sessions")
 
@@ -47,36 +48,6 @@ COUNTERS = ("samples", "errors", "retried", "late", "missed", "dropped_windows",
 #: Ticks of a session its share without a sample is judged over, for the log (10 s at 100 Hz).
 TORN_TICKS = 1000
 Describe = Callable[[int], tuple[str, str]]
-
-
-@dataclass(frozen=True)
-class Selection:
-    """Which processes to sample."""
-
-    pids: frozenset[int] = frozenset()
-    match: re.Pattern[str] | None = None
-
-    def wants(self, pid: int, cmdline: str) -> bool:
-        if self.pids and pid not in self.pids:
-            return False
-        return self.match is None or self.match.search(cmdline) is not None
-
-
-def scan(selection: Selection) -> list[int]:
-    """PIDs of Python processes this sidecar should sample."""
-    mine = os.getpid()  # never the sidecar itself
-    found: list[int] = []
-    # with --pid, only those are looked at, not every process in sight
-    candidates = selection.pids or (int(e) for e in os.listdir("/proc") if e.isdigit())
-    for pid in candidates:
-        if pid == mine:
-            continue
-        cmdline = read_cmdline(pid)
-        if not cmdline or not selection.wants(pid, cmdline):
-            continue
-        if looks_like_python(pid):
-            found.append(pid)
-    return sorted(found)
 
 
 def describe(pid: int) -> tuple[str, str]:

@@ -13,9 +13,14 @@ Classification runs once per unique stack, never per sample.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Generic, ParamSpec, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Generic, ParamSpec, TypeVar
 
-from sidecar.profile import BLOCKED_LEAF, IDLE_LEAF, Frame, parse_frame, state_of
+from sidecar.rules.frames import Frame, code_frames, state_of
+from sidecar.rules.loops import is_selector_wait, loop_entry_index
+
+if TYPE_CHECKING:
+    from sidecar._native import Window
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -55,59 +60,6 @@ class TextCache(Generic[P, R]):
         self.chars = 0
 
 
-#: Frames that enter an event loop: (function, file suffix). A suffix of "" matches any file.
-LOOP_ENTRIES: tuple[tuple[str, str], ...] = (
-    ("run_forever", "asyncio/base_events.py"),
-    ("run_until_complete", "asyncio/base_events.py"),
-    ("run", "asyncio/runners.py"),
-    ("run", "uvloop/__init__.py"),
-    ("run_app", "aiohttp/web.py"),
-    # gunicorn's aiohttp workers; under uvloop no Python frame of the loop's own shows
-    ("run", "aiohttp/worker.py"),
-    ("start", "tornado/platform/asyncio.py"),
-    ("start", "tornado/ioloop.py"),
-    ("run_sync", "tornado/ioloop.py"),
-    ("run_forever", ""),
-    ("run_until_complete", ""),
-)
-
-#: The poll of asyncio's selector loop: an idle leaf for a loop thread.
-SELECTOR_WAITS: tuple[tuple[str, str], ...] = (
-    ("select", "selectors.py"),
-    ("poll", "selectors.py"),
-    ("_poll", "asyncio/windows_events.py"),
-)
-
-
-def _matches(frame: Frame, table: tuple[tuple[str, str], ...]) -> bool:
-    """Function names may come qualified by their class (``BaseEventLoop.run_forever``)."""
-    file = frame.file.replace("\\", "/")
-    name = frame.name.rsplit(".", 1)[-1]
-    return any(name == fn and file.endswith(suffix) for fn, suffix in table)
-
-
-def is_loop_entry(frame: Frame) -> bool:
-    return frame.is_code and _matches(frame, LOOP_ENTRIES)
-
-
-def loop_entry_index(frames: Sequence[Frame]) -> int | None:
-    """Index (root first) of the innermost frame that entered an event loop, if any."""
-    for index in range(len(frames) - 1, -1, -1):
-        if is_loop_entry(frames[index]):
-            return index
-    return None
-
-
-def code_frames(stack: str) -> list[Frame]:
-    """The frames of a folded stack, without synthetic leaves and thread/process roots."""
-    frames = [parse_frame(part) for part in stack.split(";")] if stack else []
-    while frames and frames[-1].name in (IDLE_LEAF, BLOCKED_LEAF) and not frames[-1].file:
-        frames.pop()
-    while frames and not frames[0].is_code and frames[0].name.startswith(("thread (", "process (")):
-        frames.pop(0)
-    return frames
-
-
 def _is_loop_stack(stack: str) -> bool:
     """True when the stack belongs to a thread that runs an event loop."""
     return loop_entry_index(code_frames(stack)) is not None
@@ -130,14 +82,9 @@ def off_cpu_state(frames: Sequence[Frame]) -> str:
         return "idle"
     if entry == len(frames) - 1:
         return "idle"
-    if _matches(frames[-1], SELECTOR_WAITS):
+    if is_selector_wait(frames[-1]):
         return "idle"
     return "blocked"
-
-
-def leaf_for(state: str) -> str | None:
-    """The synthetic leaf frame that marks an off-CPU state in folded output."""
-    return {"idle": IDLE_LEAF, "blocked": BLOCKED_LEAF}.get(state)
 
 
 def estimate_state(stack: str) -> str:
@@ -146,7 +93,7 @@ def estimate_state(stack: str) -> str:
     Without the OS on-CPU flag nothing else can be told apart, so the rest counts as busy.
     """
     frames = code_frames(stack)
-    if frames and _matches(frames[-1], SELECTOR_WAITS):
+    if frames and is_selector_wait(frames[-1]):
         return "idle"
     return "busy"
 
@@ -161,3 +108,40 @@ def state_counts(stacks: Mapping[str, int]) -> dict[str, int]:
     for stack, count in (loop or stacks).items():
         out[state_of(stack)] += count
     return out
+
+
+@dataclass(frozen=True)
+class ClassifiedWindow:
+    """A sampler's window decoded once, for ``record`` and ``serve`` alike: its rows with
+    their state, summed per (folded stack, thread id, state)."""
+
+    start: float
+    end: float
+    ticks: int
+    #: (folded stack, thread id, state, samples): the store's rows
+    rows: list[tuple[str, int, str, int]]
+    thread_names: dict[int, str]
+    #: busy / idle / blocked samples of every thread
+    states: dict[str, int]
+
+
+def classify_window(window: Window) -> ClassifiedWindow:
+    """Each row of ``window`` classified busy, idle or blocked (once per unique stack)."""
+    counts: dict[tuple[str, int, str], int] = {}
+    states = {"busy": 0, "idle": 0, "blocked": 0}
+    names: dict[int, str] = {}
+    for row in window["stacks"]:
+        state = classify(row.stack, row.on_cpu)
+        at = (row.stack, row.thread_id, state)
+        counts[at] = counts.get(at, 0) + row.count
+        states[state] += row.count
+        if row.thread_name:
+            names[row.thread_id] = row.thread_name
+    return ClassifiedWindow(
+        start=float(window["start"]),
+        end=float(window["end"]),
+        ticks=int(window["samples"]),
+        rows=[(stack, tid, state, count) for (stack, tid, state), count in counts.items()],
+        thread_names=names,
+        states=states,
+    )

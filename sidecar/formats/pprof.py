@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 from sidecar import _native
 from sidecar.errors import NoSamples
-from sidecar.profile import Profile, parse_frame, state_of
-from sidecar.tasks import TASK_LEAVES, task_kind
+from sidecar.profile import Profile
+from sidecar.rules.frames import parse_frame, state_of
+from sidecar.rules.tasks import TASK_LEAVES, task_kind
 
 MEDIA_TYPE = "application/vnd.google.protobuf+gzip"
 #: What a value measures: pprof's (type, unit).
@@ -45,7 +46,7 @@ class Sample:
 
 def samples_of(profile: Profile) -> list[Sample]:
     """A Profile's stacks as samples; their state comes from their leaf, and a task stack's
-    ``task`` from its root (``sidecar.tasks.is_request``)."""
+    ``task`` from its root (``sidecar.rules.tasks.is_request``)."""
     out: list[Sample] = []
     for stack, count in profile.stacks.items():
         leaf = stack.rsplit(";", 1)[-1]

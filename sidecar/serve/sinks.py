@@ -13,10 +13,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from sidecar.store.writer import Message
+from sidecar.store.records import ProcessKey, ProcessRecord, WindowBatch
 
 log = logging.getLogger("sidecar.sinks")
 #: Seconds a past problem of a sink (a window dropped or given up, the database started anew,
@@ -89,3 +88,12 @@ class Fanout:
     def stop(self, timeout: float = 10.0) -> None:
         for sink in self.sinks:
             sink.stop(timeout)
+
+
+@dataclass(frozen=True)
+class Gone:
+    key: ProcessKey
+    when: float
+
+
+Message = ProcessRecord | Gone | WindowBatch

@@ -7,66 +7,7 @@ from __future__ import annotations
 
 from sidecar import _native
 from sidecar.errors import native_errors
-
-STATES = ("running", "ready", "waiting")
-#: The leaves of task stacks, one per state.
-TASK_LEAVES = tuple(f"[{state}]" for state in STATES)
-#: The root coroutines of request tasks, as frames begin (``function (file:``): aiohttp runs
-#: each request's handler in a task of ``RequestHandler._handle_request`` (awaited by the
-#: connection's ``RequestHandler.start`` task, whose chain comes first in a folded stack),
-#: Tornado each request in a task of ``RequestHandler._execute``. Every other task is
-#: background. ``GET /api/rules`` serves this table to the UI.
-REQUEST_ROOTS = (
-    "RequestHandler._handle_request (aiohttp/web_protocol.py:",
-    "RequestHandler._execute (tornado/web.py:",
-)
-
-
-def is_request(stack: str) -> bool:
-    """The folded task stack is a request's: one of its frames is a request task's root."""
-    return any(frame.startswith(root) for frame in stack.split(";") for root in REQUEST_ROOTS)
-
-
-def task_leaf(state: str) -> str:
-    """The leaf of a task stack in ``state`` (``running`` → ``[running]``)."""
-    return f"[{state}]"
-
-
-def task_kind(stack: str) -> str:
-    """``request`` or ``background``, as ``is_request`` tells."""
-    return "request" if is_request(stack) else "background"
-
-
-def task_rows(stacks: list[tuple[str, int]]) -> list[tuple[str, str, int]]:
-    """A window's task stacks as the store keeps them: (stack without its leaf, state,
-    task-samples); a stack without a state's leaf (never from the native scan) is left out."""
-    rows: list[tuple[str, str, int]] = []
-    for stack, count in stacks:
-        try:
-            body, state = split_leaf(stack)
-        except ValueError:
-            continue
-        rows.append((body, state, count))
-    return rows
-
-
-def in_flight(rows: list[tuple[str, str, int]], scans: int) -> dict[tuple[str, str], float]:
-    """Tasks in flight of a window's task rows (``task_rows``) over its scans, per (state,
-    ``request`` or ``background``)."""
-    out = {(state, kind): 0.0 for state in STATES for kind in ("request", "background")}
-    for stack, state, count in rows:
-        out[(state, task_kind(stack))] += count / scans
-    return out
-
-
-def split_leaf(stack: str) -> tuple[str, str]:
-    """(the stack without its leaf, the state its leaf names); a stack without a state's leaf
-    is a ``ValueError``."""
-    body, _, leaf = stack.rpartition(";")
-    if leaf not in TASK_LEAVES or not body:
-        raise ValueError(f"not a task stack (no [running], [ready] or [waiting] leaf): {stack}")
-    return body, leaf[1:-1]
-
+from sidecar.rules.tasks import STATES
 
 #: Scans a snapshot takes at most to find one where no task changed as it was read.
 SNAPSHOT_TRIES = 3

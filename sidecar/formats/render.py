@@ -1,5 +1,5 @@
 """Profiles out: flamegraph SVG (inferno, in the native module), folded text, speedscope JSON
-(pprof, a binary format, is in ``sidecar.pprof``)."""
+(pprof, a binary format, is in ``sidecar.formats.pprof``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from typing import Any
 from sidecar import __version__
 from sidecar._native import render_svg as _render_svg
 from sidecar.errors import NoSamples, UsageError
-from sidecar.profile import Profile, parse_frame
+from sidecar.profile import Profile
+from sidecar.rules.frames import parse_frame
 
 TEXT_FORMATS = ("svg", "folded", "speedscope")
 FORMATS = (*TEXT_FORMATS, "pprof")

@@ -1,0 +1,63 @@
+"""The frame grammar and the synthetic leaves: how a folded stack is written and read.
+
+Folded text is the interchange format: one line per unique stack, frames root first joined by
+``;``, then a space and the sample count. Frames read ``function (file:line)``. Off-CPU samples
+end in a synthetic leaf, ``[idle]`` or ``[blocked]``; a stack without one is busy.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+IDLE_LEAF = "[idle]"
+BLOCKED_LEAF = "[blocked]"
+#: The states of a thread sample; a stack's leaf says which (``state_of``).
+STATES = ("busy", "idle", "blocked")
+#: A frame of folded text: ``function (file:line)``.
+FRAME = re.compile(r"^(?P<name>.*) \((?P<file>[^()]*?):(?P<line>-?\d+)\)$")
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One parsed frame; `file` is empty and `line` 0 for frames that name no code location."""
+
+    name: str
+    file: str = ""
+    line: int = 0
+
+    @property
+    def is_code(self) -> bool:
+        return bool(self.file)
+
+
+def parse_frame(text: str) -> Frame:
+    """Splits ``function (file:line)``; anything else is a frame with only a name."""
+    match = FRAME.match(text)
+    if match is None:
+        return Frame(text)
+    return Frame(match["name"], match["file"], int(match["line"]))
+
+
+def state_of(stack: str) -> str:
+    """The state a folded stack records: its synthetic leaf, or busy without one."""
+    if stack.endswith(IDLE_LEAF):
+        return "idle"
+    if stack.endswith(BLOCKED_LEAF):
+        return "blocked"
+    return "busy"
+
+
+def code_frames(stack: str) -> list[Frame]:
+    """The frames of a folded stack, without synthetic leaves and thread/process roots."""
+    frames = [parse_frame(part) for part in stack.split(";")] if stack else []
+    while frames and frames[-1].name in (IDLE_LEAF, BLOCKED_LEAF) and not frames[-1].file:
+        frames.pop()
+    while frames and not frames[0].is_code and frames[0].name.startswith(("thread (", "process (")):
+        frames.pop(0)
+    return frames
+
+
+def leaf_for(state: str) -> str | None:
+    """The synthetic leaf frame that marks an off-CPU state in folded output."""
+    return {"idle": IDLE_LEAF, "blocked": BLOCKED_LEAF}.get(state)

@@ -1,0 +1,60 @@
+"""The frames that enter an event loop and the frames of its idle wait.
+
+A frame matches a table row when its function's last name part is the row's function and its
+file ends with the row's suffix (function names may come qualified by their class,
+``BaseEventLoop.run_forever``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sidecar.rules.frames import Frame
+
+#: Frames that enter an event loop: (function, file suffix). A suffix of "" matches any file.
+LOOP_ENTRIES: tuple[tuple[str, str], ...] = (
+    ("run_forever", "asyncio/base_events.py"),
+    ("run_until_complete", "asyncio/base_events.py"),
+    ("run", "asyncio/runners.py"),
+    ("run", "uvloop/__init__.py"),
+    ("run_app", "aiohttp/web.py"),
+    # gunicorn's aiohttp workers; under uvloop no Python frame of the loop's own shows
+    ("run", "aiohttp/worker.py"),
+    ("start", "tornado/platform/asyncio.py"),
+    ("start", "tornado/ioloop.py"),
+    ("run_sync", "tornado/ioloop.py"),
+    ("run_forever", ""),
+    ("run_until_complete", ""),
+)
+
+
+#: The poll of asyncio's selector loop: an idle leaf for a loop thread.
+SELECTOR_WAITS: tuple[tuple[str, str], ...] = (
+    ("select", "selectors.py"),
+    ("poll", "selectors.py"),
+    ("_poll", "asyncio/windows_events.py"),
+)
+
+
+def _matches(frame: Frame, table: tuple[tuple[str, str], ...]) -> bool:
+    """Function names may come qualified by their class (``BaseEventLoop.run_forever``)."""
+    file = frame.file.replace("\\", "/")
+    name = frame.name.rsplit(".", 1)[-1]
+    return any(name == fn and file.endswith(suffix) for fn, suffix in table)
+
+
+def is_loop_entry(frame: Frame) -> bool:
+    return frame.is_code and _matches(frame, LOOP_ENTRIES)
+
+
+def loop_entry_index(frames: Sequence[Frame]) -> int | None:
+    """Index (root first) of the innermost frame that entered an event loop, if any."""
+    for index in range(len(frames) - 1, -1, -1):
+        if is_loop_entry(frames[index]):
+            return index
+    return None
+
+
+def is_selector_wait(frame: Frame) -> bool:
+    """The frame is the selector loop's poll: an idle wait for a loop thread."""
+    return _matches(frame, SELECTOR_WAITS)

@@ -1,0 +1,53 @@
+"""Opening the native sampler, and what its stats say about the reads: where on-CPU states
+came from, and whether too many ticks read no sample."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from sidecar import _native, defaults
+from sidecar.errors import native_errors
+
+
+def on_cpu_source(on_cpu: str) -> str:
+    """Where on-CPU states come from, from the sampler's ``on_cpu`` stat, to follow "on-CPU
+    state": "from the OS", "estimated (why)", or "not read yet"."""
+    if on_cpu == "os":
+        return "from the OS"
+    return on_cpu or "not read yet"
+
+
+#: The share of ticks without a sample (every read of them torn) that record's summary and
+#: serve's log warn of.
+TORN_SHARE = 0.05
+
+
+def torn_note(errors: int, ticks: int, blocking: bool) -> str | None:
+    """What to say of ``errors`` ticks of ``ticks`` that read no sample, if anything: a target
+    that changes its stacks faster than a read tears every read of some ticks (each is read
+    again twice), so what it ran then is under-counted; read paused, it cannot tear."""
+    if blocking or not ticks or errors < TORN_SHARE * ticks:
+        return None
+    return (
+        f"{errors / ticks:.1%} of {ticks:,} ticks read no sample: the target changed its stacks "
+        "under each read and the reads again, so what it ran then is under-counted; "
+        "--blocking pauses it for each read"
+    )
+
+
+def open_sampler(
+    pid: int,
+    *,
+    rate_hz: float = defaults.RATE_HZ,
+    blocking: bool = False,
+    window: float = defaults.SAMPLER_WINDOW_S,
+    clock: Literal["own", "shared"] = "own",
+    tasks_hz: float = 0.0,
+) -> _native.Sampler:
+    """Attaches to ``pid``; native errors become sidecar's domain errors. ``clock="shared"``
+    ticks it on the one sampling thread of every sampler that asks for it (``serve``);
+    ``tasks_hz`` > 0 scans its asyncio tasks too, at that rate."""
+    with native_errors():
+        return _native.Sampler(
+            pid, rate_hz=rate_hz, blocking=blocking, window=window, clock=clock, tasks_hz=tasks_hz
+        )
