@@ -18,8 +18,8 @@ from types import SimpleNamespace
 import pytest
 
 # What the docs are checked against: the only two imports of the package here.
-from sidecar.api import create_app
 from sidecar.cli import build_parser
+from sidecar.serve.api import create_app
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
