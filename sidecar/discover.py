@@ -30,6 +30,7 @@ from sidecar import _native
 from sidecar.classify.threads import is_loop_stack
 from sidecar.errors import PermissionDenied, TargetError, TargetGone
 from sidecar.rules.frames import Frame, code_frames
+from sidecar.rules.processes import ASYNCIO_LOOP, MASTER_WAITS, POOL_CHILD, SERVER_FILES
 
 #: Extension modules that give a framework away in /proc/PID/maps (path fragments).
 _MAPS_MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -38,41 +39,6 @@ _MAPS_MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 _UVLOOP_SO = re.compile(r"/uvloop/loop[^/\s]*\.so")
 _VERSION_SO = re.compile(r"(?:libpython|/python)(\d)\.(\d+)|\.cpython-(\d)(\d+)-")
-
-#: Server files per framework: a loop-thread frame in one of them says which server runs.
-_SERVER_FILES: dict[str, tuple[str, ...]] = {
-    "aiohttp": (
-        "aiohttp/web.py",
-        "aiohttp/web_protocol.py",
-        "aiohttp/web_app.py",
-        "aiohttp/web_server.py",
-        "aiohttp/web_runner.py",
-        "aiohttp/web_urldispatcher.py",
-    ),
-    "tornado": (
-        "tornado/web.py",
-        "tornado/httpserver.py",
-        "tornado/http1connection.py",
-        "tornado/ioloop.py",
-        "tornado/platform/asyncio.py",
-        "tornado/routing.py",
-    ),
-}
-#: Where a pre-fork master waits on its workers (function, file): gunicorn's arbiter in its main
-#: loop (``wait_for_signals`` in gunicorn 27, ``sleep`` in older releases), Tornado's parent in
-#: ``fork_processes`` (its children return from it). A worker forked by the arbiter has the
-#: arbiter's ``run`` below its own frames, never these.
-_MASTER_WAITS = (
-    ("wait_for_signals", "gunicorn/arbiter.py"),
-    ("sleep", "gunicorn/arbiter.py"),
-    ("fork_processes", "tornado/process.py"),
-)
-#: Where a child of multiprocessing (a process pool's worker) runs: forked like a pre-fork
-#: worker, but the pool's, not a server's.
-_POOL_CHILD = (("_bootstrap", "multiprocessing/process.py"),)
-
-#: asyncio's own Python loop; uvloop (a C loop) never shows these frames.
-_ASYNCIO_LOOP = (("run_forever", "asyncio/base_events.py"), ("_run_once", "asyncio/base_events.py"))
 
 
 @dataclass(frozen=True)
@@ -192,10 +158,10 @@ def _frames_of_loop_threads(stacks: Mapping[str, int]) -> Iterable[tuple[list[Fr
 
 def framework_from_frames(stacks: Mapping[str, int]) -> str:
     """The server framework whose files the event-loop threads run, weighted by samples."""
-    score = dict.fromkeys(_SERVER_FILES, 0)
+    score = dict.fromkeys(SERVER_FILES, 0)
     for frames, count in _frames_of_loop_threads(stacks):
         files = {frame.file.replace("\\", "/") for frame in frames}
-        for name, suffixes in _SERVER_FILES.items():
+        for name, suffixes in SERVER_FILES.items():
             if any(file.endswith(suffix) for file in files for suffix in suffixes):
                 score[name] += count
     best = max(score, key=lambda name: score[name])
@@ -210,7 +176,7 @@ def loop_from_frames(stacks: Mapping[str, int]) -> str:
         loop_samples += count
         for frame in frames:
             name = frame.name.rsplit(".", 1)[-1]
-            if any(name == fn and frame.file.endswith(sfx) for fn, sfx in _ASYNCIO_LOOP):
+            if any(name == fn and frame.file.endswith(sfx) for fn, sfx in ASYNCIO_LOOP):
                 return "asyncio"
             if frame.file.replace("\\", "/").split("/")[0] == "uvloop":
                 return "uvloop"
@@ -230,9 +196,9 @@ def role_marks(stack: str) -> frozenset[str]:
     ``pool`` (a process pool's child); empty for most stacks. Cheap on stacks of neither."""
     marks = set()
     if "arbiter.py" in stack or "process.py" in stack:  # the files of both tables
-        if _has_frame(stack, _MASTER_WAITS):
+        if _has_frame(stack, MASTER_WAITS):
             marks.add("master")
-        if _has_frame(stack, _POOL_CHILD):
+        if _has_frame(stack, POOL_CHILD):
             marks.add("pool")
     return frozenset(marks)
 

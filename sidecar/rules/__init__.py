@@ -6,6 +6,8 @@
 - ``loops``: the frames that enter an event loop and the frames of its idle wait;
 - ``layers``: the layer a frame's file belongs to (the framework's modules, the event loop's,
   the standard library's, anything else the application's);
+- ``processes``: the frames that tell a process's server framework, an asyncio loop from
+  uvloop, a pre-fork master and a process pool's child;
 - ``tasks``: the leaves of task stacks and the roots that tell a request's task from a
   background one.
 
