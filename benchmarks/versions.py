@@ -29,27 +29,22 @@ Writes benchmarks/REPORT-versions.md and REPORT-versions.json.
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks import floor
-from benchmarks.pauses import sampler_thread_seconds
+from benchmarks.common import main, sampler_thread_seconds
 from benchmarks.procs import Procs, load_average, machine
+from benchmarks.table import Col, Report, med
 from benchmarks.testtools import find_pythons
 from sidecar import _native
 
 if TYPE_CHECKING:
     from sidecar._native import SamplerStats
 
-ROOT = Path(__file__).resolve().parents[1]
-REPORT = ROOT / "benchmarks" / "REPORT-versions.md"
-RESULTS = ROOT / "benchmarks" / "REPORT-versions.json"
 VERSIONS = ("3.11", "3.12", "3.13", "3.14", "3.15")
 READERS = ("auto", "py-spy")
 RATE = 100.0
@@ -288,148 +283,102 @@ def own_verdict(shared: list[dict[str, Any]]) -> str:
     )
 
 
-def median_cpu(results: list[dict[str, Any]]) -> float:
-    return statistics.median(r["cpu_per_sample_us"] for r in results)
-
-
-def write_report(data: dict[str, Any]) -> None:
+def write_report(data: dict[str, Any], report: Report) -> None:
     legs = data["legs"]
-    base = median_cpu(legs["3.11"]["auto"])
-    lines = [
+    base = med(r["cpu_per_sample_us"] for r in legs["3.11"]["auto"])
+    rows = [
+        {"version": v, **{k: med(r[k] for r in runs) for k in runs[0] if k != "reader"},
+         "reader": runs[-1]["reader"], "runs": [r["cpu_per_sample_us"] for r in runs],
+         "errors": sum(r["errors"] for r in runs)}
+        for v in VERSIONS for runs in legs[v].values()
+    ]  # fmt: skip
+    report.add(
         "# What a sample costs under each CPython version",
-        "",
         f"Measured {data['when']} ({data['machine'].get('cpu', 'this machine')}), load average "
         f"{data['load_average']:.2f}; {data['rounds']} interleaved rounds of "
         f"{data['seconds']:g} s per leg at {RATE:g} Hz on `targets/deep.py` (about 30 frames, "
         "10 % on CPU). CPU is the sampling thread's, per sample; the median round counts.",
-        "",
-        "| version | reader | CPU per sample (µs) | rounds, least to most (µs) "
-        "| against 3.11's walker | reads per sample | pieces | bytes | /proc run states | errors |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    verdicts = []
-    for version in VERSIONS:
-        for reader in READERS:
-            results = legs[version][reader]
-            cpu = median_cpu(results)
-            last = results[-1]
-            lines.append(
-                f"| {version} | {last['reader']} | {cpu:.1f} "
-                f"| {min(r['cpu_per_sample_us'] for r in results):.1f}-"
-                f"{max(r['cpu_per_sample_us'] for r in results):.1f} | {cpu / base:.2f}x "
-                f"| {statistics.median(r['read_calls'] for r in results):.2f} "
-                f"| {statistics.median(r['read_pieces'] for r in results):.1f} "
-                f"| {statistics.median(r['read_bytes'] for r in results):.0f} "
-                f"| {statistics.median(r['state_reads'] for r in results):.2f} "
-                f"| {sum(r['errors'] for r in results)} |"
-            )
-        if version != "3.11":
-            ratio = median_cpu(legs[version]["auto"]) / base
-            verdicts.append((version, ratio))
-    met = [v for v, ratio in verdicts if ratio <= WITHIN]
-    unmet = [f"{v} ({ratio:.2f}x)" for v, ratio in verdicts if ratio > WITHIN]
-    lines += [
-        "",
+    )
+    report.table(rows, [
+        Col("version", left=True), Col("reader", left=True),
+        Col("CPU per sample (µs)", "cpu_per_sample_us", "{:.1f}"),
+        Col("rounds, least to most (µs)", "runs", lambda v: f"{min(v):.1f}-{max(v):.1f}"),
+        Col("against 3.11's walker", lambda r: r["cpu_per_sample_us"] / base, "{:.2f}x"),
+        Col("reads per sample", "read_calls", "{:.2f}"), Col("pieces", "read_pieces", "{:.1f}"),
+        Col("bytes", "read_bytes", "{:.0f}"), Col("/proc run states", "state_reads", "{:.2f}"),
+        Col("errors"),
+    ])  # fmt: skip
+    ratios = {r["version"]: r["cpu_per_sample_us"] / base for r in rows[2::2]}
+    unmet = [f"{v} ({ratio:.2f}x)" for v, ratio in ratios.items() if ratio > WITHIN]
+    held = [v for v, ratio in ratios.items() if ratio <= WITHIN]
+    report.add(
         f"Each version's default reader within {WITHIN}x of 3.11's walker: "
-        + (
-            "met by every version."
-            if not unmet
-            else f"met by {', '.join(met) or 'none'}; not by {', '.join(unmet)}."
-        ),
-    ]
+        + (f"met by {', '.join(held) or 'none'}; not by {', '.join(unmet)}." if unmet
+           else "met by every version.")
+    )  # fmt: skip
     shared = data["shared"]
-    targets = SHARED_TARGETS
-    # the round whose own work is the median stands for the run (its figures side by side)
-    ranked = sorted(shared, key=shared_own)
-    mid = ranked[len(ranked) // 2]
-    wake = mid["floor"]["sleep"]["cpu_per_tick_us"]
-    replayed = mid["floor"]["replay"]
-    shaped = mid["floor"]["shape"]["cpu_per_tick_us"]
-    pieces, size = mid["shape"]
-    reads_per_tick = replayed["reads"] / max(replayed["recorded_ticks"], 1)
-    pieces_per_tick = replayed["pieces"] / max(replayed["recorded_ticks"], 1)
-    own_each = ", ".join(f"{shared_own(r):.1f}" for r in shared)
-    shape_each = ", ".join(f"{shared_own(r, 'shape'):.1f}" for r in shared)
-    mid_own = shared_own(mid)
-    lines += [
-        "",
+    mid = sorted(shared, key=shared_own)[len(shared) // 2]  # the round of the median own work
+    fl, n = mid["floor"], SHARED_TARGETS
+    replayed, ticks = fl["replay"], max(fl["replay"]["recorded_ticks"], 1)
+    report.add(
         "## Above the machine's floor",
-        "",
-        f"{targets} targets of 3.11 on the shared clock (one wakeup per tick for all, as `serve` "
+        f"{n} targets of 3.11 on the shared clock (one wakeup per tick for all, as `serve` "
         "samples), in rounds each followed at once by the machine's floor "
         f"(`native/examples/floor.rs`): a native thread that only wakes at {RATE:g} Hz, then "
         "the same replaying, per wakeup, the reads the round's samplers made (recorded for "
-        f"{RECORD_SECONDS:g} s after the measured time, in order, each tick its share): the "
-        f"floor of a sample is 1/{targets} of that. sidecar's own work (walking, folding, "
-        "counting, /proc run states, the liveness check: all but waking up and the kernel's "
-        "copying of what it read) is the CPU per sample above it. The same targets read with "
-        "pieces of the same number and size laid out in their heaps instead (the floor of the "
-        "earlier reports) cost the kernel less than the real reads, whose pieces lie on more "
-        "pages and mappings; that floor and the own work above it are shown beside. The round "
-        "with the median own work:",
-        "",
-        "| CPU per sample (µs) | wakeup (µs) | wakeup and the round's reads (µs) "
-        "| reads per tick | floor per sample (µs) | own work (µs) "
-        "| wakeup and reads of the same shape in the heap (µs) | own work above that (µs) |",
-        "|---:|---:|---:|---|---:|---:|---:|---:|",
-        f"| {mid['cpu_per_sample_us']:.1f} | {wake:.1f} | {replayed['cpu_per_tick_us']:.1f} "
-        f"| {reads_per_tick:.2f} calls, {pieces_per_tick:.0f} pieces "
-        f"({replayed['failed']} replayed calls failed in {replayed['ticks']} ticks) "
-        f"| {shared_floor(mid):.1f} | {mid_own:.1f} "
-        f"| {shaped:.1f} ({pieces} pieces, {size} bytes a target) "
-        f"| {shared_own(mid, 'shape'):.1f} |",
-        "",
+        f"{RECORD_SECONDS:g} s after the measured time): the floor of a sample is 1/{n} of "
+        "that. sidecar's own work (walking, folding, counting, /proc run states, the liveness "
+        "check) is the CPU per sample above it. Beside it, the floor of the earlier reports: "
+        "reads of the same number and size of pieces laid out in the targets' heaps (cheaper "
+        "for the kernel than the real reads, whose pieces lie on more pages and mappings). "
+        "The round with the median own work:",
+    )
+    report.table([mid], [
+        Col("CPU per sample (µs)", "cpu_per_sample_us", "{:.1f}"),
+        Col("wakeup (µs)", lambda r: fl["sleep"]["cpu_per_tick_us"], "{:.1f}"),
+        Col("wakeup and the round's reads (µs)", lambda r: replayed["cpu_per_tick_us"], "{:.1f}"),
+        Col("reads per tick", lambda r: f"{replayed['reads'] / ticks:.2f} calls, "
+            f"{replayed['pieces'] / ticks:.0f} pieces ({replayed['failed']} replayed calls "
+            f"failed in {replayed['ticks']} ticks)", left=True),
+        Col("floor per sample (µs)", shared_floor, "{:.1f}"),
+        Col("own work (µs)", shared_own, "{:.1f}"),
+        Col("wakeup and reads of the same shape in the heap (µs)", lambda r: "{:.1f} ({} pieces, "
+            "{} bytes a target)".format(fl["shape"]["cpu_per_tick_us"], *r["shape"])),
+        Col("own work above that (µs)", lambda r: shared_own(r, "shape"), "{:.1f}"),
+    ])  # fmt: skip
+    states, sh = fl["states"], "shape"
+    report.add(
         f"Of the own work, the kernel's reads of the run states cost {shared_states(mid):.1f} µs "
-        f"a sample: the floor's replay with the `{mid['floor']['states']['file']}` file (the "
-        f"one the samplers read run states from) of each of the targets' "
-        f"{mid['floor']['states']['threads']} threads read per tick took "
-        f"{mid['floor']['states']['cpu_per_tick_us']:.1f} µs a tick, against "
-        f"{replayed['cpu_per_tick_us']:.1f} without (the samplers read "
+        f"a sample: the floor's replay with the `{states['file']}` file of each of the targets' "
+        f"{states['threads']} threads read per tick took {states['cpu_per_tick_us']:.1f} µs a "
+        f"tick, against {replayed['cpu_per_tick_us']:.1f} without (the samplers read "
         f"{mid['state_reads']:.2f} run states a sample). The rest, "
-        f"{mid_own - shared_states(mid):.1f} µs, is the sampler's own code (walking, folding, "
-        "counting, the liveness check) and what it costs the kernel's reads beyond their "
-        "replay: the caches the code displaced between them, the torn samples read again.",
-        "",
-        f"Own work per round: {own_each} µs (above the heap-shaped floor: {shape_each} µs).",
-        "",
-        "The samplers also time each of their `process_vm_readv` calls (the `read_calls_mean` "
-        "counter): the kernel's share of the very reads, as the machine was at that instant, "
-        "with nothing replayed later. The CPU per sample less the floor's wakeup (1/"
-        f"{targets} of it) and that time is the own work with the reads timed in place:",
-        "",
-        "| round | CPU per sample (µs) | wakeup per sample (µs) | reads timed in place (µs) "
-        "| own work (µs) | of it, run states timed in place (µs) | the rest (µs) "
-        "| own work by the replayed floor (µs) | own work per µs of the reads |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-        *(
-            f"| {i} | {r['cpu_per_sample_us']:.1f} "
-            f"| {shared_floor(r, 'sleep'):.1f} "
-            f"| {r['read_calls_us']:.1f} | {shared_own_in_place(r):.1f} "
-            f"| {r['state_reads_us']:.1f} | {shared_own_in_place(r) - r['state_reads_us']:.1f} "
-            f"| {shared_own(r):.1f} | {own_per_read(r):.2f} |"
-            for i, r in enumerate(shared, 1)
-        ),
-        "",
-        steadier(shared),
-        "",
-        own_verdict(shared),
-    ]
-    REPORT.write_text("\n".join(lines) + "\n")
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--shared-rounds", type=int, default=5)
-    parser.add_argument("--seconds", type=float, default=6.0)
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        data = run(args.rounds, args.shared_rounds, args.seconds, Path(tmp))
-    RESULTS.write_text(json.dumps(data, indent=1) + "\n")
-    write_report(data)
-    print(REPORT.read_text())
-    return 0
+        f"{shared_own(mid) - shared_states(mid):.1f} µs, is the sampler's own code and what it "
+        "costs the kernel's reads beyond their replay (displaced caches, torn samples read "
+        "again).",
+        f"Own work per round: {', '.join(f'{shared_own(r):.1f}' for r in shared)} µs (above the "
+        f"heap-shaped floor: {', '.join(f'{shared_own(r, sh):.1f}' for r in shared)} µs).",
+        "The samplers also time each of their `process_vm_readv` calls (`read_calls_mean`): the "
+        "kernel's share of the very reads, at that instant. The CPU per sample less the floor's "
+        f"wakeup (1/{n} of it) and that time is the own work with the reads timed in place:",
+    )
+    report.table(enumerate(shared, 1), [
+        Col("round", lambda x: x[0]),
+        Col("CPU per sample (µs)", lambda x: x[1]["cpu_per_sample_us"], "{:.1f}"),
+        Col("wakeup per sample (µs)", lambda x: shared_floor(x[1], "sleep"), "{:.1f}"),
+        Col("reads timed in place (µs)", lambda x: x[1]["read_calls_us"], "{:.1f}"),
+        Col("own work (µs)", lambda x: shared_own_in_place(x[1]), "{:.1f}"),
+        Col("of it, run states timed in place (µs)", lambda x: x[1]["state_reads_us"], "{:.1f}"),
+        Col("the rest (µs)", lambda x: shared_own_in_place(x[1]) - x[1]["state_reads_us"],
+            "{:.1f}"),
+        Col("own work by the replayed floor (µs)", lambda x: shared_own(x[1]), "{:.1f}"),
+        Col("own work per µs of the reads", lambda x: own_per_read(x[1]), "{:.2f}"),
+    ])  # fmt: skip
+    report.add(steadier(shared), own_verdict(shared))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(
+        main(__doc__, "REPORT-versions", lambda a, w: run(a.rounds, a.shared_rounds, a.seconds, w),
+             write_report, {"--rounds": 5, "--shared-rounds": 5, "--seconds": 6.0})
+    )  # fmt: skip
