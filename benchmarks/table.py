@@ -70,11 +70,15 @@ def met(ok: bool) -> str:
     return "**met**" if ok else "**not met**"
 
 
+def depth(data: Any) -> int:
+    if isinstance(data, dict | list) and data:
+        return 1 + max(map(depth, data.values() if isinstance(data, dict) else data))
+    return 0
+
+
 def dumps(data: Any, indent: int = 0) -> str:
-    """JSON with every object or list of plain values on one line: one line per row."""
-    values = data.values() if isinstance(data, dict) else data
-    plain = isinstance(data, dict | list) and all(not isinstance(v, dict | list) for v in values)
-    if not isinstance(data, dict | list) or plain or not data:
+    """JSON with every object or list at most two levels deep on one line: a line per row."""
+    if depth(data) <= 2:
         return json.dumps(data, ensure_ascii=False)
     pad = " " * (indent + 1)
     if isinstance(data, list):
@@ -86,13 +90,15 @@ def dumps(data: Any, indent: int = 0) -> str:
 
 def keep(data: Any, spec: Any) -> Any:
     """``data`` with only the keys ``spec`` names (nested: a key's spec for its value, True for
-    all of it; ``"*"`` keeps every other key whose value is plain); lists element-wise."""
+    all of it; a set of keys keeps those; ``"*"`` keeps every other key whose value is plain);
+    lists element-wise."""
     if spec is True:
         return data
     if isinstance(data, list):
         return [keep(v, spec) for v in data]
     if not isinstance(data, dict):
         return data
+    spec = dict.fromkeys(spec, True) if isinstance(spec, set) else spec
     out = {k: keep(v, spec[k]) for k, v in data.items() if k in spec}
     if "*" in spec:
         out |= {k: v for k, v in data.items() if k not in out and not isinstance(v, dict | list)}
@@ -122,9 +128,11 @@ class Report:
         return self.add(head, table(rows, cols))
 
     def save(self, figures: dict[str, Any]) -> None:
+        self.json.parent.mkdir(parents=True, exist_ok=True)
         self.json.write_text(dumps(figures) + "\n")
 
     def write(self) -> str:
         text = "\n".join(self.lines).rstrip("\n") + "\n"
+        self.md.parent.mkdir(parents=True, exist_ok=True)
         self.md.write_text(text)
         return text
