@@ -126,7 +126,7 @@ def _pauses(ax: Any, p: dict[str, Any]) -> None:
 
 
 def _cost(ax: Any, c: dict[str, Any]) -> None:
-    from benchmarks.sections import cost_figures
+    from benchmarks.report import cost_figures
 
     figures = cost_figures(c)
     perf = c["perf"]

@@ -15,9 +15,7 @@ of REPORT.md) through ``measure`` and ``write_report``.
 
 from __future__ import annotations
 
-import argparse
 import os
-import platform
 import shutil
 import sqlite3
 import statistics
@@ -29,8 +27,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import cpu_seconds
-from benchmarks.sections import CPU_GOAL
+from benchmarks.common import cpu_seconds, main
+from benchmarks.procs import machine
+from benchmarks.table import Col, Report, met, span
 from sidecar.query import Range, Reader
 from sidecar.store import ProcessRecord, Store, WindowBatch
 from sidecar.store.file import WAL_PAGES
@@ -38,7 +37,8 @@ from sidecar.store.retention import DOWNSAMPLE_TIERS
 from targets.demo import start_loads, start_service
 
 ROOT = Path(__file__).resolve().parents[1]
-REPORT = ROOT / "benchmarks" / "REPORT-store.md"
+#: serve's CPU per target, everything included, at most (the CPU goal of REPORT.md).
+CPU_GOAL = 0.0025
 WINDOW = 10
 
 
@@ -227,63 +227,59 @@ def measure(minutes: float, log: Callable[[str], None] = print) -> dict[str, Any
     }
 
 
-def write_report(figures: dict[str, Any]) -> None:
-    live, times = figures["live"], figures["times"]
-    one, day, ratio = figures["query_1h"], figures["query_24h"], figures["ratio"]
-    mb, day_size = figures["mb_per_target_hour"], figures["day_bytes"]
-    lines = [
+COLS = [Col("measure", left=True), Col("figure"), Col("goal"), Col("met", left=True)]
+
+
+def rows(s: dict[str, Any]) -> list[dict[str, Any]]:
+    """The goals table of the storage figures: REPORT-store.md's and part 6 of REPORT.md's."""
+    live, times, mb, ratio = s["live"], s["times"], s["mb_per_target_hour"], s["ratio"]
+    query = [
+        {"measure": f"profile query, last {name[:-1]} h (median of {len(times[name])})",
+         "figure": f"{s[f'query_{name}'] * 1000:.1f} ms ({span(times[name], '{:.1f}', 1e3)})"}
+        for name in ("1h", "24h")
+    ]  # fmt: skip
+    return [
+        {"measure": "database growth per target-hour", "figure": f"{mb:.3f} MB",
+         "goal": "≤ 1 MB", "met": met(mb <= 1)},
+        {"measure": "sidecar CPU per target (everything: sampling, classifying, writing, "
+         "serving)", "figure": f"{live['cpu_per_target'] * 100:.2f}% of a core",
+         "goal": f"≤ {CPU_GOAL * 100:g}%", "met": met(live["cpu_per_target"] <= CPU_GOAL)},
+        *query,
+        {"measure": "24 h / 1 h query time", "figure": f"{ratio:.2f}x", "goal": "≤ 2x",
+         "met": met(ratio <= 2)},
+    ]  # fmt: skip
+
+
+def write_report(s: dict[str, Any], report: Report, machine: dict[str, Any] | None = None) -> None:
+    live, m = s["live"], machine or s.get("machine") or {}
+    cores = m.get("cores", "?")
+    report.add(
         "# Store: size, query time and sidecar CPU under the demo load",
-        "",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores, Linux {platform.release()}, "
-        f"Python {platform.python_version()}. `sidecar serve` at 100 Hz with 10 s windows on the "
-        f"demo's aiohttp (uvloop) and Tornado (asyncio) services under the demo's wrk load "
+        f"Machine: {m.get('cpu', '?')}, {cores} cores, Linux {m.get('kernel', '?')}, Python "
+        f"{m.get('python', '?')}. `sidecar serve` at 100 Hz with 10 s windows on the demo's "
+        "aiohttp (uvloop) and Tornado (asyncio) services under the demo's wrk load "
         f"({live['seconds'] / 60:g} min; growth and CPU measured over the second half).",
-        "",
-        "| measure | figure | goal | met |",
-        "|---|---:|---:|---|",
-        f"| database growth per target-hour | {mb:.3f} MB | ≤ 1 MB "
-        f"| {'yes' if mb <= 1 else 'no'} |",
-        f"| sidecar CPU per target (everything: sampling, classifying, writing, serving) "
-        f"| {live['cpu_per_target'] * 100:.2f}% of a core | ≤ {CPU_GOAL * 100:g}% | "
-        f"{'yes' if live['cpu_per_target'] <= CPU_GOAL else 'no'} |",
-        f"| profile query, last 1 h (median of {len(times['1h'])}) | {one * 1000:.1f} ms | | |",
-        f"| profile query, last 24 h (median of {len(times['24h'])}) | {day * 1000:.1f} ms | | |",
-        f"| 24 h / 1 h query time | {ratio:.2f}x | ≤ 2x | {'yes' if ratio <= 2 else 'no'} |",
-        "",
+    )
+    report.table(rows(s), COLS)
+    report.add(
         "Growth counts the database's live pages as a reader sees them, over the second half of "
-        "the run. Load average (5 min) at the end of the recording: "
-        f"{live['load']:.1f} on {os.cpu_count()} cores"
-        + (" (other work shared the machine)." if live["load"] > 1.5 else "."),
-        "",
+        f"the run. Load average (5 min) at the end of the recording: {live['load']:.1f} on "
+        f"{cores} cores" + (" (other work shared the machine)." if live["load"] > 1.5 else "."),
         f"The WAL file beside it (checkpointed every {WAL_PAGES} pages): "
         f"{live['wal_bytes'] / 1e6:.2f} MB at the end of this run.",
-        "",
-        f"The 24 h database ({day_size / 1e6:.2f} MB, two targets) replays the recorded windows "
-        "every 10 s over 24 hours and is downsampled as the service does it ("
-        + ", ".join(
-            f"windows older than {age / 3600:g} h merged into {width // 60} min windows"
-            for age, width in DOWNSAMPLE_TIERS
-        )
+        f"The 24 h database ({s['day_bytes'] / 1e6:.2f} MB, two targets) replays the recorded "
+        "windows every 10 s over 24 hours and is downsampled as the service does it ("
+        + ", ".join(f"windows older than {age / 3600:g} h merged into {width // 60} min windows"
+                    for age, width in DOWNSAMPLE_TIERS)
         + "). The file keeps the pages the merges freed.",
-        "",
-        f"1 h query runs (ms): {', '.join(f'{t * 1000:.1f}' for t in times['1h'])}  ",
-        f"24 h query runs (ms): {', '.join(f'{t * 1000:.1f}' for t in times['24h'])}",
-        "",
-        f"Generated by `python -m benchmarks.store --minutes {figures['minutes']:g}` on "
-        f"{figures.get('phase', {}).get('finished', time.strftime('%Y-%m-%d'))[:10]}.",
-        "",
-    ]
-    REPORT.write_text("\n".join(lines))
+        f"Generated by `python -m benchmarks.store --minutes {s['minutes']:g}` on "
+        f"{s.get('phase', {}).get('finished', time.strftime('%Y-%m-%d'))[:10]}.",
+    )  # fmt: skip
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--minutes", type=float, default=12.0)
-    args = parser.parse_args()
-    write_report(measure(args.minutes, lambda line: print(line, flush=True)))
-    print(f"wrote {REPORT.relative_to(ROOT)}")
-    return 0
+def measure_with_machine(args: Any, _: Path) -> dict[str, Any]:
+    return {**measure(args.minutes, lambda line: print(line, flush=True)), "machine": machine()}
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(__doc__, "REPORT-store", measure_with_machine, write_report, {"--minutes": 12.0}))
