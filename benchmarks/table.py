@@ -31,6 +31,13 @@ class Col:
     left: bool = False
 
 
+def cols(*headers: str) -> list[Col]:
+    """Columns of rows that are tuples, in order (a short tuple leaves the last cells empty); a
+    header ending in "<" aligns left."""
+    return [Col(h.rstrip("<"), lambda r, i=i: r[i] if i < len(r) else None, left=h.endswith("<"))
+            for i, h in enumerate(headers)]  # fmt: skip
+
+
 def get(row: Any, key: str) -> Any:
     return row.get(key) if isinstance(row, dict) else getattr(row, key)
 
