@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks.procs import PYTHON, Child, Procs
 from benchmarks.table import Report
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -47,6 +48,17 @@ def sampler_thread_seconds(names: tuple[str, ...] = ("sidecar-sampl", "sidecar-t
     """CPU seconds of this process's sampling threads so far: the thread samplers' and the task
     scans' (``sidecar-tasks``), or those whose names begin with one of ``names``."""
     return sum(s for name, s in thread_seconds().items() if name.startswith(names))
+
+
+def serve(procs: Procs, pids: list[int], db: Path, rate: float, window: int, *extra: str) -> Child:
+    """``sidecar serve`` of ``pids`` into ``db`` (on a free port unless ``extra`` names one),
+    once it serves."""
+    argv = [PYTHON, "-m", "sidecar", "serve", "--db", str(db), "--rate", f"{rate:g}", "--window",
+            str(window), "--log-level", "warning", *extra, *(() if "--port" in extra else
+            ("--port", "0")), *(a for pid in pids for a in ("--pid", str(pid)))]  # fmt: skip
+    child = procs.start(argv)
+    child.wait_for(r"serving http", stream="err")
+    return child
 
 
 Options = dict[str, Any]

@@ -20,28 +20,6 @@ SHORT = {
     "py-spy": "py-spy\n(blocking)",
     "py-spy-nonblocking": "py-spy\n--nonblocking",
 }
-#: Short names of cost.CATEGORIES for the chart.
-PARTS = {
-    "vm_copy": "readv: copy",
-    "vm_pages": "readv: pages",
-    "vm_call": "readv: syscall",
-    "proc_io": "/proc I/O",
-    "proc_regex": "/proc regex",
-    "ptrace": "ptrace",
-    "line_numbers": "line tables",
-    "pyspy": "py-spy walk",
-    "walker": "own walker",
-    "alloc": "malloc/free",
-    "fold": "sidecar loop",
-    "sleep": "sleep/wake",
-    "kernel_other": "kernel other",
-    "native_other": "native other",
-    "unresolved": "unresolved",
-    "python": "Py interpreter",
-    "sqlite": "Py SQLite",
-    "python_kernel": "Py kernel",
-    "python_other": "Py other",
-}
 COLORS = {
     "none": "#777777",
     "sidecar": "#1f77b4",
@@ -132,7 +110,7 @@ def _cost(ax: Any, c: dict[str, Any]) -> None:
     perf = c["perf"]
     total = sum(perf.values()) or 1
     per_sample = (figures["sampler"] + figures["python"]) * 1e6
-    items = [(PARTS[key], perf.get(key, 0) / total * per_sample) for key, _ in cost.CATEGORIES]
+    items = [(short, perf.get(key, 0) / total * per_sample) for key, _, short in cost.CATEGORIES]
     items = [(label, value) for label, value in items if value > 0]
     ax.bar(range(len(items)), [v for _, v in items], color="#1f77b4")
     ax.set_xticks(range(len(items)), [label for label, _ in items], fontsize=7, rotation=30)

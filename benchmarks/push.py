@@ -23,8 +23,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from benchmarks.common import main, thread_cpu
-from benchmarks.procs import PYTHON, Procs, load_average, machine
+from benchmarks.common import main, serve, thread_cpu
+from benchmarks.procs import Procs, load_average, machine
 from benchmarks.table import Col, Report, med
 from benchmarks.testtools import Pyroscope, build, free_port
 
@@ -46,30 +46,23 @@ def metrics(port: int) -> dict[str, float]:
 
 def one_run(procs: Procs, pids: list[int], workdir: Path, push: str | None, seconds: float) -> Any:
     """serve over ``pids`` for a warm-up and ``seconds``: its CPU per target, and what it pushed."""
-    port = free_port()
-    db = workdir / f"serve-{time.monotonic_ns()}.db"
-    argv = [PYTHON, "-m", "sidecar", "serve", "--db", str(db), "--port", str(port)]
-    argv += ["--rate", f"{RATE:g}", "--window", str(WINDOW), "--log-level", "warning"]
-    for pid in pids:
-        argv += ["--pid", str(pid)]
-    if push:
-        argv += ["--push", push, "--service-name", "bench"]
-    serve = procs.start(argv)
-    serve.wait_for(r"serving http", stream="err")
+    port, db = free_port(), workdir / f"serve-{time.monotonic_ns()}.db"
+    pushing = ("--push", push, "--service-name", "bench") if push else ()
+    server = serve(procs, pids, db, RATE, WINDOW, "--port", str(port), *pushing)
     time.sleep(WARMUP)
-    before, cpu0, t0 = metrics(port), thread_cpu(serve.pid), time.monotonic()
+    before, cpu0, t0 = metrics(port), thread_cpu(server.pid), time.monotonic()
     time.sleep(seconds)
-    cpu1, t1, after = thread_cpu(serve.pid), time.monotonic(), metrics(port)
-    procs.stop(serve)
-    cpu = sum(cpu1.values()) - sum(cpu0.values())
-    pushed = after.get("sidecar_push_windows_pushed_total", 0.0) - before.get(
-        "sidecar_push_windows_pushed_total", 0.0
-    )
-    sent = after.get("sidecar_push_bytes_total", 0.0) - before.get("sidecar_push_bytes_total", 0.0)
+    cpu1, t1, after = thread_cpu(server.pid), time.monotonic(), metrics(port)
+    procs.stop(server)
+
+    def grew(name: str) -> float:
+        return after.get(f"sidecar_push_{name}_total", 0.0) - before.get(
+            f"sidecar_push_{name}_total", 0.0)  # fmt: skip
+
     return {
-        "cpu_per_target": cpu / (t1 - t0) / len(pids),
-        "windows_pushed": pushed,
-        "bytes_pushed": sent,
+        "cpu_per_target": (sum(cpu1.values()) - sum(cpu0.values())) / (t1 - t0) / len(pids),
+        "windows_pushed": grew("windows_pushed"),
+        "bytes_pushed": grew("bytes"),
         "seconds": t1 - t0,
         "retries": after.get("sidecar_push_retries_total", 0.0),
     }
@@ -85,28 +78,16 @@ def run(targets: int, rounds: int, seconds: float, workdir: Path) -> dict[str, A
             load0 = load_average()
             runs: dict[str, list[dict[str, Any]]] = {"store": [], "push": []}
             for number in range(rounds):
-                for mode in runs:
+                for mode, results in runs.items():
                     url = pyroscope.url if mode == "push" else None
-                    result = one_run(procs, pids, workdir, url, seconds)
-                    runs[mode].append(result)
-                    print(
-                        f"round {number + 1} {mode}: "
-                        f"{result['cpu_per_target'] * 100:.3f}% of a core per target",
-                        flush=True,
-                    )
+                    results.append(one_run(procs, pids, workdir, url, seconds))
+                    print(f"round {number + 1} {mode}: {results[-1]['cpu_per_target']:.3%} of a "
+                          "core per target", flush=True)  # fmt: skip
             load1 = load_average()
     finally:
         pyroscope.stop()
-    return {
-        "machine": machine(),
-        "targets": targets,
-        "rounds": rounds,
-        "seconds": seconds,
-        "rate": RATE,
-        "window": WINDOW,
-        "load": [load0, load1],
-        "runs": runs,
-    }
+    return {"machine": machine(), "targets": targets, "rounds": rounds, "seconds": seconds,
+            "rate": RATE, "window": WINDOW, "load": [load0, load1], "runs": runs}  # fmt: skip
 
 
 def write_report(data: dict[str, Any], report: Report) -> None:

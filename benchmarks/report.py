@@ -382,7 +382,7 @@ def cost_figures(c: dict[str, Any]) -> dict[str, Any]:
     targets, timing, perf = c["targets"], c["timing"], c["perf"]
     rate = timing["ticks_median"] / c["window"] if timing["ticks_median"] else c["rate_hz"]
     per_second, ticks = targets * rate, max(1.0, timing["ticks_median"])
-    native = [k for k, _ in cost.CATEGORIES if not k.startswith(("python", "sqlite"))]
+    native = [k for k, _, _ in cost.CATEGORIES if not k.startswith(("python", "sqlite"))]
     return {
         "rate": rate,
         "sampler": c["cpu"]["sampler"] / per_second,
@@ -449,7 +449,7 @@ def cost_part(c: dict[str, Any], report: Report) -> list[tuple[Any, ...]]:
             "serve's sampler threads, /proc",
         )
     ]
-    for key, label in cost.CATEGORIES:
+    for key, label, _ in cost.CATEGORIES:
         if not key.startswith(("python", "sqlite")) and f["perf"].get(key):
             part = perf_share(f, key) * f["sampler"]
             rows.append(
