@@ -1,5 +1,6 @@
 """benchmarks/REPORT.md from the figures of ``benchmarks/bench.py``: the goals table, a section
-per part and what bounds the unmet goals; every verdict and sentence follows from the figures."""
+per part (how each part measures is in its module's docstring) and what bounds the unmet goals;
+every verdict and sentence follows from the figures."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ LATENCY_GOALS = {"sidecar": 1.02, "sidecar-blocking": 1.05}
 CPU_GOAL = store.CPU_GOAL
 BUDGET_US = CPU_GOAL * 1e6 / 100
 PROFILERS = ("sidecar", "sidecar-blocking", "py-spy")
-GOAL_COLS = cols("#", "measure<", "figure", "ratio (min–max)", "goal", "<")
+REFERENCE = ("none (reference)", None)  # the goal and verdict cells of a leg without a goal
 
 #: What REPORT.json keeps of a run (table.keep): the figures this report and its plot read.
 _STATS = {"thread_cpu_per_sample", "read_mean", "fold_mean", "reader", "late_share_all"}
@@ -51,20 +52,20 @@ def judged(ratios: list[float], goal: float, *, at_least: bool, noise: float | N
     round does not is not shown to be met (the spread is wider than the margin). When the
     reference leg alone varies (``noise``, relative) by more than the goal's margin, only a
     goal missed in every round is a verdict; anything else cannot be told."""
-    good = [value >= goal if at_least else value <= goal for value in ratios]
+    good = [value >= goal if at_least else value <= goal for value in [*ratios, med(ratios)]]
     margin = abs(1.0 - goal)
     if not ratios:
         return "–"
     if len(ratios) < 3:
         return "**not resolved**: fewer than 3 rounds"
     if noise is not None and noise > margin:
-        if not any(good):
+        if not any(good[:-1]):
             return "**not met** (in every round, beyond the noise)"
         return (
-            f"**not resolved**: the reference alone varied {noise * 100:.0f}% "
+            f"**not resolved**: the reference alone varied {noise:.0%} "
             f"against a margin of {margin * 100:g}%"
         )
-    if not (med(ratios) >= goal if at_least else med(ratios) <= goal):
+    if not good[-1]:
         return "**not met**"
     return "**met**" if all(good) else "**not shown** (median meets it, the spread crosses it)"
 
@@ -107,14 +108,10 @@ def paired_cell(values: list[float], fmt: str = "{:.3f}") -> str:
 def overhead_figures(o: dict[str, Any]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     legs = o["legs"]
+    ratios = {"ratio": lambda r: r["rps"], "ratio_per_cpu": per_cpu, "ratio_model": modeled,
+              "p99_ratio": lambda r: r["paced"]["p99_us"]}  # fmt: skip
     for leg in LEGS:
         mine = [r for r in legs if r["leg"] == leg]
-        ratios = {
-            "ratio": lambda r: r["rps"],
-            "ratio_per_cpu": per_cpu,
-            "ratio_model": modeled,
-            "p99_ratio": lambda r: r["paced"]["p99_us"],
-        }
         out[leg] = {
             **{k: [r[key] for r in mine] for k, key in (("rps", "rps"), ("cpu", "cpu_share"),
                ("wait", "wait_share"), ("load", "load"), ("stopped", "stopped_share"))},
@@ -129,27 +126,27 @@ def overhead_figures(o: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def overhead_part(o: dict[str, Any], report: Report) -> list[tuple[Any, ...]]:
     """Parts 1 and 2 of the report; their rows of the goals table."""
     f = overhead_figures(o)
+    errors, samples = sum(f["sidecar"]["errors"]), sum(f["sidecar"]["samples"])
     report.add(
         "## 1. Target throughput at saturation",
-        f"`targets/aiohttp_app.py --uvloop` pinned to CPU 0, route `{o['path']}`; wrk (1 thread, "
-        f"32 connections) and the profilers pinned to CPU 1, all at nice {o.get('nice', 0)}. "
-        f"{o['rounds']} rounds; in each, every leg attaches its profiler at {o['rate_hz']:g} Hz, "
-        f"drives the target saturated for {o['seconds']:g} s (then the latency run of part 2) "
-        "and detaches; the order of the legs rotates every round. Ratios are paired per round "
-        "against the no-profiler leg: median (min–max). py-spy runs in its **default mode, "
-        "which pauses the whole process with ptrace for each sample**. *Per CPU-second*: "
-        "requests per second of CPU time the target's thread got (schedstat); *stopped*: the "
-        "share of the saturated run its thread spent in ptrace stop (state `t`, polled about "
-        "every 0.6 ms); *modeled*, per CPU-second × (1 − stopped) against the no-profiler leg, "
-        "is the throughput ratio of a target that owns its core. Other work on the machine "
-        "moves neither.",
-    )
+        f"`benchmarks/overhead.py`: {o['rounds']} rounds, each leg's profiler at "
+        f"{o['rate_hz']:g} Hz on `targets/aiohttp_app.py --uvloop` (CPU 0, `{o['path']}`; wrk "
+        f"and the profilers on CPU 1, nice {o.get('nice', 0)}), saturated for {o['seconds']:g} "
+        f"s (saturation without a profiler: {o['saturation']:,.0f} req/s). Ratios are paired per "
+        "round with the no-profiler leg: median (min–max). *Per CPU-second*: req/s per second of "
+        "CPU the target's thread got; *stopped*: its share of time in ptrace stop; *modeled*: "
+        "per CPU-second × (1 − stopped), the ratio of a target that owns its core. The "
+        f"no-profiler leg alone varied by {spread(f['none']['rps']):.0%} between rounds, against "
+        "goals of 0.5% and 2%."
+        + (f" sidecar's non-blocking reads failed on {errors} of {errors + samples} ticks (the "
+           "target changed its frames mid-read; counted as errors, never stored)." if errors
+           else ""),
+    )  # fmt: skip
     report.table(LEGS, [
         Col("leg", LABELS.get, left=True),
         Col("req/s median (min–max)", lambda g: f"{med(f[g]['rps']):,.0f} "
             f"({span(f[g]['rps'], '{:,.0f}')})"),
         Col("ratio to none", lambda g: paired_cell(f[g]["ratio"])),
-        Col("goal", lambda g: f"≥ {GOALS[g]:g}" if g in GOALS else None),
         Col("per CPU-second ratio", lambda g: paired_cell(f[g]["ratio_per_cpu"])),
         Col("stopped", lambda g: f"{med(f[g]['stopped']):.2%} "
             f"({span(f[g]['stopped'], '{:.2f}', 100)})"),
@@ -160,19 +157,11 @@ def overhead_part(o: dict[str, Any], report: Report) -> list[tuple[Any, ...]]:
             lambda g: None if g == "none" else med(f[g]["rate"]), "{:.1f}"),
         Col("load avg", lambda g: span(f[g]["load"], "{:.1f}")),
     ])  # fmt: skip
-    errors, samples = sum(f["sidecar"]["errors"]), sum(f["sidecar"]["samples"])
     report.add(
-        f"Resolution: the no-profiler leg alone varied by {spread(f['none']['rps']):.0%} "
-        "between rounds (its req/s min–max over the median), against goals of 0.5% and 2%. "
-        f"Saturation measured first without a profiler: {o['saturation']:,.0f} req/s."
-        + (f" sidecar's non-blocking reads failed on {errors} of {errors + samples} ticks (the "
-           "target changed its frames mid-read; counted as errors, never stored)." if errors
-           else ""),
         "## 2. Target latency at half the saturation rate",
-        f"The same legs, right after the saturated run: wrk at a fixed {o['paced_rate']:,} req/s "
-        "(`benchmarks/wrk_report.lua` gives every request a slot on one schedule, 50 "
-        "connections), latency per request as wrk measures it; the p99 ratio paired per round.",
-    )  # fmt: skip
+        f"The same legs, right after: wrk at a fixed {o['paced_rate']:,} req/s (one schedule, "
+        "50 connections), latency per request as wrk measures it; p99 ratios paired per round.",
+    )
     report.table(LEGS, [
         Col("leg", LABELS.get, left=True),
         Col("achieved req/s", lambda g: med(f[g]["paced_rps"]), "{:,.0f}"),
@@ -180,7 +169,6 @@ def overhead_part(o: dict[str, Any], report: Report) -> list[tuple[Any, ...]]:
         Col("p99 median (min–max)", lambda g: f"{med(f[g]['p99_us']) / 1000:.2f} ms "
             f"({span(f[g]['p99_us'], '{:.2f}', 1e-3)})"),
         Col("p99 ratio to none", lambda g: paired_cell(f[g]["p99_ratio"], "{:.2f}")),
-        Col("goal", lambda g: f"≤ {LATENCY_GOALS[g]:g}" if g in LATENCY_GOALS else None),
         Col("p99.9", lambda g: med(f[g]["p999_us"]) / 1000, "{:.1f} ms"),
     ])  # fmt: skip
     noise = {"rps": spread(f["none"]["rps"]), "p99": spread(f["none"]["p99_us"]),
@@ -195,21 +183,21 @@ def overhead_part(o: dict[str, Any], report: Report) -> list[tuple[Any, ...]]:
             x, goal = f[leg], GOALS.get(leg)
             verdict = goal and judged(x[key], goal, at_least=True, noise=noise[kind])
             rows.append((1, f"{what}, {LABELS[leg]}", fmt(x), paired_cell(x[key]),
-                         *((f"≥ {goal:g}", verdict + " (estimate)" * (kind == "model")) if goal
-                           else ("none (reference)", None))))  # fmt: skip
+                         *((f"≥ {goal:g}", f"{verdict}{' (estimate)' * (kind == 'model')}")
+                           if goal else REFERENCE)))  # fmt: skip
     for leg in PROFILERS:
         stopped, goal = med(f[leg]["stopped"]), GOALS.get(leg)
         rows.append((1, f"share of time the target stood stopped, {LABELS[leg]}",
                      f"{stopped:.2%} ({span(f[leg]['stopped'], '{:.2f}', 100)})", None,
                      *((f"≤ {(1 - goal) * 100:g}% (the goal's whole margin)",
                         f"{met(stopped <= 1 - goal)} (necessary, not sufficient)") if goal
-                       else ("none (reference)", None))))  # fmt: skip
+                       else REFERENCE)))  # fmt: skip
     for leg in PROFILERS:
         x, goal = f[leg], LATENCY_GOALS.get(leg)
+        verdict = goal and judged(x["p99_ratio"], goal, at_least=False, noise=noise["p99"])
         rows.append((2, f"p99 latency at half rate, {LABELS[leg]}",
                      f"{med(x['p99_us']) / 1000:.2f} ms", paired_cell(x["p99_ratio"], "{:.2f}"),
-                     *((f"≤ {goal:g}", judged(x["p99_ratio"], goal, at_least=False,
-                        noise=noise["p99"])) if goal else ("none (reference)", None))))  # fmt: skip
+                     *((f"≤ {goal:g}", verdict) if goal else REFERENCE)))  # fmt: skip
     return rows
 
 
@@ -271,77 +259,56 @@ def pause_verdicts(p: dict[str, Any]) -> dict[str, tuple[float, float, str]]:
 
 def pauses_part(p: dict[str, Any], report: Report) -> list[tuple[Any, ...]]:
     """Part 3 of the report; its rows of the goals table."""
-    f, verdicts = pause_figures(p), pause_verdicts(p)
+    f, verdicts, floors = pause_figures(p), pause_verdicts(p), p.get("floors", {})
     report.add(
         "## 3. Pause per sample in blocking mode",
-        "`targets/native_threads.py`: one Python thread (20 frames deep, on CPU 20% of the "
-        "time), alone and with 150 extra native threads (`pthread_create` via ctypes) parked in "
-        "`pause()`, never running Python. Each is sampled by the native `Sampler` in blocking "
-        f"mode at {p['rate_hz']:g} Hz for {p['seconds']:g} s ({p['rounds']} rounds, "
-        "alternating; its own `pause_p99`), then non-blocking for half as long (`read_mean`: "
-        "the same read without a stop). *normal*: as the machine is; *rt*: targets and sampler "
-        "at real-time priority (`chrt -f`), out of reach of other work's preemption.",
+        "`benchmarks/pauses.py`: one Python thread (`targets/native_threads.py`), alone and with "
+        "150 idle native threads, sampled in blocking mode at "
+        f"{p['rate_hz']:g} Hz for {p['seconds']:g} s ({p['rounds']} rounds, alternating), then "
+        "non-blocking for the read alone; *normal* as the machine is, *rt* at real-time "
+        "priority. Blocking mode reads the on-CPU state of the Python threads first, then "
+        "seizes and interrupts only them, reads their stacks, and resumes them; native threads "
+        "are never touched. The floor: a bare ptrace stop and resume of the same thread with "
+        "nothing read (`native/examples/floor.rs`).",
     )
-    rows = [(mode, n, x) for mode in p["modes"] for n in (0, 150) if (x := f.get((mode, n)))]
-    report.table(rows, [
-        Col("mode", lambda r: r[0], left=True),
-        Col("target", lambda r: "1 Python thread" + " + 150 native threads" * bool(r[1]),
-            left=True),
-        Col("pause p99 median (min–max)",
-            lambda r: f"{us(med(r[2]['p99']))} ({span(r[2]['p99'], '{:,.0f}', 1e6)})"),
-        *(Col(h, lambda r, k=k: us(med(r[2][k]))) for h, k in (("pause mean", "mean"),
-          ("pause max", "max"), ("non-blocking read mean", "read"))),
-    ])  # fmt: skip
-    points, goals = [], []
+    rows = [(mode, "1 Python thread" + " + 150 native threads" * bool(n),
+             f"{us(med(x['p99']))} ({span(x['p99'], '{:,.0f}', 1e6)})", us(med(x["mean"])),
+             us(med(x["max"])), us(med(x["read"])), us(med(x["mean"]) - med(x["read"])))
+            for mode in p["modes"] for n in (0, 150) if (x := f.get((mode, n)))]  # fmt: skip
+    rows += [(mode, f"the floor ({fl['pause']['ticks']} ticks)", f"{fl['pause']['p99_us']:,.0f} µs",
+              f"{fl['pause']['mean_us']:,.0f} µs", f"{fl['pause']['max_us']:,.0f} µs")
+             for mode, fl in floors.items()]  # fmt: skip
+    head = ("pause p99 median (min–max)", "pause mean", "pause max", "non-blocking read mean")
+    report.table(rows, cols("mode<", "target<", *head, "mean pause − read"))
+    goals, growth = [], []
     for mode, (p99, times, verdict) in verdicts.items():
-        one, many = f[(mode, 0)], f[(mode, 150)]
-        grow, mean, read = med(many["read"]) - med(one["read"]), med(one["mean"]), med(one["read"])
-        points.append(
-            f"- {mode}: p99 {us(p99)} with one Python thread (goal ≤ 50 µs: {met(p99 <= 50e-6)}); "
-            f"with 150 idle native threads {times:.2f}x that (goal ≤ 1.1x: {verdict}). The "
-            f"non-blocking read alone grows by {us(grow)} with the 150 threads, "
-            f"{grow / 150 * 1e6:.1f} µs per thread. With one thread, the mean pause ({us(mean)}) "
-            f"is the read ({us(read)}) plus {us(mean - read)} of stopping and resuming."
-        )
+        grow = med(f[(mode, 150)]["read"]) - med(f[(mode, 0)]["read"])
+        growth.append(f"{us(grow)} ({grow / 150 * 1e6:.1f} µs per thread, {mode})")
         goals += [
             (3, f"pause p99, blocking, 1 Python thread ({mode})", us(p99), None, "≤ 50 µs",
              met(p99 <= 50e-6)),
             (3, f"pause p99 with 150 native threads / without ({mode})", None, f"{times:.2f}x",
              "≤ 1.1x", verdict),
         ]  # fmt: skip
-        if (fl := p.get("floors", {}).get(mode)) is not None:
+        if (fl := floors.get(mode)) is not None:
             goals.append((3, "pause p99 of a bare ptrace stop and resume, nothing read "
                           f"({mode}): the machine's floor", f"{fl['pause']['p99_us']:,.0f} µs",
                           None, "(reference)"))  # fmt: skip
-    for mode, fl in p.get("floors", {}).items():
-        bare = fl["pause"]
-        points.append(
-            f"- the machine's floor ({mode}): a bare ptrace stop and resume of the same thread "
-            f"with nothing read (`native/examples/floor.rs`, {bare['ticks']} ticks at "
-            f"{fl['rate_hz']:g} Hz) takes {bare['mean_us']:.0f} µs on average and "
-            f"{bare['p99_us']:,.0f} µs at p99 (max {bare['max_us']:,.0f} µs)"
-            + (": the stop and resume alone exceed the goal's 50 µs, before anything is read."
-               if bare["p99_us"] > 50 else ".")
-        )  # fmt: skip
-    text = (
-        "What the pause holds: blocking mode reads the on-CPU state of the Python threads "
-        "first, then seizes and interrupts only them, reads their stacks, and resumes them; "
-        "native threads are never touched."
-    )
+    text = f"With the 150 threads the non-blocking read alone grows by {'; '.join(growth)}."
     if (normal := f.get(("normal", 0))) and (rt := f.get(("rt", 0))):
         text += (
             f" With one Python thread the p99 is {us(med(normal['p99']))} as the machine is "
-            f"(*normal*) and {us(med(rt['p99']))} at real-time priority (*rt*)"
+            f"and {us(med(rt['p99']))} at real-time priority"
             + (": on the machine as it is, the stopped thread also waits for a CPU to be "
                "stopped and resumed." if med(normal["p99"]) > med(rt["p99"]) else ".")
         )  # fmt: skip
-    report.add(points, text)
+    report.add(text)
     return goals
 
 
 def pause_bound(p: dict[str, Any]) -> str:
     """The pause against its goal and against the machine's bare ptrace round trip."""
-    verdicts, figures = pause_verdicts(p), pause_figures(p)
+    verdicts, figures, floors = pause_verdicts(p), pause_figures(p), p.get("floors", {})
     text = "- **Pause**: "
     if verdicts:
         over = [mode for mode, (_, r, _) in verdicts.items() if r > 1.1]
@@ -352,7 +319,6 @@ def pause_bound(p: dict[str, Any]) -> str:
             + (f": beyond the goal's 1.1x ({', '.join(over)}). " if over else
                ": the native threads add no work to the pause beyond the goal's 1.1x. ")
         )  # fmt: skip
-    floors = p.get("floors", {})
     if not floors:
         return text + "see part 3 for the figures."
 
@@ -413,24 +379,17 @@ def leg_medians(c: dict[str, Any], part: str, first: str, key: str) -> dict[str,
             for name, runs in legs.items()}  # fmt: skip
 
 
-def shared_reads(c: dict[str, Any]) -> dict[str, Any] | None:
-    """The last shared-clock leg's sampler stats, when they count the walker's reads."""
-    legs = c.get("clocks", {}).get("shared")
-    return legs[-1] if legs and "read_pieces" in legs[-1] else None
-
-
 def cost_part(c: dict[str, Any], report: Report) -> list[tuple[Any, ...]]:
     """Part 4 of the report; its rows of the goals table."""
     f, n, per_target = cost_figures(c), c["targets"], c["cpu_per_target"]
-    rounds, timing = c.get("cpu_per_target_rounds"), c["timing"]
+    rounds, timing, sampler = c.get("cpu_per_target_rounds"), c["timing"], c["sampler"]
     report.add(
         "## 4. Sidecar CPU per target",
-        f"`sidecar serve` (100 Hz, 10 s windows, SQLite) on {n} `targets/deep.py` processes: an "
-        "event loop ~30 frames deep, 10% on CPU, the rest in `time.sleep`, stacks varying by "
-        f"call chain, leaf and line. After a {c['warmup']:g} s warm-up, the serve process's CPU "
-        f"time (schedstat) over {c['seconds']:g} s"
-        + (f" in {len(rounds)} rounds: the median round counts, the rounds ranged "
-           f"{min(rounds) * 100:.3f}–{max(rounds) * 100:.3f}% per target" if rounds else "")
+        f"`benchmarks/cost.py`: `sidecar serve` (100 Hz, 10 s windows, SQLite) on {n} "
+        f"`targets/deep.py` (~30 frames, 10% on CPU); its CPU over {c['seconds']:g} s after a "
+        f"{c['warmup']:g} s warm-up"
+        + (f", in {len(rounds)} rounds (the median counts; they ranged {min(rounds):.3%}–"
+           f"{max(rounds):.3%} per target)" if rounds else "")
         + f", load average {c['load'][0]:.1f}–{c['load'][1]:.1f}.",
     )  # fmt: skip
     report.table([
@@ -440,7 +399,6 @@ def cost_part(c: dict[str, Any], report: Report) -> list[tuple[Any, ...]]:
         ("of which the Python threads (classify, store, discovery, HTTP server)",
          f"{c['cpu']['python'] / n:.3%}"),
     ], cols("measure<", "figure", "goal", "met<"))  # fmt: skip
-    sampler, blocking = c["sampler"], c["sampler_blocking"]
     rows = [
         (
             "sampler thread, all of it",
@@ -460,6 +418,7 @@ def cost_part(c: dict[str, Any], report: Report) -> list[tuple[Any, ...]]:
                     f"perf: {perf_share(f, key):.1%} of the sampler's samples",
                 )
             )
+    blocking = c["sampler_blocking"]
     rows += [
         ("read, wall time (memory reads and the run state of the Python threads)",
          f"{sampler['read_mean'] * 1e6:.1f} µs", "", "`Sampler` counter `read_mean`"),
@@ -485,72 +444,60 @@ def cost_part(c: dict[str, Any], report: Report) -> list[tuple[Any, ...]]:
     report.add(f"### Per sample (one target, {f['rate']:.1f} samples/s achieved)")
     report.table(rows, cols("part<", "per sample", "% of a core at 100 Hz", "how measured<"))
     report.add(
-        f"perf (`perf record -e cpu-clock -g -p SERVE`, {c['perf_seconds']:g} s, "
-        f"{sum(f['perf'].values()):,} samples, {f['native_total']:,} of them on sampler threads) "
-        f"read stacks by {sampler.get('reader', 'the sampler')}. System calls per sample "
-        f"(`perf stat` on the syscall tracepoints, {c['syscall_seconds']:g} s): "
+        f"perf: {c['perf_seconds']:g} s, {sum(f['perf'].values()):,} samples, "
+        f"{f['native_total']:,} of them on sampler threads, stacks read by "
+        f"{sampler.get('reader', 'the sampler')}. System calls per sample (`perf stat`, "
+        f"{c['syscall_seconds']:g} s): "
         + ", ".join(f"`{name}` {count:.1f}" for name, count in f["calls"].items() if count) + "."
     )  # fmt: skip
+    side = []
     if readers := leg_medians(c, "readers", "reader", "read_mean"):
         a, b = readers["auto"], readers["py-spy"]
-        report.table([
-            (a["reader"], f"{a['cpu'] * 1e6:.1f} µs", f"{a['read_mean'] * 1e6:.1f} µs",
-             f"{a['cpu'] * 1e4:.2f}%"),
-            (b["reader"], f"{b['cpu'] * 1e6:.1f} µs", f"{b['read_mean'] * 1e6:.1f} µs",
-             f"{b['cpu'] * 1e4:.2f}%"),
-            ("ratio", f"{a['cpu'] / b['cpu']:.2f}x", f"{a['read_mean'] / b['read_mean']:.2f}x"),
-        ], cols("reader<", "sampling thread CPU per sample", "read, wall time",
-                "% of a core at 100 Hz"),
-            "The two readers side by side: one `targets/deep.py` process sampled at 100 Hz "
-            f"without stopping it, {len(c['readers']['auto'])} alternating rounds of 5 s, CPU of "
-            "the sampling thread from its scheduler statistics (median of rounds):")  # fmt: skip
-    if w := c.get("wake"):
-        report.add(
-            "What one `process_vm_readv` of 64 bytes costs on this machine (median over 300 "
-            "ticks, `benchmarks/cost.py:wake_penalty`): the first of a tick that follows a 10 ms "
-            f"sleep {w['first_after_sleep'] / 1e3:.1f} µs, the later ones of the same tick "
-            f"{w['later_after_sleep'] / 1e3:.1f} µs, back to back without sleeping "
-            f"{w['back_to_back'] / 1e3:.1f} µs (a trivial system call right after waking: "
-            f"{w['syscall_after_sleep'] / 1e3:.1f} µs)"
-            + (": a sampler at 100 Hz pays the first price once per target and tick, whatever "
-               "it reads." if w["first_after_sleep"] > w["later_after_sleep"] else ".")
-        )  # fmt: skip
+        side += [(f"reader: {x['reader']}", f"{x['cpu'] * 1e6:.1f} µs", f"{x['cpu'] * 1e4:.2f}%",
+                  f"read {x['read_mean'] * 1e6:.1f} µs wall") for x in (a, b)]  # fmt: skip
+        side.append(("ratio", f"{a['cpu'] / b['cpu']:.2f}x", "",
+                     f"read {a['read_mean'] / b['read_mean']:.2f}x"))  # fmt: skip
     if clocks := leg_medians(c, "clocks", "targets", "late_share_all"):
         own, shared = clocks["own"], clocks["shared"]
-        report.table([
-            ("one per target", f"{own['cpu'] * 1e6:.1f} µs", f"{own['cpu'] * 1e4:.2f}%",
-             f"{own['late_share_all']:.2%}"),
-            ("one for all (shared clock)", f"{shared['cpu'] * 1e6:.1f} µs",
-             f"{shared['cpu'] * 1e4:.2f}%", f"{shared['late_share_all']:.2%}"),
-            ("ratio", f"{shared['cpu'] / max(1e-12, own['cpu']):.2f}x"),
-        ], cols("sampling threads<", "CPU per sample", "% of a core per target at 100 Hz",
-                "late or missed"),
-            "One sampling thread per target against the shared clock (how `serve` samples): the "
-            f"same {own['targets']:g} `targets/deep.py` processes at 100 Hz, "
-            f"{len(c['clocks']['own'])} alternating rounds of 5 s, CPU of the sampling threads "
-            "per sample (median of rounds):")  # fmt: skip
-    fl, last = c.get("floor"), shared_reads(c)
-    if fl:
-        wake, read = fl["sleep"]["cpu_per_tick_us"], fl["read"]
-        report.add(
-            f"The machine's floor (`native/examples/floor.rs`, {read['ticks']} ticks at "
-            f"{fl['rate_hz']:g} Hz): a native thread that only wakes up to the schedule uses "
-            f"{wake:.1f} µs of CPU per tick; one that also reads 64 bytes of the target per tick "
-            f"(one `process_vm_readv`, the least a sampler reads) {read['cpu_per_tick_us']:.1f} "
-            f"µs, {read['cpu_per_tick_us'] / 100:.2f}% of a core at {fl['rate_hz']:g} Hz, against "
-            "the goal's 25 µs (0.25%) for everything."
-        )
-    if (shape := (fl or {}).get("shape")) and shape.get("ticks") and last is not None:
-        report.add(
-            f"Sidecar's reads on the shared clock took {last['read_calls']:.2f} "
-            f"`process_vm_readv` calls per sample, naming {last['read_pieces']:.1f} remote pieces "
-            "(the current frame and the top of the data stack, thread states, frames outside it, "
-            "and the header of every code object on the stack, checked each sample so that a "
-            f"reused address is noticed at once) and copying {last['read_bytes']:,.0f} bytes. A "
-            f"bare read of that shape ({shape['pieces']} pieces, each on a page of its own, "
-            f"{shape['bytes']:,} bytes) costs the floor program {shape['cpu_per_tick_us']:.1f} µs "
-            "of CPU per tick, waking included."
-        )
+        side += [
+            (
+                f"{own['targets']:g} targets, {what}",
+                f"{x['cpu'] * 1e6:.1f} µs",
+                f"{x['cpu'] * 1e4:.2f}%",
+                f"{x['late_share_all']:.2%} late or missed",
+            )
+            for what, x in (
+                ("a sampling thread each", own),
+                ("one for all (the shared clock, as `serve`)", shared),
+            )
+        ]
+        side.append(("ratio", f"{shared['cpu'] / max(1e-12, own['cpu']):.2f}x"))  # fmt: skip
+    report.table(side, cols("legs<", "CPU per sample", "% of a core at 100 Hz", "<"),
+                 "Side by side on `targets/deep.py` at 100 Hz without stopping it, alternating "
+                 "rounds of 5 s, CPU of the sampling threads (scheduler statistics, median of "
+                 "rounds):")  # fmt: skip
+    fl, w, last = c.get("floor") or {}, c.get("wake"), (c.get("clocks") or {}).get("shared")
+    shape, last = fl.get("shape") or {}, last[-1] if last and "read_pieces" in last[-1] else None
+    rows = [(f"a native thread that only wakes at {fl['rate_hz']:g} Hz", fl["sleep"]),
+            ("the same reading 64 bytes of the target per tick (one `process_vm_readv`)",
+             fl["read"])] if fl else []  # fmt: skip
+    if shape.get("ticks") and last is not None:
+        rows.append((f"the same reading the shape of sidecar's reads on the shared clock "
+                     f"({shape['pieces']} pieces, each on a page, {shape['bytes']:,} bytes; "
+                     f"sidecar's own: {last['read_calls']:.2f} calls naming "
+                     f"{last['read_pieces']:.1f} pieces, {last['read_bytes']:,.0f} bytes)",
+                     shape))  # fmt: skip
+    floor_rows = [(what, f"{x['cpu_per_tick_us']:.1f} µs CPU per tick") for what, x in rows]
+    read = "one `process_vm_readv` of 64 bytes (median of 300 ticks), "
+    floor_rows += [(what, f"{w[key] / 1e3:.1f} µs") for key, what in (
+        ("first_after_sleep", read + "the first of a tick after a 10 ms sleep"),
+        ("later_after_sleep", read + "the later ones of that tick"),
+        ("back_to_back", read + "back to back"),
+        ("syscall_after_sleep", "a trivial system call right after waking"),
+    ) if w]  # fmt: skip
+    report.table(floor_rows, cols("the machine's floor<", "figure"),
+                 f"The machine's floor (`native/examples/floor.rs`), against the goal's "
+                 f"{BUDGET_US:g} µs per sample for everything:")  # fmt: skip
     goals = [(4, "sidecar CPU per target, 100 Hz, ~30 frames, all included",
               f"{per_target:.2%} of a core" + (f" (median of {len(rounds)} rounds, "
               f"{min(rounds) * 100:.2f}–{max(rounds):.2%})" if rounds else ""), None, "≤ 0.25%",
@@ -694,24 +641,19 @@ def rates_part(r: dict[str, Any], report: Report) -> list[tuple[Any, ...]]:
     """Part 5 of the report; its rows of the goals table."""
     report.add(
         "## 5. Sampling rate",
-        "`targets/deep.py` (one event-loop thread, ~30-frame stacks). At each rate of the "
-        f"ladder, each profiler CLI samples for {r['seconds']:g} s; the order rotates per rate. "
-        "sidecar (`sidecar record`): its share of ticks late (> ¼ period after their deadline) "
-        "or missed (skipped after falling a period behind). py-spy (`record --idle`) never "
-        "skips or counts late samples (it samples back to back to catch up), so its figure is "
-        "the share of asked samples it did not take, counting only beyond 2 standard deviations "
-        "of its random schedule. Cells: share, ✓ under 1%. *normal*: as the machine is; *rt*: "
-        "the profilers at real-time priority (`chrt -f 1`). A profiler that lost over 10% at "
-        "two rates in a row is not run higher. *sleep loop*: a loop that only sleeps to the same "
-        "schedule under sidecar's rules (`benchmarks/floor.py`): what this machine's timers and "
-        "scheduler allow any sampler.",
+        "`benchmarks/rates.py`: on `targets/deep.py`, each profiler CLI samples for "
+        f"{r['seconds']:g} s at each rate of the ladder. Cells: sidecar's share of ticks late "
+        "or missed (and missed alone); py-spy's share of asked samples not taken (beyond 2 "
+        "standard deviations of its random schedule); ✓ under 1%. *normal*: as the machine is; "
+        "*rt*: the profilers at real-time priority. The sleep loop reads nothing "
+        "(`benchmarks/floor.py`): what this machine's timers and scheduler allow any sampler.",
     )
     goals, ladder, top = [], r["rates"], max(r["rates"])
     for mode, s in rates_summary(r).items():
-        at = {(x["tool"], x["rate"]): [] for x in r["runs"]}
+        at: dict[tuple[str, float], list[dict[str, Any]]] = {}
         for x in r["runs"]:
             if x["mode"] == mode:
-                at[(x["tool"], x["rate"])].append(x)
+                at.setdefault((x["tool"], x["rate"]), []).append(x)
         report.add(f"**{mode}**")
         report.table(ladder, [
             Col("rate (Hz)", lambda rate: rate, "{:g}"),
@@ -790,26 +732,20 @@ def store_part(s: dict[str, Any], report: Report) -> list[tuple[Any, ...]]:
     grown = live["bytes_per_target_hour"] * 2 * live["seconds"] / 2 / 3600 / 4096
     report.add(
         "## 6. Storage and queries",
-        "`benchmarks/store.py` (its own report: REPORT-store.md): `sidecar serve` at 100 Hz on "
-        "the demo's aiohttp and Tornado services under the demo's wrk load for "
-        f"{s['minutes']:g} min (growth over the second half), then a 24 h database replayed "
-        "from those windows and downsampled as the service does; profile queries of the last "
-        "1 h and 24 h, median of 7.",
+        "`benchmarks/store.py` (its own report: REPORT-store.md): `sidecar serve` on the demo's "
+        f"two services under its load for {s['minutes']:g} min (growth over the second half), "
+        "then a 24 h database replayed from those windows and downsampled as the service does.",
     )
     report.table(store.rows(s), store.COLS)
     report.add(
-        "The store keeps stacks once, as a prefix tree of frames, and each window of each "
-        "process as one row: its (stack, thread, state) counts packed column by column and "
-        "deflated (`sidecar/store/counts.py`, schema 4); the windows table carries the "
-        "per-state sums the timeline reads."
-        + (f" At the end of the run its {total / 1e3:,.0f} kB held: "
-           + ", ".join(f"{name} {size / total:.0%}" for name, size in parts.items()) + "."
-           if parts else ""),
-        f"Over the second half ({live['seconds'] / 120:g} min) the database grew by "
-        f"{grown:.0f} pages of 4 KiB, so the per-hour figure moves in steps of "
+        (f"At the end of the run the database's {total / 1e3:,.0f} kB held: "
+         + ", ".join(f"{name} {size / total:.0%}" for name, size in parts.items()) + ". "
+         if parts else "")
+        + f"Over the second half ({live['seconds'] / 120:g} min) it grew by {grown:.0f} pages of "
+        f"4 KiB, so the per-hour figure moves in steps of "
         f"{4096 / (live['seconds'] / 2 / 3600) / 2 / 1e6:.3f} MB. The 24 h database holds "
-        f"{s['day_bytes'] / 1e6:.2f} MB for two targets: {s['day_bytes'] / 48 / 1e6:.3f} MB "
-        "per target-hour kept, after downsampling.",
+        f"{s['day_bytes'] / 1e6:.2f} MB for two targets: {s['day_bytes'] / 48 / 1e6:.3f} MB per "
+        "target-hour kept, after downsampling."
     )  # fmt: skip
     return [
         (6, "database per target-hour, 100 Hz, demo load", f"{s['mb_per_target_hour']:.3f} MB",
@@ -824,16 +760,14 @@ def write(results: dict[str, Any], report: Report) -> None:
     report.add(
         "# Performance: sidecar against no profiler and against py-spy",
         "sidecar's performance goals, measured side by side in one run of `make bench` "
-        "(`benchmarks/bench.py`), legs interleaved in rounds on one machine.",
-        f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gb']} GB, Linux {m['kernel']}, "
-        f"Python {m['python']}, {m['py_spy']}, {m['wrk']}. Last run on {run.get('date', '?')} "
+        "(`benchmarks/bench.py`), legs interleaved in rounds on one machine: "
+        f"{m['cpu']}, {m['cores']} cores, {m['memory_gb']} GB, Linux {m['kernel']}, Python "
+        f"{m['python']}, {m['py_spy']}, {m['wrk']}. Last run on {run.get('date', '?')} "
         f"({', '.join(run.get('parts', [])) or '?'}), {run.get('seconds', 0) / 60:.1f} min in all"
         + (" (**--quick**: short runs, figures only indicative)" if run.get("quick") else "")
-        + ". Other work may share the machine, so every part interleaves its legs in rounds, "
-        "medians are reported with their spread (min–max over rounds), and the load average "
-        "is given per part (2 cores: a load near 2 or above means the parts competed for CPU; "
-        "near 0, an idle machine, where a thread that sleeps between samples also pays for "
-        "waking an idle CPU, part 4):",
+        + ". Other work may share the machine: medians are given with their spread (min–max "
+        "over rounds), and the load average per part (2 cores: near 2 or above, the parts "
+        "competed for CPU):",
     )  # fmt: skip
     names = ("overhead", "pauses", "cost", "rates", "store")
     phases = [(n, results[n]["phase"]) for n in names if results.get(n, {}).get("phase")]
@@ -844,7 +778,8 @@ def write(results: dict[str, Any], report: Report) -> None:
     parts = (("overhead", overhead_part), ("pauses", pauses_part), ("cost", cost_part),
              ("rates", rates_part), ("store", store_part))  # fmt: skip
     goals = [row for name, part in parts if name in results for row in part(results[name], body)]
-    report.table(goals, GOAL_COLS, "## The goals")
+    report.table(goals, cols("#", "measure<", "figure", "ratio (min–max)", "goal", "<"),
+                 "## The goals")  # fmt: skip
     report.add("![throughput, latency, pauses, CPU breakdown and sampling rates](REPORT.png)")
     report.lines += body.lines
     bounds = [(cpu_bound, "cost"), (pause_bound, "pauses"), (overhead_bound, "overhead"),
