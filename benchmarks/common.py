@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,16 @@ def serve(procs: Procs, pids: list[int], db: Path, rate: float, window: int, *ex
     child = procs.start(argv)
     child.wait_for(r"serving http", stream="err")
     return child
+
+
+def sampled(samplers: list[Any], warmup: float, seconds: float) -> tuple[float, list[Any]]:
+    """Runs started samplers for ``seconds`` after ``warmup``: the CPU seconds of this process's
+    sampling threads meanwhile, and (before, after) ``stats()`` of each sampler."""
+    time.sleep(warmup)
+    cpu0, before = sampler_thread_seconds(), [s.stats() for s in samplers]
+    time.sleep(seconds)
+    cpu1, after = sampler_thread_seconds(), [s.stats() for s in samplers]
+    return cpu1 - cpu0, list(zip(before, after, strict=True))
 
 
 Options = dict[str, Any]

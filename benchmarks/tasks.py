@@ -1,17 +1,12 @@
-"""What the asyncio task scan costs, side by side in one run: per task and per scan, and what
-it adds to the thread sampler.
+"""What the asyncio task scan costs, per task and per scan, and what it adds to the thread sampler.
 
-For each CPython version and each count of live tasks (``targets/tasks_many.py --tasks N``:
-every task parked two coroutines deep on a known await), one ``Sampler`` at 100 Hz reads the
-target for ``--seconds`` after a warm-up, in interleaved legs: without task scans, with task
-scans at 10 Hz, and with task scans at 10 Hz that re-read every chain (the scanner's cache of
-unchanged chains off, ``SIDECAR_TASK_CACHE=off``). Measured: the sampling thread's CPU (the
-scheduler's nanosecond run time), the scans and task-samples counted, and the thread samples'
-figures (samples, late and missed ticks, the lag of a tick). The scan's cost is the CPU of the
-leg with scans minus the CPU of the leg without, per scan and per task.
-
-Then a target with 100,000 tasks, past the scan's bound: how many tasks a scan reads, how many
-it leaves unread and counts, what a scan costs, and how much this process's peak memory grew.
+For each CPython version and count of live tasks (``targets/tasks_many.py --tasks N``, every task
+parked two coroutines deep), one ``Sampler`` at 100 Hz reads the target for ``--seconds`` after a
+warm-up, in interleaved legs: without task scans, with scans at 10 Hz, and with scans that re-read
+every chain (``SIDECAR_TASK_CACHE=off``). Measured: the sampling threads' CPU (schedstat), the scan
+thread's, the scans and task-samples, the thread samples' figures. A scan's cost is the CPU of the
+leg with scans minus the leg without. Then 100,000 tasks, past the scan's bound: tasks read and
+left unread per scan, a scan's cost, and this process's peak memory.
 
     python -m benchmarks.tasks [--rounds 1] [--seconds 4] [--versions 3.11,3.12,3.13,3.14]
 
@@ -29,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import main, sampler_thread_seconds
+from benchmarks.common import main, sampled, sampler_thread_seconds
 from benchmarks.procs import Procs, load_average, machine
 from benchmarks.table import Col, Report, med
 from benchmarks.testtools import find_pythons
@@ -62,38 +57,21 @@ def leg(pid: int, tasks_hz: float, cache: str, seconds: float) -> dict[str, Any]
     try:
         with _native.Sampler(pid, rate_hz=RATE, tasks_hz=tasks_hz) as sampler:
             time.sleep(WARMUP)
-            cpu0, scan0 = sampler_thread_seconds(), scan_thread_seconds()
-            stats0 = sampler.stats()
-            time.sleep(seconds)
-            cpu1, scan1 = sampler_thread_seconds(), scan_thread_seconds()
-            stats1 = sampler.stats()
+            scan0 = sampler_thread_seconds(("sidecar-tasks",))
+            cpu, ((a, b),) = sampled([sampler], 0.0, seconds)
+            scan = sampler_thread_seconds(("sidecar-tasks",)) - scan0
     finally:
         del os.environ["SIDECAR_TASK_CACHE"]
-
-    def delta(key: str) -> int:
-        return int(stats1[key] - stats0[key])  # type: ignore[literal-required]
-
+    counted = ("samples", "errors", "late", "missed", "task_scans", "task_samples", "task_torn",
+               "task_unread", "task_errors")  # fmt: skip
     return {
         "seconds": seconds,
-        "cpu": cpu1 - cpu0,
-        "scan_cpu": scan1 - scan0,
-        "samples": delta("samples"),
-        "errors": delta("errors"),
-        "late": delta("late"),
-        "missed": delta("missed"),
-        "lag_mean_ms": stats1["lag_mean"] * 1e3,
-        "task_scans": delta("task_scans"),
-        "task_samples": delta("task_samples"),
-        "task_torn": delta("task_torn"),
-        "task_unread": delta("task_unread"),
-        "task_errors": delta("task_errors"),
-        "task_last_error": stats1["task_last_error"],
+        "cpu": cpu,
+        "scan_cpu": scan,
+        "lag_mean_ms": b["lag_mean"] * 1e3,
+        **{k: int(b[k] - a[k]) for k in counted},
+        "task_last_error": b["task_last_error"],
     }
-
-
-def scan_thread_seconds() -> float:
-    """CPU seconds of this process's task scan threads so far: the scans themselves."""
-    return sampler_thread_seconds(("sidecar-tasks",))
 
 
 def peak_rss_mb() -> float:
@@ -104,8 +82,7 @@ def run(
     versions: list[str], counts: list[int], rounds: int, seconds: float, workdir: Path
 ) -> dict[str, Any]:
     pythons = find_pythons()
-    missing = [v for v in versions if v not in pythons]
-    if missing:
+    if missing := [v for v in versions if v not in pythons]:
         raise SystemExit(f"no interpreter for {', '.join(missing)}: run `make pythons` first")
     legs: dict[str, dict[str, dict[str, list[dict[str, Any]]]]] = {
         v: {str(n): {name: [] for name, _, _ in LEGS} for n in counts} for v in versions
@@ -114,44 +91,27 @@ def run(
     with Procs(workdir) as procs:
         for version in versions:
             for count in counts:
-                child, _ = procs.target(
-                    "tasks_many", "--tasks", str(count), python=str(pythons[version])
-                )
+                child, _ = procs.target("tasks_many", "--tasks", str(count),
+                                        python=str(pythons[version]))  # fmt: skip
                 for round_ in range(rounds):
                     for name, hz, cache in LEGS:
-                        result = leg(child.pid, hz, cache, seconds)
-                        legs[version][str(count)][name].append(result)
-                        print(
-                            f"round {round_ + 1} {version} {count:,} tasks, {name}: "
-                            f"{result['cpu'] / seconds * 100:.2f}% of a core, "
-                            f"{result['task_scans']} scans",
-                            flush=True,
-                        )
+                        r = leg(child.pid, hz, cache, seconds)
+                        legs[version][str(count)][name].append(r)
+                        print(f"round {round_ + 1} {version} {count:,} tasks, {name}: "
+                              f"{r['cpu'] / seconds:.2%} of a core, {r['task_scans']} scans",
+                              flush=True)  # fmt: skip
                 procs.stop(child)
         for version in [v for v in ("3.11", "3.14") if v in versions]:
             child, _ = procs.target("tasks_many", "--tasks", str(BIG), python=str(pythons[version]))
-            before = peak_rss_mb()
-            off = leg(child.pid, 0.0, "on", max(seconds, BIG_SECONDS))
-            on = leg(child.pid, TASK_RATE, "on", max(seconds, BIG_SECONDS))
-            big[version] = {
-                "off": off,
-                "on": on,
-                "rss_before_mb": before,
-                "rss_after_mb": peak_rss_mb(),
-            }
+            before, length = peak_rss_mb(), max(seconds, BIG_SECONDS)
+            off, on = leg(child.pid, 0.0, "on", length), leg(child.pid, TASK_RATE, "on", length)
+            big[version] = {"off": off, "on": on, "rss_before_mb": before,
+                            "rss_after_mb": peak_rss_mb()}  # fmt: skip
             print(f"{version} {BIG:,} tasks: {on['task_samples']} task-samples", flush=True)
             procs.stop(child)
-    return {
-        "when": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "machine": machine(),
-        "load_average": load_average(),
-        "rounds": rounds,
-        "seconds": seconds,
-        "versions": versions,
-        "counts": counts,
-        "legs": legs,
-        "big": big,
-    }
+    return {"when": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(),
+            "load_average": load_average(), "rounds": rounds, "seconds": seconds,
+            "versions": versions, "counts": counts, "legs": legs, "big": big}  # fmt: skip
 
 
 def scan_cost(with_tasks: dict[str, Any], without: dict[str, Any]) -> tuple[float, float]:

@@ -1,28 +1,19 @@
 """What a sample costs under each CPython version the walker reads, side by side in one run.
 
-The same ~30-frame event loop (``targets/deep.py``, 10 % on CPU) runs under 3.11, 3.12, 3.13,
-3.14 and 3.15 (interpreters from tests/pythons.py). For each, in interleaved rounds, one
-``Sampler`` at 100 Hz reads it for ``--seconds`` after a warm-up, first with the default reader
-and then with ``reader="py-spy"``; measured: the sampling thread's CPU (the scheduler's
-nanosecond run time) per sample, the walker's memory reads per sample, and the run states it
-read from /proc. Per version the median round counts, set against 3.11's walker.
+``targets/deep.py`` (~30 frames, 10 % on CPU) under 3.11-3.15 (interpreters of tests/pythons.py);
+in interleaved rounds one ``Sampler`` at 100 Hz reads each for ``--seconds`` after a warm-up,
+with the default reader and with py-spy's: the sampling thread's CPU per sample (schedstat), its
+reads and /proc run states per sample; the median round counts, set against 3.11's walker.
 
-Then four 3.11 targets on the shared clock (how ``serve`` samples: one wakeup per tick for all),
-in rounds each followed at once by the machine's floor on the same targets
-(``native/examples/floor.rs``): a native thread that only wakes at 100 Hz, and the same with, per
-wakeup, the very reads the round's samplers made (recorded for a second after the measured
-time, ``_native.record_reads``, and replayed in order, their share each tick). sidecar's own
-work is the CPU per sample above that floor: everything but waking up and the kernel's copying
-of the memory it read. The floor of the earlier reports, a read of each target of the same
-shape (pieces and bytes per sample) laid out in the target's heap, is measured and shown too:
-the kernel's part of a read depends on where the pieces lie (pages, mappings), so it charged
-the real reads' extra kernel time to sidecar. A third floor replays the reads and also reads
-each target thread's run state from /proc as the samplers did (from the file they report,
-``stat`` or ``syscall``): the kernel's share of the own work. The round with the median own work
-counts; there are ``--shared-rounds`` of them (five: on a shared host one round's own work
-moves by several microseconds).
+Then four 3.11 targets on the shared clock (as ``serve`` samples), each round followed at once by
+the machine's floor (``native/examples/floor.rs``) on the same targets: a thread that only wakes
+at 100 Hz, the same replaying the round's own reads (``_native.record_reads``, their share each
+tick), the same also reading each thread's run state as the samplers did, and the earlier
+reports' floor, reads of the same shape laid out in the heap. sidecar's own work is the CPU per
+sample above the replayed floor, and, with the reads timed in place (``read_calls_mean``), above
+the wakeup and those reads; the round with the median own work stands for the run.
 
-    python -m benchmarks.versions [--rounds 3] [--shared-rounds 5] [--seconds 6]
+    python -m benchmarks.versions [--rounds 5] [--shared-rounds 5] [--seconds 6]
 
 Writes benchmarks/REPORT-versions.md and REPORT-versions.json.
 """
@@ -33,17 +24,14 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from benchmarks import floor
-from benchmarks.common import main, sampler_thread_seconds
+from benchmarks.common import main, sampled
 from benchmarks.procs import Procs, load_average, machine
 from benchmarks.table import Col, Report, med
 from benchmarks.testtools import find_pythons
 from sidecar import _native
-
-if TYPE_CHECKING:
-    from sidecar._native import SamplerStats
 
 VERSIONS = ("3.11", "3.12", "3.13", "3.14", "3.15")
 READERS = ("auto", "py-spy")
@@ -53,45 +41,30 @@ WARMUP = 2.0
 WITHIN = 1.25
 #: sidecar's own work per sample above the machine's floor on the shared clock, at most (µs).
 OWN_WORK_US = 8.0
-#: Targets on the shared clock.
-SHARED_TARGETS = 4
-#: How long the shared clock's reads are recorded for the floor to replay (s).
-RECORD_SECONDS = 1.0
+#: Targets on the shared clock, and how long their reads are recorded for the floor to replay.
+SHARED_TARGETS, RECORD_SECONDS = 4, 1.0
 
 
-def ticks(stats: SamplerStats) -> int:
+def ticks(stats: Any) -> int:
     """The ticks a sampler's per-tick means in ``stats()`` are over: samples and errors."""
-    return stats["samples"] + stats["errors"]
+    return int(stats["samples"] + stats["errors"])
 
 
-def total(stats: SamplerStats, key: str) -> float:
-    """A per-tick mean of ``stats()`` back as the total so far."""
-    return float(stats[key]) * ticks(stats)  # type: ignore[literal-required]
-
-
-def per_tick(before: SamplerStats, after: SamplerStats, key: str) -> float:
+def per_tick(before: Any, after: Any, key: str) -> float:
     """A per-tick mean of ``stats()`` over the ticks between two of its readings."""
-    return (total(after, key) - total(before, key)) / max(ticks(after) - ticks(before), 1)
+    spent = float(after[key]) * ticks(after) - float(before[key]) * ticks(before)
+    return spent / max(ticks(after) - ticks(before), 1)
 
 
 def leg(pid: int, reader: str, seconds: float) -> dict[str, Any]:
     """One sampler on ``pid`` for ``seconds`` after the warm-up: its CPU and reads per sample."""
     with _native.Sampler(pid, rate_hz=RATE, reader=reader) as sampler:  # type: ignore[arg-type]
-        time.sleep(WARMUP)
-        cpu0, stats0 = sampler_thread_seconds(), sampler.stats()
-        time.sleep(seconds)
-        cpu1, stats1 = sampler_thread_seconds(), sampler.stats()
-    made = max(ticks(stats1) - ticks(stats0), 1)
-    return {
-        "reader": stats1["reader"],
-        "samples": made,
-        "errors": stats1["errors"] - stats0["errors"],
-        "cpu_per_sample_us": (cpu1 - cpu0) / made * 1e6,
-        "read_calls": per_tick(stats0, stats1, "read_calls"),
-        "read_pieces": per_tick(stats0, stats1, "read_pieces"),
-        "read_bytes": per_tick(stats0, stats1, "read_bytes"),
-        "state_reads": per_tick(stats0, stats1, "state_reads"),
-    }
+        cpu, ((a, b),) = sampled([sampler], WARMUP, seconds)
+    made = max(ticks(b) - ticks(a), 1)
+    return {"reader": b["reader"], "samples": made, "errors": b["errors"] - a["errors"],
+            "cpu_per_sample_us": cpu / made * 1e6,
+            **{k: per_tick(a, b, k) for k in ("read_calls", "read_pieces", "read_bytes",
+                                                "state_reads")}}  # fmt: skip
 
 
 def shared_leg(pids: list[int], seconds: float, reads: Path) -> dict[str, Any]:
@@ -101,109 +74,73 @@ def shared_leg(pids: list[int], seconds: float, reads: Path) -> dict[str, Any]:
     with the clock's ticks meanwhile, for the floor to replay."""
     samplers = [_native.Sampler(pid, rate_hz=RATE, clock="shared") for pid in pids]
     try:
-        time.sleep(WARMUP)
-        cpu0, stats0 = sampler_thread_seconds(), [s.stats() for s in samplers]
-        time.sleep(seconds)
-        cpu1, stats1 = sampler_thread_seconds(), [s.stats() for s in samplers]
+        cpu, stats = sampled(samplers, WARMUP, seconds)
         recorded = _native.record_reads(pids, RECORD_SECONDS)
         after = samplers[0].stats()
     finally:
         for sampler in samplers:
             sampler.stop()
-    samples = sum(b["samples"] - a["samples"] for a, b in zip(stats0, stats1, strict=True))
-    first0, first1 = stats0[0], stats1[0]
-    reads.write_text(
-        "".join(
-            f"{pid} {' '.join(f'{address}:{length}' for address, length in pieces)}\n"
-            for pid, pieces in recorded
-        )
-    )
-    recorded_ticks = ticks(after) - ticks(first1)
+    samples = max(sum(b["samples"] - a["samples"] for a, b in stats), 1)
+    (first0, first1) = stats[0]
+    reads.write_text("".join(f"{pid} {' '.join(f'{a}:{n}' for a, n in pieces)}\n"
+                             for pid, pieces in recorded))  # fmt: skip
 
     def in_place(key: str) -> float:
-        """The time every sampler spent in its reads of one kind (timed around each) per
-        sample of the round, in µs."""
-        spent = sum(total(b, key) - total(a, key) for a, b in zip(stats0, stats1, strict=True))
-        return spent / max(samples, 1) * 1e6
+        """The µs per sample every sampler spent in its reads of one kind (timed around each)."""
+        return sum(per_tick(a, b, key) * (ticks(b) - ticks(a)) for a, b in stats) / samples * 1e6
 
     return {
         "clock": first1["clock"],
-        "recorded": {"reads": len(recorded), "ticks": recorded_ticks},
-        "samples": samples,
-        "errors": sum(b["errors"] - a["errors"] for a, b in zip(stats0, stats1, strict=True)),
-        "cpu_per_sample_us": (cpu1 - cpu0) / max(samples, 1) * 1e6,
+        "recorded": {"reads": len(recorded), "ticks": ticks(after) - ticks(first1)},
+        "samples": samples, "errors": sum(b["errors"] - a["errors"] for a, b in stats),
+        "cpu_per_sample_us": cpu / samples * 1e6,
         "read_calls_us": in_place("read_calls_mean"),
         "state_reads_us": in_place("state_reads_mean"),
-        "read_pieces": per_tick(first0, first1, "read_pieces"),
-        "read_bytes": per_tick(first0, first1, "read_bytes"),
-        "state_reads": per_tick(first0, first1, "state_reads"),
+        **{k: per_tick(first0, first1, k) for k in ("read_pieces", "read_bytes", "state_reads")},
         "state_file": first1["state_file"],
-    }
+    }  # fmt: skip
 
 
 def run(rounds: int, shared_rounds: int, seconds: float, workdir: Path) -> dict[str, Any]:
     pythons = find_pythons()
-    missing = [v for v in VERSIONS if v not in pythons]
-    if missing:
+    if missing := [v for v in VERSIONS if v not in pythons]:
         raise SystemExit(f"no interpreter for {', '.join(missing)}: run `make pythons` first")
-    legs: dict[str, dict[str, list[dict[str, Any]]]] = {
-        v: {r: [] for r in READERS} for v in VERSIONS
-    }
+    legs: dict[str, dict[str, list[dict[str, Any]]]] = {v: {r: [] for r in READERS}
+                                                         for v in VERSIONS}  # fmt: skip
     with Procs(workdir) as procs:
-        targets = {
-            v: procs.target("deep", "--busy", "0.1", python=str(pythons[v]))[0] for v in VERSIONS
-        }
+
+        def deep(version: str) -> int:
+            return procs.target("deep", "--busy", "0.1", python=str(pythons[version]))[0].pid
+
+        targets = {v: deep(v) for v in VERSIONS}
         for round_ in range(rounds):
             for version in VERSIONS:
                 for reader in READERS:
-                    result = leg(targets[version].pid, reader, seconds)
-                    legs[version][reader].append(result)
-                    print(
-                        f"round {round_ + 1} {version} {reader}: "
-                        f"{result['cpu_per_sample_us']:.1f} µs per sample ({result['reader']})",
-                        flush=True,
-                    )
-        shared_pids = [targets["3.11"].pid] + [
-            procs.target("deep", "--busy", "0.1", python=str(pythons["3.11"]))[0].pid
-            for _ in range(SHARED_TARGETS - 1)
-        ]
+                    r = leg(targets[version], reader, seconds)
+                    legs[version][reader].append(r)
+                    print(f"round {round_ + 1} {version} {reader}: {r['cpu_per_sample_us']:.1f}"
+                          f" µs per sample ({r['reader']})", flush=True)  # fmt: skip
+        pids = [targets["3.11"]] + [deep("3.11") for _ in range(SHARED_TARGETS - 1)]
         # Each shared round is followed at once by the floor with the shape that round read,
         # so that both see the machine as it is then (CPU per sample moves by a quarter
         # between runs on a shared host, more than the own work measured).
         shared = []
         for round_ in range(shared_rounds):
             reads = workdir / f"reads-{round_ + 1}.txt"
-            result = shared_leg(shared_pids, seconds, reads)
-            shape = (max(1, round(result["read_pieces"])), max(1, round(result["read_bytes"])))
-            result["floor"] = floor.native_floor(
-                procs,
-                shared_pids[0],
-                rate=RATE,
-                seconds=3.0,
-                rt=None,
-                shape=shape,
-                also=tuple(shared_pids[1:]),
-                replay=(reads, result["recorded"]["ticks"]),
-                state_file=result["state_file"],
-            )
-            result["shape"] = shape
-            shared.append(result)
-            print(
-                f"round {round_ + 1} shared clock, {SHARED_TARGETS} targets of 3.11: "
-                f"{result['cpu_per_sample_us']:.1f} µs per sample ({result['clock']}), "
-                f"own work {shared_own(result):.1f} µs "
-                f"({shared_own_in_place(result):.1f} with the reads timed in place)",
-                flush=True,
-            )
-    return {
-        "when": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "machine": machine(),
-        "load_average": load_average(),
-        "rounds": rounds,
-        "seconds": seconds,
-        "legs": legs,
-        "shared": shared,
-    }
+            r = shared_leg(pids, seconds, reads)
+            r["shape"] = (max(1, round(r["read_pieces"])), max(1, round(r["read_bytes"])))
+            r["floor"] = floor.native_floor(
+                procs, pids[0], rate=RATE, seconds=3.0, rt=None, shape=r["shape"],
+                also=tuple(pids[1:]), replay=(reads, r["recorded"]["ticks"]),
+                state_file=r["state_file"],
+            )  # fmt: skip
+            shared.append(r)
+            print(f"round {round_ + 1} shared clock: {r['cpu_per_sample_us']:.1f} µs per sample, "
+                  f"own work {shared_own(r):.1f} µs ({shared_own_in_place(r):.1f} with the reads "
+                  "timed in place)", flush=True)  # fmt: skip
+    return {"when": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(),
+            "load_average": load_average(), "rounds": rounds, "seconds": seconds, "legs": legs,
+            "shared": shared}  # fmt: skip
 
 
 def shared_floor(result: dict[str, Any], leg: str = "replay") -> float:
