@@ -1,16 +1,15 @@
 """The store under the demo load: database bytes per target-hour, query times, sidecar CPU.
 
-1. Runs ``sidecar serve`` (100 Hz, 10 s windows) on the demo aiohttp and Tornado services
-   under the demo's wrk load for --minutes, and measures the database's growth in the second
-   half of the run (stack interning makes the start grow faster) and the serve process's CPU.
-2. Builds a 24 h database from the windows recorded in step 1, replayed every 10 s over 24 h
-   for both targets and downsampled as the running service would, then times profile queries
-   for the last 1 h and the last 24 h (median of several runs).
+1. ``sidecar serve`` (100 Hz, 10 s windows) on the demo's aiohttp and Tornado services under the
+   demo's wrk load for --minutes: the database's growth over the second half of the run (stack
+   interning makes the start grow faster) and the serve process's CPU.
+2. A 24 h database of the windows recorded in step 1, replayed every 10 s for both targets and
+   downsampled as the service would; profile queries of the last 1 h and 24 h (median of 7).
 
-    python -m benchmarks.store [--minutes 4]
+    python -m benchmarks.store [--minutes 12]
 
-Writes benchmarks/REPORT-store.md. ``benchmarks/bench.py`` runs it too (the storage goal
-of REPORT.md) through ``measure`` and ``write_report``.
+Writes benchmarks/REPORT-store.md and REPORT-store.json; ``benchmarks/bench.py`` runs it too
+(the storage goal of REPORT.md) through ``measure`` and ``write_report``.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ import os
 import shutil
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,16 +25,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import cpu_seconds, main
-from benchmarks.procs import machine
+from benchmarks.common import cpu_seconds, main, serve
+from benchmarks.procs import Procs, machine
 from benchmarks.table import Col, Report, met, span
 from sidecar.query import Range, Reader
 from sidecar.store import ProcessRecord, Store, WindowBatch
 from sidecar.store.file import WAL_PAGES
 from sidecar.store.retention import DOWNSAMPLE_TIERS
-from targets.demo import start_loads, start_service
+from targets.demo import start_loads
 
-ROOT = Path(__file__).resolve().parents[1]
 #: serve's CPU per target, everything included, at most (the CPU goal of REPORT.md).
 CPU_GOAL = 0.0025
 WINDOW = 10
@@ -86,69 +83,29 @@ def file_bytes(path: Path) -> int:
     return sum(os.path.getsize(p) for p in (path, Path(f"{path}-wal")) if p.exists())
 
 
-def record_demo(db: Path, minutes: float) -> dict[str, float]:
+def record_demo(db: Path, minutes: float, procs: Procs) -> dict[str, Any]:
     wrk = shutil.which("wrk")
     assert wrk, "wrk is required"
-    procs: list[subprocess.Popen[str]] = []
+    aio, aio_url = procs.target("aiohttp_app", "--uvloop")
+    tor, tor_url = procs.target("tornado_app")
+    seconds = int(minutes * 60)
+    loads = start_loads(wrk, {"aiohttp": str(aio_url), "tornado": str(tor_url)}, seconds + 30)
     try:
-        aio, aio_url = start_service("aiohttp_app", "--uvloop")
-        tor, tor_url = start_service("tornado_app")
-        procs += [aio, tor]
-        urls = {"aiohttp": aio_url, "tornado": tor_url}
-        seconds = int(minutes * 60)
-        procs += start_loads(wrk, urls, seconds + 30)
-        serve = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "sidecar",
-                "serve",
-                "--db",
-                str(db),
-                "--port",
-                "0",
-                "--window",
-                str(WINDOW),
-                "--rate",
-                "100",
-                "--pid",
-                str(aio.pid),
-                "--pid",
-                str(tor.pid),
-                "--log-level",
-                "warning",
-            ],
-            cwd=ROOT,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        procs.append(serve)
-        half = seconds / 2
-        time.sleep(half)
-        size0, cpu0, t0 = db_bytes(db), cpu_seconds(serve.pid), time.monotonic()
-        time.sleep(half)
-        size1, cpu1, t1 = db_bytes(db), cpu_seconds(serve.pid), time.monotonic()
-        serve.terminate()
-        serve.wait(timeout=30)
-        load = os.getloadavg()[1]
-        wal = Path(f"{db}-wal")
-        wal_bytes = wal.stat().st_size if wal.exists() else 0
-        hours = (t1 - t0) / 3600
-        return {
-            "load": load,
-            "wal_bytes": wal_bytes,
-            "bytes_per_target_hour": (size1 - size0) / hours / 2,
-            "cpu_per_target": (cpu1 - cpu0) / (t1 - t0) / 2,
-            "final_bytes": db_bytes(db),
-            "parts": db_parts(db),
-            "seconds": seconds,
-        }
+        server = serve(procs, [aio.pid, tor.pid], db, 100, WINDOW)
+        time.sleep(seconds / 2)
+        size0, cpu0, t0 = db_bytes(db), cpu_seconds(server.pid), time.monotonic()
+        time.sleep(seconds / 2)
+        size1, cpu1, t1 = db_bytes(db), cpu_seconds(server.pid), time.monotonic()
+        procs.stop(server)
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in procs:
-            proc.wait(timeout=15)
+        for load in loads:
+            load.terminate()
+            load.wait(timeout=15)
+    wal = Path(f"{db}-wal")
+    return {"load": os.getloadavg()[1], "wal_bytes": wal.stat().st_size if wal.exists() else 0,
+            "bytes_per_target_hour": (size1 - size0) / ((t1 - t0) / 3600) / 2,
+            "cpu_per_target": (cpu1 - cpu0) / (t1 - t0) / 2, "final_bytes": db_bytes(db),
+            "parts": db_parts(db), "seconds": seconds}  # fmt: skip
 
 
 def build_day(source: Path, day_db: Path) -> int:
@@ -203,28 +160,19 @@ def time_queries(day_db: Path, runs: int = 7) -> dict[str, list[float]]:
 
 def measure(minutes: float, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Steps 1 and 2: the figures of the report, as a dict."""
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, Procs(Path(tmp)) as procs:
         live_db, day_db = Path(tmp) / "live.db", Path(tmp) / "day.db"
         log(f"recording the demo load for {minutes:g} min ...")
-        live = record_demo(live_db, minutes)
-        log(
-            f"  {live['bytes_per_target_hour'] / 1e6:.3f} MB per target-hour, "
-            f"CPU {live['cpu_per_target'] * 100:.2f}% per target"
-        )
+        live = record_demo(live_db, minutes, procs)
+        log(f"  {live['bytes_per_target_hour'] / 1e6:.3f} MB per target-hour, CPU "
+            f"{live['cpu_per_target']:.2%} per target")  # fmt: skip
         day_size = build_day(live_db, day_db)
         log(f"  24 h database: {day_size / 1e6:.2f} MB")
         times = time_queries(day_db)
     one, day = statistics.median(times["1h"]), statistics.median(times["24h"])
-    return {
-        "minutes": minutes,
-        "live": live,
-        "day_bytes": day_size,
-        "times": times,
-        "query_1h": one,
-        "query_24h": day,
-        "ratio": day / one,
-        "mb_per_target_hour": live["bytes_per_target_hour"] / 1e6,
-    }
+    return {"minutes": minutes, "live": live, "day_bytes": day_size, "times": times,
+            "query_1h": one, "query_24h": day, "ratio": day / one,
+            "mb_per_target_hour": live["bytes_per_target_hour"] / 1e6}  # fmt: skip
 
 
 COLS = [Col("measure", left=True), Col("figure"), Col("goal"), Col("met", left=True)]
