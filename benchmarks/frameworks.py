@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from importlib.metadata import version
@@ -29,13 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import cpu_seconds, main
+from benchmarks.procs import Child, Procs
 from benchmarks.table import Col, Report, med
 from sidecar.analyze import analyze
 from sidecar.discover import describe
 from sidecar.sample import record
 from sidecar.tasks import in_flight, task_rows
 
-ROOT = Path(__file__).resolve().parents[1]
 WARMUP = 1.5
 #: Task scans per second during a recording (a rate the handlers' 50 ms cycles do not divide).
 TASK_HZ = 23.0
@@ -57,27 +56,6 @@ SCENARIOS = {
 Row = dict[str, Any]
 
 
-def start_target(name: str) -> tuple[subprocess.Popen[str], str]:
-    module, uvloop, _ = VARIANTS[name]
-    args = [sys.executable, "-m", f"targets.{module}", *(["--uvloop"] if uvloop else [])]
-    popen = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    assert popen.stdout is not None
-    line = popen.stdout.readline()
-    if "listening on " not in line:
-        popen.kill()
-        raise RuntimeError(f"{name} did not start: {line!r}")
-    return popen, line.split("listening on ", 1)[1].strip()
-
-
-def stop(popen: subprocess.Popen[str]) -> None:
-    popen.terminate()
-    try:
-        popen.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        popen.kill()
-        popen.wait()
-
-
 def load_argv(url: str, rate: float, duration: float) -> list[str]:
     """``targets/load.py`` driving ``url`` at ``rate`` for ``duration`` after the warm-up,
     its result printed as JSON."""
@@ -85,62 +63,52 @@ def load_argv(url: str, rate: float, duration: float) -> list[str]:
     return [*argv, "--duration", str(duration), "--warmup", str(WARMUP), "--json"]
 
 
-def calibrate(rate: float, duration: float) -> dict[str, Any]:
-    """The load generator's own share of latency: an instant route at ``rate``."""
-    target, url = start_target("aiohttp")
-    try:
-        out = subprocess.run(
-            load_argv(url + "/health", rate, duration),
-            cwd=ROOT,
-            check=True,
-            capture_output=True,
-            text=True,
-            timeout=duration + 60,
-        ).stdout
-        result: dict[str, Any] = json.loads(out)
-        return result
-    finally:
-        stop(target)  # fmt: skip
+def drive(procs: Procs, url: str, rate: float, duration: float) -> Child:
+    """``targets/load.py`` at a fixed rate, once it measures."""
+    load = procs.start(load_argv(url, rate, duration))
+    load.wait_for(r"(?m)^measuring ", stream="err", timeout=60)
+    return load
 
 
-def run_one(name: str, scenario: str, rate: float, duration: float, rate_hz: float) -> Row:
+def result(procs: Procs, load: Child, duration: float) -> dict[str, Any]:
+    if load.popen.wait(duration + 60) != 0:
+        raise RuntimeError(f"the load tool failed: {load.stderr()[-300:]}")
+    procs.stop(load)
+    measured: dict[str, Any] = json.loads(load.stdout())
+    return measured
+
+
+def run_one(
+    procs: Procs, name: str, scenario: str, rate: float, duration: float, rate_hz: float
+) -> Row:
     """One fixed-rate run with sidecar recording the measured window: the row of its figures."""
     loadavg = os.getloadavg()[0]
-    target, url = start_target(name)
-    try:
-        load = subprocess.Popen(load_argv(url + VARIANTS[name][2][scenario], rate, duration),
-                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)  # fmt: skip
-        assert load.stderr is not None
-        line = load.stderr.readline()  # the measured window starts at the "measuring" line
-        if not line.startswith("measuring "):
-            raise RuntimeError(f"the load tool did not start: {line!r}")
-        cpu = cpu_seconds(target.pid)
-        rec = record(target.pid, duration=duration - 0.6, rate_hz=rate_hz, tasks_hz=TASK_HZ)
-        cpu = cpu_seconds(target.pid) - cpu
-        out, _ = load.communicate(timeout=duration + 60)
-        measured = json.loads(out)
-        profile = rec.counts.to_profile()
-        a = analyze(profile, describe(target.pid, profile.stacks))
-        tasks = in_flight(task_rows(list(rec.counts.tasks.items())), max(1, rec.counts.task_scans))
-        requests = sum(n for (_, kind), n in tasks.items() if kind == "request")
-        d, loop = a.depth, a.loop_depth
-        return {
-            "variant": name, "uvloop": VARIANTS[name][1], "scenario": scenario, "rate": rate,
-            **{k: measured[k] for k in ("rps", "p50_ms", "p99_ms", "failures")},
-            "cpu_ms": round(1000 * cpu / max(1.0, float(measured["rps"]) * rec.elapsed), 3),
-            **{state: a.share(state) for state in ("busy", "idle", "blocked")},
-            "depth_mean": d.mean, "depth_p50": d.p50, "depth_p95": d.p95, "depth_max": d.max,
-            "loop_depth_mean": loop.mean, "loop_busy": sum(a.loop_depth_histogram.values()),
-            "busy_samples": a.states["busy"],
-            "fw": a.layer_share("framework") + a.layer_share("event_loop"),
-            "framework": f"{a.framework}/{a.loop}",
-            "in_flight": sum(tasks.values()), "requests": requests,
-            "ready": tasks.get(("ready", "request"), 0.0) / requests if requests else 0.0,
-            "loadavg": loadavg, "python": rec.target.python_version,
-        }  # fmt: skip
-    finally:
-        stop(target)
+    module, uvloop, paths = VARIANTS[name]
+    target, url = procs.target(module, *["--uvloop"] * uvloop)
+    load = drive(procs, f"{url}{paths[scenario]}", rate, duration)
+    cpu = cpu_seconds(target.pid)
+    rec = record(target.pid, duration=duration - 0.6, rate_hz=rate_hz, tasks_hz=TASK_HZ)
+    cpu = cpu_seconds(target.pid) - cpu
+    measured = result(procs, load, duration)
+    profile = rec.counts.to_profile()
+    a = analyze(profile, describe(target.pid, profile.stacks))  # while the target lives
+    tasks = in_flight(task_rows(list(rec.counts.tasks.items())), max(1, rec.counts.task_scans))
+    requests = sum(n for (_, kind), n in tasks.items() if kind == "request")
+    d, loop = a.depth, a.loop_depth
+    return {
+        "variant": name, "uvloop": uvloop, "scenario": scenario, "rate": rate,
+        **{k: measured[k] for k in ("rps", "p50_ms", "p99_ms", "failures")},
+        "cpu_ms": round(1000 * cpu / max(1.0, float(measured["rps"]) * rec.elapsed), 3),
+        **{state: a.share(state) for state in ("busy", "idle", "blocked")},
+        "depth_mean": d.mean, "depth_p50": d.p50, "depth_p95": d.p95, "depth_max": d.max,
+        "loop_depth_mean": loop.mean, "loop_busy": sum(a.loop_depth_histogram.values()),
+        "busy_samples": a.states["busy"],
+        "fw": a.layer_share("framework") + a.layer_share("event_loop"),
+        "framework": f"{a.framework}/{a.loop}",
+        "in_flight": sum(tasks.values()), "requests": requests,
+        "ready": tasks.get(("ready", "request"), 0.0) / requests if requests else 0.0,
+        "loadavg": loadavg, "python": rec.target.python_version,
+    }  # fmt: skip
 
 
 def disturbed(r: Row) -> tuple[bool, float, float]:
@@ -150,7 +118,7 @@ def disturbed(r: Row) -> tuple[bool, float, float]:
     return (abs(float(r["rps"]) - r["rate"]) > 0.05 * r["rate"], r["busy"], float(r["p99_ms"]))
 
 
-def measure(args: argparse.Namespace, _: Path) -> dict[str, Any]:
+def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     rates: dict[str, list[float]] = {}
     for item in args.rates.split():
         scenario, _, values = item.partition("=")
@@ -160,7 +128,11 @@ def measure(args: argparse.Namespace, _: Path) -> dict[str, Any]:
     variants = args.variants.split(",") if args.variants else list(VARIANTS)
     began, load_before = time.monotonic(), os.getloadavg()[0]
     lowest = min(rate for values in rates.values() for rate in values)
-    baseline = calibrate(lowest, args.duration)
+    with Procs(workdir) as procs:
+        _, url = procs.target("aiohttp_app")  # the load tool's own latency: an instant route
+        baseline = result(
+            procs, drive(procs, f"{url}/health", lowest, args.duration), args.duration
+        )
     print(f"baseline /health at {lowest:g} req/s: p50 {baseline['p50_ms']:g} ms", flush=True)
     runs: dict[tuple[str, str, float], list[Row]] = {}
     # Interleaved: a burst of other work on the machine hits several variants, not one.
@@ -168,7 +140,8 @@ def measure(args: argparse.Namespace, _: Path) -> dict[str, Any]:
         for scenario, values in rates.items():
             for rate in values:
                 for name in variants:
-                    r = run_one(name, scenario, rate, args.duration, args.rate_hz)
+                    with Procs(workdir) as procs:
+                        r = run_one(procs, name, scenario, rate, args.duration, args.rate_hz)
                     runs.setdefault((name, scenario, rate), []).append(r)
                     print(f"{scenario:5} {name:31} {rate:5g} req/s -> {r['rps']:5.0f} p50 "
                           f"{r['p50_ms']:5g} p99 {r['p99_ms']:5g} ms · cpu {r['cpu_ms']:.2f} "
