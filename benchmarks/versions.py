@@ -144,10 +144,9 @@ def run(rounds: int, shared_rounds: int, seconds: float, workdir: Path) -> dict[
 
 
 def shared_floor(result: dict[str, Any], leg: str = "replay") -> float:
-    """The floor of a sample on the shared clock, from the floor measured after its round: one
-    wakeup and, per tick, the round's own reads replayed (``leg="replay"``) or a read of the
-    round's shape of each target (``"shape"``), or the wakeup alone (``"sleep"``), over the
-    targets."""
+    """A sample's floor on the shared clock, from the floor measured after its round: a tick's
+    wakeup and the round's reads replayed (``replay``), reads of its shape (``shape``) or the
+    wakeup alone (``sleep``), over the targets."""
     per_tick = float(result["floor"][leg]["cpu_per_tick_us"])
     return per_tick / int(result["floor"]["shape"]["targets"])
 
@@ -158,27 +157,23 @@ def shared_own(result: dict[str, Any], leg: str = "replay") -> float:
 
 
 def shared_own_in_place(result: dict[str, Any]) -> float:
-    """The own work with the kernel's reads timed in place: the CPU per sample, less the
-    floor's wakeup per sample and the time the samplers spent in their reads as they made them
-    (no replay at another instant, so a machine whose speed moves between the round and its
-    floor moves both alike)."""
+    """The own work with the kernel's reads timed in place: the CPU per sample less the floor's
+    wakeup and the time the samplers spent in their reads as they made them."""
     wake = shared_floor(result, "sleep")
     return float(result["cpu_per_sample_us"]) - wake - float(result["read_calls_us"])
 
 
 def shared_states(result: dict[str, Any]) -> float:
-    """What the kernel's reads of the run states cost a sample of the round (part of the own
-    work): the floor's replay with each target thread's state file read per tick, above the
-    replay alone, over the targets."""
+    """What the kernel's reads of the run states cost a sample (part of the own work): the
+    floor's replay with each thread's state file read per tick, above the replay alone."""
     floor_ = result["floor"]
     extra = float(floor_["states"]["cpu_per_tick_us"]) - float(floor_["replay"]["cpu_per_tick_us"])
     return extra / int(floor_["shape"]["targets"])
 
 
 def own_per_read(result: dict[str, Any]) -> float:
-    """The own work with the reads timed in place, per µs of those reads: both move with the
-    machine's speed at the instant, so their ratio compares rounds and runs where either alone
-    moves with the machine."""
+    """The own work in place per µs of those reads: both move with the machine's speed at the
+    instant, so their ratio compares rounds and runs where either alone moves."""
     return shared_own_in_place(result) / max(float(result["read_calls_us"]), 1e-9)
 
 
@@ -259,15 +254,8 @@ def write_report(data: dict[str, Any], report: Report) -> None:
     replayed, ticks = fl["replay"], max(fl["replay"]["recorded_ticks"], 1)
     report.add(
         "## Above the machine's floor",
-        f"{n} targets of 3.11 on the shared clock (one wakeup per tick for all, as `serve` "
-        "samples), in rounds each followed at once by the machine's floor "
-        f"(`native/examples/floor.rs`): a native thread that only wakes at {RATE:g} Hz, then "
-        "the same replaying, per wakeup, the reads the round's samplers made (recorded for "
-        f"{RECORD_SECONDS:g} s after the measured time): the floor of a sample is 1/{n} of "
-        "that. sidecar's own work (walking, folding, counting, /proc run states, the liveness "
-        "check) is the CPU per sample above it. Beside it, the floor of the earlier reports: "
-        "reads of the same number and size of pieces laid out in the targets' heaps (cheaper "
-        "for the kernel than the real reads, whose pieces lie on more pages and mappings). "
+        f"{n} targets of 3.11 on the shared clock, each round followed at once by the machine's "
+        f"floor on them (the module's docstring says how); a sample's floor is 1/{n} of a tick's. "
         "The round with the median own work:",
     )
     report.table([mid], [
@@ -283,7 +271,7 @@ def write_report(data: dict[str, Any], report: Report) -> None:
             "{} bytes a target)".format(fl["shape"]["cpu_per_tick_us"], *r["shape"])),
         Col("own work above that (µs)", lambda r: shared_own(r, "shape"), "{:.1f}"),
     ])  # fmt: skip
-    states, sh = fl["states"], "shape"
+    states = fl["states"]
     report.add(
         f"Of the own work, the kernel's reads of the run states cost {shared_states(mid):.1f} µs "
         f"a sample: the floor's replay with the `{states['file']}` file of each of the targets' "
@@ -293,11 +281,9 @@ def write_report(data: dict[str, Any], report: Report) -> None:
         f"{shared_own(mid) - shared_states(mid):.1f} µs, is the sampler's own code and what it "
         "costs the kernel's reads beyond their replay (displaced caches, torn samples read "
         "again).",
-        f"Own work per round: {', '.join(f'{shared_own(r):.1f}' for r in shared)} µs (above the "
-        f"heap-shaped floor: {', '.join(f'{shared_own(r, sh):.1f}' for r in shared)} µs).",
-        "The samplers also time each of their `process_vm_readv` calls (`read_calls_mean`): the "
-        "kernel's share of the very reads, at that instant. The CPU per sample less the floor's "
-        f"wakeup (1/{n} of it) and that time is the own work with the reads timed in place:",
+        "Per round, with the kernel's share of the very reads timed in place by the samplers "
+        f"(`read_calls_mean`): the CPU per sample less the wakeup (1/{n} of the floor's) and "
+        "those reads is the own work in place:",
     )
     report.table(enumerate(shared, 1), [
         Col("round", lambda x: x[0]),
@@ -309,6 +295,7 @@ def write_report(data: dict[str, Any], report: Report) -> None:
         Col("the rest (µs)", lambda x: shared_own_in_place(x[1]) - x[1]["state_reads_us"],
             "{:.1f}"),
         Col("own work by the replayed floor (µs)", lambda x: shared_own(x[1]), "{:.1f}"),
+        Col("by the heap-shaped floor (µs)", lambda x: shared_own(x[1], "shape"), "{:.1f}"),
         Col("own work per µs of the reads", lambda x: own_per_read(x[1]), "{:.2f}"),
     ])  # fmt: skip
     report.add(steadier(shared), own_verdict(shared))
