@@ -43,13 +43,10 @@ FULL: dict[str, dict[str, Any]] = {
     "overhead": {"rounds": 6, "seconds": 4.0, "rate_hz": 100.0},
     "pauses": {"rounds": 3, "seconds": 4.0, "rate_hz": 100.0},
     "cost": {"targets": 4, "seconds": 40.0, "warmup": 12.0, "perf_seconds": 10.0},
-    "rates": {
-        "rates": [100, 250, 500, 1000, 2000, 3000, 5000, 7000, 10000],
-        "rounds": 1,
-        "seconds": 3.0,
-    },
+    "rates": {"rates": [100, 250, 500, 1000, 2000, 3000, 5000, 7000, 10000], "rounds": 1,
+              "seconds": 3.0},
     "store": {"minutes": 6.0},
-}
+}  # fmt: skip
 QUICK: dict[str, dict[str, Any]] = {
     "overhead": {"rounds": 1, "seconds": 3.0, "rate_hz": 100.0},
     "pauses": {"rounds": 1, "seconds": 2.0, "rate_hz": 100.0},
@@ -73,13 +70,9 @@ def run_part(name: str, params: dict[str, Any], workdir: Path) -> dict[str, Any]
         else:
             module = {"overhead": overhead, "cost": cost, "rates": rates}[name]
             result = module.run(procs, workdir, log=log, **params)  # type: ignore[attr-defined]
-    result["phase"] = {
-        "seconds": time.monotonic() - began,
-        "load_start": load,
-        "load_end": load_average(),
-        "params": params,
-        "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
-    }
+    result["phase"] = {"seconds": time.monotonic() - began, "load_start": load,
+                       "load_end": load_average(), "params": params,
+                       "finished": time.strftime("%Y-%m-%d %H:%M:%S")}  # fmt: skip
     return result
 
 
@@ -106,12 +99,9 @@ def main() -> int:
                 log(f"== {name} (load average {load_average():.1f})")
                 results[name] = run_part(name, sizes[name], Path(tmp))
                 out.save(keep(results, report.SUMMARY))
-        results["run"] = {
-            "seconds": time.monotonic() - began,
-            "date": time.strftime("%Y-%m-%d %H:%M"),
-            "quick": args.quick,
-            "parts": list(parts),
-        }
+        date = time.strftime("%Y-%m-%d %H:%M")
+        results["run"] = {"seconds": time.monotonic() - began, "quick": args.quick, "date": date,
+                          "parts": list(parts)}  # fmt: skip
         out.save(keep(results, report.SUMMARY))
     if "store" in results and ("store" in parts or args.from_json):
         store_report = Report("REPORT-store", args.out)

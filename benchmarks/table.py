@@ -117,6 +117,7 @@ class Report:
     ``out``)."""
 
     def __init__(self, name: str, out: Path | None = None) -> None:
+        (out or HERE).mkdir(parents=True, exist_ok=True)
         self.md = (out or HERE) / f"{name}.md"
         self.json = (out or HERE) / f"{name}.json"
         self.lines: list[str] = []
@@ -135,11 +136,9 @@ class Report:
         return self.add(head, table(rows, cols))
 
     def save(self, figures: dict[str, Any]) -> None:
-        self.json.parent.mkdir(parents=True, exist_ok=True)
         self.json.write_text(dumps(figures) + "\n")
 
     def write(self) -> str:
         text = "\n".join(self.lines).rstrip("\n") + "\n"
-        self.md.parent.mkdir(parents=True, exist_ok=True)
         self.md.write_text(text)
         return text
