@@ -487,7 +487,8 @@ def cost_part(c: dict[str, Any], report: Report) -> list[tuple[Any, ...]]:
                      f"sidecar's own: {last['read_calls']:.2f} calls naming "
                      f"{last['read_pieces']:.1f} pieces, {last['read_bytes']:,.0f} bytes)",
                      shape))  # fmt: skip
-    floor_rows = [(what, f"{x['cpu_per_tick_us']:.1f} µs CPU per tick") for what, x in rows]
+    floor_rows = [(what, f"{x['cpu_per_tick_us']:.1f} µs CPU per tick ({x['ticks']} ticks)")
+                  for what, x in rows]  # fmt: skip
     read = "one `process_vm_readv` of 64 bytes (median of 300 ticks), "
     floor_rows += [(what, f"{w[key] / 1e3:.1f} µs") for key, what in (
         ("first_after_sleep", read + "the first of a tick after a 10 ms sleep"),
