@@ -511,33 +511,12 @@ def cost_part(c: dict[str, Any], report: Report) -> list[tuple[Any, ...]]:
     return goals
 
 
-def versus(a: float, a_what: str, b: float, b_what: str) -> str:
-    """ "A µs a_what against B µs b_what (A/Bx" — two seconds-per-sample figures compared."""
-    return f"{a * 1e6:.0f} µs {a_what} against {b * 1e6:.0f} µs {b_what} ({ratio(a, b):.2f}x"
-
-
 def cpu_bound(c: dict[str, Any]) -> str:
     """Where the sampler's CPU goes, the machine's floor under it, and its largest part."""
     f = cost_figures(c)
     unmet = c["cpu_per_target"] > CPU_GOAL
     per_sample = f["sampler"] + f["python"]
     small = (f["classify"] + f["write"]) / max(1e-12, per_sample)
-    text = (
-        f"- **CPU** (goal {'not ' if unmet else ''}met): the sampler threads are "
-        f"{c['cpu']['sampler'] / max(1e-12, sum(c['cpu'].values())):.0%} of serve's CPU; "
-        f"classification ({f['classify'] * 1e6:.2f} µs) and SQLite writes "
-        f"({f['write'] * 1e6:.2f} µs) per sample are {small:.1%} of serve's "
-        f"{per_sample * 1e6:.1f} µs per sample" + (", not where the time goes. " if small < 0.05
-                                                   else ". ")
-    )  # fmt: skip
-    if readers := leg_medians(c, "readers", "reader", "read_mean"):
-        text += (
-            "With its own frame walker a sample costs the sampling thread "
-            + versus(readers["auto"]["cpu"], "of CPU", readers["py-spy"]["cpu"],
-                     "through py-spy's reader") + ", part 4); it "
-        )  # fmt: skip
-    else:
-        text += "The read "
     parts = {
         "`process_vm_readv` (page lookup and pinning per call)": perf_share(
             f, "vm_copy", "vm_pages", "vm_call"
@@ -547,30 +526,26 @@ def cpu_bound(c: dict[str, Any]) -> str:
         "other kernel work": perf_share(f, "kernel_other"),
     }
     code = perf_share(f, "walker", "fold")
-    text += (
-        f"makes {f['calls'].get('process_vm_readv', 0):.1f} `process_vm_readv` calls per sample. "
-        f"Of the sampler's CPU, kernel work per call and per wakeup is {sum(parts.values()):.0%} ("
-        + ", ".join(f"{k} {v:.0%}" for k, v in parts.items())
+    text = (
+        f"- **CPU** (goal {'not ' if unmet else ''}met): {c['cpu_per_target']:.2%} of a core "
+        f"per target against {CPU_GOAL:.2%}, which is {BUDGET_US:g} µs per sample at 100 Hz, all "
+        f"included. The sampler threads are "
+        f"{c['cpu']['sampler'] / max(1e-12, sum(c['cpu'].values())):.0%} of serve's CPU; "
+        f"classification and SQLite writes {small:.1%} of serve's {per_sample * 1e6:.1f} µs per "
+        f"sample" + (", not where the time goes. " if small < 0.05 else ". ")
+        + f"Of the sampler's CPU, kernel work per call and per wakeup is "
+        f"{sum(parts.values()):.0%} (" + ", ".join(f"{k} {v:.0%}" for k, v in parts.items())
         + f") and sidecar's own code {code:.0%}. "
-    )
+    )  # fmt: skip
     if wake := c.get("wake"):
         first = wake["first_after_sleep"] / 1e3
         text += (
             f"On this machine the first `process_vm_readv` after the thread's 10 ms sleep alone "
-            f"costs {first:.0f} µs, against {wake['back_to_back'] / 1e3:.1f} µs back to back "
-            f"(part 4): that one call per tick is {first / BUDGET_US:.0%} of the goal's budget. "
+            f"costs {first:.0f} µs, {first / BUDGET_US:.0%} of the goal's budget. "
         )
-    text += f"The goal's {CPU_GOAL:.2%} is {BUDGET_US:g} µs per sample at 100 Hz, all included. "
-    if clocks := leg_medians(c, "clocks", "targets", "late_share_all"):
-        own, shared = clocks["own"], clocks["shared"]
-        text += (
-            f"`serve` ticks all its targets on one thread (the shared clock): with "
-            f"{own['targets']:g} targets that costs "
-            + versus(shared["cpu"], "per sample", own["cpu"], "with a thread per target")
-            + "). "
-        )
-        if c.get("floor"):
-            text += floor_bound(c["floor"], shared, f["python"] * 1e6)
+    clocks, fl = leg_medians(c, "clocks", "targets", "late_share_all"), c.get("floor")
+    if clocks and fl:
+        text += floor_bound(fl, clocks["shared"], f["python"] * 1e6)
     if unmet:
         parts["sidecar's own code"] = code
         largest = max(parts, key=lambda k: parts[k])
@@ -582,37 +557,28 @@ def cpu_bound(c: dict[str, Any]) -> str:
 
 
 def floor_bound(fl: dict[str, Any], shared: dict[str, Any], python: float) -> str:
-    """The machine's floor for the CPU goal against the sampler on the shared clock."""
-    wake, read = fl["sleep"]["cpu_per_tick_us"], fl["read"]["cpu_per_tick_us"]
-    targets, sampler = shared["targets"], shared["cpu"] * 1e6
+    """The machine's floor for the CPU goal against the sampler on the shared clock: a wakeup
+    shared by the targets and a read of each, of the walker's shape when it was measured."""
+    wake, targets, sampler = fl["sleep"]["cpu_per_tick_us"], shared["targets"], shared["cpu"] * 1e6
+    shape = fl["shape"] if (fl.get("shape") or {}).get("ticks") else None
+    read = (shape or fl["read"])["cpu_per_tick_us"]
     floor = wake / targets + (read - wake)
-    text = (
-        f"The machine's floor (part 4): a native thread that only wakes at 100 Hz uses "
-        f"{wake:.1f} µs of CPU per tick, {read:.1f} µs with one 64-byte read of the target"
-        + (", so for a single target the goal is out of this machine's reach before anything "
-           "is sampled. " if read > BUDGET_US else ". ")
-        + f"Shared by {targets:g} targets, waking costs {wake / targets:.1f} µs per target, and "
-        f"with a 64-byte read per target the floor is about {floor:.1f} µs per target and tick "
-        "(an estimate from those two figures). "
-    )  # fmt: skip
-    shape = fl.get("shape") or {}
-    if shape.get("ticks"):
-        floor = wake / targets + (shape["cpu_per_tick_us"] - wake)
-        text += (
-            f"With a read of the walker's shape instead ({shape['pieces']} pieces, "
-            f"{shape['bytes']:,} bytes) it is {floor:.1f} µs, and with serve's Python threads "
-            f"({python:.1f} µs per sample) {floor + python:.1f} µs against the goal's "
-            f"{BUDGET_US:g} µs: " + ("out of this machine's reach with reads of that shape. "
-                                     if floor + python > BUDGET_US else "within reach. ")
-        )  # fmt: skip
-    gap = sampler - floor
-    return text + (
-        f"The sampler's own CPU on the shared clock, {sampler:.1f} µs per sample, is "
-        f"{abs(gap):.1f} µs {'above' if gap >= 0 else 'below'} that "
-        + ("estimate. " if not shape.get("ticks") else "floor")
+    what = (f"a read of the walker's shape ({shape['pieces']} pieces, {shape['bytes']:,} bytes)"
+            if shape else "a 64-byte read")  # fmt: skip
+    gap, alone = sampler - floor, fl["read"]["cpu_per_tick_us"]
+    return (
+        (f"A native thread that only wakes at 100 Hz and reads 64 bytes of one target uses "
+         f"{alone:.1f} µs of CPU per tick: for a single target the goal is out of this machine's "
+         "reach before anything is sampled. " if alone > BUDGET_US else "")
+        + f"The machine's floor on the shared clock (part 4), a wakeup shared by {targets:g} "
+        f"targets and {what} of each, is {floor:.1f} µs per target and tick, and with serve's "
+        f"Python threads ({python:.1f} µs per sample) {floor + python:.1f} µs against the goal's "
+        f"{BUDGET_US:g} µs: " + ("out of this machine's reach. " if floor + python > BUDGET_US
+                                 else "within reach. ")
+        + f"The sampler's own CPU on the shared clock, {sampler:.1f} µs per sample, is "
+        f"{abs(gap):.1f} µs {'above' if gap >= 0 else 'below'} that floor"
         + (": sidecar's own work (walking, folding, counting) and what the floor program does "
-           "not do (the /proc run state, the liveness check). " if shape.get("ticks") and
-           gap >= 0 else ". " if shape.get("ticks") else "")
+           "not do (the /proc run state, the liveness check). " if gap >= 0 else ". ")
     )  # fmt: skip
 
 
