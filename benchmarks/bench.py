@@ -14,11 +14,11 @@ machine hits every leg alike:
 6.   ``store``: database bytes per target-hour and 24 h vs 1 h queries (``benchmarks/store.py``,
      which writes REPORT-store.md as well).
 
-    python -m benchmarks.bench [--only overhead,pauses,...] [--quick] [--report-only]
+    python -m benchmarks.bench [--only overhead,pauses,...] [--quick] [--from-json JSON] [--out DIR]
 
-Results go to benchmarks/REPORT.json (``--only`` replaces just those parts), the report to
-benchmarks/REPORT.md with its plots in benchmarks/REPORT.png; ``--report-only`` writes them
-and REPORT-store.md again from REPORT.json.
+The figures the reports print go to benchmarks/REPORT.json (``report.SUMMARY`` says which;
+``--only`` replaces just those parts), the report to benchmarks/REPORT.md with its plots in
+benchmarks/REPORT.png; ``--from-json`` writes them and REPORT-store.md again from such figures.
 """
 
 from __future__ import annotations
@@ -28,15 +28,14 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from benchmarks import cost, overhead, pauses, rates, report, store
+from benchmarks.plots import plot
 from benchmarks.procs import Procs, load_average, machine
+from benchmarks.table import Report, keep
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "REPORT.json"
 PARTS = ("overhead", "pauses", "cost", "rates", "store")
 
 #: Sizes of each part: the full run (about 16 minutes) and --quick (a few minutes, to try).
@@ -44,13 +43,10 @@ FULL: dict[str, dict[str, Any]] = {
     "overhead": {"rounds": 6, "seconds": 4.0, "rate_hz": 100.0},
     "pauses": {"rounds": 3, "seconds": 4.0, "rate_hz": 100.0},
     "cost": {"targets": 4, "seconds": 40.0, "warmup": 12.0, "perf_seconds": 10.0},
-    "rates": {
-        "rates": [100, 250, 500, 1000, 2000, 3000, 5000, 7000, 10000],
-        "rounds": 1,
-        "seconds": 3.0,
-    },
+    "rates": {"rates": [100, 250, 500, 1000, 2000, 3000, 5000, 7000, 10000], "rounds": 1,
+              "seconds": 3.0},
     "store": {"minutes": 6.0},
-}
+}  # fmt: skip
 QUICK: dict[str, dict[str, Any]] = {
     "overhead": {"rounds": 1, "seconds": 3.0, "rate_hz": 100.0},
     "pauses": {"rounds": 1, "seconds": 2.0, "rate_hz": 100.0},
@@ -65,23 +61,18 @@ def log(line: str) -> None:
 
 
 def run_part(name: str, params: dict[str, Any], workdir: Path) -> dict[str, Any]:
-    runners: dict[str, Callable[[Procs], dict[str, Any]]] = {
-        "overhead": lambda procs: overhead.run(procs, workdir, log=log, **params),
-        "pauses": lambda procs: pauses.run(procs, log=log, **params),
-        "cost": lambda procs: cost.run(procs, workdir, log=log, **params),
-        "rates": lambda procs: rates.run(procs, workdir, log=log, **params),
-        "store": lambda procs: store.measure(params["minutes"], log),
-    }
     began, load = time.monotonic(), load_average()
     with Procs(workdir) as procs:
-        result = runners[name](procs)
-    result["phase"] = {
-        "seconds": time.monotonic() - began,
-        "load_start": load,
-        "load_end": load_average(),
-        "params": params,
-        "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
-    }
+        if name == "store":
+            result = store.measure(params["minutes"], log)
+        elif name == "pauses":
+            result = pauses.run(procs, log=log, **params)
+        else:
+            module = {"overhead": overhead, "cost": cost, "rates": rates}[name]
+            result = module.run(procs, workdir, log=log, **params)  # type: ignore[attr-defined]
+    result["phase"] = {"seconds": time.monotonic() - began, "load_start": load,
+                       "load_end": load_average(), "params": params,
+                       "finished": time.strftime("%Y-%m-%d %H:%M:%S")}  # fmt: skip
     return result
 
 
@@ -89,18 +80,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help=f"comma-separated parts of {', '.join(PARTS)}")
     parser.add_argument("--quick", action="store_true", help="short runs, to try the harness")
-    parser.add_argument(
-        "--report-only", action="store_true", help="rewrite the reports from REPORT.json"
-    )
+    parser.add_argument("--from-json", type=Path, help="write the reports from these figures")
+    parser.add_argument("--out", type=Path, help="folder of the reports and their JSON")
     args = parser.parse_args()
     parts = PARTS if not args.only else tuple(p.strip() for p in args.only.split(","))
-    unknown = set(parts) - set(PARTS)
-    if unknown:
-        parser.error(f"unknown parts: {', '.join(sorted(unknown))}")
+    if set(parts) - set(PARTS):
+        parser.error(f"unknown parts: {', '.join(sorted(set(parts) - set(PARTS)))}")
+    out = Report("REPORT", args.out)
     results: dict[str, Any] = {}
-    if RESULTS.exists() and (args.only or args.report_only):
-        results = json.loads(RESULTS.read_text())
-    if not args.report_only:
+    if args.from_json or (args.only and out.json.exists()):
+        results = json.loads((args.from_json or out.json).read_text())
+    if not args.from_json:
         sizes = QUICK if args.quick else FULL
         results["machine"] = machine()
         began = time.monotonic()
@@ -108,18 +98,19 @@ def main() -> int:
             for name in parts:
                 log(f"== {name} (load average {load_average():.1f})")
                 results[name] = run_part(name, sizes[name], Path(tmp))
-                RESULTS.write_text(json.dumps(results, indent=1) + "\n")
-        results["run"] = {
-            "seconds": time.monotonic() - began,
-            "date": time.strftime("%Y-%m-%d %H:%M"),
-            "quick": args.quick,
-            "parts": list(parts),
-        }
-        RESULTS.write_text(json.dumps(results, indent=1) + "\n")
-    if "store" in results and ("store" in parts or args.report_only):
-        store.write_report(results["store"])
-    report.write(results)
-    log(f"wrote {report.REPORT.relative_to(ROOT)} and {report.CHART.relative_to(ROOT)}")
+                out.save(keep(results, report.SUMMARY))
+        date = time.strftime("%Y-%m-%d %H:%M")
+        results["run"] = {"seconds": time.monotonic() - began, "quick": args.quick, "date": date,
+                          "parts": list(parts)}  # fmt: skip
+        out.save(keep(results, report.SUMMARY))
+    if "store" in results and ("store" in parts or args.from_json):
+        store_report = Report("REPORT-store", args.out)
+        store.write_report(results["store"], store_report, results["machine"])
+        store_report.write()
+    report.write(results, out)
+    out.write()
+    plot(results, out.md.with_suffix(".png"))
+    log(f"wrote {out.md} and {out.md.with_suffix('.png')}")
     return 0
 
 

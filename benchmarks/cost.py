@@ -1,20 +1,12 @@
 """The CPU goal: what ``sidecar serve`` costs per target at 100 Hz, everything included, and where.
 
-``sidecar serve`` samples N targets with ~30-frame stacks (``targets/deep.py``: an event loop
-10 % on CPU, the rest in ``time.sleep``, stacks varying by call chain and leaf) with its
-defaults (100 Hz, 10 s windows, SQLite). Measured on the running service:
-
-- CPU per target: the serve process's user + system time over ``seconds`` after a warm-up,
-  divided by N, split into the native sampler threads and the Python threads;
-- system calls per sample (``perf stat`` on the syscall tracepoints);
-- where the CPU goes (``perf record -e cpu-clock -g``), each sample put in one category by its
-  kernel call chain and its user-space leaf frame (user call chains are not reliable without
-  frame pointers, so a libc leaf such as ``malloc`` is not attributed to its caller).
-
-Then, per part, timed on their own: one sampler's read and fold per sample (the ``Sampler``'s
-own counters, in a child process); classification (``Sessions._batch``: ``classify`` per row)
-and ``Store.write`` over the very windows serve stored; and the discovery scan serve repeats
-every 2 s.
+``sidecar serve`` (defaults: 100 Hz, 10 s windows, SQLite) samples N ``targets/deep.py`` (an event
+loop ~30 frames deep, 10 % on CPU). On the running service: its CPU per target (sampler threads
+and Python threads), system calls per sample (``perf stat``) and where the CPU goes (``perf
+record``, each sample put in a category by its kernel chain and user-space leaf). Then, each on
+its own: a sampler's read and fold (``pauses.sample``), the two readers and the two clocks side by
+side, classification and ``Store.write`` over the windows serve stored, the discovery scan, one
+``process_vm_readv`` after a sleep, and the machine's floor (``floor.native_floor``).
 """
 
 from __future__ import annotations
@@ -32,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import floor, pauses
-from benchmarks.procs import PYTHON, Procs, load_average
+from benchmarks.common import serve, thread_cpu
+from benchmarks.procs import Procs, load_average
 from sidecar import _native
 from sidecar.classify.threads import classify
 from sidecar.discover import Selection, scan
@@ -49,29 +42,11 @@ SYSCALLS = ("process_vm_readv", "openat", "read", "getdents64", "close", "ptrace
 Log = Callable[[str], None]
 
 
-def thread_cpu(pid: int) -> dict[str, float]:
-    """CPU seconds so far of the process's native sampler threads and of all the others, from
-    the scheduler's nanosecond run time (utime and stime in /proc count 10 ms ticks)."""
-    out = {"sampler": 0.0, "python": 0.0}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            comm = (task / "comm").read_text()
-            seconds = int((task / "schedstat").read_text().split()[0]) / 1e9
-        except OSError:
-            continue  # the thread ended meanwhile
-        out["sampler" if comm.startswith("sidecar-sampl") else "python"] += seconds
-    return out
-
-
 def perf_stat(pid: int, seconds: float) -> dict[str, int]:
     """System calls of ``pid`` over ``seconds``, by name."""
     events = ",".join(f"syscalls:sys_enter_{name}" for name in SYSCALLS)
-    done = subprocess.run(
-        ["perf", "stat", "-x,", "-e", events, "-p", str(pid), "--", "sleep", f"{seconds:g}"],
-        capture_output=True,
-        text=True,
-        timeout=seconds + 30,
-    )
+    argv = ["perf", "stat", "-x,", "-e", events, "-p", str(pid), "--", "sleep", f"{seconds:g}"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 30)
     counts: dict[str, int] = {}
     for line in done.stderr.splitlines():
         parts = line.split(",")
@@ -84,14 +59,8 @@ def perf_stat(pid: int, seconds: float) -> dict[str, int]:
 
 COPY = ("copy_page_to_iter", "_copy_to_iter", "copy_user_generic", "rep_movs_alternative")
 PAGES = ("get_user_pages", "pin_user_pages", "mm_access", "unpin_user_page", "follow_page", "gup_")
-PROC_CALLS = (
-    "sys_openat",
-    "sys_read",
-    "sys_getdents64",
-    "sys_close",
-    "sys_newfstatat",
-    "sys_statx",
-)
+PROC_CALLS = ("sys_openat", "sys_read", "sys_getdents64", "sys_close", "sys_newfstatat",
+              "sys_statx")  # fmt: skip
 LIBC_PROC = ("open64", "open", "libc_open64", "openat", "read", "libc_read", "close",
              "libc_close", "opendir", "readdir64", "readdir", "getdents64", "closedir", "fstat",
              "statx", "GI___readdir64", "GI___close")  # fmt: skip
@@ -101,28 +70,34 @@ ALLOC = re.compile(
     r"|unlink_chunk|malloc_consolidate|tcache|memalign)"
 )
 
-#: Categories in report order: (key, label).
+#: Categories in report order: key, label, and its short name in REPORT.png.
 CATEGORIES = (
-    ("vm_copy", "process_vm_readv: copying the bytes"),
-    ("vm_pages", "process_vm_readv: finding and pinning the pages (VMA lookup, GUP, mm access)"),
-    ("vm_call", "process_vm_readv: syscall entry and exit, iovecs, tracing hooks"),
-    ("proc_io", "/proc reads: open, read, list and close of /proc/PID/task/*/stat"),
-    ("proc_regex", "/proc stat parsing: remoteprocess's regex"),
-    ("ptrace", "ptrace stop and resume (blocking mode)"),
-    ("line_numbers", "py-spy: line numbers from line tables"),
-    ("pyspy", "py-spy: frame walk, strings, other"),
-    ("walker", "sidecar's frame walker (CPython 3.11): frames, code checks, cached folding"),
-    ("alloc", "malloc / free (any caller)"),
-    ("fold", "sidecar's sampling loop: folding (frame cache, hashing), windows, /proc checks"),
-    ("sleep", "sleeping and waking (timers, futexes, scheduler)"),
-    ("kernel_other", "kernel, other"),
-    ("native_other", "native thread, other user space (memcpy, memcmp, threading)"),
-    ("unresolved", "native thread, symbols unresolved (library replaced on disk meanwhile?)"),
-    ("python", "Python threads: interpreter (classify, store, discovery, HTTP)"),
-    ("sqlite", "Python threads: SQLite"),
-    ("python_kernel", "Python threads: kernel"),
-    ("python_other", "Python threads: other libraries"),
-)
+    ("vm_copy", "process_vm_readv: copying the bytes", "readv: copy"),
+    ("vm_pages", "process_vm_readv: finding and pinning the pages (VMA lookup, GUP, mm access)",
+     "readv: pages"),
+    ("vm_call", "process_vm_readv: syscall entry and exit, iovecs, tracing hooks",
+     "readv: syscall"),
+    ("proc_io", "/proc reads: open, read, list and close of /proc/PID/task/*/stat", "/proc I/O"),
+    ("proc_regex", "/proc stat parsing: remoteprocess's regex", "/proc regex"),
+    ("ptrace", "ptrace stop and resume (blocking mode)", "ptrace"),
+    ("line_numbers", "py-spy: line numbers from line tables", "line tables"),
+    ("pyspy", "py-spy: frame walk, strings, other", "py-spy walk"),
+    ("walker", "sidecar's frame walker (CPython 3.11): frames, code checks, cached folding",
+     "own walker"),
+    ("alloc", "malloc / free (any caller)", "malloc/free"),
+    ("fold", "sidecar's sampling loop: folding (frame cache, hashing), windows, /proc checks",
+     "sidecar loop"),
+    ("sleep", "sleeping and waking (timers, futexes, scheduler)", "sleep/wake"),
+    ("kernel_other", "kernel, other", "kernel other"),
+    ("native_other", "native thread, other user space (memcpy, memcmp, threading)",
+     "native other"),
+    ("unresolved", "native thread, symbols unresolved (library replaced on disk meanwhile?)",
+     "unresolved"),
+    ("python", "Python threads: interpreter (classify, store, discovery, HTTP)", "Py interpreter"),
+    ("sqlite", "Python threads: SQLite", "Py SQLite"),
+    ("python_kernel", "Python threads: kernel", "Py kernel"),
+    ("python_other", "Python threads: other libraries", "Py other"),
+)  # fmt: skip
 
 
 def categorize(comm: str, frames: list[tuple[str, str]]) -> str:
@@ -203,19 +178,10 @@ def parse_perf_script(text: str) -> Counter[str]:
 def perf_profile(pid: int, seconds: float, workdir: Path) -> dict[str, int]:
     data = workdir / "perf.data"
     argv = ["perf", "record", "-q", "-e", "cpu-clock", "-g", "-p", str(pid), "-o", str(data)]
-    subprocess.run(
-        [*argv, "--", "sleep", f"{seconds:g}"],
-        capture_output=True,
-        timeout=seconds + 60,
-        check=True,
-    )
-    script = subprocess.run(
-        ["perf", "script", "-i", str(data), "-F", "comm,tid,ip,sym,dso"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
+    subprocess.run([*argv, "--", "sleep", f"{seconds:g}"], capture_output=True,
+                   timeout=seconds + 60, check=True)  # fmt: skip
+    script = subprocess.run(["perf", "script", "-i", str(data), "-F", "comm,tid,ip,sym,dso"],
+                            capture_output=True, text=True, timeout=300, check=True)  # fmt: skip
     data.unlink()
     return dict(parse_perf_script(script.stdout))
 
@@ -227,12 +193,8 @@ def stored_windows(db: Path) -> list[tuple[int, dict[str, Any]]]:
     """The windows serve stored, as (target id, sampler window) in time order."""
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
-        ticks = {
-            (int(w), int(t)): int(n)
-            for w, t, n in conn.execute(
-                "SELECT window, target_id, SUM(ticks) FROM windows GROUP BY window, target_id"
-            ).fetchall()
-        }
+        query = "SELECT window, target_id, SUM(ticks) FROM windows GROUP BY window, target_id"
+        ticks = {(int(w), int(t)): int(n) for w, t, n in conn.execute(query).fetchall()}
     finally:
         conn.close()
     reader = Reader(db, WINDOW)
@@ -241,20 +203,10 @@ def stored_windows(db: Path) -> list[tuple[int, dict[str, Any]]]:
     windows: dict[tuple[int, int], dict[str, Any]] = {}
     for window, target, _, stack, thread, state, count in rows:
         key = (window, target)
-        entry = windows.setdefault(
-            key,
-            {"start": float(window), "end": float(window + WINDOW), "stacks": []},
-        )
-        entry["samples"] = ticks.get(key, 0)
-        entry["stacks"].append(
-            _native.Row(
-                thread_id=thread,
-                thread_name="",
-                on_cpu=state == "busy",
-                stack=texts[stack],
-                count=count,
-            )
-        )
+        entry = windows.setdefault(key, {"start": float(window), "end": float(window + WINDOW),
+                                         "stacks": [], "samples": ticks.get(key, 0)})  # fmt: skip
+        entry["stacks"].append(_native.Row(thread_id=thread, thread_name="", count=count,
+                                           on_cpu=state == "busy", stack=texts[stack]))  # fmt: skip
     return [(target, windows[(start, target)]) for start, target in sorted(windows)]
 
 
@@ -263,39 +215,35 @@ def time_windows(windows: list[tuple[int, dict[str, Any]]], workdir: Path) -> di
     sessions = Sessions(None, Selection(), rate_hz=RATE, window=WINDOW)  # type: ignore[arg-type]
     store = Store(workdir / "timing.db")
     session_of: dict[int, Session] = {}
-    cold, warm, first_writes, writes, ticks = [], [], [], [], []
+    times: dict[str, list[float]] = {k: [] for k in ("cold", "warm", "write_first", "write")}
+
+    def timed(key: str, fn: Callable[[], Any]) -> Any:
+        began = time.perf_counter()
+        out = fn()
+        times[key].append(time.perf_counter() - began)
+        return out
+
     try:
         for target, window in windows:
-            if target not in session_of:
+            first = target not in session_of
+            if first:
                 key = (900_000 + target, 1)
                 store.attach(ProcessRecord(key[0], key[1], f"target {target}", time.time()))
                 session_of[target] = Session(key, "", None, "unknown", "asyncio", 0.0)  # type: ignore[arg-type]
-                first = True
-            else:
-                first = False
             session = session_of[target]
             classify.cache_clear()
-            began = time.perf_counter()
-            sessions._batch(session, window)
-            cold.append(time.perf_counter() - began)
-            began = time.perf_counter()
-            batch = sessions._batch(session, window)
-            warm.append(time.perf_counter() - began)
-            began = time.perf_counter()
-            store.write([batch])
-            (first_writes if first else writes).append(time.perf_counter() - began)
-            ticks.append(window["samples"])
+            timed("cold", lambda: sessions._batch(session, window))  # noqa: B023
+            batch = timed("warm", lambda: sessions._batch(session, window))  # noqa: B023
+            timed("write_first" if first else "write", lambda: store.write([batch]))  # noqa: B023
     finally:
         store.close()
     return {
         "windows": len(windows),
-        "ticks_median": statistics.median(ticks) if ticks else 0,
+        "ticks_median": statistics.median(w["samples"] for _, w in windows) if windows else 0,
         "rows_median": statistics.median(len(w["stacks"]) for _, w in windows) if windows else 0,
-        "classify_cold": cold,
-        "classify_warm": warm,
-        "write_first": first_writes,
-        "write": writes,
-    }
+        "classify_cold": times["cold"], "classify_warm": times["warm"],
+        "write_first": times["write_first"], "write": times["write"],
+    }  # fmt: skip
 
 
 class _IoVec(ctypes.Structure):
@@ -307,11 +255,8 @@ def wake_penalty(pid: int, ticks: int = 300, calls: int = 8) -> dict[str, float]
     first after a 10 ms sleep (a sampler's tick at 100 Hz), the later ones of the same tick,
     and back to back without sleeping; and a trivial system call right after waking."""
     libc = ctypes.CDLL(None, use_errno=True)
-    heap = next(
-        int(line.split("-")[0], 16)
-        for line in Path(f"/proc/{pid}/maps").read_text().splitlines()
-        if line.endswith("[heap]")
-    )
+    maps = Path(f"/proc/{pid}/maps").read_text().splitlines()
+    heap = next(int(line.split("-")[0], 16) for line in maps if line.endswith("[heap]"))
     buf = ctypes.create_string_buffer(64)
     local, remote = _IoVec(ctypes.addressof(buf), 64), _IoVec(heap, 64)
 
@@ -330,17 +275,14 @@ def wake_penalty(pid: int, ticks: int = 300, calls: int = 8) -> dict[str, float]
         later += [read() for _ in range(calls - 1)]
     for _ in range(ticks):
         other += [read() for _ in range(calls)]
-    return {
-        "first_after_sleep": statistics.median(first),
-        "later_after_sleep": statistics.median(later),
-        "back_to_back": statistics.median(other),
-        "syscall_after_sleep": statistics.median(trivial),
-    }
+    return {"first_after_sleep": statistics.median(first),
+            "later_after_sleep": statistics.median(later),
+            "back_to_back": statistics.median(other),
+            "syscall_after_sleep": statistics.median(trivial)}  # fmt: skip
 
 
 def time_discovery(pids: list[int], repeat: int = 10) -> list[float]:
-    selection = Selection(pids=frozenset(pids))
-    out = []
+    out, selection = [], Selection(pids=frozenset(pids))
     for _ in range(repeat):
         began = time.perf_counter()
         scan(selection)
@@ -349,93 +291,60 @@ def time_discovery(pids: list[int], repeat: int = 10) -> list[float]:
 
 
 def run(
-    procs: Procs,
-    workdir: Path,
-    *,
-    targets: int,
-    seconds: float,
-    warmup: float,
-    perf_seconds: float,
-    log: Log,
-) -> dict[str, Any]:
+    procs: Procs, workdir: Path, *, targets: int, seconds: float, warmup: float,
+    perf_seconds: float, log: Log,
+) -> dict[str, Any]:  # fmt: skip
     lifetime = str(warmup + seconds + perf_seconds + 120)
     deep = [procs.target("deep", "--seconds", lifetime)[0] for _ in range(targets)]
     pids = [child.pid for child in deep]
     db = workdir / "cost.db"
-    argv = [PYTHON, "-m", "sidecar", "serve", "--db", str(db), "--port", "0"]
-    argv += ["--rate", f"{RATE:g}", "--window", str(WINDOW), "--log-level", "warning"]
-    for pid in pids:
-        argv += ["--pid", str(pid)]
-    serve = procs.start(argv)
-    serve.wait_for(r"serving http", stream="err")
+    server = serve(procs, pids, db, RATE, WINDOW)
     time.sleep(warmup)
     # in rounds, as the machine's own load moves the figure between them
     load0, rounds = load_average(), []
     for _ in range(CPU_ROUNDS):
-        cpu0, t0 = thread_cpu(serve.pid), time.monotonic()
+        cpu0, t0 = thread_cpu(server.pid), time.monotonic()
         time.sleep(seconds / CPU_ROUNDS)
-        cpu1, t1 = thread_cpu(serve.pid), time.monotonic()
+        cpu1, t1 = thread_cpu(server.pid), time.monotonic()
         rounds.append({part: (cpu1[part] - cpu0[part]) / (t1 - t0) for part in cpu0})
     load1 = load_average()
     per_round = [sum(r.values()) / targets for r in rounds]
-    middle = rounds[per_round.index(statistics.median_low(per_round))]
-    cpu, per_target = middle, sum(middle.values()) / targets
-    log(
-        f"serve on {targets} targets: {per_target * 100:.3f}% of a core per target "
-        f"(sampler threads {cpu['sampler'] / targets * 100:.3f}%, Python threads "
-        f"{cpu['python'] / targets * 100:.3f}%; rounds "
-        + ", ".join(f"{r * 100:.3f}%" for r in per_round)
-        + f") · load {load0:.1f}–{load1:.1f}"
-    )
-    stat_seconds = 5.0
-    syscalls = perf_stat(serve.pid, stat_seconds)
-    profile = perf_profile(serve.pid, perf_seconds, workdir)
-    procs.stop(serve)
-    windows = stored_windows(db)
-    timing = time_windows(windows, workdir)
+    cpu = rounds[per_round.index(statistics.median_low(per_round))]
+    per_target = sum(cpu.values()) / targets
+    log(f"serve on {targets} targets: {per_target:.3%} of a core per target (sampler threads "
+        f"{cpu['sampler'] / targets:.3%}; rounds {', '.join(f'{r:.3%}' for r in per_round)}) · "
+        f"load {load0:.1f}–{load1:.1f}")  # fmt: skip
+    syscalls, stat_seconds = perf_stat(server.pid, 5.0), 5.0
+    profile = perf_profile(server.pid, perf_seconds, workdir)
+    procs.stop(server)
+    timing = time_windows(stored_windows(db), workdir)
     log(f"timed classification and writes over {timing['windows']} stored windows")
-    sampler = pauses.sample(procs, pids[0], blocking=False, rate_hz=RATE, seconds=6, rt=None)
-    blocking = pauses.sample(procs, pids[0], blocking=True, rate_hz=RATE, seconds=6, rt=None)
-    # the two readers side by side on the same target, alternating, three rounds each
+
+    def sample(pid: Any, seconds: float = 5, **kwargs: Any) -> dict[str, Any]:
+        return pauses.sample(procs, pid, rate_hz=RATE, seconds=seconds, rt=None, **kwargs)
+
+    sampler = sample(pids[0], 6, blocking=False)
+    blocking = sample(pids[0], 6, blocking=True)
+    # the two readers side by side on one target, and every target on its own sampling thread
+    # against all on the shared clock: alternating, three rounds each
     readers: dict[str, list[dict[str, Any]]] = {"auto": [], "py-spy": []}
-    for _ in range(3):
-        for reader in readers:
-            readers[reader].append(
-                pauses.sample(
-                    procs, pids[0], blocking=False, rate_hz=RATE, seconds=5, rt=None, reader=reader
-                )
-            )
-    # every target on its own sampling thread, and all on the shared clock, alternating
     clocks: dict[str, list[dict[str, Any]]] = {"own": [], "shared": []}
     for _ in range(3):
-        for clock in clocks:
-            clocks[clock].append(
-                pauses.sample(
-                    procs, pids, blocking=False, rate_hz=RATE, seconds=5, rt=None, clock=clock
-                )
-            )
-        log(
-            "clocks: "
-            + ", ".join(
-                f"{clock} {runs[-1]['thread_cpu_per_sample'] * 1e6:.1f} µs per sample"
-                for clock, runs in clocks.items()
-            )
-        )
+        for reader, runs in readers.items():
+            runs.append(sample(pids[0], blocking=False, reader=reader))
+        for clock, runs in clocks.items():
+            runs.append(sample(pids, blocking=False, clock=clock))
+        log("clocks: " + ", ".join(f"{clock} {runs[-1]['thread_cpu_per_sample'] * 1e6:.1f} µs "
+                                   "per sample" for clock, runs in clocks.items()))  # fmt: skip
     # the machine's floor: a native thread that only wakes, one that reads 64 bytes, and one
     # whose read has the shape of the walker's on the shared clock
     last = clocks["shared"][-1]
     shape = (round(last["read_pieces"]), round(last["read_bytes"]))
-    machine_floor = floor.native_floor(
-        procs, pids[0], rate=RATE, seconds=5, rt=None, shape=shape if shape[0] else None
-    )
-    log(
-        f"floor: waking {machine_floor['sleep']['cpu_per_tick_us']:.1f} µs CPU per tick, "
-        f"with one read {machine_floor['read']['cpu_per_tick_us']:.1f} µs, with one read "
-        f"of {shape[0]} pieces and {shape[1]:,} bytes "
-        f"{machine_floor['shape']['cpu_per_tick_us']:.1f} µs"
-    )
-    discovery = time_discovery(pids)
-    wake = wake_penalty(pids[0])
+    machine_floor = floor.native_floor(procs, pids[0], rate=RATE, seconds=5, rt=None,
+                                       shape=shape if shape[0] else None)  # fmt: skip
+    log(f"floor: waking {machine_floor['sleep']['cpu_per_tick_us']:.1f} µs CPU per tick, with "
+        f"one read {machine_floor['read']['cpu_per_tick_us']:.1f} µs")  # fmt: skip
+    discovery, wake = time_discovery(pids), wake_penalty(pids[0])
     log(
         "process_vm_readv: first after a 10 ms sleep {first_after_sleep:,.0f} ns, later "
         "{later_after_sleep:,.0f} ns, back to back {back_to_back:,.0f} ns".format(**wake)
@@ -443,25 +352,10 @@ def run(
     for child in deep:
         procs.stop(child)
     return {
-        "targets": targets,
-        "rate_hz": RATE,
-        "window": WINDOW,
-        "seconds": seconds,
-        "warmup": warmup,
-        "load": [load0, load1],
-        "cpu": cpu,
-        "cpu_per_target": per_target,
-        "cpu_per_target_rounds": per_round,
-        "syscalls": syscalls,
-        "syscall_seconds": stat_seconds,
-        "perf": profile,
-        "perf_seconds": perf_seconds,
-        "timing": timing,
-        "sampler": sampler,
-        "sampler_blocking": blocking,
-        "readers": readers,
-        "clocks": clocks,
-        "floor": machine_floor,
-        "wake": wake,
-        "discovery": discovery,
-    }
+        "targets": targets, "rate_hz": RATE, "window": WINDOW, "seconds": seconds,
+        "warmup": warmup, "load": [load0, load1], "cpu": cpu, "cpu_per_target": per_target,
+        "cpu_per_target_rounds": per_round, "syscalls": syscalls, "syscall_seconds": stat_seconds,
+        "perf": profile, "perf_seconds": perf_seconds, "timing": timing, "sampler": sampler,
+        "sampler_blocking": blocking, "readers": readers, "clocks": clocks,
+        "floor": machine_floor, "wake": wake, "discovery": discovery,
+    }  # fmt: skip

@@ -14,7 +14,7 @@ the diff into reading each SVG, comparing, and drawing.
 
     python -m benchmarks.diff [--rounds 5] [--stacks 7500]
 
-Writes benchmarks/REPORT-diff.md.
+Writes benchmarks/REPORT-diff.md and REPORT-diff.json.
 """
 
 from __future__ import annotations
@@ -27,17 +27,18 @@ import resource
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from benchmarks.common import main
+from benchmarks.table import Col, Report, med, met
 from sidecar.analyze.diff import diff_profiles, render_diff
 from sidecar.formats.inputs import load_profile
 from sidecar.formats.render import RenderOptions, render_svg
 
 ROOT = Path(__file__).resolve().parents[1]
-REPORT = ROOT / "benchmarks" / "REPORT-diff.md"
 GOAL = 2.0
 
 LOOP = [
@@ -69,23 +70,18 @@ def profiles(stacks: int, seed: int = 1) -> tuple[dict[str, int], dict[str, int]
     return before, after
 
 
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def timed(argv: list[str]) -> tuple[float, float]:
     """Wall time and CPU time (the process and its workers) of one command."""
-    cpu = _children_cpu()
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
-    elapsed = time.perf_counter() - start
+    elapsed, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
     if result.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed: {result.stderr}")
-    return elapsed, _children_cpu() - cpu
+    return elapsed, after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime
 
 
-def best_of(fn: Callable[[], object], rounds: int) -> tuple[float, float]:
+def in_process(fn: Callable[[], object], rounds: int) -> tuple[float, float]:
     """Median wall time and median CPU time of a call."""
     times, cpus = [], []
     for _ in range(rounds):
@@ -96,118 +92,103 @@ def best_of(fn: Callable[[], object], rounds: int) -> tuple[float, float]:
     return statistics.median(times), statistics.median(cpus)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--stacks", type=int, default=7500)
-    args = parser.parse_args()
-    load_before = os.getloadavg()
-    with tempfile.TemporaryDirectory(prefix="sidecar-bench-diff-") as tmp:
-        work = Path(tmp)
-        before, after = profiles(args.stacks)
-        paths = {}
-        for name, stacks in (("before", before), ("after", after)):
-            lines = [f"{s} {c}" for s, c in stacks.items()]
-            (work / f"{name}.folded").write_text("\n".join(lines) + "\n")
-            svg = render_svg(lines, RenderOptions(min_width=0))
-            (work / f"{name}.svg").write_text(svg)
-            paths[name] = work / f"{name}.svg"
-        sizes = {n: p.stat().st_size for n, p in paths.items()}
-
-        cli = [sys.executable, "-m", "sidecar"]
-        render_argv = [*cli, "render", str(work / "before.folded"), "--min-width", "0"]
-        render_argv += ["-o", str(work / "r.svg")]
-        diff_argv = [*cli, "diff", str(paths["before"]), str(paths["after"])]
-        diff0_argv = [*diff_argv, "-o", str(work / "d0.svg"), "--min-width", "0"]
-        diff_argv += ["-o", str(work / "d.svg")]
-        runs: dict[str, list[float]] = {"render": [], "diff": [], "diff0": []}
-        cpus: dict[str, list[float]] = {"render": [], "diff": [], "diff0": []}
-        for _ in range(args.rounds):
-            for key, argv in (("render", render_argv), ("diff", diff_argv), ("diff0", diff0_argv)):
-                wall, cpu = timed(argv)
-                runs[key].append(wall)
-                cpus[key].append(cpu)
-        median = {k: statistics.median(v) for k, v in runs.items()}
-        cpu_median = {k: statistics.median(v) for k, v in cpus.items()}
-        diff_svg_size = (work / "d.svg").stat().st_size
-        diff0_svg_size = (work / "d0.svg").stat().st_size
-
-        # In process: where the diff's time goes.
-        lines = [f"{s} {c}" for s, c in before.items()]
-        parts = {
-            "render BEFORE (in process, min width 0)": best_of(
-                lambda: render_svg(lines, RenderOptions(min_width=0)), args.rounds
-            ),
-            "read BEFORE.svg": best_of(lambda: load_profile(str(paths["before"])), args.rounds),
-            "read AFTER.svg": best_of(lambda: load_profile(str(paths["after"])), args.rounds),
-        }
-        a, b = load_profile(str(paths["before"])), load_profile(str(paths["after"]))
-        parts["compare (diff_profiles)"] = best_of(lambda: diff_profiles(a, b), args.rounds)
-        d = diff_profiles(a, b)
-        parts["draw the diff (min width 0.1)"] = best_of(lambda: render_diff(d), args.rounds)
-        parts["draw the diff (min width 0)"] = best_of(
-            lambda: render_diff(d, RenderOptions(min_width=0)), args.rounds
-        )
-        top = d.total_changes[0].frame if d.total_changes else "-"
-    load_after = os.getloadavg()
-
-    ratio = median["diff"] / median["render"]
-    ratio0 = median["diff0"] / median["render"]
-    verdict = "met" if ratio <= GOAL else "not met"
-    mb = 1024 * 1024
-
-    def size(n: int) -> str:
-        return f"{n / mb:.1f} MB" if n >= mb / 10 else f"{n / 1024:.0f} KB"
-
-    report = [
-        "# `sidecar diff` of two 20 MB SVGs vs rendering one",
-        "",
-        f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
-        f"{platform.python_version()}; load average {load_before[0]:.2f} before, "
-        f"{load_after[0]:.2f} after (other work on the machine shows up in the figures).",
-        "",
-        f"Inputs: {args.stacks:,} unique stacks, BEFORE.svg {sizes['before'] / mb:.1f} MB, "
-        f"AFTER.svg {sizes['after'] / mb:.1f} MB (inferno, min width 0; AFTER has handler_7 3x "
-        f"slower). Top total-share change found: `{top}`.",
-        "",
-        f"End to end, separate processes, median of {args.rounds} interleaved rounds:",
-        "",
-        "| command | median wall s | median CPU s | wall runs (s) |",
-        "|---|---:|---:|---|",
-        *(
-            f"| {label} | {median[key]:.3f} | {cpu_median[key]:.3f} | "
-            + ", ".join(f"{t:.3f}" for t in runs[key])
-            + " |"
-            for key, label in (
-                ("render", "`sidecar render BEFORE.folded --min-width 0`"),
-                ("diff", f"`sidecar diff BEFORE.svg AFTER.svg` (graph {size(diff_svg_size)})"),
-                ("diff0", f"`sidecar diff ... --min-width 0` (graph {size(diff0_svg_size)})"),
-            )
+def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    load_before = os.getloadavg()[0]
+    before, after = profiles(args.stacks)
+    for name, stacks in (("before", before), ("after", after)):
+        lines = [f"{s} {c}" for s, c in stacks.items()]
+        (work / f"{name}.folded").write_text("\n".join(lines) + "\n")
+        (work / f"{name}.svg").write_text(render_svg(lines, RenderOptions(min_width=0)))
+    svg = {name: str(work / f"{name}.svg") for name in ("before", "after")}
+    cli = [sys.executable, "-m", "sidecar"]
+    commands = {
+        "render": [*cli, "render", str(work / "before.folded"), "--min-width", "0", "-o",
+                   str(work / "render.svg")],
+        "diff": [*cli, "diff", svg["before"], svg["after"], "-o", str(work / "diff.svg")],
+        "diff0": [*cli, "diff", svg["before"], svg["after"], "-o", str(work / "diff0.svg"),
+                  "--min-width", "0"],
+    }  # fmt: skip
+    runs: dict[str, list[tuple[float, float]]] = {key: [] for key in commands}
+    for _ in range(args.rounds):
+        for key, argv in commands.items():
+            runs[key].append(timed(argv))
+    # In process: where the diff's time goes.
+    lines = [f"{s} {c}" for s, c in before.items()]
+    a, b = load_profile(svg["before"]), load_profile(svg["after"])
+    d = diff_profiles(a, b)
+    steps = {
+        "render BEFORE (in process, min width 0)": lambda: render_svg(
+            lines, RenderOptions(min_width=0)
         ),
-        "",
-        f"**diff / render = {ratio:.2f}x** in wall time (goal <= {GOAL:.0f}x: **{verdict}**); "
-        f"with --min-width 0: {ratio0:.2f}x. In CPU time: "
-        f"{cpu_median['diff'] / cpu_median['render']:.2f}x.",
-        "",
-        "In process (median):",
-        "",
-        "| step | wall s | CPU s |",
-        "|---|---:|---:|",
-        *(f"| {name} | {wall:.3f} | {cpu:.3f} |" for name, (wall, cpu) in parts.items()),
-        "",
-        "How the diff runs: SVGs are read natively (native/src/svgread.rs: quick-xml, the "
-        "whole document checked, the GIL released; inferno's frames folded into stacks in Rust, "
-        "other layouts' frames put together in Python), two inferno SVGs in parallel in two "
-        "threads when together they are above 8 MB. The comparison counts self / total / "
-        "caller-callee time per function "
-        "natively for both profiles at once (native/src/shares.rs) and ranks the changes in "
-        "Python. Both diff and render pay the same start-up (Python, the package); CPU time "
-        "adds up the two reading threads.",
-        "",
-    ]
-    REPORT.write_text("\n".join(report))
-    print("\n".join(report))
+        "read BEFORE.svg": lambda: load_profile(svg["before"]),
+        "read AFTER.svg": lambda: load_profile(svg["after"]),
+        "compare (diff_profiles)": lambda: diff_profiles(a, b),
+        "draw the diff (min width 0.1)": lambda: render_diff(d),
+        "draw the diff (min width 0)": lambda: render_diff(d, RenderOptions(min_width=0)),
+    }
+    return {
+        "machine": {"arch": platform.machine(), "cpus": os.cpu_count(),
+                    "python": platform.python_version()},
+        "load": [load_before, os.getloadavg()[0]],
+        "rounds": args.rounds,
+        "stacks": args.stacks,
+        "sizes": {n: (work / f"{n}.svg").stat().st_size for n in ("before", "after", *commands)},
+        "top": d.total_changes[0].frame if d.total_changes else "-",
+        "wall": {key: [w for w, _ in r] for key, r in runs.items()},
+        "cpu": {key: [c for _, c in r] for key, r in runs.items()},
+        "steps": {name: in_process(fn, args.rounds) for name, fn in steps.items()},
+    }  # fmt: skip
+
+
+def size(n: int) -> str:
+    mb = 1024 * 1024
+    return f"{n / mb:.1f} MB" if n >= mb / 10 else f"{n / 1024:.0f} KB"
+
+
+def write_report(data: dict[str, Any], report: Report) -> None:
+    wall = {k: med(v) for k, v in data["wall"].items()}
+    cpu = {k: med(v) for k, v in data["cpu"].items()}
+    sizes, m, mb = data["sizes"], data["machine"], 1024 * 1024
+    ratio, ratio0 = wall["diff"] / wall["render"], wall["diff0"] / wall["render"]
+    report.add(
+        "# `sidecar diff` of two 20 MB SVGs vs rendering one",
+        f"Machine: {m['arch']}, {m['cpus']} CPUs, Python {m['python']}; load average "
+        f"{data['load'][0]:.2f} before, {data['load'][1]:.2f} after (other work on the machine "
+        "shows up in the figures).",
+        f"Inputs: {data['stacks']:,} unique stacks, BEFORE.svg {sizes['before'] / mb:.1f} MB, "
+        f"AFTER.svg {sizes['after'] / mb:.1f} MB (inferno, min width 0; AFTER has handler_7 3x "
+        f"slower). Top total-share change found: `{data['top']}`.",
+    )
+    labels = {
+        "render": "`sidecar render BEFORE.folded --min-width 0`",
+        "diff": f"`sidecar diff BEFORE.svg AFTER.svg` (graph {size(sizes['diff'])})",
+        "diff0": f"`sidecar diff ... --min-width 0` (graph {size(sizes['diff0'])})",
+    }
+    head = f"End to end, separate processes, median of {data['rounds']} interleaved rounds:"
+    report.table(labels, [
+        Col("command", labels.get, left=True), Col("median wall s", wall.get, "{:.3f}"),
+        Col("median CPU s", cpu.get, "{:.3f}"),
+        Col("wall runs (s)", lambda k: ", ".join(f"{t:.3f}" for t in data["wall"][k]), left=True),
+    ], head)  # fmt: skip
+    report.add(
+        f"**diff / render = {ratio:.2f}x** in wall time (goal <= {GOAL:.0f}x: "
+        f"{met(ratio <= GOAL)}); with --min-width 0: {ratio0:.2f}x. In CPU time: "
+        f"{cpu['diff'] / cpu['render']:.2f}x."
+    )
+    report.table(data["steps"].items(), [
+        Col("step", lambda s: s[0], left=True), Col("wall s", lambda s: s[1][0], "{:.3f}"),
+        Col("CPU s", lambda s: s[1][1], "{:.3f}"),
+    ], "In process (median):")  # fmt: skip
+    report.add(
+        "How the diff runs: SVGs are read natively (native/src/svgread.rs: quick-xml, the whole "
+        "document checked, the GIL released; inferno's frames folded into stacks in Rust, other "
+        "layouts' frames put together in Python), two inferno SVGs in parallel in two threads "
+        "when together they are above 8 MB. The comparison counts self / total / caller-callee "
+        "time per function natively for both profiles at once (native/src/shares.rs) and ranks "
+        "the changes in Python. Both diff and render pay the same start-up (Python, the "
+        "package); CPU time adds up the two reading threads."
+    )
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(__doc__, "REPORT-diff", measure, write_report, {"--rounds": 5, "--stacks": 7500}))

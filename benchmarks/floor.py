@@ -1,18 +1,13 @@
 """The machine's floors: what any sampler pays here, with nothing of sidecar's in it.
 
-The pause and CPU goals: ``native_floor`` runs ``native/examples/floor.rs`` (built with cargo on
-first use) on a target: the CPU per tick of a native thread that only wakes up at 100 Hz, the same
-with one 64-byte ``process_vm_readv`` of the target per tick, the same with one read of the
-shape sidecar's own reads have (its pieces and bytes per sample, one page per piece), and the
-pause of a ptrace stop and resume of its main thread with nothing read (see that file).
+``native_floor`` runs ``native/examples/floor.rs`` (built with cargo on first use) on a target:
+the CPU per tick of a native thread that only wakes at 100 Hz, the same with one 64-byte
+``process_vm_readv`` of the target per tick or one read shaped like sidecar's own, or replaying
+recorded reads; and a ptrace stop and resume of its main thread with nothing read (the pause).
 
-The sampling-rate goal: a loop that only sleeps to a fixed schedule.
-
-``python -m benchmarks.floor --rate HZ --seconds S`` ticks like sidecar's sampler (the same
-timer slack, the same rules: a tick is *late* when it starts more than a quarter period after
-its deadline, *missed* when the loop fell a whole period behind and skipped it) but reads
-nothing, and prints its counts as JSON. Whatever it loses, any sampler on this machine loses
-too: it is what the scheduler and the timers allow.
+``python -m benchmarks.floor --rate HZ --seconds S`` ticks like sidecar's sampler (the same timer
+slack and rules: *late* past a quarter period, *missed* a whole period behind) but reads nothing,
+and prints its counts as JSON: what the scheduler and the timers allow any sampler.
 """
 
 from __future__ import annotations
@@ -77,11 +72,8 @@ def native_floor(
     recorded reads, and the ticks they were made in; it needs ``shape``), also those of
     replaying them, each tick its share, and of that with a read of each target thread's
     ``state_file`` (``stat`` or ``syscall``, as the samplers read run states)."""
-    subprocess.run(
-        ["cargo", "build", "--release", "--quiet", "--example", "floor"],
-        cwd=NATIVE,
-        check=True,
-    )
+    build = ["cargo", "build", "--release", "--quiet", "--example", "floor"]
+    subprocess.run(build, cwd=NATIVE, check=True)
     binary = NATIVE / "target" / "release" / "examples" / "floor"
     argv = [str(binary), ",".join(str(p) for p in (pid, *also)), f"{rate:g}", f"{seconds:g}"]
     argv += [str(n) for n in shape] if shape else []

@@ -1,18 +1,12 @@
 """Goals 1 and 2: what a profiler at 100 Hz costs the target, in throughput and in latency.
 
-One aiohttp (uvloop) target pinned to CPU 0 serves ``/health``; wrk (one thread) and the
-profilers run pinned to CPU 1. First two saturating wrk runs without a profiler give the
-saturation rate. Then, in rounds, each leg in turn (the order rotates every round, so noise
-from other work on the machine hits every leg alike):
-
-    none · sidecar (``sidecar record``, default non-blocking) · sidecar --blocking · py-spy
-    (``py-spy record``, its default mode: the whole process is paused for every sample)
-
-attaches its profiler, drives the target saturated (wrk, back to back) for ``seconds``, then
-at half the saturation rate (wrk with ``wrk_report.lua``'s fixed-rate schedule) for
-``seconds``, then detaches. Per leg: requests per second at saturation, the target thread's
-CPU and run-queue wait (``/proc/PID/task/TID/schedstat``), latency percentiles at half rate,
-what the profiler says it sampled, and the load average.
+An aiohttp (uvloop) target pinned to CPU 0 serves ``/health``; wrk (one thread) and the profilers
+run pinned to CPU 1. Two saturating wrk runs without a profiler give the saturation rate. Then, in
+rounds (the order rotating every round), each leg (none, sidecar, sidecar --blocking, py-spy in
+its default mode, which pauses the whole process per sample) attaches its profiler, drives the
+target saturated for ``seconds``, then at half that rate (``wrk_report.lua``'s fixed schedule),
+and detaches. Per leg: req/s, the target thread's CPU and run-queue wait (schedstat), the share
+of time it stood in ptrace stop, latency percentiles at half rate, what the profiler sampled.
 """
 
 from __future__ import annotations
@@ -29,84 +23,45 @@ from typing import Any
 from benchmarks.procs import Procs, load_average, schedstat, start_profiler, stop_profiler, wrk
 
 LEGS = ("none", "sidecar", "sidecar-blocking", "py-spy")
-TARGET_CPU = "0"
-LOAD_CPU = "1"
+TARGET_CPU, LOAD_CPU = "0", "1"
 #: Target, wrk and profilers run at this nice, so the other work on a shared machine (nice 0)
 #: takes less of their CPUs; every leg alike.
 NICE = -10
-SATURATE_CONNECTIONS = 32
-PACED_CONNECTIONS = 50
+SATURATE_CONNECTIONS, PACED_CONNECTIONS = 32, 50
 PATH = "/health"
-
-Log = Callable[[str], None]
-
-
-def leg_order(round_: int) -> tuple[str, ...]:
-    """The legs of one round, rotated by one every round."""
-    shift = round_ % len(LEGS)
-    return LEGS[shift:] + LEGS[:shift]
 
 
 def run(
-    procs: Procs, workdir: Path, *, rounds: int, seconds: float, rate_hz: float, log: Log
-) -> dict[str, Any]:
+    procs: Procs, workdir: Path, *, rounds: int, seconds: float, rate_hz: float,
+    log: Callable[[str], None],
+) -> dict[str, Any]:  # fmt: skip
     target, base = procs.target("aiohttp_app", "--uvloop", cpus=TARGET_CPU, nice=NICE)
-    assert base is not None
-    url = base + PATH
-    calibration = []
-    for _ in range(2):
-        calibration.append(
-            wrk(
-                procs,
-                url,
-                seconds=seconds,
-                connections=SATURATE_CONNECTIONS,
-                cpus=LOAD_CPU,
-                nice=NICE,
-            )
-        )
+    url = f"{base}{PATH}"
+    load = {"seconds": seconds, "cpus": LOAD_CPU, "nice": NICE}
+    calibration = [wrk(procs, url, connections=SATURATE_CONNECTIONS, **load) for _ in range(2)]
     saturation = statistics.median(r["rps"] for r in calibration)
     paced = round(saturation / 2)
     log(f"saturation {saturation:,.0f} req/s; latency legs at {paced:,} req/s")
     legs: list[dict[str, Any]] = []
     for round_ in range(rounds):
-        for leg in leg_order(round_):
-            result = run_leg(procs, workdir, target.pid, leg, url, paced, seconds, rate_hz)
-            result["round"] = round_
-            legs.append(result)
-            log(
-                f"round {round_ + 1} {leg:17} {result['rps']:8,.0f} req/s, "
-                f"{result['rps'] / max(1e-9, result['cpu_share']):8,.0f} per CPU-second, "
-                f"stopped {result['stopped_share'] * 100:5.2f}% · p99 at half rate "
-                f"{result['paced']['p99_us'] / 1000:6.2f} ms · load {result['load']:.1f}"
-            )
+        for leg in LEGS[round_ % len(LEGS) :] + LEGS[: round_ % len(LEGS)]:
+            r = run_leg(procs, workdir, target.pid, leg, url, paced, seconds, rate_hz)
+            legs.append({**r, "round": round_})
+            log(f"round {round_ + 1} {leg:17} {r['rps']:8,.0f} req/s, "
+                f"{r['rps'] / max(1e-9, r['cpu_share']):8,.0f} per CPU-second, stopped "
+                f"{r['stopped_share']:6.2%} · p99 at half rate {r['paced']['p99_us'] / 1000:6.2f} "
+                f"ms · load {r['load']:.1f}")  # fmt: skip
     procs.stop(target)
-    return {
-        "path": PATH,
-        "rate_hz": rate_hz,
-        "seconds": seconds,
-        "rounds": rounds,
-        "nice": NICE,
-        "calibration": calibration,
-        "saturation": saturation,
-        "paced_rate": paced,
-        "legs": legs,
-    }
+    return {"path": PATH, "rate_hz": rate_hz, "seconds": seconds, "rounds": rounds, "nice": NICE,
+            "calibration": calibration, "saturation": saturation, "paced_rate": paced,
+            "legs": legs}  # fmt: skip
 
 
 def run_leg(
-    procs: Procs,
-    workdir: Path,
-    pid: int,
-    leg: str,
-    url: str,
-    paced: float,
-    seconds: float,
+    procs: Procs, workdir: Path, pid: int, leg: str, url: str, paced: float, seconds: float,
     rate_hz: float,
-) -> dict[str, Any]:
-    load = load_average()
-    profiler = None
-    attached = time.monotonic()
+) -> dict[str, Any]:  # fmt: skip
+    load, profiler, attached = load_average(), None, time.monotonic()
     if leg != "none":
         out = workdir / f"{leg}-{pid}-{time.monotonic_ns()}.out"
         profiler = start_profiler(procs, leg, pid, rate_hz, out, cpus=LOAD_CPU, nice=NICE)
@@ -114,44 +69,24 @@ def run_leg(
     time.sleep(0.5)
     poller = StatePoller(pid)
     (run0, wait0), t0 = schedstat(pid), time.monotonic()
-    saturated = wrk(
-        procs, url, seconds=seconds, connections=SATURATE_CONNECTIONS, cpus=LOAD_CPU, nice=NICE
-    )
+    saturated = wrk(procs, url, seconds=seconds, connections=SATURATE_CONNECTIONS,
+                    cpus=LOAD_CPU, nice=NICE)  # fmt: skip
     (run1, wait1), t1 = schedstat(pid), time.monotonic()
     states = poller.stop()
     time.sleep(0.3)
-    paced_run = wrk(
-        procs,
-        url,
-        seconds=seconds,
-        connections=PACED_CONNECTIONS,
-        rate=paced,
-        cpus=LOAD_CPU,
-        nice=NICE,
-    )
+    paced_run = wrk(procs, url, seconds=seconds, connections=PACED_CONNECTIONS, rate=paced,
+                    cpus=LOAD_CPU, nice=NICE)  # fmt: skip
     sampled: dict[str, float] = {}
     if profiler is not None:
         elapsed = time.monotonic() - attached
         sampled = stop_profiler(procs, profiler, leg)
         sampled["rate"] = sampled["samples"] / elapsed
-    wall = t1 - t0
-    waited = wait1 - wait0
     return {
-        "leg": leg,
-        "load": load,
-        "load_end": load_average(),
-        "rps": saturated["rps"],
-        # Requests per second of the time the target was not waiting for a CPU: other work
-        # on the machine taking CPU 0 is left out; paused (stopped) time is not.
-        "rps_adjusted": saturated["rps"] / max(1e-3, 1.0 - waited / wall),
-        "cpu_share": (run1 - run0) / wall,
-        "wait_share": waited / wall,
-        "states": states,
-        "stopped_share": states.get("t", 0) / max(1, sum(states.values())),
-        "saturated": saturated,
-        "paced": paced_run,
-        "profiler": sampled,
-    }
+        "leg": leg, "load": load, "load_end": load_average(), "rps": saturated["rps"],
+        "cpu_share": (run1 - run0) / (t1 - t0), "wait_share": (wait1 - wait0) / (t1 - t0),
+        "states": states, "stopped_share": states.get("t", 0) / max(1, sum(states.values())),
+        "saturated": saturated, "paced": paced_run, "profiler": sampled,
+    }  # fmt: skip
 
 
 class StatePoller:
@@ -161,9 +96,7 @@ class StatePoller:
 
     def __init__(self, pid: int, interval: float = 0.0005) -> None:
         self.fd = os.open(f"/proc/{pid}/task/{pid}/stat", os.O_RDONLY)
-        self.interval = interval
-        self.counts: Counter[str] = Counter()
-        self.done = threading.Event()
+        self.interval, self.counts, self.done = interval, Counter[str](), threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 

@@ -12,7 +12,9 @@ import matplotlib.pyplot as plt
 
 from benchmarks import cost
 from benchmarks.overhead import LEGS
+from benchmarks.report import cost_figures, modeled
 
+#: Per leg or tool: its name on the x axis, and its colour.
 SHORT = {
     "none": "none",
     "sidecar": "sidecar",
@@ -20,36 +22,8 @@ SHORT = {
     "py-spy": "py-spy\n(blocking)",
     "py-spy-nonblocking": "py-spy\n--nonblocking",
 }
-#: Short names of cost.CATEGORIES for the chart.
-PARTS = {
-    "vm_copy": "readv: copy",
-    "vm_pages": "readv: pages",
-    "vm_call": "readv: syscall",
-    "proc_io": "/proc I/O",
-    "proc_regex": "/proc regex",
-    "ptrace": "ptrace",
-    "line_numbers": "line tables",
-    "pyspy": "py-spy walk",
-    "walker": "own walker",
-    "alloc": "malloc/free",
-    "fold": "sidecar loop",
-    "sleep": "sleep/wake",
-    "kernel_other": "kernel other",
-    "native_other": "native other",
-    "unresolved": "unresolved",
-    "python": "Py interpreter",
-    "sqlite": "Py SQLite",
-    "python_kernel": "Py kernel",
-    "python_other": "Py other",
-}
-COLORS = {
-    "none": "#777777",
-    "sidecar": "#1f77b4",
-    "sidecar-blocking": "#17becf",
-    "py-spy": "#d62728",
-    "py-spy-nonblocking": "#ff9896",
-    "floor": "#2ca02c",
-}
+COLORS = {"none": "#777777", "sidecar": "#1f77b4", "sidecar-blocking": "#17becf",
+          "py-spy": "#d62728", "py-spy-nonblocking": "#ff9896", "floor": "#2ca02c"}  # fmt: skip
 
 
 def _legs(ax: Any, o: dict[str, Any], value: Any, title: str, ylabel: str) -> None:
@@ -83,7 +57,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
             _legs(ax, results["overhead"], lambda r: r["rps"], "1. saturated req/s per round",
                   "requests / s")  # fmt: skip
         elif panel == "modeled":
-            _legs(ax, results["overhead"], _modeled,
+            _legs(ax, results["overhead"], modeled,
                   "1. req per target CPU-second × (1 − stopped)", "requests / s")  # fmt: skip
         elif panel == "p99":
             _legs(ax, results["overhead"], lambda r: r["paced"]["p99_us"] / 1000,
@@ -98,10 +72,6 @@ def plot(results: dict[str, Any], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
-
-
-def _modeled(leg: dict[str, Any]) -> float:
-    return float(leg["rps"]) / max(1e-9, leg["cpu_share"]) * (1 - leg.get("stopped_share", 0.0))
 
 
 def _pauses(ax: Any, p: dict[str, Any]) -> None:
@@ -126,13 +96,11 @@ def _pauses(ax: Any, p: dict[str, Any]) -> None:
 
 
 def _cost(ax: Any, c: dict[str, Any]) -> None:
-    from benchmarks.sections import cost_figures
-
     figures = cost_figures(c)
     perf = c["perf"]
     total = sum(perf.values()) or 1
     per_sample = (figures["sampler"] + figures["python"]) * 1e6
-    items = [(PARTS[key], perf.get(key, 0) / total * per_sample) for key, _ in cost.CATEGORIES]
+    items = [(short, perf.get(key, 0) / total * per_sample) for key, _, short in cost.CATEGORIES]
     items = [(label, value) for label, value in items if value > 0]
     ax.bar(range(len(items)), [v for _, v in items], color="#1f77b4")
     ax.set_xticks(range(len(items)), [label for label, _ in items], fontsize=7, rotation=30)

@@ -6,7 +6,7 @@ the profiler's own CPU time per second (utime + stime from /proc, between two re
 
     python -m benchmarks.sampler [--rates 100,500,1000] [--rounds 3] [--seconds 8]
 
-Writes benchmarks/REPORT-sampler.md.
+Writes benchmarks/REPORT-sampler.md and REPORT-sampler.json.
 """
 
 from __future__ import annotations
@@ -14,164 +14,95 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import shutil
-import statistics
-import subprocess
 import sys
-import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from benchmarks.common import cpu_seconds
+from benchmarks.common import cpu_seconds, main
+from benchmarks.procs import PYSPY, PYTHON, Procs
+from benchmarks.table import Col, Report, med
 
-ROOT = Path(__file__).resolve().parents[1]
-REPORT = ROOT / "benchmarks" / "REPORT-sampler.md"
 WARMUP = 2.0
 
 
-def folded_total(path: Path) -> int:
-    total = 0
-    for line in path.read_text().splitlines():
-        if line.strip():
-            total += int(line.rsplit(" ", 1)[1])
-    return total
-
-
-@dataclass
-class Run:
-    tool: str
-    rate: int
-    samples_per_s: float
-    cpu_per_s: float
-
-
-def measure(tool: str, target: int, rate: int, seconds: float, out: Path) -> Run:
-    """Runs one recording; CPU is read after the warm-up and just before the end."""
+def measure(
+    procs: Procs, tool: str, target: int, rate: int, seconds: float, out: Path
+) -> dict[str, Any]:
+    """One recording; its CPU is read after the warm-up and just before the end."""
     duration = int(seconds + WARMUP + 1)
+    common = f"--pid {target} --rate {rate} --duration {duration} -o {out}".split()
     if tool == "sidecar":
-        argv = [
-            sys.executable,
-            "-m",
-            "sidecar",
-            "record",
-            "--pid",
-            str(target),
-            "--rate",
-            str(rate),
-            "--duration",
-            str(duration),
-            "--format",
-            "folded",
-            "-q",
-            "-o",
-            str(out),
-        ]
+        argv = [PYTHON, "-m", "sidecar", "record", *common, "--format", "folded", "-q"]
     else:
-        pyspy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or "py-spy"
-        argv = [
-            pyspy,
-            "record",
-            "--pid",
-            str(target),
-            "--rate",
-            str(rate),
-            "--duration",
-            str(duration),
-            "--format",
-            "raw",
-            "--nonblocking",
-            "--idle",
-            "-o",
-            str(out),
-        ]
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        argv = [PYSPY, "record", *common, "--format", "raw", "--nonblocking", "--idle"]
+    child = procs.start(argv)
     time.sleep(WARMUP)
-    cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
+    cpu0, t0 = cpu_seconds(child.pid), time.monotonic()
     time.sleep(seconds)
-    cpu1, t1 = cpu_seconds(proc.pid), time.monotonic()
-    if proc.wait(timeout=duration + 30) != 0:
-        raise RuntimeError(f"{tool} failed at {rate} Hz")
-    total = folded_total(out)
-    return Run(tool, rate, total / duration, (cpu1 - cpu0) / (t1 - t0))
+    cpu1, t1 = cpu_seconds(child.pid), time.monotonic()
+    if child.popen.wait(duration + 30) != 0 or procs.stop(child) != 0:
+        raise RuntimeError(f"{tool} failed at {rate} Hz: {child.stderr()[-300:]}")
+    total = sum(int(line.rsplit(" ", 1)[1]) for line in out.read_text().splitlines() if line)
+    return {"tool": tool, "rate": rate, "samples_per_s": total / duration,
+            "cpu_per_s": (cpu1 - cpu0) / (t1 - t0)}  # fmt: skip
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rates", default="100,500,1000")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=8.0)
-    args = parser.parse_args()
+def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     rates = [int(r) for r in args.rates.split(",")]
-    target = subprocess.Popen(
-        [sys.executable, "-m", "targets.spin"], cwd=ROOT, stdout=subprocess.PIPE, text=True
-    )
-    runs: list[Run] = []
-    try:
-        assert target.stdout is not None
-        target.stdout.readline()
-        with tempfile.TemporaryDirectory() as tmp:
-            for round_ in range(args.rounds):
-                for rate in rates:
-                    order = ("sidecar", "py-spy") if round_ % 2 == 0 else ("py-spy", "sidecar")
-                    for tool in order:
-                        run = measure(tool, target.pid, rate, args.seconds, Path(tmp) / "out")
-                        print(
-                            f"round {round_ + 1} {tool:8} {rate:5} Hz: "
-                            f"{run.samples_per_s:7.1f} samples/s, "
-                            f"{run.cpu_per_s * 100:6.2f}% CPU",
-                            flush=True,
-                        )
-                        runs.append(run)
-    finally:
-        target.kill()
-        target.wait()
-    write_report(runs, args)
-    print(f"wrote {REPORT.relative_to(ROOT)}")
-    return 0
+    runs = []
+    with Procs(workdir) as procs:
+        target, _ = procs.target("spin")
+        for round_ in range(args.rounds):
+            for rate in rates:
+                for tool in ("sidecar", "py-spy")[:: 1 if round_ % 2 == 0 else -1]:
+                    result = measure(procs, tool, target.pid, rate, args.seconds, workdir / "out")
+                    print(f"round {round_ + 1} {tool:8} {rate:5} Hz: "
+                          f"{result['samples_per_s']:7.1f} samples/s, "
+                          f"{result['cpu_per_s'] * 100:6.2f}% CPU", flush=True)  # fmt: skip
+                    runs.append(result)
+    return {
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Linux {platform.release()}, "
+        f"Python {platform.python_version()}",
+        "rounds": args.rounds,
+        "seconds": args.seconds,
+        "date": time.strftime("%Y-%m-%d"),
+        "runs": runs,
+    }
 
 
-def write_report(runs: list[Run], args: argparse.Namespace) -> None:
-    lines = [
+def write_report(data: dict[str, Any], report: Report) -> None:
+    report.add(
         "# Sampler: sidecar against the py-spy CLI",
-        "",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores, Linux {platform.release()}, "
-        f"Python {platform.python_version()}. Target: `targets/spin.py` (one busy Python thread). "
-        f"{args.rounds} interleaved rounds of {args.seconds:g} s steady state per run; medians "
-        "(min–max). py-spy runs `record --nonblocking --idle --format raw`, sidecar runs "
-        "`record --format folded` (non-blocking, off-CPU samples kept): the same work.",
-        "",
+        f"Machine: {data['machine']}. Target: `targets/spin.py` (one busy Python thread). "
+        f"{data['rounds']} interleaved rounds of {data['seconds']:g} s steady state per run; "
+        "medians (min–max). py-spy runs `record --nonblocking --idle --format raw`, sidecar "
+        "runs `record --format folded` (non-blocking, off-CPU samples kept): the same work.",
         "CPU is the profiler process's utime + stime per wall second after a "
         f"{WARMUP:g} s warm-up, so start-up costs are excluded.",
-        "",
-        "| rate (Hz) | sidecar samples/s | py-spy samples/s | sidecar CPU | py-spy CPU "
-        "| CPU ratio (sidecar / py-spy) |",
-        "|---:|---:|---:|---:|---:|---:|",
-    ]
-    for rate in sorted({r.rate for r in runs}):
-        ours = [r for r in runs if r.rate == rate and r.tool == "sidecar"]
-        theirs = [r for r in runs if r.rate == rate and r.tool == "py-spy"]
+    )
+    runs = data["runs"]
 
-        def cell(values: list[float], scale: float = 1.0, unit: str = "") -> str:
-            med = statistics.median(values) * scale
-            return f"{med:.2f}{unit} ({min(values) * scale:.2f}–{max(values) * scale:.2f})"
+    def values(rate: int, tool: str, key: str, scale: float = 1.0) -> list[float]:
+        return [r[key] * scale for r in runs if r["rate"] == rate and r["tool"] == tool]
 
-        ratio = statistics.median(r.cpu_per_s for r in ours) / max(
-            statistics.median(r.cpu_per_s for r in theirs), 1e-9
-        )
-        lines.append(
-            f"| {rate} | {cell([r.samples_per_s for r in ours])} "
-            f"| {cell([r.samples_per_s for r in theirs])} "
-            f"| {cell([r.cpu_per_s for r in ours], 100, '%')} "
-            f"| {cell([r.cpu_per_s for r in theirs], 100, '%')} | {ratio:.2f} |"
-        )
-    lines += [
-        "",
-        f"Generated by `python -m benchmarks.sampler` on {time.strftime('%Y-%m-%d')}.",
-        "",
-    ]
-    REPORT.write_text("\n".join(lines))
+    def cell(tool: str, key: str, scale: float = 1.0, unit: str = "") -> Col:
+        def text(rate: int) -> str:
+            v = values(rate, tool, key, scale)
+            return f"{med(v):.2f}{unit} ({min(v):.2f}–{max(v):.2f})"
+
+        return Col(f"{tool} {'samples/s' if key == 'samples_per_s' else 'CPU'}", text)
+
+    report.table(sorted({r["rate"] for r in runs}), [
+        Col("rate (Hz)", lambda rate: rate),
+        cell("sidecar", "samples_per_s"), cell("py-spy", "samples_per_s"),
+        cell("sidecar", "cpu_per_s", 100, "%"), cell("py-spy", "cpu_per_s", 100, "%"),
+        Col("CPU ratio (sidecar / py-spy)", lambda rate: med(values(rate, "sidecar", "cpu_per_s"))
+            / max(med(values(rate, "py-spy", "cpu_per_s")), 1e-9), "{:.2f}"),
+    ])  # fmt: skip
+    report.add(f"Generated by `python -m benchmarks.sampler` on {data['date']}.")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    options = {"--rates": "100,500,1000", "--rounds": 3, "--seconds": 8.0}
+    sys.exit(main(__doc__, "REPORT-sampler", run, write_report, options))

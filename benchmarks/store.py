@@ -1,27 +1,23 @@
 """The store under the demo load: database bytes per target-hour, query times, sidecar CPU.
 
-1. Runs ``sidecar serve`` (100 Hz, 10 s windows) on the demo aiohttp and Tornado services
-   under the demo's wrk load for --minutes, and measures the database's growth in the second
-   half of the run (stack interning makes the start grow faster) and the serve process's CPU.
-2. Builds a 24 h database from the windows recorded in step 1, replayed every 10 s over 24 h
-   for both targets and downsampled as the running service would, then times profile queries
-   for the last 1 h and the last 24 h (median of several runs).
+1. ``sidecar serve`` (100 Hz, 10 s windows) on the demo's aiohttp and Tornado services under the
+   demo's wrk load for --minutes: the database's growth over the second half of the run (stack
+   interning makes the start grow faster) and the serve process's CPU.
+2. A 24 h database of the windows recorded in step 1, replayed every 10 s for both targets and
+   downsampled as the service would; profile queries of the last 1 h and 24 h (median of 7).
 
-    python -m benchmarks.store [--minutes 4]
+    python -m benchmarks.store [--minutes 12]
 
-Writes benchmarks/REPORT-store.md. ``benchmarks/bench.py`` runs it too (the storage goal
-of REPORT.md) through ``measure`` and ``write_report``.
+Writes benchmarks/REPORT-store.md and REPORT-store.json; ``benchmarks/bench.py`` runs it too
+(the storage goal of REPORT.md) through ``measure`` and ``write_report``.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import platform
 import shutil
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,16 +25,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import cpu_seconds
-from benchmarks.sections import CPU_GOAL
+from benchmarks.common import cpu_seconds, main, serve
+from benchmarks.procs import Procs, machine
+from benchmarks.table import Col, Report, met, span
 from sidecar.store import ProcessRecord, Store, WindowBatch
 from sidecar.store.file import WAL_PAGES
 from sidecar.store.query import Range, Reader
 from sidecar.store.retention import DOWNSAMPLE_TIERS
-from targets.demo import start_loads, start_service
+from targets.demo import start_loads
 
-ROOT = Path(__file__).resolve().parents[1]
-REPORT = ROOT / "benchmarks" / "REPORT-store.md"
+#: serve's CPU per target, everything included, at most (the CPU goal of REPORT.md).
+CPU_GOAL = 0.0025
 WINDOW = 10
 
 
@@ -86,69 +83,29 @@ def file_bytes(path: Path) -> int:
     return sum(os.path.getsize(p) for p in (path, Path(f"{path}-wal")) if p.exists())
 
 
-def record_demo(db: Path, minutes: float) -> dict[str, float]:
+def record_demo(db: Path, minutes: float, procs: Procs) -> dict[str, Any]:
     wrk = shutil.which("wrk")
     assert wrk, "wrk is required"
-    procs: list[subprocess.Popen[str]] = []
+    aio, aio_url = procs.target("aiohttp_app", "--uvloop")
+    tor, tor_url = procs.target("tornado_app")
+    seconds = int(minutes * 60)
+    loads = start_loads(wrk, {"aiohttp": str(aio_url), "tornado": str(tor_url)}, seconds + 30)
     try:
-        aio, aio_url = start_service("aiohttp_app", "--uvloop")
-        tor, tor_url = start_service("tornado_app")
-        procs += [aio, tor]
-        urls = {"aiohttp": aio_url, "tornado": tor_url}
-        seconds = int(minutes * 60)
-        procs += start_loads(wrk, urls, seconds + 30)
-        serve = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "sidecar",
-                "serve",
-                "--db",
-                str(db),
-                "--port",
-                "0",
-                "--window",
-                str(WINDOW),
-                "--rate",
-                "100",
-                "--pid",
-                str(aio.pid),
-                "--pid",
-                str(tor.pid),
-                "--log-level",
-                "warning",
-            ],
-            cwd=ROOT,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        procs.append(serve)
-        half = seconds / 2
-        time.sleep(half)
-        size0, cpu0, t0 = db_bytes(db), cpu_seconds(serve.pid), time.monotonic()
-        time.sleep(half)
-        size1, cpu1, t1 = db_bytes(db), cpu_seconds(serve.pid), time.monotonic()
-        serve.terminate()
-        serve.wait(timeout=30)
-        load = os.getloadavg()[1]
-        wal = Path(f"{db}-wal")
-        wal_bytes = wal.stat().st_size if wal.exists() else 0
-        hours = (t1 - t0) / 3600
-        return {
-            "load": load,
-            "wal_bytes": wal_bytes,
-            "bytes_per_target_hour": (size1 - size0) / hours / 2,
-            "cpu_per_target": (cpu1 - cpu0) / (t1 - t0) / 2,
-            "final_bytes": db_bytes(db),
-            "parts": db_parts(db),
-            "seconds": seconds,
-        }
+        server = serve(procs, [aio.pid, tor.pid], db, 100, WINDOW)
+        time.sleep(seconds / 2)
+        size0, cpu0, t0 = db_bytes(db), cpu_seconds(server.pid), time.monotonic()
+        time.sleep(seconds / 2)
+        size1, cpu1, t1 = db_bytes(db), cpu_seconds(server.pid), time.monotonic()
+        procs.stop(server)
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in procs:
-            proc.wait(timeout=15)
+        for load in loads:
+            load.terminate()
+            load.wait(timeout=15)
+    wal = Path(f"{db}-wal")
+    return {"load": os.getloadavg()[1], "wal_bytes": wal.stat().st_size if wal.exists() else 0,
+            "bytes_per_target_hour": (size1 - size0) / ((t1 - t0) / 3600) / 2,
+            "cpu_per_target": (cpu1 - cpu0) / (t1 - t0) / 2, "final_bytes": db_bytes(db),
+            "parts": db_parts(db), "seconds": seconds}  # fmt: skip
 
 
 def build_day(source: Path, day_db: Path) -> int:
@@ -203,87 +160,76 @@ def time_queries(day_db: Path, runs: int = 7) -> dict[str, list[float]]:
 
 def measure(minutes: float, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Steps 1 and 2: the figures of the report, as a dict."""
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, Procs(Path(tmp)) as procs:
         live_db, day_db = Path(tmp) / "live.db", Path(tmp) / "day.db"
         log(f"recording the demo load for {minutes:g} min ...")
-        live = record_demo(live_db, minutes)
-        log(
-            f"  {live['bytes_per_target_hour'] / 1e6:.3f} MB per target-hour, "
-            f"CPU {live['cpu_per_target'] * 100:.2f}% per target"
-        )
+        live = record_demo(live_db, minutes, procs)
+        log(f"  {live['bytes_per_target_hour'] / 1e6:.3f} MB per target-hour, CPU "
+            f"{live['cpu_per_target']:.2%} per target")  # fmt: skip
         day_size = build_day(live_db, day_db)
         log(f"  24 h database: {day_size / 1e6:.2f} MB")
         times = time_queries(day_db)
     one, day = statistics.median(times["1h"]), statistics.median(times["24h"])
-    return {
-        "minutes": minutes,
-        "live": live,
-        "day_bytes": day_size,
-        "times": times,
-        "query_1h": one,
-        "query_24h": day,
-        "ratio": day / one,
-        "mb_per_target_hour": live["bytes_per_target_hour"] / 1e6,
-    }
+    return {"minutes": minutes, "live": live, "day_bytes": day_size, "times": times,
+            "query_1h": one, "query_24h": day, "ratio": day / one,
+            "mb_per_target_hour": live["bytes_per_target_hour"] / 1e6}  # fmt: skip
 
 
-def write_report(figures: dict[str, Any]) -> None:
-    live, times = figures["live"], figures["times"]
-    one, day, ratio = figures["query_1h"], figures["query_24h"], figures["ratio"]
-    mb, day_size = figures["mb_per_target_hour"], figures["day_bytes"]
-    lines = [
+COLS = [Col("measure", left=True), Col("figure"), Col("goal"), Col("met", left=True)]
+
+
+def rows(s: dict[str, Any]) -> list[dict[str, Any]]:
+    """The goals table of the storage figures: REPORT-store.md's and part 6 of REPORT.md's."""
+    live, times, mb, ratio = s["live"], s["times"], s["mb_per_target_hour"], s["ratio"]
+    query = [
+        {"measure": f"profile query, last {name[:-1]} h (median of {len(times[name])})",
+         "figure": f"{s[f'query_{name}'] * 1000:.1f} ms ({span(times[name], '{:.1f}', 1e3)})"}
+        for name in ("1h", "24h")
+    ]  # fmt: skip
+    return [
+        {"measure": "database growth per target-hour", "figure": f"{mb:.3f} MB",
+         "goal": "≤ 1 MB", "met": met(mb <= 1)},
+        {"measure": "sidecar CPU per target (everything: sampling, classifying, writing, "
+         "serving)", "figure": f"{live['cpu_per_target'] * 100:.2f}% of a core",
+         "goal": f"≤ {CPU_GOAL * 100:g}%", "met": met(live["cpu_per_target"] <= CPU_GOAL)},
+        *query,
+        {"measure": "24 h / 1 h query time", "figure": f"{ratio:.2f}x", "goal": "≤ 2x",
+         "met": met(ratio <= 2)},
+    ]  # fmt: skip
+
+
+def write_report(s: dict[str, Any], report: Report, machine: dict[str, Any] | None = None) -> None:
+    live, m = s["live"], machine or s.get("machine") or {}
+    cores = m.get("cores", "?")
+    report.add(
         "# Store: size, query time and sidecar CPU under the demo load",
-        "",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores, Linux {platform.release()}, "
-        f"Python {platform.python_version()}. `sidecar serve` at 100 Hz with 10 s windows on the "
-        f"demo's aiohttp (uvloop) and Tornado (asyncio) services under the demo's wrk load "
+        f"Machine: {m.get('cpu', '?')}, {cores} cores, Linux {m.get('kernel', '?')}, Python "
+        f"{m.get('python', '?')}. `sidecar serve` at 100 Hz with 10 s windows on the demo's "
+        "aiohttp (uvloop) and Tornado (asyncio) services under the demo's wrk load "
         f"({live['seconds'] / 60:g} min; growth and CPU measured over the second half).",
-        "",
-        "| measure | figure | goal | met |",
-        "|---|---:|---:|---|",
-        f"| database growth per target-hour | {mb:.3f} MB | ≤ 1 MB "
-        f"| {'yes' if mb <= 1 else 'no'} |",
-        f"| sidecar CPU per target (everything: sampling, classifying, writing, serving) "
-        f"| {live['cpu_per_target'] * 100:.2f}% of a core | ≤ {CPU_GOAL * 100:g}% | "
-        f"{'yes' if live['cpu_per_target'] <= CPU_GOAL else 'no'} |",
-        f"| profile query, last 1 h (median of {len(times['1h'])}) | {one * 1000:.1f} ms | | |",
-        f"| profile query, last 24 h (median of {len(times['24h'])}) | {day * 1000:.1f} ms | | |",
-        f"| 24 h / 1 h query time | {ratio:.2f}x | ≤ 2x | {'yes' if ratio <= 2 else 'no'} |",
-        "",
+    )
+    report.table(rows(s), COLS)
+    report.add(
         "Growth counts the database's live pages as a reader sees them, over the second half of "
-        "the run. Load average (5 min) at the end of the recording: "
-        f"{live['load']:.1f} on {os.cpu_count()} cores"
-        + (" (other work shared the machine)." if live["load"] > 1.5 else "."),
-        "",
+        f"the run. Load average (5 min) at the end of the recording: {live['load']:.1f} on "
+        f"{cores} cores" + (" (other work shared the machine)." if live["load"] > 1.5 else "."),
         f"The WAL file beside it (checkpointed every {WAL_PAGES} pages): "
         f"{live['wal_bytes'] / 1e6:.2f} MB at the end of this run.",
-        "",
-        f"The 24 h database ({day_size / 1e6:.2f} MB, two targets) replays the recorded windows "
-        "every 10 s over 24 hours and is downsampled as the service does it ("
-        + ", ".join(
-            f"windows older than {age / 3600:g} h merged into {width // 60} min windows"
-            for age, width in DOWNSAMPLE_TIERS
-        )
+        f"The 24 h database ({s['day_bytes'] / 1e6:.2f} MB, two targets) replays the recorded "
+        "windows every 10 s over 24 hours and is downsampled as the service does it ("
+        + ", ".join(f"windows older than {age / 3600:g} h merged into {width // 60} min windows"
+                    for age, width in DOWNSAMPLE_TIERS)
         + "). The file keeps the pages the merges freed.",
-        "",
-        f"1 h query runs (ms): {', '.join(f'{t * 1000:.1f}' for t in times['1h'])}  ",
-        f"24 h query runs (ms): {', '.join(f'{t * 1000:.1f}' for t in times['24h'])}",
-        "",
-        f"Generated by `python -m benchmarks.store --minutes {figures['minutes']:g}` on "
-        f"{figures.get('phase', {}).get('finished', time.strftime('%Y-%m-%d'))[:10]}.",
-        "",
-    ]
-    REPORT.write_text("\n".join(lines))
+        "Query runs (ms): " + "; ".join(f"last {name[:-1]} h " + ", ".join(f"{t * 1000:.1f}"
+                                        for t in s["times"][name]) for name in ("1h", "24h")),
+        f"Generated by `python -m benchmarks.store --minutes {s['minutes']:g}` on "
+        f"{s.get('phase', {}).get('finished', time.strftime('%Y-%m-%d'))[:10]}.",
+    )  # fmt: skip
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--minutes", type=float, default=12.0)
-    args = parser.parse_args()
-    write_report(measure(args.minutes, lambda line: print(line, flush=True)))
-    print(f"wrote {REPORT.relative_to(ROOT)}")
-    return 0
+def measure_with_machine(args: Any, _: Path) -> dict[str, Any]:
+    return {**measure(args.minutes, lambda line: print(line, flush=True)), "machine": machine()}
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(__doc__, "REPORT-store", measure_with_machine, write_report, {"--minutes": 12.0}))

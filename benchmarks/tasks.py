@@ -1,17 +1,12 @@
-"""What the asyncio task scan costs, side by side in one run: per task and per scan, and what
-it adds to the thread sampler.
+"""What the asyncio task scan costs, per task and per scan, and what it adds to the thread sampler.
 
-For each CPython version and each count of live tasks (``targets/tasks_many.py --tasks N``:
-every task parked two coroutines deep on a known await), one ``Sampler`` at 100 Hz reads the
-target for ``--seconds`` after a warm-up, in interleaved legs: without task scans, with task
-scans at 10 Hz, and with task scans at 10 Hz that re-read every chain (the scanner's cache of
-unchanged chains off, ``SIDECAR_TASK_CACHE=off``). Measured: the sampling thread's CPU (the
-scheduler's nanosecond run time), the scans and task-samples counted, and the thread samples'
-figures (samples, late and missed ticks, the lag of a tick). The scan's cost is the CPU of the
-leg with scans minus the CPU of the leg without, per scan and per task.
-
-Then a target with 100,000 tasks, past the scan's bound: how many tasks a scan reads, how many
-it leaves unread and counts, what a scan costs, and how much this process's peak memory grew.
+For each CPython version and count of live tasks (``targets/tasks_many.py --tasks N``, every task
+parked two coroutines deep), one ``Sampler`` at 100 Hz reads the target for ``--seconds`` after a
+warm-up, in interleaved legs: without task scans, with scans at 10 Hz, and with scans that re-read
+every chain (``SIDECAR_TASK_CACHE=off``). Measured: the sampling threads' CPU (schedstat), the scan
+thread's, the scans and task-samples, the thread samples' figures. A scan's cost is the CPU of the
+leg with scans minus the leg without. Then 100,000 tasks, past the scan's bound: tasks read and
+left unread per scan, a scan's cost, and this process's peak memory.
 
     python -m benchmarks.tasks [--rounds 1] [--seconds 4] [--versions 3.11,3.12,3.13,3.14]
 
@@ -20,26 +15,21 @@ Writes benchmarks/REPORT-tasks.md and REPORT-tasks.json.
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import os
 import resource
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.pauses import sampler_thread_seconds
+from benchmarks.common import main, sampled, sampler_thread_seconds
 from benchmarks.procs import Procs, load_average, machine
+from benchmarks.table import Col, Report, med
 from benchmarks.testtools import find_pythons
 from sidecar import _native
 
-ROOT = Path(__file__).resolve().parents[1]
-REPORT = ROOT / "benchmarks" / "REPORT-tasks.md"
-RESULTS = ROOT / "benchmarks" / "REPORT-tasks.json"
 VERSIONS = ("3.11", "3.12", "3.13", "3.14")
 COUNTS = (100, 1_000, 10_000)
 BIG = 100_000
@@ -67,38 +57,21 @@ def leg(pid: int, tasks_hz: float, cache: str, seconds: float) -> dict[str, Any]
     try:
         with _native.Sampler(pid, rate_hz=RATE, tasks_hz=tasks_hz) as sampler:
             time.sleep(WARMUP)
-            cpu0, scan0 = sampler_thread_seconds(), scan_thread_seconds()
-            stats0 = sampler.stats()
-            time.sleep(seconds)
-            cpu1, scan1 = sampler_thread_seconds(), scan_thread_seconds()
-            stats1 = sampler.stats()
+            scan0 = sampler_thread_seconds(("sidecar-tasks",))
+            cpu, ((a, b),) = sampled([sampler], 0.0, seconds)
+            scan = sampler_thread_seconds(("sidecar-tasks",)) - scan0
     finally:
         del os.environ["SIDECAR_TASK_CACHE"]
-
-    def delta(key: str) -> int:
-        return int(stats1[key] - stats0[key])  # type: ignore[literal-required]
-
+    counted = ("samples", "errors", "late", "missed", "task_scans", "task_samples", "task_torn",
+               "task_unread", "task_errors")  # fmt: skip
     return {
         "seconds": seconds,
-        "cpu": cpu1 - cpu0,
-        "scan_cpu": scan1 - scan0,
-        "samples": delta("samples"),
-        "errors": delta("errors"),
-        "late": delta("late"),
-        "missed": delta("missed"),
-        "lag_mean_ms": stats1["lag_mean"] * 1e3,
-        "task_scans": delta("task_scans"),
-        "task_samples": delta("task_samples"),
-        "task_torn": delta("task_torn"),
-        "task_unread": delta("task_unread"),
-        "task_errors": delta("task_errors"),
-        "task_last_error": stats1["task_last_error"],
+        "cpu": cpu,
+        "scan_cpu": scan,
+        "lag_mean_ms": b["lag_mean"] * 1e3,
+        **{k: int(b[k] - a[k]) for k in counted},
+        "task_last_error": b["task_last_error"],
     }
-
-
-def scan_thread_seconds() -> float:
-    """CPU seconds of this process's task scan threads so far: the scans themselves."""
-    return sampler_thread_seconds(("sidecar-tasks",))
 
 
 def peak_rss_mb() -> float:
@@ -109,8 +82,7 @@ def run(
     versions: list[str], counts: list[int], rounds: int, seconds: float, workdir: Path
 ) -> dict[str, Any]:
     pythons = find_pythons()
-    missing = [v for v in versions if v not in pythons]
-    if missing:
+    if missing := [v for v in versions if v not in pythons]:
         raise SystemExit(f"no interpreter for {', '.join(missing)}: run `make pythons` first")
     legs: dict[str, dict[str, dict[str, list[dict[str, Any]]]]] = {
         v: {str(n): {name: [] for name, _, _ in LEGS} for n in counts} for v in versions
@@ -119,44 +91,27 @@ def run(
     with Procs(workdir) as procs:
         for version in versions:
             for count in counts:
-                child, _ = procs.target(
-                    "tasks_many", "--tasks", str(count), python=str(pythons[version])
-                )
+                child, _ = procs.target("tasks_many", "--tasks", str(count),
+                                        python=str(pythons[version]))  # fmt: skip
                 for round_ in range(rounds):
                     for name, hz, cache in LEGS:
-                        result = leg(child.pid, hz, cache, seconds)
-                        legs[version][str(count)][name].append(result)
-                        print(
-                            f"round {round_ + 1} {version} {count:,} tasks, {name}: "
-                            f"{result['cpu'] / seconds * 100:.2f}% of a core, "
-                            f"{result['task_scans']} scans",
-                            flush=True,
-                        )
+                        r = leg(child.pid, hz, cache, seconds)
+                        legs[version][str(count)][name].append(r)
+                        print(f"round {round_ + 1} {version} {count:,} tasks, {name}: "
+                              f"{r['cpu'] / seconds:.2%} of a core, {r['task_scans']} scans",
+                              flush=True)  # fmt: skip
                 procs.stop(child)
         for version in [v for v in ("3.11", "3.14") if v in versions]:
             child, _ = procs.target("tasks_many", "--tasks", str(BIG), python=str(pythons[version]))
-            before = peak_rss_mb()
-            off = leg(child.pid, 0.0, "on", max(seconds, BIG_SECONDS))
-            on = leg(child.pid, TASK_RATE, "on", max(seconds, BIG_SECONDS))
-            big[version] = {
-                "off": off,
-                "on": on,
-                "rss_before_mb": before,
-                "rss_after_mb": peak_rss_mb(),
-            }
+            before, length = peak_rss_mb(), max(seconds, BIG_SECONDS)
+            off, on = leg(child.pid, 0.0, "on", length), leg(child.pid, TASK_RATE, "on", length)
+            big[version] = {"off": off, "on": on, "rss_before_mb": before,
+                            "rss_after_mb": peak_rss_mb()}  # fmt: skip
             print(f"{version} {BIG:,} tasks: {on['task_samples']} task-samples", flush=True)
             procs.stop(child)
-    return {
-        "when": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "machine": machine(),
-        "load_average": load_average(),
-        "rounds": rounds,
-        "seconds": seconds,
-        "versions": versions,
-        "counts": counts,
-        "legs": legs,
-        "big": big,
-    }
+    return {"when": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(),
+            "load_average": load_average(), "rounds": rounds, "seconds": seconds,
+            "versions": versions, "counts": counts, "legs": legs, "big": big}  # fmt: skip
 
 
 def scan_cost(with_tasks: dict[str, Any], without: dict[str, Any]) -> tuple[float, float]:
@@ -166,14 +121,42 @@ def scan_cost(with_tasks: dict[str, Any], without: dict[str, Any]) -> tuple[floa
     return (extra / scans_per_s * 1e6 if scans_per_s else float("nan")), extra
 
 
-def medians(results: list[dict[str, Any]], key: str) -> float:
-    return statistics.median(float(r[key]) for r in results)
+def leg_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per version, task count and leg: its medians, and the scans' cost against the
+    leg without scans of the same rounds."""
+    rows = []
+    for version in data["versions"]:
+        for count in data.get("counts", COUNTS):
+            per_leg = data["legs"][version][str(count)]
+            base = per_leg["threads only"]
+            for name, _, _ in LEGS:
+                runs = per_leg[name]
+                row = {"version": version, "tasks": count, "leg": name, "runs": runs}
+                row |= {k: med(float(r[k]) for r in runs) for k in ("task_scans", "task_samples",
+                        "samples", "late", "missed")}  # fmt: skip
+                row |= {"torn": sum(r["task_torn"] for r in runs),
+                        "unread": sum(r["task_unread"] for r in runs),
+                        "cpu": med(r["cpu"] / r["seconds"] for r in runs)}  # fmt: skip
+                scans = row["task_scans"]
+                row["per_scan"] = row["task_samples"] / scans if scans else 0.0
+                if name != "threads only":
+                    costs = [scan_cost(r, b) for r, b in zip(runs, base, strict=True)]
+                    row["us"], row["share"] = med(c[0] for c in costs), med(c[1] for c in costs)
+                    row["per_task"] = row["us"] / row["per_scan"] if row["per_scan"] else math.nan
+                    # reports of runs before the scan thread was measured have no scan_cpu
+                    row["own"] = med(r.get("scan_cpu", math.nan) / r["seconds"] for r in runs)
+                    row["own_per_task"] = (
+                        row["own"] * 1e6 / (scans / runs[0]["seconds"]) / row["per_scan"]
+                        if scans and row["per_scan"]
+                        else math.nan
+                    )
+                rows.append(row)
+    return rows
 
 
-def write_report(data: dict[str, Any]) -> None:
-    lines = [
+def write_report(data: dict[str, Any], report: Report) -> None:
+    report.add(
         "# What the asyncio task scan costs",
-        "",
         f"Measured {data['when']} ({data['machine'].get('cpu', 'this machine')}), load average "
         f"{data['load_average']:.2f}; {data['rounds']} round(s) of {data['seconds']:g} s per leg, "
         f"the legs of a target interleaved. The sampler reads threads at {RATE:g} Hz and, in the "
@@ -184,195 +167,114 @@ def write_report(data: dict[str, Any]) -> None:
         "the scan's cost is the leg with scans minus the leg without, over the scans and the "
         "tasks each read, and the scan thread's own CPU over its scans and tasks (the median "
         "round counts).",
-        "",
-        "| version | tasks | leg | CPU (% of a core) | scans | task-samples per scan "
-        "| µs per scan | µs per task per scan | scan thread, µs per task per scan "
-        "| thread samples | late | missed | torn | unread |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    goal: list[tuple[str, float, float, float]] = []
-    unchanged: list[str] = []
-    gains: list[tuple[str, int, float, float]] = []
-    for version in data["versions"]:
-        for count in data.get("counts", COUNTS):
-            per_leg = data["legs"][version][str(count)]
-            base = per_leg["threads only"]
-            for name, _, _ in LEGS:
-                results = per_leg[name]
-                cpu = statistics.median(r["cpu"] / r["seconds"] for r in results)
-                scans = medians(results, "task_scans")
-                per_scan = medians(results, "task_samples") / scans if scans else 0.0
-                cost = "|"
-                if name != "threads only":
-                    costs = [scan_cost(r, b) for r, b in zip(results, base, strict=True)]
-                    us = statistics.median(c[0] for c in costs)
-                    per_task = us / per_scan if per_scan else float("nan")
-                    # reports of runs before the scan thread was measured have no scan_cpu
-                    own = statistics.median(
-                        r.get("scan_cpu", math.nan) / r["seconds"] for r in results
-                    )
-                    own_per_task = (
-                        own * 1e6 / (scans / results[0]["seconds"]) / per_scan
-                        if scans and per_scan
-                        else float("nan")
-                    )
-                    cost = f"{us:.0f} | {per_task:.2f} | {own_per_task:.2f} |"
-                    share = statistics.median(c[1] for c in costs)
-                    if name == "tasks" and count == GOAL_TASKS:
-                        goal.append((version, own, own_per_task, share))
-                    if name == "tasks" and "tasks, no cache" in per_leg:
-                        uncached = [
-                            scan_cost(r, b)[0]
-                            for r, b in zip(per_leg["tasks, no cache"], base, strict=True)
-                        ]
-                        gains.append((version, count, statistics.median(uncached), us))
-                else:
-                    cost = "– | – | – |"
-                lines.append(
-                    f"| {version} | {count:,} | {name} | {cpu * 100:.2f} | {scans:.0f} "
-                    f"| {per_scan:.0f} | {cost} {medians(results, 'samples'):.0f} "
-                    f"| {medians(results, 'late'):.0f} | {medians(results, 'missed'):.0f} "
-                    f"| {sum(r['task_torn'] for r in results)} "
-                    f"| {sum(r['task_unread'] for r in results)} |"
-                )
-            for r, b in zip(per_leg["tasks"], base, strict=True):
-                if r["samples"] < b["samples"] * 0.98 or r["missed"] > b["missed"] + 2:
-                    unchanged.append(f"{version} at {count:,} tasks")
-    lines += ["", "## Against the goal", ""]
-    for version, own, own_per_task, share in goal:
-        verdict = (
-            "not measured against"
-            if math.isnan(own)
-            else "within"
-            if own <= GOAL_SHARE
-            else "above"
-        )
-        lines.append(
-            f"- {version}: scans of {GOAL_TASKS:,} tasks at {TASK_RATE:g} Hz take "
-            f"{own * 100:.2f}% of a core on their thread ({own_per_task:.2f} µs per task per "
-            f"scan), {verdict} the goal of {GOAL_SHARE * 100:g}%; the sampling threads in all "
-            f"used {share * 100:.2f}% of a core more than without scans (that difference also "
-            "holds the runner's adding of each scan's lines to its window, and the spread "
-            "between legs)."
-        )
-    lines.append(
+    )
+    rows = leg_rows(data)
+    report.table(rows, [
+        Col("version", left=True), Col("tasks", fmt="{:,}"), Col("leg", left=True),
+        Col("CPU (% of a core)", lambda r: r["cpu"] * 100, "{:.2f}"),
+        Col("scans", "task_scans", "{:.0f}"), Col("task-samples per scan", "per_scan", "{:.0f}"),
+        Col("µs per scan", lambda r: r.get("us", "–"), "{:.0f}"),
+        Col("µs per task per scan", lambda r: r.get("per_task", "–"), "{:.2f}"),
+        Col("scan thread, µs per task per scan", lambda r: r.get("own_per_task", "–"), "{:.2f}"),
+        Col("thread samples", "samples", "{:.0f}"), Col("late", fmt="{:.0f}"),
+        Col("missed", fmt="{:.0f}"), Col("torn"), Col("unread"),
+    ])  # fmt: skip
+    points = []
+    for r in rows:
+        if r["leg"] == "tasks" and r["tasks"] == GOAL_TASKS:
+            own = r["own"]
+            verdict = "not measured against" if math.isnan(own) else (
+                "within" if own <= GOAL_SHARE else "above")  # fmt: skip
+            points.append(
+                f"- {r['version']}: scans of {GOAL_TASKS:,} tasks at {TASK_RATE:g} Hz take "
+                f"{own * 100:.2f}% of a core on their thread ({r['own_per_task']:.2f} µs per task "
+                f"per scan), {verdict} the goal of {GOAL_SHARE * 100:g}%; the sampling threads in "
+                f"all used {r['share'] * 100:.2f}% of a core more than without scans (that "
+                "difference also holds the runner's adding of each scan's lines to its window, "
+                "and the spread between legs)."
+            )
+    unchanged = sorted({
+        f"{r['version']} at {r['tasks']:,} tasks"
+        for r, b in zip(rows[1::3], rows[::3], strict=True)
+        for x, y in zip(r["runs"], b["runs"], strict=True)
+        if x["samples"] < y["samples"] * 0.98 or x["missed"] > y["missed"] + 2
+    })  # fmt: skip
+    points.append(
         "- The thread sampler's figures with scans on: "
-        + (
-            "its samples within 2% of the leg without scans and no more than 2 more missed "
-            "ticks, at every version and count."
-            if not unchanged
-            else "fewer samples or more missed ticks than without scans at "
-            + ", ".join(sorted(set(unchanged)))
-            + "."
-        )
-    )
-    lines += (
-        []
-        if not gains
-        else [
-            "",
-            "## The cache of unchanged chains",
-            "",
-            "A parked task whose coroutine, frame position and awaited object are the ones of the "
-            "last scan is not walked again: the scanner keeps its chain. The same scans with the "
-            "cache off, in the same run:",
-            "",
-            "| version | tasks | µs per scan, no cache | µs per scan, cache | ratio |",
-            "|---|---:|---:|---:|---:|",
-        ]
-    )
-    lines += (
-        []
-        if gains
-        else [
-            "",
-            "Every chain is read again at every scan (this run predates the cache of unchanged "
-            "chains).",
-        ]
-    )
-    for version, count, before, after in gains:
-        # a leg's CPU within the noise of the leg without scans leaves no ratio
-        ratio = f"{before / after:.1f}x" if after > 0 and before > 0 else "–"
-        lines.append(f"| {version} | {count:,} | {before:.0f} | {after:.0f} | {ratio} |")
+        + ("its samples within 2% of the leg without scans and no more than 2 more missed "
+           "ticks, at every version and count." if not unchanged else
+           "fewer samples or more missed ticks than without scans at " + ", ".join(unchanged) + ".")
+    )  # fmt: skip
+    report.add("## Against the goal", points)
+    gains = [
+        (r["version"], r["tasks"], n["us"], r["us"])
+        for r, n in zip(rows[1::3], rows[2::3], strict=True)
+    ]
+    report.add("## The cache of unchanged chains",
+        "A parked task whose coroutine, frame position and awaited object are the ones of the "
+        "last scan is not walked again: the scanner keeps its chain. The same scans with the "
+        "cache off, in the same run:")  # fmt: skip
+    # a leg's CPU within the noise of the leg without scans leaves no ratio
+    report.table(gains, [
+        Col("version", lambda g: g[0], left=True), Col("tasks", lambda g: g[1], "{:,}"),
+        Col("µs per scan, no cache", lambda g: g[2], "{:.0f}"),
+        Col("µs per scan, cache", lambda g: g[3], "{:.0f}"),
+        Col("ratio", lambda g: f"{g[2] / g[3]:.1f}x" if g[3] > 0 and g[2] > 0 else "–"),
+    ])  # fmt: skip
     noisy = sum(1 for _, _, b, a in gains if a <= 0 or b <= 0)
     if noisy:
-        lines += [
-            "",
+        report.add(
             f"{noisy} of the targets had a leg with scans that measured no more CPU than the "
-            "leg without: within this run's noise, no ratio.",
-        ]
+            "leg without: within this run's noise, no ratio."
+        )
     ratios = [b / a for _, _, b, a in gains if a > 0 and b > 0]
     if ratios:
         median = statistics.median(ratios)
-        faster = sum(r > 1.1 for r in ratios)
-        slower = sum(r < 1 / 1.1 for r in ratios)
-        lines += [
-            "",
+        faster, slower = sum(r > 1.1 for r in ratios), sum(r < 1 / 1.1 for r in ratios)
+        report.add(
             f"Median ratio {median:.2f}x over {len(ratios)} targets: the cache saved more than "
             f"10% on {faster}, cost more than 10% on {slower}, and {len(ratios) - faster - slower} "
-            "were within 10%.",
-        ]
-        if 1 / 1.1 <= median <= 1.1:
-            lines[-1] += (
-                " Without the cache a chain is walked one level of all tasks at a time, each "
-                "step one batch of reads, pieces of the same pages read as one: in this run a "
-                "walk cost about what the cache's check of each coroutine did."
-            )
-    lines += [
-        "",
+            "were within 10%."
+            + (" Without the cache a chain is walked one level of all tasks at a time, each step "
+               "one batch of reads: in this run a walk cost about what the cache's check of each "
+               "coroutine did." if 1 / 1.1 <= median <= 1.1 else "")
+        )  # fmt: skip
+    report.add(
         f"## {BIG:,} tasks: past the scan's bound",
-        "",
-        "A scan reads a bounded number of tasks. Past that bound it reads a slice of "
-        "them, a different slice each scan, and counts the others as unread (`task_unread` in "
-        "the sampler's stats, a line of `record`'s summary with the share read). The task "
-        "profile's counts are not scaled: each task-sample is a task that was read. Scans "
-        f"are held to {_native.TASK_SCAN_BUDGET:.0%} of the sampling thread's time, so these "
-        "come far apart: the scans column counts them.",
-        "",
-        "| version | scans | task-samples per scan | unread per scan | µs per scan | "
-        "CPU with scans (% of a core) | without | thread samples with / without "
-        "| peak RSS of this process before → after (MB) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for version, b in data["big"].items():
-        on, off = b["on"], b["off"]
-        scans = max(on["task_scans"], 1)
-        us, _ = scan_cost(on, off)
-        lines.append(
-            f"| {version} | {on['task_scans']} | {on['task_samples'] / scans:,.0f} "
-            f"| {on['task_unread'] / scans:,.0f} "
-            f"| {'–' if math.isnan(us) else f'{us:,.0f}'} | {on['cpu'] / on['seconds'] * 100:.2f} "
-            f"| {off['cpu'] / off['seconds'] * 100:.2f} | {on['samples']} / {off['samples']} "
-            f"| {b['rss_before_mb']:.0f} → {b['rss_after_mb']:.0f} |"
-        )
-        if on["task_errors"]:
-            lines.append(
-                f"|   | failed scans: {on['task_errors']} ({on['task_last_error']}) ||||||||"
-            )
-    REPORT.write_text("\n".join(lines) + "\n")
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--seconds", type=float, default=4.0)
-    parser.add_argument("--versions", default=",".join(VERSIONS))
-    parser.add_argument("--counts", default=",".join(str(n) for n in COUNTS))
-    parser.add_argument(
-        "--report-only", action="store_true", help="rewrite the report from the JSON"
+        "A scan reads a bounded number of tasks. Past that bound it reads a slice of them, a "
+        "different slice each scan, and counts the others as unread (`task_unread` in the "
+        "sampler's stats, a line of `record`'s summary with the share read). The task profile's "
+        "counts are not scaled: each task-sample is a task that was read. Scans are held to "
+        f"{_native.TASK_SCAN_BUDGET:.0%} of the sampling thread's time, so these come far apart: "
+        "the scans column counts them.",
     )
-    args = parser.parse_args()
-    if args.report_only:
-        data = json.loads(RESULTS.read_text())
-    else:
-        with tempfile.TemporaryDirectory() as tmp:
-            counts = [int(n) for n in args.counts.split(",")]
-            data = run(args.versions.split(","), counts, args.rounds, args.seconds, Path(tmp))
-        RESULTS.write_text(json.dumps(data, indent=1) + "\n")
-    write_report(data)
-    print(REPORT.read_text())
-    return 0
+    big = [
+        {"version": v, **b, "scans": max(b["on"]["task_scans"], 1)} for v, b in data["big"].items()
+    ]
+    report.table(big, [
+        Col("version", left=True), Col("scans", lambda b: b["on"]["task_scans"]),
+        Col("task-samples per scan", lambda b: b["on"]["task_samples"] / b["scans"], "{:,.0f}"),
+        Col("unread per scan", lambda b: b["on"]["task_unread"] / b["scans"], "{:,.0f}"),
+        Col("µs per scan", lambda b: scan_cost(b["on"], b["off"])[0],
+            lambda us: "–" if math.isnan(us) else f"{us:,.0f}"),
+        Col("CPU with scans (% of a core)", lambda b: b["on"]["cpu"] / b["on"]["seconds"] * 100,
+            "{:.2f}"),
+        Col("without", lambda b: b["off"]["cpu"] / b["off"]["seconds"] * 100, "{:.2f}"),
+        Col("thread samples with / without",
+            lambda b: f"{b['on']['samples']} / {b['off']['samples']}"),
+        Col("peak RSS of this process before → after (MB)",
+            lambda b: f"{b['rss_before_mb']:.0f} → {b['rss_after_mb']:.0f}"),
+    ])  # fmt: skip
+    failed = [b for b in big if b["on"]["task_errors"]]
+    report.add([f"Failed scans on {b['version']}: {b['on']['task_errors']} "
+                f"({b['on']['task_last_error']})." for b in failed])  # fmt: skip
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(
+        main(__doc__, "REPORT-tasks",
+             lambda a, w: run(a.versions.split(","), [int(n) for n in a.counts.split(",")],
+                              a.rounds, a.seconds, w),
+             write_report, {"--rounds": 1, "--seconds": 4.0, "--versions": ",".join(VERSIONS),
+                            "--counts": ",".join(str(n) for n in COUNTS)})
+    )  # fmt: skip

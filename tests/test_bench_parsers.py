@@ -17,8 +17,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.cost import categorize, parse_perf_script
 from benchmarks.procs import parse_pyspy, parse_record, parse_wrk
 from benchmarks.rates import highest, judge
-from benchmarks.report import cpu_bound, pause_bound, rate_bound
-from benchmarks.sections import CPU_GOAL
+from benchmarks.report import CPU_GOAL, cpu_bound, pause_bound, rate_bound
 
 STORED = json.loads((ROOT / "benchmarks" / "REPORT.json").read_text())
 
