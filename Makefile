@@ -46,7 +46,7 @@ image:
 pythons:
 	tests/pythons.sh
 
-# Grafana Pyroscope for the push tests (tests/test_push.py), built from the Go module proxy into
+# Grafana Pyroscope for the push tests (tests/serve/test_push.py), built from the Go module proxy into
 # .cache/pyroscope; prints the binary's path. Minutes the first time, cached after that.
 pyroscope:
 	tests/pyroscope.sh
@@ -60,7 +60,7 @@ test: install
 
 # Ten minutes of sidecar + two targets under load (make test runs two); report in tests/reports/soak.md
 soak: install
-	SIDECAR_SOAK_SECONDS=600 $(BIN)/pytest tests/test_soak.py
+	SIDECAR_SOAK_SECONDS=600 $(BIN)/pytest tests/faults/test_soak.py
 
 lint: install
 	$(BIN)/ruff check sidecar targets tests benchmarks
@@ -94,7 +94,7 @@ clean:
 
 # The Kubernetes manifests (deploy/k8s) against the Kubernetes API machinery: a Go checker
 # (deploy/k8s/check, modules pinned by its go.sum) and the JSON schemas of a pinned wheel
-# (deploy/k8s/check/schemas.txt). tests/test_k8s.py runs it, so `make test` covers it. The
+# (deploy/k8s/check/schemas.txt). tests/deploy/test_k8s.py runs it, so `make test` covers it. The
 # first build compiles parts of Kubernetes: minutes on two cores, cached after that.
 K8S_CHECK := $(VENV)/k8s/k8s-check
 K8S_SCHEMAS := $(VENV)/k8s/schemas

@@ -29,7 +29,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.cost import thread_cpu
 from benchmarks.procs import PYTHON, Procs, load_average, machine
-from benchmarks.testtools import Pyroscope, build, free_port
+from tests.support.helpers import free_port
+from tests.support.pyroscope import Pyroscope, build
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORT = ROOT / "benchmarks" / "REPORT-push.md"

@@ -34,8 +34,8 @@ from typing import Any
 
 from benchmarks.pauses import sampler_thread_seconds
 from benchmarks.procs import Procs, load_average, machine
-from benchmarks.testtools import find_pythons
 from sidecar import _native
+from tests.support.pythons import find_pythons
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORT = ROOT / "benchmarks" / "REPORT-tasks.md"

@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING, Any
 from benchmarks import floor
 from benchmarks.pauses import sampler_thread_seconds
 from benchmarks.procs import Procs, load_average, machine
-from benchmarks.testtools import find_pythons
 from sidecar import _native
+from tests.support.pythons import find_pythons
 
 if TYPE_CHECKING:
     from sidecar._native import SamplerStats

@@ -6,9 +6,10 @@ import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import faultkit
 import pytest
-from helpers import REPORTS, LoadDriver, Serve, Servers, Spawner
+
+from tests.support import faultkit
+from tests.support.helpers import REPORTS, LoadDriver, Serve, Servers, Spawner
 
 
 @pytest.fixture
