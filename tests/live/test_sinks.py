@@ -78,27 +78,3 @@ def test_every_sink_gets_every_window_and_a_broken_one_costs_only_itself(
     assert writer.health.windows_written == counting.windows
     stored = Reader(db, 1).profile(None, Range.aligned(None, None, 1))
     assert stored.total == counting.samples
-
-
-def test_every_sink_health_follows_one_recent_problem_rule() -> None:
-    """The store's and the pusher's health are degraded while failing, and for RECENT seconds
-    after their last problem of any kind, not after; their counters stay."""
-    from sidecar.push import PushHealth
-    from sidecar.sinks import RECENT
-    from sidecar.store import WriterHealth
-
-    now = 1_000_000.0
-    store, push = WriterHealth(), PushHealth()
-    assert not store.degraded(now) and not push.degraded(now)
-    store.failing = push.failing = True
-    assert store.degraded(now) and push.degraded(now)
-    store.failing = push.failing = False
-    for problem in ("disk_full_at", "dropped_at", "recreated_at"):
-        store = WriterHealth(**{problem: now})
-        assert store.degraded(now + RECENT - 1) and not store.degraded(now + RECENT), problem
-    push.give_up("overflow")
-    assert push.given_up["overflow"] == 1
-    assert push.given_up_at is not None
-    assert push.degraded(push.given_up_at + RECENT - 1)
-    assert not push.degraded(push.given_up_at + RECENT)
-    assert push.given_up["overflow"] == 1

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from sidecar import _native
-from sidecar.tasks import TASK_LEAVES, tree_lines
+from sidecar.tasks import TASK_LEAVES
 from tests.support.helpers import ROOT, Spawner, proc_status, sidecar
 from tests.support.pythons import interpreter
 
@@ -105,52 +105,6 @@ def test_tasks_prints_the_known_tree(spawn: Spawner, version: str) -> None:
         assert re.fullmatch(r" {11}(sleep|__sleep0) \(asyncio/tasks\.py:\d+\)", line), lines
 
 
-def row(id: int, name: str, awaited_by: int | None, awaits: int | None = None) -> _native.TaskRow:
-    return {
-        "id": id,
-        "name": name,
-        "state": "waiting",
-        "frames": [f"{name} (m.py:{id})"],
-        "future": "Future" if awaits is None else "Task",
-        "awaits": awaits,
-        "awaited_by": awaited_by,
-    }
-
-
-def test_the_tree_keeps_loops_and_tasks_awaited_from_outside_the_scan() -> None:
-    """A task whose awaiting task the scan left out is a root; tasks awaiting each other in a
-    loop (a torn scan) are printed once each, from the first by name; a task awaiting another
-    has it under its chain, beside the tasks of its gather."""
-    scan: _native.TaskScan = {
-        "python_version": "3.12.0",
-        "tasks": [
-            row(1, "main", None, awaits=2),
-            row(2, "awaited", 1),
-            row(3, "gathered", 1),
-            row(4, "orphan", 99),
-            row(5, "loop_b", 6),
-            row(6, "loop_a", 5),
-        ],
-        "folded": [],
-        "torn": 0,
-        "unread": 0,
-    }
-    assert tree_lines(scan) == [
-        "'main' [waiting] awaits task 'awaited'",
-        "    main (m.py:1)",
-        "    ├─ 'awaited' [waiting] awaits a Future",
-        "    │      awaited (m.py:2)",
-        "    └─ 'gathered' [waiting] awaits a Future",
-        "           gathered (m.py:3)",
-        "'orphan' [waiting] awaits a Future",
-        "    orphan (m.py:4)",
-        "'loop_a' [waiting] awaits a Future",
-        "    loop_a (m.py:6)",
-        "    └─ 'loop_b' [waiting] awaits a Future",
-        "           loop_b (m.py:5)",
-    ]
-
-
 @pytest.mark.parametrize("version", ["3.9", "3.10"])
 def test_older_versions_are_refused_in_one_line(spawn: Spawner, version: str) -> None:
     target = spawn.target("spin", "--sleep", python=interpreter(version))
@@ -163,12 +117,6 @@ def test_older_versions_are_refused_in_one_line(spawn: Spawner, version: str) ->
     )
     assert re.fullmatch(expected, result.stderr), result.stderr
     assert proc_status(target.pid)["State"][0] in "RS", "the target was left stopped"
-
-
-def test_a_missing_process_is_one_line() -> None:
-    result = sidecar("tasks", "--pid", "4194305")
-    assert result.returncode == 1
-    assert result.stderr == "sidecar: error: no process with PID 4194305 (or it exited)\n"
 
 
 def test_record_tasks_refuses_an_older_python(spawn: Spawner, tmp_path: Path) -> None:

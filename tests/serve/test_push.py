@@ -20,7 +20,7 @@ from sidecar.push import Client, Pusher, endpoint
 from sidecar.query import Range, Reader
 from sidecar.store import ProcessRecord, WindowBatch
 from sidecar.taskquery import TaskReader
-from tests.support.helpers import LoadDriver, Serve, Spawner, sidecar, wait_until
+from tests.support.helpers import LoadDriver, Serve, Spawner, wait_until
 from tests.support.pyroscope import PERIOD_NS, Pyroscope, build, wait_pushed
 
 CPU = "process_cpu:cpu:nanoseconds:cpu:nanoseconds"
@@ -282,23 +282,6 @@ def test_a_hanging_or_rejecting_server_holds_up_neither_sampling_nor_storing(
         hanging.close()
         rejecting.shutdown()
         rejecting.server_close()
-
-
-def test_push_usage_errors(tmp_path: Path) -> None:
-    token = tmp_path / "token"
-    for args, words in (
-        (("--push", "ftp://example"), "http:// or https://"),
-        (("--push", "http://user:secret@127.0.0.1:1"), "must not hold credentials"),
-        (("--push", "http://127.0.0.1:1", "--push-token-file", str(token)), "cannot read"),
-        (("--push-token-file", str(token)), "only makes sense with --push"),
-        (("--service-name", "x"), "only makes sense with --push"),
-    ):
-        done = sidecar("serve", "--db", str(tmp_path / "x.db"), "--pid", "1", *args)
-        assert done.returncode == 2, (args, done.stderr)
-        lines = done.stderr.strip().splitlines()
-        assert len(lines) == 1 and words in lines[0], (args, done.stderr)
-        assert "secret" not in done.stderr
-    assert not (tmp_path / "x.db").exists()
 
 
 #: (path, headers, body size) of each push the recording server took.

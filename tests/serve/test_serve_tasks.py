@@ -18,7 +18,7 @@ from sidecar.taskquery import NoTaskScans, TaskReader
 from tests.live.test_tasks import await_lines
 from tests.support.helpers import ROOT, LoadDriver, Serve, Spawner, sidecar, wait_until
 from tests.support.pythons import interpreter
-from tests.unit.test_stats import SCHEMA
+from tests.support.stats_schema import SCHEMA
 
 PARKED = 12
 #: The parked tasks, the ticker and main's task.

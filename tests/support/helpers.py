@@ -318,6 +318,15 @@ def sidecar(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[s
     )
 
 
+def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
+    """The one ``sidecar: error: ...`` line of a CLI run that failed with exit status 1."""
+    assert result.returncode == 1, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("sidecar: error: ")
+    return lines[0]
+
+
 def proc_status(pid: int) -> dict[str, str]:
     out: dict[str, str] = {}
     with open(f"/proc/{pid}/status") as handle:

@@ -1,12 +1,11 @@
-"""The flamegraph SVG reader: round trips, golden files, py-spy's real SVGs, hostile inputs."""
+"""The flamegraph SVG reader: round trips, golden files, py-spy's SVGs, hostile inputs (one of a
+live target: tests/live/test_svg_py_spy.py)."""
 
 from __future__ import annotations
 
 import os
 import re
 import subprocess
-import sys
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -29,11 +28,11 @@ from sidecar.svg import (
 )
 from tests.support.flamegraph_pl import flamegraph_pl_svg
 from tests.support.helpers import PYTHON, ROOT, LoadDriver, Spawner, sidecar
+from tests.support.py_spy_svg import PY_SPY, check_py_spy_svg
 from tests.support.svg_oracle import OracleRefused, scan
 
 GOLDEN = Path(__file__).parent / "golden"
 BLESS = os.environ.get("SIDECAR_BLESS") == "1"
-PY_SPY = Path(sys.executable).with_name("py-spy")
 
 # --- strategies -------------------------------------------------------------------------------
 
@@ -468,7 +467,7 @@ def test_golden_py_spy_svg() -> None:
     svg = GOLDEN / "py-spy-aiohttp.svg"
     if BLESS:
         _record_py_spy(svg)
-    _check_py_spy_svg(svg)
+    check_py_spy_svg(svg)
     _check_golden(svg)
 
 
@@ -514,58 +513,6 @@ def _record_py_spy(out: Path, duration: int = 3) -> None:
     finally:
         load.close()
         spawn.close()
-
-
-def _titles(svg: Path) -> tuple[int, list[tuple[str, int]]]:
-    """(total_samples, [(title name, title count)]) read independently with ElementTree."""
-    root = ET.parse(svg).getroot()
-    ns = "{http://www.w3.org/2000/svg}"
-    frames_el = next(e for e in root.iter(f"{ns}svg") if e.get("id") == "frames")
-    total = int(frames_el.get("total_samples", "0"))
-    out = []
-    for group in frames_el.iter(f"{ns}g"):
-        title = group.find(f"{ns}title")
-        assert title is not None and title.text is not None
-        match = re.fullmatch(r"(.*) \(([\d,]+) samples?, [\d.]+%\)", title.text, re.S)
-        assert match, title.text
-        out.append((match[1], int(match[2].replace(",", ""))))
-    return total, out
-
-
-def _check_py_spy_svg(svg: Path) -> None:
-    total, titles = _titles(svg)
-    graph = read_flamegraph(svg.read_bytes(), str(svg))
-    assert graph.exact  # py-spy's SVGs are inferno's, with fg:x / fg:w
-    profile = to_profile(graph, str(svg))
-    # The stacks read back add up to the SVG's total.
-    assert total > 0
-    assert profile.total == total == graph.total
-    # Every frame's count is the one in its title.
-    assert sorted((f.name, f.count) for f in graph.frames) == sorted(titles)
-    # The profile rendered again reads back identically.
-    for inverted in (False, True):
-        again = read_svg(_render(profile.stacks, min_width=0, inverted=inverted))
-        assert again.stacks == profile.stacks
-
-
-@pytest.mark.slow
-def test_py_spy_svg_of_a_live_target(spawn: Spawner, load: LoadDriver, tmp_path: Path) -> None:
-    target = spawn.target("aiohttp_app")
-    load.start(target.url + "/cpu?repeat=50", 6)
-    out = tmp_path / "py-spy.svg"
-    result = subprocess.run(
-        [
-            *(str(PY_SPY), "record", "--pid", str(target.pid), "--duration", "3"),
-            *("-o", str(out), "--nonblocking"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    _check_py_spy_svg(out)
-    profile = load_profile(str(out))
-    assert any("classify_path" in stack for stack in profile.stacks)
 
 
 # --- hostile inputs ----------------------------------------------------------------------------
