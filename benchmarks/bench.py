@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import cost, overhead, pauses, rates, report, store
-from benchmarks.procs import Procs, load_average, machine
+from benchmarks.procs import load_average, machine
+from tests.support.procs import Procs
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "REPORT.json"

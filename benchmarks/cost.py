@@ -32,12 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import floor, pauses
-from benchmarks.procs import PYTHON, Procs, load_average
+from benchmarks.procs import load_average
 from sidecar import _native
 from sidecar.classify import classify
 from sidecar.query import Reader
 from sidecar.sessions import Selection, Session, Sessions, scan
 from sidecar.store import ProcessRecord, Store
+from tests.support.procs import PYTHON, Procs
 
 WINDOW = 10
 RATE = 100.0

@@ -28,8 +28,8 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.cost import thread_cpu
-from benchmarks.procs import PYTHON, Procs, load_average, machine
-from tests.support.helpers import free_port
+from benchmarks.procs import load_average, machine
+from tests.support.procs import PYTHON, Procs, free_port
 from tests.support.pyroscope import Pyroscope, build
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -28,7 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.procs import PYTHON, Procs, load_average, start_profiler, stop_profiler
+from benchmarks.procs import load_average, start_profiler, stop_profiler
+from tests.support.procs import PYTHON, Procs
 
 #: "floor" is not a profiler: a loop that only sleeps to the same schedule under sidecar's rules
 #: (benchmarks/floor.py), what the machine's timers and scheduler allow any sampler.

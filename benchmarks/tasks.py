@@ -33,8 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.pauses import sampler_thread_seconds
-from benchmarks.procs import Procs, load_average, machine
+from benchmarks.procs import load_average, machine
 from sidecar import _native
+from tests.support.procs import Procs
 from tests.support.pythons import find_pythons
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -40,8 +40,9 @@ from typing import TYPE_CHECKING, Any
 
 from benchmarks import floor
 from benchmarks.pauses import sampler_thread_seconds
-from benchmarks.procs import Procs, load_average, machine
+from benchmarks.procs import load_average, machine
 from sidecar import _native
+from tests.support.procs import Procs
 from tests.support.pythons import find_pythons
 
 if TYPE_CHECKING:

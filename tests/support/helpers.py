@@ -1,32 +1,30 @@
 """Helpers for tests: start real targets, drive real load, run the real ``sidecar`` CLI and
-``sidecar serve``."""
+``sidecar serve``. The process primitives they share with the benchmarks (ROOT, PYTHON,
+stop_process, wait_until, free_port) come from ``procs`` and are importable from here too."""
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import select
 import shutil
 import signal
 import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.procs import PYTHON, READY, ROOT, free_port, stop_process, wait_until
+
 if TYPE_CHECKING:
     from sidecar._native import Window
 
-ROOT = Path(__file__).resolve().parents[2]
-PYTHON = sys.executable
 REPORTS = ROOT / "tests" / "reports"
 #: The browser of the UI tests (Debian's Chromium, driven by Playwright) and its flags.
 CHROMIUM = "/usr/bin/chromium"
@@ -99,11 +97,9 @@ class Spawner:
         )
         self.procs.append(popen)
         line = _read_line(popen, timeout)
-        match = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+        match = READY.search(line)
         if match:
-            return Proc(popen, int(match[1]))
-        if line.strip() == "ready":
-            return Proc(popen)
+            return Proc(popen, int(match[2])) if match[2] else Proc(popen)
         popen.kill()
         raise RuntimeError(f"target {module} did not start: {line!r}")
 
@@ -285,18 +281,6 @@ class Servers:
             server.kill()
 
 
-def stop_process(popen: subprocess.Popen[Any], sig: int, timeout: float) -> None:
-    """Sends ``sig`` unless the process has ended, and kills it if it is still there after
-    ``timeout`` seconds."""
-    if popen.poll() is None:
-        popen.send_signal(sig)
-    try:
-        popen.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        popen.kill()
-        popen.wait()
-
-
 def metrics(text: str) -> dict[str, float]:
     """Unlabelled samples of a Prometheus exposition, by name."""
     out: dict[str, float] = {}
@@ -334,25 +318,6 @@ def proc_status(pid: int) -> dict[str, str]:
             key, _, value = line.partition(":")
             out[key] = value.strip()
     return out
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return False
-
-
-def free_port() -> int:
-    """A port that was free on 127.0.0.1 a moment ago."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def memory_reads(stats: Any) -> tuple[float, float, float, float]:

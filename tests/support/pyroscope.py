@@ -13,7 +13,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tests.support.helpers import ROOT, free_port, stop_process, wait_until
+from tests.support.procs import ROOT, free_port, stop_process, wait_until
 
 PERIOD_NS = 10_000_000  # one sample at 100 Hz
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.helpers import ROOT
+from tests.support.procs import ROOT
 
 VERSIONS = ("3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "3.14", "3.15")
 PYENV_VERSIONS = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
