@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from sidecar.tasks import snapshot
-from tests.live.test_tasks import await_lines, record_tasks, task_counts
 from tests.support.helpers import ROOT, Spawner, sidecar
 from tests.support.pythons import interpreter
+from tests.support.task_scans import await_lines, record_tasks, task_counts
 
 TARGET = ROOT / "targets" / "tasks_chains.py"
 SCANNED = ("3.11", "3.12", "3.13", "3.14", "3.15")

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from sidecar.tasks import is_request
-from tests.live.test_tasks import await_lines, record_tasks, task_counts
 from tests.support.helpers import PYTHON, ROOT, LoadDriver, Proc, Spawner
 from tests.support.pythons import frameworks_site, interpreter
+from tests.support.task_scans import await_lines, record_tasks, task_counts
 
 #: Per framework: the demo service, the frame of its /stages handler, and how the chain of a
 #: request's task begins (aiohttp: the connection's task, which awaits the request's; Tornado:

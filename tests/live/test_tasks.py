@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import time
 from pathlib import Path
 
@@ -18,50 +17,10 @@ from sidecar import _native
 from sidecar.tasks import TASK_LEAVES
 from tests.support.helpers import ROOT, Spawner, proc_status, sidecar
 from tests.support.pythons import interpreter
+from tests.support.task_scans import await_lines, record_tasks, task_counts
 
 TARGET = ROOT / "targets" / "tasks_tree.py"
 SCANNED = ("3.11", "3.12", "3.13", "3.14", "3.15")
-
-
-def await_lines(path: Path) -> dict[str, int]:
-    """The line of each ``# await: NAME`` marker in a target's source."""
-    lines: dict[str, int] = {}
-    for number, text in enumerate(path.read_text().splitlines(), start=1):
-        match = re.search(r"# await: (\w+)", text)
-        if match:
-            lines[match[1]] = number
-    return lines
-
-
-def record_tasks(pid: int, out: Path, duration: float) -> subprocess.CompletedProcess[str]:
-    """``sidecar record --tasks`` of ``pid`` into ``out`` as folded stacks (the task profile
-    beside it, ``NAME.tasks.folded``), scanning at 47 Hz (each scan at a random instant of its
-    period, so the targets' cycles, 40 ms requests and 10 Hz tickers, meet them at every
-    phase)."""
-    return sidecar(
-        "record",
-        "--pid",
-        str(pid),
-        "--duration",
-        f"{duration:g}",
-        "--tasks",
-        "--task-rate",
-        "47",
-        "--format",
-        "folded",
-        "-o",
-        str(out),
-    )
-
-
-def task_counts(path: Path) -> dict[str, int]:
-    """A folded task profile: every line ends in a state's leaf."""
-    counts: dict[str, int] = {}
-    for line in path.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        assert stack.rsplit(";", 1)[-1] in TASK_LEAVES, line
-        counts[stack] = counts.get(stack, 0) + int(count)
-    return counts
 
 
 @pytest.mark.parametrize("version", SCANNED)

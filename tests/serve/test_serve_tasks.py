@@ -15,10 +15,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar.query import Range, Reader
 from sidecar.taskquery import NoTaskScans, TaskReader
-from tests.live.test_tasks import await_lines
 from tests.support.helpers import ROOT, LoadDriver, Serve, Spawner, sidecar, wait_until
 from tests.support.pythons import interpreter
 from tests.support.stats_schema import SCHEMA
+from tests.support.task_scans import await_lines
 
 PARKED = 12
 #: The parked tasks, the ticker and main's task.

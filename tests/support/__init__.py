@@ -5,6 +5,7 @@
 - ``helpers``: a test's targets (``Spawner``), load (``LoadDriver``), ``sidecar serve``
   (``Serve``, ``Servers``) and CLI runs, the UI tests' Chromium;
 - ``fixed_rate``: profiles of targets under a fixed request rate;
+- ``task_scans``: task scans of real targets through the CLI, and their counts;
 - ``faultkit``: the fault suite's /proc readings, database checks and report ledger;
   ``pid_reuse``: the script it runs as PID 1 of a fresh PID namespace;
 - ``pythons``: an interpreter of each CPython version (``make pythons``);
