@@ -6,7 +6,7 @@ export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(BIN)):$(PATH)
 NATIVE_SRC := $(shell find native/src -name "*.rs" 2>/dev/null) native/Cargo.toml native/Cargo.lock
 
-.PHONY: install wheel image pythons pyroscope demo test soak lint fmt bench clean
+.PHONY: install wheel image pythons pyroscope demo test test-fast soak lint fmt bench clean
 
 install: $(VENV)/.installed
 
@@ -46,21 +46,36 @@ image:
 pythons:
 	tests/pythons.sh
 
-# Grafana Pyroscope for the push tests (tests/test_push.py), built from the Go module proxy into
-# .cache/pyroscope; prints the binary's path. Minutes the first time, cached after that.
+# Grafana Pyroscope for the push tests (tests/serve/test_push.py), built from the Go module
+# proxy into .cache/pyroscope; prints the binary's path. Minutes the first time, cached after that.
 pyroscope:
 	tests/pyroscope.sh
 
 demo: install
 	$(BIN)/sidecar demo
 
+# Everything: the Rust tests, then every tier of tests/ (tests/__init__.py lists them).
 test: install
 	cargo test --manifest-path native/Cargo.toml --release --quiet
 	$(BIN)/pytest
 
+# The unit tier alone (tests/unit: no target process, server or browser), in one pytest per
+# core, each with its share of the tests (--shard, tests/conftest.py); their outputs follow one
+# another at the end. About a minute of CPU in all.
+FAST_JOBS ?= $(shell nproc 2>/dev/null || echo 1)
+
+test-fast: install
+	@out=$$(mktemp -d); pids=; \
+	for i in $$(seq $(FAST_JOBS)); do \
+	  $(BIN)/pytest -q tests/unit --shard $$i/$(FAST_JOBS) >$$out/$$i 2>&1 & pids="$$pids $$!"; \
+	done; \
+	status=0; for pid in $$pids; do wait $$pid || status=1; done; \
+	for i in $$(seq $(FAST_JOBS)); do cat $$out/$$i; done; \
+	rm -rf $$out; exit $$status
+
 # Ten minutes of sidecar + two targets under load (make test runs two); report in tests/reports/soak.md
 soak: install
-	SIDECAR_SOAK_SECONDS=600 $(BIN)/pytest tests/test_soak.py
+	SIDECAR_SOAK_SECONDS=600 $(BIN)/pytest tests/faults/test_soak.py
 
 lint: install
 	$(BIN)/ruff check sidecar targets tests benchmarks
@@ -94,7 +109,7 @@ clean:
 
 # The Kubernetes manifests (deploy/k8s) against the Kubernetes API machinery: a Go checker
 # (deploy/k8s/check, modules pinned by its go.sum) and the JSON schemas of a pinned wheel
-# (deploy/k8s/check/schemas.txt). tests/test_k8s.py runs it, so `make test` covers it. The
+# (deploy/k8s/check/schemas.txt). tests/deploy/test_k8s.py runs it, so `make test` covers it. The
 # first build compiles parts of Kubernetes: minutes on two cores, cached after that.
 K8S_CHECK := $(VENV)/k8s/k8s-check
 K8S_SCHEMAS := $(VENV)/k8s/schemas

@@ -33,8 +33,9 @@ from typing import Any
 
 from benchmarks import cost, overhead, pauses, rates, report, store
 from benchmarks.plots import plot
-from benchmarks.procs import Procs, load_average, machine
+from benchmarks.procs import load_average, machine
 from benchmarks.table import Report, keep
+from tests.support.procs import Procs
 
 PARTS = ("overhead", "pauses", "cost", "rates", "store")
 

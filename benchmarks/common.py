@@ -11,8 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.procs import PYTHON, Child, Procs
 from benchmarks.table import Report
+from tests.support.procs import PYTHON, Child, Procs
 
 TICK = os.sysconf("SC_CLK_TCK")
 

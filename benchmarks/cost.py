@@ -25,13 +25,14 @@ from typing import Any
 
 from benchmarks import floor, pauses
 from benchmarks.common import serve, thread_cpu
-from benchmarks.procs import Procs, load_average
+from benchmarks.procs import load_average
 from sidecar import _native
 from sidecar.classify.threads import classify
 from sidecar.discover import Selection, scan
 from sidecar.serve.sessions import Session, Sessions
 from sidecar.store import ProcessRecord, Store
 from sidecar.store.query import Reader
+from tests.support.procs import Procs
 
 WINDOW = 10
 RATE = 100.0

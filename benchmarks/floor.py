@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from benchmarks.procs import Procs
+    from tests.support.procs import Procs
 
 NATIVE = Path(__file__).resolve().parents[1] / "native"
 

@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import cpu_seconds, main
-from benchmarks.procs import Child, Procs
 from benchmarks.table import Col, Report, med
 from sidecar.analyze.threads import analyze
 from sidecar.classify.tasks import in_flight, task_rows
 from sidecar.discover import describe
 from sidecar.sample.record import record
+from tests.support.procs import Child, Procs
 
 WARMUP = 1.5
 #: Task scans per second during a recording (a rate the handlers' 50 ms cycles do not divide).

@@ -20,7 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.procs import Procs, load_average, schedstat, start_profiler, stop_profiler, wrk
+from benchmarks.procs import load_average, schedstat, start_profiler, stop_profiler, wrk
+from tests.support.procs import Procs
 
 LEGS = ("none", "sidecar", "sidecar-blocking", "py-spy")
 TARGET_CPU, LOAD_CPU = "0", "1"

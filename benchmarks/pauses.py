@@ -20,7 +20,8 @@ from typing import Any
 
 from benchmarks import floor
 from benchmarks.common import sampler_thread_seconds
-from benchmarks.procs import PYTHON, Procs, load_average
+from benchmarks.procs import load_average
+from tests.support.procs import PYTHON, Procs
 
 VARIANTS = (("1 Python thread", 0), ("1 Python thread + 150 native threads", 150))
 MODES = {"normal": None, "rt": 2}

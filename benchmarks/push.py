@@ -24,9 +24,10 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.common import main, serve, thread_cpu
-from benchmarks.procs import Procs, load_average, machine
+from benchmarks.procs import load_average, machine
 from benchmarks.table import Col, Report, med
-from benchmarks.testtools import Pyroscope, build, free_port
+from tests.support.procs import Procs, free_port
+from tests.support.pyroscope import Pyroscope, build
 
 RATE = 100.0
 WINDOW = 10

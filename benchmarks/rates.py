@@ -26,7 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.procs import PYTHON, Procs, load_average, start_profiler, stop_profiler
+from benchmarks.procs import load_average, start_profiler, stop_profiler
+from tests.support.procs import PYTHON, Procs
 
 TOOLS = ("sidecar", "py-spy", "py-spy-nonblocking", "floor")
 #: normal: as the machine is; rt: the profilers at real-time priority (chrt -f 1), out of reach

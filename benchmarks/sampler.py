@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import cpu_seconds, main
-from benchmarks.procs import PYSPY, PYTHON, Procs
+from benchmarks.procs import PYSPY
 from benchmarks.table import Col, Report, med
+from tests.support.procs import PYTHON, Procs
 
 WARMUP = 2.0
 

@@ -26,13 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import cpu_seconds, main, serve
-from benchmarks.procs import Procs, machine
+from benchmarks.procs import machine
 from benchmarks.table import Col, Report, met, span
 from sidecar.store import ProcessRecord, Store, WindowBatch
 from sidecar.store.file import WAL_PAGES
 from sidecar.store.query import Range, Reader
 from sidecar.store.retention import DOWNSAMPLE_TIERS
 from targets.demo import start_loads
+from tests.support.procs import Procs
 
 #: serve's CPU per target, everything included, at most (the CPU goal of REPORT.md).
 CPU_GOAL = 0.0025

@@ -25,10 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import main, sampled, sampler_thread_seconds
-from benchmarks.procs import Procs, load_average, machine
+from benchmarks.procs import load_average, machine
 from benchmarks.table import Col, Report, med
-from benchmarks.testtools import find_pythons
 from sidecar import _native
+from tests.support.procs import Procs
+from tests.support.pythons import find_pythons
 
 VERSIONS = ("3.11", "3.12", "3.13", "3.14")
 COUNTS = (100, 1_000, 10_000)

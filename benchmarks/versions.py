@@ -28,10 +28,11 @@ from typing import Any
 
 from benchmarks import floor
 from benchmarks.common import main, sampled
-from benchmarks.procs import Procs, load_average, machine
+from benchmarks.procs import load_average, machine
 from benchmarks.table import Col, Report, med
-from benchmarks.testtools import find_pythons
 from sidecar import _native
+from tests.support.procs import Procs
+from tests.support.pythons import find_pythons
 
 VERSIONS = ("3.11", "3.12", "3.13", "3.14", "3.15")
 READERS = ("auto", "py-spy")

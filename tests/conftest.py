@@ -6,9 +6,31 @@ import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import faultkit
 import pytest
-from helpers import REPORTS, LoadDriver, Serve, Servers, Spawner
+
+from tests.support import faultkit
+from tests.support.helpers import REPORTS, LoadDriver, Serve, Servers, Spawner
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--shard",
+        metavar="I/N",
+        help="run the I-th of N interleaved parts of the tests collected (make test-fast runs "
+        "the unit tier as N such processes at once)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    shard = config.getoption("--shard")
+    if not shard:
+        return
+    index, count = (int(part) for part in shard.split("/"))
+    if not 1 <= index <= count:
+        raise pytest.UsageError(f"--shard {shard}: I must be between 1 and N")
+    others = [item for n, item in enumerate(items) if n % count != index - 1]
+    config.hook.pytest_deselected(items=others)
+    items[:] = [item for n, item in enumerate(items) if n % count == index - 1]
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Grafana Pyroscope for the push tests (tests/test_push.py), built from the Go module proxy into
+# Grafana Pyroscope for the push tests (tests/serve/test_push.py), built from the Go module proxy into
 # .cache/pyroscope/VERSION/pyroscope. Pyroscope's module cannot be `go install`ed: its go.mod
 # replaces its nested api module by a directory the module zip lacks. So the module is copied out
 # of the module cache, the replace dropped and the published api module (same content) required,

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# CPython 3.14 and 3.15 for the version tests (tests/test_versions.py), from Debian unstable's
+# CPython 3.14 and 3.15 for the version tests (tests/live/test_versions.py), from Debian unstable's
 # packages, in .cache/pythons/3.X: the packages are fetched with apt through a private sources
 # list (the system's apt configuration and state stay as they are) and unpacked with their own
 # libc, as the host's is older than they need. The interpreter is copied beside the original and
 # the copy patched (patchelf) to start through that libc's ld.so and find its libraries, so it
 # runs as a real file (/proc/PID/exe and /proc/PID/maps name it, as sampling tools expect) and
-# finds its standard library next to it. 3.8 to 3.13 come from pyenv (tests/pythons.py).
+# finds its standard library next to it. 3.8 to 3.13 come from pyenv (tests/support/pythons.py).
 #
 # Prints one line per interpreter: "3.14 /abs/path/to/python3.14-patched". Cheap when done.
 set -euo pipefail

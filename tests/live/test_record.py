@@ -1,0 +1,214 @@
+"""``sidecar record`` against real targets: states, deep and non-ASCII stacks, failures."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from sidecar.classify.threads import is_loop_stack, state_counts
+from sidecar.profile import Profile, parse_folded
+from tests.support.helpers import PYTHON, ROOT, LoadDriver, Spawner, one_error_line, sidecar
+
+
+def record(pid: int, out: Path, *args: str, duration: float = 3.0) -> Profile:
+    result = sidecar(
+        "record",
+        "--pid",
+        str(pid),
+        "--duration",
+        str(duration),
+        "--format",
+        "folded",
+        "-o",
+        str(out),
+        *args,
+    )
+    assert result.returncode == 0, result.stderr
+    return parse_folded(out.read_text())
+
+
+def shares(profile: Profile) -> dict[str, float]:
+    counts = state_counts(profile.stacks)
+    total = sum(counts.values())
+    assert total > 0
+    return {state: count / total for state, count in counts.items()}
+
+
+def test_busy_pure_python_loop_is_busy(spawn: Spawner, tmp_path: Path) -> None:
+    target = spawn.target("spin")
+    profile = record(target.pid, tmp_path / "spin.txt", duration=2)
+    assert shares(profile)["busy"] >= 0.90
+
+
+def test_idle_aiohttp_on_uvloop_is_idle(spawn: Spawner, tmp_path: Path) -> None:
+    target = spawn.target("aiohttp_app", "--uvloop")
+    profile = record(target.pid, tmp_path / "a.txt")
+    assert shares(profile)["idle"] >= 0.95
+    # the idle wait is the frame that entered the C loop, nothing above it
+    loop = {s: c for s, c in profile.stacks.items() if is_loop_stack(s)}
+    top = max(loop, key=loop.__getitem__).split(";")
+    assert top[-1] == "[idle]" and top[-2].startswith("run_app (aiohttp/web.py:")
+
+
+def test_idle_tornado_on_asyncio_is_idle(spawn: Spawner, tmp_path: Path) -> None:
+    target = spawn.target("tornado_app")
+    profile = record(target.pid, tmp_path / "t.txt")
+    assert shares(profile)["idle"] >= 0.95
+
+
+@pytest.mark.parametrize(
+    ("module", "path", "call"),
+    [
+        ("tornado_app", "/blocking", "blocking_sleep (targets/handlers.py:"),
+        ("aiohttp_app", "/blocking", "blocking_sleep (targets/handlers.py:"),
+        ("tornado_app", "/blocking-fetch", "SocketIO.readinto (socket.py:"),
+    ],
+)
+def test_blocking_call_shows_as_blocked_with_its_call(
+    spawn: Spawner, load: LoadDriver, tmp_path: Path, module: str, path: str, call: str
+) -> None:
+    target = spawn.target(module)
+    load.start(target.url + path, seconds=5)
+    time.sleep(0.5)
+    profile = record(target.pid, tmp_path / "b.txt", duration=3)
+    assert shares(profile)["blocked"] >= 0.5
+    blocked = {s: c for s, c in profile.stacks.items() if s.endswith(";[blocked]")}
+    top = max(blocked, key=blocked.__getitem__)
+    assert top.split(";")[-2].startswith(call), top
+
+
+def test_500_frames_deep_and_non_ascii_names_come_through(spawn: Spawner, tmp_path: Path) -> None:
+    target = spawn.target("spin", "--depth", "500", "--unicode")
+    profile = record(target.pid, tmp_path / "deep.txt", duration=1.5)
+    top = max(profile.stacks, key=profile.stacks.__getitem__)
+    frames = top.split(";")
+    assert sum(f.startswith("rückwärts_tiefer (targets/spin.py:") for f in frames) == 500
+    svg_out = tmp_path / "deep.svg"
+    result = sidecar("render", str(tmp_path / "deep.txt"), "-o", str(svg_out))
+    assert result.returncode == 0, result.stderr
+    assert "rückwärts_tiefer" in svg_out.read_text(encoding="utf-8")
+
+
+def test_target_exiting_mid_recording_keeps_a_partial_profile(
+    spawn: Spawner, tmp_path: Path
+) -> None:
+    target = spawn.target("spin", "--seconds", "1.5")
+    out = tmp_path / "partial.txt"
+    result = sidecar(
+        "record", "--pid", str(target.pid), "--duration", "20", "--format", "folded", "-o", str(out)
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"PID {target.pid} exited" in result.stderr
+    assert 50 <= parse_folded(out.read_text()).total <= 400
+
+
+def test_not_python_process(spawn: Spawner) -> None:
+    popen = spawn.command("sleep", "30")
+    time.sleep(0.2)
+    line = one_error_line(sidecar("record", "--pid", str(popen.pid), "--duration", "1"))
+    assert "does not look like a Python process" in line
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to start a sidecar as another user")
+def test_target_that_may_not_be_traced(spawn: Spawner, tmp_path: Path) -> None:
+    """An unprivileged sidecar may not read a root-owned target: one line naming the fix."""
+    setpriv = shutil.which("setpriv")
+    assert setpriv, "setpriv (util-linux) is required"
+    target = spawn.target("spin", "--sleep")
+    env = dict(os.environ, HOME=str(tmp_path))
+    result = subprocess.run(
+        [
+            setpriv,
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            PYTHON,
+            "-m",
+            "sidecar",
+            "record",
+            "--pid",
+            str(target.pid),
+            "--duration",
+            "1",
+            "-o",
+            str(tmp_path / "x.svg"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    line = one_error_line(result)
+    assert "CAP_SYS_PTRACE" in line and "shareProcessNamespace" in line
+
+
+def test_formats_cpu_and_threads(spawn: Spawner, load: LoadDriver, tmp_path: Path) -> None:
+    target = spawn.target("aiohttp_app")
+    load.start(target.url + "/cpu", seconds=20, connections=2)  # stopped when the test ends
+    time.sleep(0.5)
+    base = ("record", "--pid", str(target.pid), "--duration", "2")
+    svg, speed, cpu, threads = (tmp_path / n for n in ("p.svg", "p.json", "cpu.txt", "thr.txt"))
+    assert sidecar(*base, "-o", str(svg)).returncode == 0
+    assert ET.parse(svg).getroot().tag.endswith("svg")
+    assert "classify_path" in svg.read_text()
+    assert sidecar(*base, "--format", "speedscope", "-o", str(speed)).returncode == 0
+    doc = json.loads(speed.read_text())
+    assert doc["profiles"][0]["type"] == "sampled" and sum(doc["profiles"][0]["weights"]) > 100
+    assert sidecar(*base, "--cpu", "--format", "folded", "-o", str(cpu)).returncode == 0
+    cpu_stacks = parse_folded(cpu.read_text()).stacks
+    assert not any(s.endswith(("[idle]", "[blocked]")) for s in cpu_stacks)
+    assert any("XClassifier.next_char" in s for s in cpu_stacks)
+    assert sidecar(*base, "--threads", "--format", "folded", "-o", str(threads)).returncode == 0
+    roots = {s.split(";", 1)[0] for s in parse_folded(threads.read_text()).stacks}
+    assert f"thread (MainThread {target.pid})" in roots
+    assert any(r.startswith("thread (pretend-service ") for r in roots)
+
+
+def test_blocking_mode_records_and_releases_the_target(spawn: Spawner, tmp_path: Path) -> None:
+    target = spawn.target("tornado_app")
+    profile = record(target.pid, tmp_path / "blk.txt", "--blocking", duration=2)
+    assert profile.total > 100
+    with open(f"/proc/{target.pid}/status") as handle:
+        status = dict(line.split(":", 1) for line in handle)
+    assert status["State"].strip()[0] not in "Tt"
+    assert status["TracerPid"].strip() == "0"
+    assert target.get("/health") == b"ok\n"
+
+
+def test_a_target_that_tears_most_reads_is_told_to_use_blocking_mode(
+    spawn: Spawner, tmp_path: Path
+) -> None:
+    """``targets/chunks.py`` changes its 100-700-frame stack faster than a read: about a third
+    of the ticks here tear on every try and read no sample. The summary says how many and that
+    ``--blocking`` reads the target paused; with it, that line is gone."""
+    target = spawn.target("chunks", "--seconds", "30", "--settle", "0")
+    result = sidecar(
+        "record", "--pid", str(target.pid), "--duration", "3", "--rate", "200",
+        "--format", "folded", "-o", str(tmp_path / "torn.txt"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    warned = [line for line in result.stderr.splitlines() if "--blocking pauses it" in line]
+    assert len(warned) == 1, result.stderr
+    share = float(warned[0].split("%")[0])
+    assert share >= 5, warned
+    result = sidecar(
+        "record", "--pid", str(target.pid), "--duration", "3", "--rate", "200", "--blocking",
+        "--format", "folded", "-o", str(tmp_path / "stopped.txt"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "--blocking pauses it" not in result.stderr, result.stderr
+    read = re.search(r"samples ([\d,]+) in .* · errors (\d+) ·", result.stderr)
+    assert read, result.stderr
+    samples, errors = int(read[1].replace(",", "")), int(read[2])
+    assert samples > 300 and errors < 0.05 * (samples + errors), result.stderr

@@ -1,0 +1,90 @@
+"""The Grafana dashboard (deploy/grafana/sidecar-dashboard.json) asks only for what a real
+``sidecar serve --push``'s /metrics exposes: every metric it names, every label value it
+matches exactly, every label it groups by (besides those Prometheus adds when it scrapes)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support.helpers import ROOT, Serve, Spawner, free_port, wait_until
+
+DASHBOARD = ROOT / "deploy" / "grafana" / "sidecar-dashboard.json"
+#: Labels Prometheus's Kubernetes discovery adds to what it scrapes, not sidecar's own.
+SCRAPE_LABELS = {"namespace", "pod", "instance", "job"}
+_METRIC = re.compile(r"\b(sidecar_[a-z_]+)\b(\{[^}]*\})?")
+_MATCHER = re.compile(r'(\w+)\s*(=~|!=|!~|=)\s*"([^"]*)"')
+_BY = re.compile(r"\bby\s*\(([^)]*)\)")
+
+
+def queries(doc: dict[str, Any]) -> list[str]:
+    found = [t["expr"] for p in doc["panels"] for t in p.get("targets", [])]
+    for variable in doc["templating"]["list"]:
+        if variable["type"] == "query":
+            found.append(variable["definition"])
+    return found
+
+
+def exposed(text: str) -> dict[str, list[dict[str, str]]]:
+    """Sample name -> the label sets of its samples; a family with no samples now (no
+    untraceable process, say) is there by its name, its labels unknown."""
+    out: dict[str, list[dict[str, str]]] = {}
+    for family in text_string_to_metric_families(text):
+        if not family.samples:
+            out[family.name] = []
+        for sample in family.samples:
+            out.setdefault(sample.name, []).append(dict(sample.labels))
+    return out
+
+
+def test_every_dashboard_query_names_what_metrics_exposes(spawn: Spawner, tmp_path: Path) -> None:
+    doc = json.loads(DASHBOARD.read_text())
+    exprs = queries(doc)
+    assert len(exprs) >= 15
+    target = spawn.target("tornado_app")
+    # pushing to a port nobody listens on: the push metrics are there, failing
+    server = Serve(
+        tmp_path / "d.db",
+        "--window",
+        "1",
+        "--pid",
+        str(target.pid),
+        "--push",
+        f"http://127.0.0.1:{free_port()}",
+    )
+    try:
+
+        def metrics() -> dict[str, list[dict[str, str]]]:
+            return exposed(server.request("/metrics")[1].decode())
+
+        assert wait_until(lambda: "sidecar_loop_share" in metrics(), timeout=30)
+        samples = metrics()
+    finally:
+        server.stop()
+    named: set[str] = set()
+    for expr in exprs:
+        grouped = {g.strip() for m in _BY.finditer(expr) for g in m[1].split(",") if g.strip()}
+        metrics_here = list(_METRIC.finditer(expr))
+        assert metrics_here, expr
+        for match in metrics_here:
+            name = match[1]
+            named.add(name)
+            assert name in samples, f"{name} (in {expr!r}) is not in /metrics"
+            if not samples[name]:
+                continue
+            labels = set().union(*(set(s) for s in samples[name]))
+            for label, op, value in _MATCHER.findall(match[2] or ""):
+                if label in SCRAPE_LABELS:
+                    continue
+                assert label in labels, f"{name} has no label {label} (in {expr!r})"
+                if op == "=":
+                    values = {s.get(label) for s in samples[name]}
+                    assert value in values, f"{name}{{{label}={value!r}}}: only {values}"
+            assert grouped - SCRAPE_LABELS <= labels | SCRAPE_LABELS, (expr, labels)
+    # the dashboard covers the loop shares, the sampler, the store and the push
+    for prefix in ("sidecar_loop_share", "sidecar_sampler_", "sidecar_store_", "sidecar_push_"):
+        assert any(name.startswith(prefix) for name in named), prefix

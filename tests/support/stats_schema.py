@@ -1,0 +1,118 @@
+"""The JSON contract of ``sidecar stats --json`` (DESIGN.md) as a strict JSON schema, which
+tests/unit/test_stats.py checks is strict and the live and serve tests validate output with."""
+
+from __future__ import annotations
+
+from typing import Any
+
+SHARE = {"type": "number", "minimum": 0, "maximum": 1}
+DEPTH_VALUE = {"type": ["number", "null"], "minimum": 0}
+DEPTH = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["mean", "p50", "p95", "max"],
+    "properties": {
+        "mean": DEPTH_VALUE,
+        "p50": {"type": ["integer", "null"], "minimum": 0},
+        "p95": {"type": ["integer", "null"], "minimum": 0},
+        "max": {"type": ["integer", "null"], "minimum": 0},
+    },
+}
+SHARES = {
+    "samples": {"type": "integer", "minimum": 0},
+    "busy_share": SHARE,
+    "idle_share": SHARE,
+    "blocked_share": SHARE,
+    "depth": DEPTH,
+}
+FRAMEWORK = {"enum": ["aiohttp", "tornado", "unknown"]}
+IN_FLIGHT = {"type": "number", "minimum": 0}
+STATE_NAMES = ["running", "ready", "waiting"]
+#: The tasks block of a target (null when its tasks were not scanned).
+TASKS: dict[str, Any] = {
+    "type": ["object", "null"],
+    "additionalProperties": False,
+    "required": [
+        "scans",
+        "task_samples",
+        "in_flight",
+        "sampled",
+        "shares",
+        "requests",
+        "await_sites",
+    ],
+    "properties": {
+        "scans": {"type": "integer", "minimum": 1},
+        "task_samples": {"type": "integer", "minimum": 0},
+        "in_flight": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["mean", "max", *STATE_NAMES, "requests", "background", "unread"],
+            "properties": {
+                name: IN_FLIGHT
+                for name in ("mean", "max", *STATE_NAMES, "requests", "background", "unread")
+            },
+        },
+        "sampled": SHARE,
+        "shares": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": STATE_NAMES,
+            "properties": dict.fromkeys(STATE_NAMES, SHARE),
+        },
+        "requests": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["task_samples", "ready_share"],
+            "properties": {"task_samples": {"type": "integer", "minimum": 0}, "ready_share": SHARE},
+        },
+        "await_sites": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["site", "awaits", "task_samples", "share"],
+                "properties": {
+                    "site": {"type": "string"},
+                    "awaits": {"type": "string"},
+                    "task_samples": {"type": "integer", "minimum": 1},
+                    "share": SHARE,
+                },
+            },
+        },
+    },
+}
+#: DESIGN.md's `stats --json` shape, nothing more.
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["targets", "frameworks"],
+    "properties": {
+        "targets": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["pid", "role", "framework", "loop", *SHARES],
+                "properties": {
+                    "pid": {"type": ["integer", "null"]},
+                    "role": {"enum": ["master", "worker", None]},
+                    "framework": FRAMEWORK,
+                    "loop": {"enum": ["asyncio", "uvloop", "unknown"]},
+                    **SHARES,
+                    "tasks": TASKS,
+                },
+            },
+        },
+        "frameworks": {
+            "type": "object",
+            "propertyNames": FRAMEWORK,
+            "additionalProperties": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": list(SHARES),
+                "properties": SHARES,
+            },
+        },
+    },
+}

@@ -1,0 +1,1 @@
+"""The web UI end to end in Debian's Chromium, driven by Playwright."""

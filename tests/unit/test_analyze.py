@@ -1,0 +1,123 @@
+"""Analysis arithmetic on hand-written folded stacks: states, depth percentiles, layers, sites
+and merging (the analysis of real recordings: tests/live/test_analyze_recordings.py)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from sidecar.analyze.threads import Depth, analyze, by_framework, stats_document
+from sidecar.discover import ProcessInfo
+from sidecar.profile import parse_folded
+from sidecar.rules.layers import layer_of_file, module_of
+
+# -- arithmetic on hand-written stacks ------------------------------------------------------------
+
+LOOP = "main (app.py:3);BaseEventLoop.run_forever (asyncio/base_events.py:607)"
+RUN_ONCE = LOOP + ";BaseEventLoop._run_once (asyncio/base_events.py:1922)"
+RUN = RUN_ONCE + ";Handle._run (asyncio/events.py:80)"
+EXECUTE = "RequestHandler._execute (tornado/web.py:1)"
+FOLDED = f"""\
+{RUN_ONCE};EpollSelector.select (selectors.py:468);[idle] 60
+{RUN};handler (app.py:10);time.sleep (app.py:11);[blocked] 15
+{RUN};other (app.py:20);[blocked] 5
+{RUN};{EXECUTE} 10
+{RUN};handler (app.py:10);dumps (json/__init__.py:2) 6
+{RUN};{EXECUTE};handler (app.py:10) 4
+thread (worker 7);work (pool.py:1);[idle] 500
+"""
+
+
+def test_states_depth_layers_and_sites_of_a_marked_profile() -> None:
+    analysis = analyze(parse_folded(FOLDED))
+    assert analysis.states == {"busy": 20, "idle": 60, "blocked": 20}  # the worker is not a loop
+    assert not analysis.estimated and not analysis.no_loop_thread
+    # busy depths: 10 samples at 5 frames, 6 at 6 (json counts), 4 at 6
+    assert analysis.depth == Depth(mean=5.5, p50=5, p95=6, max=6)
+    # above run_forever: _run_once, Handle._run, then 1 or 2 frames
+    assert analysis.loop_depth == Depth(mean=3.5, p50=3, p95=4, max=4)
+    assert analysis.layers == {"framework": 10, "event_loop": 0, "application": 10, "other": 0}
+    sites = analysis.blocking_sites()
+    assert [(s.name, s.samples, s.share) for s in sites] == [
+        ("time.sleep (app.py:11)", 15, 0.75),
+        ("other (app.py:20)", 5, 0.25),
+    ]
+    assert analysis.top_self(1)[0].name == "RequestHandler._execute (tornado/web.py)"
+    # frames up to the loop entry are in every sample and are not ranked
+    names = [r.name for r in analysis.top_total(50)]
+    assert (
+        "main (app.py)" not in names
+        and names[0] == "BaseEventLoop._run_once (asyncio/base_events.py)"
+    )
+    assert analysis.framework == "tornado" and analysis.loop == "asyncio"
+
+
+def test_unmarked_profile_is_estimated_from_the_selector_wait() -> None:
+    text = "\n".join(
+        line.replace(";[idle]", "").replace(";[blocked]", "") for line in FOLDED.splitlines()
+    )
+    profile = parse_folded(text)
+    assert not profile.marked
+    analysis = analyze(profile)
+    assert analysis.estimated
+    assert analysis.states == {"busy": 40, "idle": 60, "blocked": 0}
+
+
+def test_depth_percentiles_are_nearest_rank() -> None:
+    depth = Depth.from_histogram({10: 50, 20: 45, 30: 5})
+    assert depth == Depth(mean=15.5, p50=10, p95=20, max=30)
+    assert Depth.from_histogram({}) == Depth()
+    assert Depth().to_json() == {"mean": None, "p50": None, "p95": None, "max": None}
+
+
+@pytest.mark.parametrize(
+    ("file", "module", "layer"),
+    [
+        ("asyncio/base_events.py", "asyncio", "event_loop"),
+        ("selectors.py", "selectors", "event_loop"),
+        ("aiohttp/web_protocol.py", "aiohttp", "framework"),
+        ("/srv/venv/lib/python3.12/site-packages/tornado/web.py", "tornado", "framework"),
+        ("/usr/lib/python3.12/json/__init__.py", "json", None),
+        ("<frozen runpy>", "<frozen runpy>", None),
+        ("targets/handlers.py", "targets", "application"),
+        ("/srv/app/service.py", "srv", "application"),
+    ],
+)
+def test_layer_of_a_file(file: str, module: str, layer: str | None) -> None:
+    assert module_of(file) == module
+    assert layer_of_file(file) == layer
+
+
+def test_frameworks_merge_their_targets() -> None:
+    one = analyze(parse_folded(FOLDED))
+    two = analyze(parse_folded(FOLDED))
+    merged = by_framework([one, two])["tornado"]
+    assert merged.states == {"busy": 40, "idle": 120, "blocked": 40}
+    assert merged.depth == one.depth
+    assert merged.blocking_sites(1)[0].samples == 30
+    doc = stats_document([one, two])
+    assert len(doc["targets"]) == 2
+    assert doc["frameworks"]["tornado"]["samples"] == 200
+    assert doc["frameworks"]["tornado"]["blocked_share"] == 0.2
+
+
+def test_a_master_and_a_process_without_a_loop_count_in_no_framework() -> None:
+    info = ProcessInfo(1, 0, "python app.py", "3.11", "tornado", "asyncio")
+    worker = analyze(parse_folded(FOLDED), replace(info, pid=2, role="worker"))
+    master = analyze(parse_folded(FOLDED), replace(info, pid=1, role="master"))
+    # a thread pool's waits only: no thread entered an event loop
+    no_loop = parse_folded(
+        "Thread.run (threading.py:1);Condition.wait (threading.py:2);[idle] 50\n"
+    )
+    idle = analyze(no_loop, replace(info, pid=3))
+    assert worker.serves and not master.serves and not idle.serves and idle.no_loop_thread
+    doc = stats_document([master, worker, idle])
+    assert [(t["pid"], t["role"]) for t in doc["targets"]] == [
+        (1, "master"),
+        (2, "worker"),
+        (3, None),
+    ]
+    assert doc["frameworks"]["tornado"]["samples"] == worker.samples == 100
+    assert doc["frameworks"]["tornado"]["idle_share"] == round(worker.share("idle"), 4)
+    assert stats_document([master, idle])["frameworks"] == {}
