@@ -1,23 +1,12 @@
 //! `sidecar._native`: the sampler and the renderers, with plain Python types at the boundary.
 
 mod budget;
-mod clock;
-mod errors;
-mod memory;
-mod pprof;
-mod procfs;
-mod readers;
-mod render;
-mod runner;
-mod runstate;
+mod formats;
+mod process;
 mod sampler;
-mod shares;
 mod stack;
-mod svgread;
 mod tasks;
-mod threadmap;
 mod walker;
-mod windows;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -25,10 +14,12 @@ use std::collections::HashMap;
 
 use pyo3::types::{PyDict, PyList, PyString};
 
-use errors::SamplerError;
-use render::RenderOptions;
+use formats::render::{self, RenderOptions};
+use formats::{pprof, shares, svgread};
+use process::attach::SamplerError;
+use process::{memory, procfs};
+use sampler::windows::{End, Options, Window};
 use sampler::Session;
-use windows::{End, Options, Window};
 
 /// Samples one Python process on a native thread (its own, or the clock shared by every
 /// sampler with `clock="shared"`), without holding the GIL.
@@ -426,7 +417,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Row>()?;
     m.add("DEFAULT_RATE_HZ", DEFAULT_RATE_HZ)?;
     m.add("DEFAULT_WINDOW_S", DEFAULT_WINDOW_S)?;
-    m.add("TASK_SCAN_BUDGET", tasks::TASK_SCAN_BUDGET)?;
+    m.add("TASK_SCAN_BUDGET", sampler::task_ticks::BUDGET)?;
     m.add("SamplerError", m.py().get_type::<SamplerError>())?;
     m.add_function(wrap_pyfunction!(render_svg, m)?)?;
     m.add_function(wrap_pyfunction!(process_start_time, m)?)?;

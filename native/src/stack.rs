@@ -10,7 +10,7 @@ use std::sync::Arc;
 /// no other stack of this process has. Stacks are equal when they are the same cache entry,
 /// so a window counts a sample by hashing a number instead of the whole text; the same text
 /// cached again (after a cache was cleared) is another stack, and windows merge such twins by
-/// text when they are handed out (`crate::windows::Window::rows`).
+/// text when they are handed out (`crate::sampler::windows::Window::rows`).
 #[derive(Debug, Clone)]
 pub struct Stack {
     id: u64,

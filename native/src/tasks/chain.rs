@@ -25,7 +25,7 @@ use rustc_hash::FxBuildHasher as FxBuild;
 use super::layout::{StackTop, TaskLayout, YieldFrom};
 use super::objects::{Kind, Types, FUT_CALLBACK0, FUT_LOOP};
 use super::Target;
-use crate::memory::{read_pieces, usize_at, Batch, Reads};
+use crate::process::memory::{read_pieces, usize_at, Batch, Reads};
 use crate::walker::Layout;
 
 /// Sanity bounds against torn or garbage reads.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::{bail, Result};
 
 use super::layout::Layout;
-use crate::memory::{read, read_pieces, u32_at, usize_at};
+use crate::process::memory::{read, read_pieces, u32_at, usize_at};
 use crate::stack::{format_frame, is_wait};
 use rustc_hash::FxBuildHasher;
 

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use py_spy::StackTrace;
 
-use crate::memory::read_upto;
-use crate::runstate::ThreadStates;
+use crate::process::memory::read_upto;
+use crate::process::runstate::ThreadStates;
 use crate::stack::{is_wait, RunState, Trace};
 
 /// Bytes of each descriptor that calibration looks at.

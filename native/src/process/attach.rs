@@ -1,9 +1,14 @@
-//! Why attaching to a target failed, told apart so Python gets the right exception.
+//! Attaching py-spy to a target, and why it failed, told apart so Python gets the right
+//! exception.
 
 use pyo3::exceptions::{PyPermissionError, PyProcessLookupError};
 use pyo3::prelude::*;
 
-use crate::procfs::start_time;
+use std::time::Duration;
+
+use py_spy::{Config, PythonSpy};
+
+use super::procfs::start_time;
 
 pyo3::create_exception!(
     _native,
@@ -81,4 +86,45 @@ impl From<InitError> for PyErr {
             InitError::Other(detail) => SamplerError::new_err(detail),
         }
     }
+}
+
+/// Attachments py-spy is given to find the interpreter, and tries of the first read of each.
+const ATTACH_TRIES: u32 = 3;
+const FIRST_READ_TRIES: u32 = 100;
+const FIRST_READ_PAUSE: Duration = Duration::from_millis(5);
+
+/// py-spy attached to `pid`, once a read of every thread's stack succeeded. A read does not
+/// stop the target, and a thread that runs on under it tears it (a frame's code object freed
+/// or moved as it was read): the threads of a busy target tear many reads in a row. So each
+/// attachment reads again, for up to half a second, before the last error refuses the target.
+///
+/// py-spy checks the interpreter it finds by reading a stack, which a target that changes its
+/// stacks faster than a read can tear, and then reports no interpreter at all ("Failed to find
+/// a python interpreter in the .data section"). So the last attachment holds the target's
+/// threads stopped while py-spy finds it (ptrace seize + interrupt, as blocking mode).
+pub(crate) fn attach_spy(pid: i32, config: &Config) -> anyhow::Result<PythonSpy> {
+    let mut last = anyhow::anyhow!("py-spy did not attach");
+    for attempt in 1..=ATTACH_TRIES {
+        // (2.5-9.4 ms here; should the threads not stop, py-spy tries as before)
+        let stopped = (attempt == ATTACH_TRIES)
+            .then(|| remoteprocess::Process::new(pid).and_then(|p| p.lock()))
+            .and_then(Result::ok);
+        let attached = PythonSpy::new(pid, config);
+        drop(stopped);
+        match attached {
+            Ok(mut spy) => {
+                for _ in 0..FIRST_READ_TRIES {
+                    match spy.get_stack_traces() {
+                        Ok(_) => return Ok(spy),
+                        Err(err) => last = err,
+                    }
+                    std::thread::sleep(FIRST_READ_PAUSE);
+                }
+                return Err(last);
+            }
+            Err(err) => last = err,
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Err(last)
 }
