@@ -23,9 +23,6 @@ use std::collections::HashMap;
 
 use rustc_hash::FxBuildHasher;
 
-use pyo3::exceptions::PyValueError;
-use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
 use quick_xml::events::{BytesStart, Event};
 use quick_xml::Reader;
 
@@ -34,7 +31,7 @@ const EXACT: u64 = 1 << 53;
 const PRUNED_FRAME: &str = "[pruned]";
 const SEMICOLON_STANDIN: &str = "\u{ff1b}";
 /// The attributes of a frame's `<rect>` that the readers use.
-const RECT_ATTRIBUTES: [&[u8]; 5] = [b"x", b"y", b"width", b"fg:x", b"fg:w"];
+pub const RECT_ATTRIBUTES: [&[u8]; 5] = [b"x", b"y", b"width", b"fg:x", b"fg:w"];
 
 /// What the Python side needs to make the profile and its notes.
 pub struct Read {
@@ -1017,60 +1014,4 @@ fn fold(frames: Vec<Frame>, total_samples: Option<String>, differential: bool) -
         root_self,
         smallest,
     })
-}
-
-/// A flamegraph SVG read: the frames folded into stacks when they are inferno's, else the
-/// frames for the Python side; ValueError (one line: what and where) for anything else.
-/// `max_depth` is the nesting the caller allows; `fold=False` always gives the frames.
-#[pyfunction]
-#[pyo3(signature = (data, *, max_depth, fold = true))]
-pub fn read_svg<'py>(
-    py: Python<'py>,
-    data: &[u8],
-    max_depth: usize,
-    fold: bool,
-) -> PyResult<Bound<'py, PyDict>> {
-    let scan = py
-        .detach(|| read(data, max_depth, fold))
-        .map_err(PyValueError::new_err)?;
-    let out = PyDict::new(py);
-    out.set_item("root", scan.root)?;
-    out.set_item("total_samples", scan.total_samples)?;
-    out.set_item("script", scan.script)?;
-    let frames = PyList::empty(py);
-    for frame in &scan.frames {
-        let rect = PyDict::new(py);
-        for (name, value) in RECT_ATTRIBUTES.iter().zip(&frame.rect) {
-            if let Some(value) = value {
-                rect.set_item(
-                    std::str::from_utf8(name).unwrap_or_default(),
-                    value.as_ref(),
-                )?;
-            }
-        }
-        frames.append((&frame.title, rect))?;
-    }
-    out.set_item("frames", frames)?;
-    match scan.folded {
-        None => out.set_item("folded", py.None())?,
-        Some(read) => {
-            let stacks = PyDict::new(py);
-            for (stack, count) in &read.stacks {
-                stacks.set_item(stack, count)?;
-            }
-            let folded = PyDict::new(py);
-            folded.set_item("stacks", stacks)?;
-            folded.set_item("total", read.total)?;
-            folded.set_item("root_title_count", read.root_title_count)?;
-            folded.set_item("differential", read.differential)?;
-            folded.set_item("off", read.off)?;
-            folded.set_item("first_off", read.first_off)?;
-            folded.set_item("total_samples", read.total_samples)?;
-            folded.set_item("renamed", read.renamed)?;
-            folded.set_item("root_self", read.root_self)?;
-            folded.set_item("smallest", read.smallest)?;
-            out.set_item("folded", folded)?;
-        }
-    }
-    Ok(out)
 }

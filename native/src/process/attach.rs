@@ -1,21 +1,11 @@
 //! Attaching py-spy to a target, and why it failed, told apart so Python gets the right
 //! exception.
 
-use pyo3::exceptions::{PyPermissionError, PyProcessLookupError};
-use pyo3::prelude::*;
-
 use std::time::Duration;
 
 use py_spy::{Config, PythonSpy};
 
 use super::procfs::start_time;
-
-pyo3::create_exception!(
-    _native,
-    SamplerError,
-    pyo3::exceptions::PyRuntimeError,
-    "The sampler could not read the target (not a Python process, unsupported version, ...)."
-);
 
 #[derive(Debug)]
 pub enum InitError {
@@ -25,7 +15,8 @@ pub enum InitError {
     Other(String),
 }
 
-const PERMISSION_FIX: &str = "run sidecar as root or grant it CAP_SYS_PTRACE; in Kubernetes add \
+pub const PERMISSION_FIX: &str =
+    "run sidecar as root or grant it CAP_SYS_PTRACE; in Kubernetes add \
 SYS_PTRACE to the sidecar container's securityContext.capabilities and set \
 shareProcessNamespace: true on the pod";
 
@@ -59,32 +50,6 @@ impl InitError {
             return InitError::Permission(pid, text);
         }
         InitError::Sampler(pid, text)
-    }
-}
-
-impl From<InitError> for PyErr {
-    fn from(err: InitError) -> PyErr {
-        match err {
-            InitError::NoProcess(pid) => {
-                PyProcessLookupError::new_err(format!("no process with PID {pid} (or it exited)"))
-            }
-            InitError::Permission(pid, detail) => PyPermissionError::new_err(format!(
-                "not allowed to read the memory of PID {pid} ({detail}): {PERMISSION_FIX}"
-            )),
-            InitError::Sampler(pid, detail) => {
-                let hint = if detail.contains("python version")
-                    || detail.contains("Python version")
-                    || detail.contains("python interpreter")
-                    || detail.contains("libpython")
-                {
-                    "it does not look like a Python process"
-                } else {
-                    "cannot sample it"
-                };
-                SamplerError::new_err(format!("PID {pid}: {hint}: {detail}"))
-            }
-            InitError::Other(detail) => SamplerError::new_err(detail),
-        }
     }
 }
 
