@@ -4,18 +4,21 @@
 //! cycle): `python` (the boundary: the only wrappers of Python types, registered here) uses
 //! `formats`, `sampler` and `tasks`; `sampler` uses `tasks` and `walker`; `tasks` uses
 //! `walker`; all of these use `process` (the target from outside) and the leaves `stack`,
-//! `budget` (and `rules`), which use nothing of the crate.
+//! `rules` and `budget`, which use nothing of the crate. The rules are exported as module
+//! attributes (`IDLE_LEAF`, ...) so the Python side can check its own against them.
 
 mod budget;
 mod formats;
 mod process;
 mod python;
+mod rules;
 mod sampler;
 mod stack;
 mod tasks;
 mod walker;
 
 use pyo3::prelude::*;
+use pyo3::types::PyTuple;
 
 use python::SamplerError;
 
@@ -26,6 +29,12 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DEFAULT_RATE_HZ", python::sampler::DEFAULT_RATE_HZ)?;
     m.add("DEFAULT_WINDOW_S", python::sampler::DEFAULT_WINDOW_S)?;
     m.add("TASK_SCAN_BUDGET", crate::sampler::task_ticks::BUDGET)?;
+    m.add("IDLE_LEAF", rules::IDLE_LEAF)?;
+    m.add("BLOCKED_LEAF", rules::BLOCKED_LEAF)?;
+    m.add("TASK_LEAVES", PyTuple::new(m.py(), rules::TASK_LEAVES)?)?;
+    m.add("PRUNED_FRAME", rules::PRUNED_FRAME)?;
+    m.add("SEMICOLON_STANDIN", rules::SEMICOLON_STANDIN)?;
+    m.add("KNOWN_WAITS", python::known_waits(m.py())?)?;
     m.add("SamplerError", m.py().get_type::<SamplerError>())?;
     m.add_function(wrap_pyfunction!(python::formats::render_svg, m)?)?;
     m.add_function(wrap_pyfunction!(python::sampler::process_start_time, m)?)?;

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 
 use rustc_hash::FxBuildHasher;
 
-const IDLE_LEAF: &str = "[idle]";
-const BLOCKED_LEAF: &str = "[blocked]";
+use crate::rules::{BLOCKED_LEAF, IDLE_LEAF};
+
 /// Counts from here on are not exact as floats.
 const EXACT: i128 = 1 << 53;
 

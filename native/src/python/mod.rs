@@ -7,8 +7,10 @@ pub mod sampler;
 
 use pyo3::exceptions::{PyPermissionError, PyProcessLookupError};
 use pyo3::prelude::*;
+use pyo3::types::PyTuple;
 
 use crate::process::attach::{InitError, PERMISSION_FIX};
+use crate::rules::{FileMatch, KNOWN_WAITS};
 
 pyo3::create_exception!(
     _native,
@@ -41,4 +43,13 @@ impl From<InitError> for PyErr {
             InitError::Other(detail) => SamplerError::new_err(detail),
         }
     }
+}
+
+/// `rules::KNOWN_WAITS` as Python data: (function, "endswith" or "contains", file text) each.
+pub fn known_waits(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
+    let rows = KNOWN_WAITS.iter().map(|&(function, file)| match file {
+        FileMatch::EndsWith(suffix) => (function, "endswith", suffix),
+        FileMatch::Contains(part) => (function, "contains", part),
+    });
+    PyTuple::new(py, rows)
 }

@@ -14,7 +14,8 @@ use super::threadmap::OnCpu;
 use super::windows::Options;
 use crate::process::attach::{attach_spy, InitError};
 use crate::process::memory::MemoryReads;
-use crate::stack::{format_frame, RunState, Stack, Trace};
+use crate::rules::format_frame;
+use crate::stack::{RunState, Stack, Trace};
 use crate::walker::Walker;
 
 /// What the walker has read of its target so far: its memory, and the run states of its

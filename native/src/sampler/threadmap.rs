@@ -18,7 +18,8 @@ use py_spy::StackTrace;
 
 use crate::process::memory::read_upto;
 use crate::process::runstate::ThreadStates;
-use crate::stack::{is_wait, RunState, Trace};
+use crate::rules::is_wait;
+use crate::stack::{RunState, Trace};
 
 /// Bytes of each descriptor that calibration looks at.
 const SPAN: usize = 2048;
@@ -334,7 +335,7 @@ impl OnCpu {
     }
 }
 
-/// The thread's innermost frame is a known wait (`crate::stack::is_wait`).
+/// The thread's innermost frame is a known wait (`crate::rules::is_wait`).
 fn innermost_waits(trace: &StackTrace) -> bool {
     trace
         .frames

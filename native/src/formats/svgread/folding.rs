@@ -8,11 +8,10 @@ use std::collections::HashMap;
 use rustc_hash::FxBuildHasher;
 
 use super::RawFrame;
+use crate::rules::{PRUNED_FRAME, SEMICOLON_STANDIN};
 
 /// Integers above this are not exact as floats; the Python side takes them.
 const EXACT: u64 = 1 << 53;
-const PRUNED_FRAME: &str = "[pruned]";
-const SEMICOLON_STANDIN: &str = "\u{ff1b}";
 
 /// What the Python side needs to make the profile and its notes.
 pub struct Read {
