@@ -20,7 +20,12 @@ from sidecar.profile import BLOCKED_LEAF, IDLE_LEAF
 from sidecar.svg import PRUNED_FRAME, SEMICOLON_STANDIN
 from sidecar.tasks import TASK_LEAVES
 
-SRC = Path(__file__).resolve().parent.parent / "native" / "src"
+#: native/src, found from here up (the test may live in a tier's folder of tests/)
+SRC = next(
+    parent / "native" / "src"
+    for parent in Path(__file__).resolve().parents
+    if (parent / "native" / "src").is_dir()
+)
 
 #: The intended direction, top to bottom: a module may use only modules of the layers below
 #: its own (native/src/lib.rs says the same in words). `lib` is the crate root (lib.rs), which
