@@ -8,8 +8,14 @@ from types import TracebackType
 from typing import Literal, TypedDict, final
 
 __all__ = [
+    "BLOCKED_LEAF",
     "DEFAULT_RATE_HZ",
     "DEFAULT_WINDOW_S",
+    "IDLE_LEAF",
+    "KNOWN_WAITS",
+    "PRUNED_FRAME",
+    "SEMICOLON_STANDIN",
+    "TASK_LEAVES",
     "TASK_SCAN_BUDGET",
     "Row",
     "Sampler",
@@ -33,6 +39,22 @@ DEFAULT_WINDOW_S: float
 #: The share of the time task scans (on a thread of their own) may take: a longer scan puts the
 #: next off.
 TASK_SCAN_BUDGET: float
+
+# The rules the native side uses, defined once in it (native/src/rules.rs) and exported so the
+# Python definitions can be checked against them (tests/test_native_rules.py).
+#: The leaf of a sample off CPU in an idle wait.
+IDLE_LEAF: str
+#: The leaf of a loop thread's sample off CPU anywhere else.
+BLOCKED_LEAF: str
+#: The leaves of task stacks: "[running]", "[ready]", "[waiting]".
+TASK_LEAVES: tuple[str, str, str]
+#: The frame an SVG's top-level frames too narrow to draw become.
+PRUNED_FRAME: str
+#: What a ';' in a frame's name is written as in folded stacks read from an SVG.
+SEMICOLON_STANDIN: str
+#: The frames a running thread is idle in (py-spy's rule): (the last part of the function's
+#: qualified name, how its file is matched, the text matched) each.
+KNOWN_WAITS: tuple[tuple[str, Literal["endswith", "contains"], str], ...]
 
 class SamplerError(RuntimeError):
     """The sampler could not read the target (not a Python process, unsupported version, ...)."""

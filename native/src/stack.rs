@@ -1,5 +1,5 @@
-//! A thread's stack as every reader gives it, and the rules all readers share: how a frame is
-//! written in folded text, and which frames are known waits.
+//! A thread's stack as every reader gives it; how a frame is written in folded text and which
+//! frames are known waits are `crate::rules`.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -10,7 +10,7 @@ use std::sync::Arc;
 /// no other stack of this process has. Stacks are equal when they are the same cache entry,
 /// so a window counts a sample by hashing a number instead of the whole text; the same text
 /// cached again (after a cache was cleared) is another stack, and windows merge such twins by
-/// text when they are handed out (`crate::windows::Window::rows`).
+/// text when they are handed out (`crate::sampler::windows::Window::rows`).
 #[derive(Debug, Clone)]
 pub struct Stack {
     id: u64,
@@ -62,68 +62,4 @@ pub enum RunState<'a> {
     Read,
     /// Read before the threads were stopped.
     Known(&'a HashMap<i32, bool>),
-}
-
-/// Formats a frame like py-spy's raw output: `function (file:line)`. Semicolons separate
-/// frames in folded text, so they cannot appear inside one.
-///
-/// A read torn by the target changing under it can yield control characters; they are never
-/// in real names and would make folded text look binary and SVG invalid, so they become U+FFFD.
-pub(crate) fn format_frame(name: &str, file: &str, line: i32) -> String {
-    let text = format!("{name} ({file}:{line})");
-    if !text
-        .chars()
-        .any(|c| c == ';' || (c.is_control() && c != '\t'))
-    {
-        return text;
-    }
-    text.chars()
-        .map(|c| match c {
-            ';' => ':',
-            '\n' => ' ',
-            '\t' => c,
-            c if c.is_control() => '\u{fffd}',
-            c => c,
-        })
-        .collect()
-}
-
-/// The waits py-spy recognises by name to call a running thread idle. Names are qualified
-/// (`Condition.wait`, `EpollSelector.select`): the rule looks at the last part.
-pub(crate) fn is_wait(name: &str, file: &str) -> bool {
-    let bare = name.rsplit('.').next().unwrap_or(name);
-    (bare == "wait" && file.ends_with("threading.py"))
-        || (bare == "select" && file.ends_with("selectors.py"))
-        || (bare == "poll"
-            && (file.ends_with("asyncore.py")
-                || file.contains("zmq")
-                || file.contains("gevent")
-                || file.contains("tornado")))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn waits_are_recognised_by_their_qualified_names() {
-        assert!(is_wait("wait", "/usr/lib/python3.11/threading.py"));
-        assert!(is_wait(
-            "Condition.wait",
-            "/usr/lib/python3.11/threading.py"
-        ));
-        assert!(is_wait(
-            "EpollSelector.select",
-            "/usr/lib/python3.12/selectors.py"
-        ));
-        assert!(is_wait(
-            "PollIOLoop.poll",
-            "/srv/site-packages/tornado/platform/asyncio.py"
-        ));
-        assert!(!is_wait(
-            "Condition.notify",
-            "/usr/lib/python3.11/threading.py"
-        ));
-        assert!(!is_wait("Server.wait", "/srv/app/server.py"));
-    }
 }

@@ -25,7 +25,8 @@ use rustc_hash::FxBuildHasher as FxBuild;
 use super::layout::{StackTop, TaskLayout, YieldFrom};
 use super::objects::{Kind, Types, FUT_CALLBACK0, FUT_LOOP};
 use super::Target;
-use crate::memory::{read_pieces, usize_at, Batch, Reads};
+use crate::process::memory::{read_pieces, usize_at, Batch, Reads};
+use crate::rules::{READY_LEAF, RUNNING_LEAF, WAITING_LEAF};
 use crate::walker::Layout;
 
 /// Sanity bounds against torn or garbage reads.
@@ -52,9 +53,9 @@ pub enum TaskState {
 impl TaskState {
     pub fn leaf(self) -> &'static str {
         match self {
-            TaskState::Running => "[running]",
-            TaskState::Ready => "[ready]",
-            TaskState::Waiting => "[waiting]",
+            TaskState::Running => RUNNING_LEAF,
+            TaskState::Ready => READY_LEAF,
+            TaskState::Waiting => WAITING_LEAF,
         }
     }
 }

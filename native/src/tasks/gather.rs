@@ -15,7 +15,7 @@ use super::chain::{awaited_by_of, RawTask, TaskState, MERGE_GAP};
 use super::objects::{dict_get, Kind, Types, FUT_CALLBACK0, LIST_ITEMS, LIST_SIZE, METHOD_SELF};
 use super::registry::first_attribute;
 use super::Target;
-use crate::memory::{read, usize_at, Batch};
+use crate::process::memory::{read, usize_at, Batch};
 use crate::walker::Layout;
 
 /// Sanity bound against torn or garbage reads.

@@ -6,7 +6,7 @@
 
 use anyhow::{bail, Result};
 
-use crate::memory::usize_at;
+use crate::process::memory::usize_at;
 use crate::walker::GenLayout;
 
 /// Where the registry of live tasks is.

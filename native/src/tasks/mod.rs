@@ -10,9 +10,9 @@
 //! scan to the next while unchanged), `running` (the coroutines a running task is in, from its
 //! thread's frames), `gather` (the tasks a `gather` or a `TaskGroup` waits for, on 3.11–3.13,
 //! whose tasks do not say which task awaits them), `timers` (tasks whose sleep is over, due
-//! to run while the loop is busy elsewhere), `ticks` (scans on a thread of their own, at
-//! random instants of their periods, counted into the sampler's windows). Code objects and
-//! frames are formatted by the walker's `objects`, so a task's frames read like a thread's.
+//! to run while the loop is busy elsewhere). Code objects and frames are formatted by the
+//! walker's `objects`, so a task's frames read like a thread's. A sampler's scans on a thread
+//! of their own are `crate::sampler::task_ticks`.
 
 mod chain;
 mod gather;
@@ -20,7 +20,6 @@ mod layout;
 mod objects;
 mod registry;
 mod running;
-mod ticks;
 mod timers;
 mod tornado;
 
@@ -32,7 +31,7 @@ use anyhow::{bail, Result};
 use py_spy::PythonSpy;
 
 use crate::budget::{self, Charge};
-use crate::memory::{read, Batch};
+use crate::process::memory::{read, Batch};
 use crate::walker::objects::{Code, ShortFiles};
 use crate::walker::{layout_of, Layout};
 pub use chain::TaskState;
@@ -42,7 +41,6 @@ use layout::{Registry, ASYNCIO_DEBUG_WORDS};
 use objects::{task_name, Types};
 use registry::{asyncio_debug, find_sets, list_tasks, set_tasks, Sets};
 use rustc_hash::FxBuildHasher as FxBuild;
-pub(crate) use ticks::{count, TaskTicks, BUDGET as TASK_SCAN_BUDGET};
 
 /// Tasks read per scan at most: past it, a slice of them (a different one each scan, so that
 /// every task is read in turn) and a count of the rest.
@@ -565,16 +563,16 @@ pub fn fold_counts<T: Linked, K: Clone + Eq + Hash>(
 
 /// One scan of the tasks of `pid`: attaches (py-spy finds the interpreter), scans, and lets
 /// go; the target is never stopped. A scan that tore as a whole is tried again, a few times.
-pub fn snapshot(pid: i32) -> Result<(String, Scan), crate::errors::InitError> {
-    use crate::errors::InitError;
-    let Some(started) = crate::procfs::start_time(pid) else {
+pub fn snapshot(pid: i32) -> Result<(String, Scan), crate::process::attach::InitError> {
+    use crate::process::attach::InitError;
+    let Some(started) = crate::process::procfs::start_time(pid) else {
         return Err(InitError::NoProcess(pid));
     };
     let config = py_spy::Config {
         blocking: py_spy::config::LockingStrategy::NonBlocking,
         ..py_spy::Config::default()
     };
-    let spy = crate::readers::attach_spy(pid, &config)
+    let spy = crate::process::attach::attach_spy(pid, &config)
         .map_err(|err| InitError::classify(pid, started, &err))?;
     let version = spy.version.to_string();
     let mut scanner =

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use anyhow::{bail, Result};
 
-use crate::memory::{read, read_upto, u32_at, usize_at, Batch};
+use crate::process::memory::{read, read_upto, u32_at, usize_at, Batch};
 use crate::walker::objects::string;
 use crate::walker::Layout;
 use rustc_hash::FxBuildHasher as FxBuild;
@@ -449,7 +449,7 @@ pub fn task_name(pid: i32, layout: &Layout, types: &mut Types, name: usize) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::MemoryReads;
+    use crate::process::memory::MemoryReads;
 
     /// A type object of this process laid out as CPython's, named `name` (NUL-terminated).
     fn type_object(name: &'static [u8]) -> Box<[u8; TYPE_READ]> {

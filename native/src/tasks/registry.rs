@@ -10,7 +10,7 @@ use super::chain::MERGE_GAP;
 use super::layout::{Registry, ASYNCIO_DEBUG_WORDS};
 use super::objects::{dict_get, hashed_address, sets_entries, Kind, SetTable, TypeInfo, Types};
 use super::Target;
-use crate::memory::{read, read_pieces, usize_at, Batch};
+use crate::process::memory::{read, read_pieces, usize_at, Batch};
 use crate::walker::Layout;
 
 /// Sanity bounds against torn or garbage reads.

@@ -8,7 +8,7 @@ use anyhow::{bail, Result};
 use super::chain::{RawTask, TaskState};
 use super::objects::{Kind, Types};
 use super::Target;
-use crate::memory::{read, usize_at};
+use crate::process::memory::{read, usize_at};
 use crate::walker::Layout;
 
 /// Sanity bounds against torn or garbage reads.

@@ -28,7 +28,7 @@ use super::objects::{
 };
 use super::registry::{find_attribute, Slot, SLOT_READ};
 use super::Target;
-use crate::memory::{read, usize_at, Batch};
+use crate::process::memory::{read, usize_at, Batch};
 use crate::walker::Layout;
 use rustc_hash::FxBuildHasher as FxBuild;
 

@@ -12,7 +12,7 @@ use super::layout::TaskLayout;
 use super::objects::{Kind, Types, CELL_REF, FUNC_CLOSURE, FUT_CALLBACK0};
 use super::registry::{find_attribute, first_attribute};
 use super::Target;
-use crate::memory::{read, usize_at, Batch, Reads};
+use crate::process::memory::{read, usize_at, Batch, Reads};
 use crate::walker::Layout;
 
 /// Sanity bound: runners followed per task.

@@ -8,7 +8,7 @@
 use anyhow::{anyhow, bail, Result};
 
 use super::layout::{GenLayout, Layout};
-use crate::memory::{read, usize_at};
+use crate::process::memory::{read, usize_at};
 
 /// Sizes past which an offset is garbage rather than a field.
 const MAX_STRUCT: usize = 1 << 16;

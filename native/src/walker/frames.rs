@@ -23,7 +23,7 @@ use anyhow::{bail, Result};
 use super::ahead::AheadStack;
 use super::unchanged::Read;
 use super::Walker;
-use crate::memory::{read, read_pieces, usize_at, Batch};
+use crate::process::memory::{read, read_pieces, usize_at, Batch};
 
 /// Sanity bound against torn or garbage reads.
 const MAX_DEPTH: usize = 4096;

@@ -11,7 +11,7 @@
 //! run state is read for Python threads outside a known wait only, through /proc files it
 //! keeps open.
 //!
-//! The pieces, by concern: `crate::memory` (reads and batches), `layout` (where each version keeps
+//! The pieces, by concern: `crate::process::memory` (reads and batches), `layout` (where each version keeps
 //! what is read: a table for 3.11 and 3.12, the target's own `_Py_DebugOffsets` from 3.13),
 //! `objects` (strings, code objects, line tables), `frames` (the walk of one thread), `unchanged`
 //! (a thread's last whole walk, taken again while the thread reads the same bytes), `ahead`
@@ -34,8 +34,8 @@ use std::sync::Arc;
 use anyhow::{bail, Result};
 use py_spy::PythonSpy;
 
-use crate::memory::{read, usize_at, Batch, MemoryReads};
-use crate::runstate::ThreadStates;
+use crate::process::memory::{read, usize_at, Batch, MemoryReads};
+use crate::process::runstate::ThreadStates;
 use crate::stack::{RunState, Stack, Trace};
 use ahead::{AheadStack, Recent};
 use compared::Compared;

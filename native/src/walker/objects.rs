@@ -8,8 +8,8 @@ use std::sync::Arc;
 use anyhow::{bail, Result};
 
 use super::layout::Layout;
-use crate::memory::{read, read_pieces, u32_at, usize_at};
-use crate::stack::{format_frame, is_wait};
+use crate::process::memory::{read, read_pieces, u32_at, usize_at};
+use crate::rules::{format_frame, is_wait};
 use rustc_hash::FxBuildHasher;
 
 /// Sanity bounds against torn or garbage reads.

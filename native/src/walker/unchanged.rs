@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use rustc_hash::FxBuildHasher;
 
 use super::frames::RawFrame;
-use crate::memory::Batch;
+use crate::process::memory::Batch;
 
 /// What one thread's kept walk read and found.
 #[derive(Default)]

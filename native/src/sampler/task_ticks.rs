@@ -16,9 +16,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::{Counts, TaskScanner};
-use crate::readers::Readers;
-use crate::windows::{Stats, Window};
+use super::readers::Readers;
+use super::windows::{Stats, Window};
+use crate::tasks::{Counts, TaskScanner};
 
 /// How long a scanner that could not be made waits before the next try.
 const RETRY: Duration = Duration::from_secs(1);

@@ -1,10 +1,10 @@
 //! The sampling session: reads one target's Python stacks at a fixed rate, on a native thread
-//! of its own or on the shared clock (`crate::clock`), and aggregates them into windows of
+//! of its own or on the shared clock (`clock`), and aggregates them into windows of
 //! unique stacks with counts.
 //!
 //! Nothing here touches Python objects: the thread runs without the GIL and the Python side
 //! only ever sees the aggregated windows through `drain()`. The session attaches its readers
-//! (`crate::readers`) and hands them to a runner (`crate::runner`) that ticks.
+//! (`readers`) and hands them to a runner (`runner`) that ticks.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,11 +12,11 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::errors::InitError;
-use crate::procfs::start_time;
-use crate::readers::Readers;
-use crate::runner::{run_alone, Runner};
-use crate::windows::{End, Options, Shared, Stats, Window};
+use super::readers::Readers;
+use super::runner::{run_alone, Runner};
+use super::windows::{End, Options, Shared, Stats, Window};
+use crate::process::attach::InitError;
+use crate::process::procfs::start_time;
 
 /// How long stop() waits for the shared clock to let go of a session's runner.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -84,7 +84,7 @@ impl Session {
                 );
                 if shared_clock {
                     // the clock thread takes it; should it be gone, the runner stays here
-                    if let Err(runner) = crate::clock::enqueue(Box::new(runner)) {
+                    if let Err(runner) = super::clock::enqueue(Box::new(runner)) {
                         runner.note_clock("own (the shared clock is not running)");
                         run_alone(*runner);
                     }

@@ -13,8 +13,8 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
-use crate::procfs::Polls;
-use crate::runner::{precise_sleeps, run_alone, Runner, MAX_SLEEP};
+use super::runner::{precise_sleeps, run_alone, Runner, MAX_SLEEP};
+use crate::process::procfs::Polls;
 
 static CLOCK: OnceLock<Mutex<Sender<Box<Runner>>>> = OnceLock::new();
 

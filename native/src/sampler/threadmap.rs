@@ -16,9 +16,10 @@ use std::time::{Duration, Instant};
 
 use py_spy::StackTrace;
 
-use crate::memory::read_upto;
-use crate::runstate::ThreadStates;
-use crate::stack::{is_wait, RunState, Trace};
+use crate::process::memory::read_upto;
+use crate::process::runstate::ThreadStates;
+use crate::rules::is_wait;
+use crate::stack::{RunState, Trace};
 
 /// Bytes of each descriptor that calibration looks at.
 const SPAN: usize = 2048;
@@ -334,7 +335,7 @@ impl OnCpu {
     }
 }
 
-/// The thread's innermost frame is a known wait (`crate::stack::is_wait`).
+/// The thread's innermost frame is a known wait (`crate::rules::is_wait`).
 fn innermost_waits(trace: &StackTrace) -> bool {
     trace
         .frames

@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::memory::MemoryReads;
+use crate::process::memory::MemoryReads;
 use crate::stack::Stack;
 use rustc_hash::FxBuildHasher;
 

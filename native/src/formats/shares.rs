@@ -5,14 +5,10 @@
 
 use std::collections::HashMap;
 
-use pyo3::exceptions::{PyKeyError, PyOverflowError};
-use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString, PyTuple};
-
 use rustc_hash::FxBuildHasher;
 
-const IDLE_LEAF: &str = "[idle]";
-const BLOCKED_LEAF: &str = "[blocked]";
+use crate::rules::{BLOCKED_LEAF, IDLE_LEAF};
+
 /// Counts from here on are not exact as floats.
 const EXACT: i128 = 1 << 53;
 
@@ -44,7 +40,7 @@ impl<'k> Keys<'k> {
 }
 
 /// Counts by function id, in the order functions were first counted.
-struct ByKey {
+pub struct ByKey {
     counts: Vec<i128>,
     seen: Vec<bool>,
     order: Vec<u32>,
@@ -68,7 +64,7 @@ impl ByKey {
         self.counts[at] += count;
     }
 
-    fn items(&self) -> impl Iterator<Item = (u32, i128)> + '_ {
+    pub fn items(&self) -> impl Iterator<Item = (u32, i128)> + '_ {
         self.order
             .iter()
             .map(|&key| (key, self.counts[key as usize]))
@@ -96,12 +92,12 @@ impl ByEdge {
 }
 
 /// One profile's counts.
-struct Folded {
-    self_: ByKey,
-    total: ByKey,
+pub struct Folded {
+    pub self_: ByKey,
+    pub total: ByKey,
     edges: ByEdge,
     /// (state, count), in the order states were first seen.
-    states: Vec<(&'static str, i128)>,
+    pub states: Vec<(&'static str, i128)>,
 }
 
 /// Counts over all stacks, as `sidecar.diff.shares` defines them: the state of a stack is its
@@ -171,7 +167,7 @@ fn fold(stacks: &[(&str, i64)], keys: &Keys<'_>) -> Result<Folded, String> {
 }
 
 /// (largest growth, its callee, largest shrink, its callee) of one caller's edges.
-type Carrier = (f64, Option<u32>, f64, Option<u32>);
+pub type Carrier = (f64, Option<u32>, f64, Option<u32>);
 
 /// Per caller: the callee whose edge share grew most and the one whose share shrank most,
 /// as `sidecar.diff._carriers` finds them (ties to the smaller name; a callee named "" loses
@@ -220,150 +216,64 @@ fn carriers_of(
 
 /// A profile's total as a float, if it and its edge counts are exact as floats (and it is
 /// positive): then count / total in f64 is what Python's int / int gives.
-fn exact_total(folded: &Folded) -> PyResult<f64> {
+fn exact_total(folded: &Folded) -> Result<f64, DiffError> {
     let total: i128 = folded.states.iter().map(|(_, count)| count).sum();
     if total <= 0 || total >= EXACT || folded.edges.items.iter().any(|(_, c)| c.abs() >= EXACT) {
-        return Err(PyOverflowError::new_err(format!(
+        return Err(DiffError::Inexact(format!(
             "a total of {total} samples: shares would not be exact as floats"
         )));
     }
     Ok(total as f64)
 }
 
-/// The (str, value) items of a dict; the strings stay owned by Python (see `texts`).
-fn items<'py, V>(dict: &Bound<'py, PyDict>) -> PyResult<Vec<(Bound<'py, PyString>, V)>>
-where
-    V: for<'a> FromPyObject<'a, 'py>,
-{
-    dict.iter()
-        .map(|(key, value)| {
-            let value = value.extract().map_err(Into::into)?;
-            Ok((key.cast_into::<PyString>()?, value))
-        })
-        .collect()
+/// Why two profiles cannot be compared.
+#[derive(Debug)]
+pub enum DiffError {
+    /// A frame without a key (the frame).
+    Unkeyed(String),
+    /// A total or an edge count not exact as a float.
+    Inexact(String),
 }
 
-/// The text of Python strings, borrowed: the strings are immutable and `items` holds them
-/// for as long as the borrow, also while the GIL is released.
-fn texts<'a, V: Copy>(items: &'a [(Bound<'_, PyString>, V)]) -> PyResult<Vec<(&'a str, V)>> {
-    items
-        .iter()
-        .map(|(key, value)| Ok((key.to_str()?, *value)))
-        .collect()
+/// Two profiles compared: the function names (the ids of the counts index them), each
+/// profile's counts, and per caller the callees whose edge share changed most.
+pub struct Compared<'k> {
+    pub names: Vec<&'k str>,
+    pub before: Folded,
+    pub after: Folded,
+    pub carriers: Vec<(u32, Carrier)>,
 }
 
-fn key_texts<'a>(
-    items: &'a [(Bound<'_, PyString>, Bound<'_, PyString>)],
-) -> PyResult<Vec<(&'a str, &'a str)>> {
-    items
-        .iter()
-        .map(|(frame, key)| Ok((frame.to_str()?, key.to_str()?)))
-        .collect()
+/// Both profiles' self, total and state counts, and per caller the callees whose edge share
+/// changed most (see `carriers_of`); `frame_keys` gives each frame's function.
+pub fn compare<'k>(
+    before: &[(&str, i64)],
+    after: &[(&str, i64)],
+    frame_keys: &[(&'k str, &'k str)],
+) -> Result<Compared<'k>, DiffError> {
+    let keys = Keys::new(frame_keys);
+    let a = fold(before, &keys).map_err(DiffError::Unkeyed)?;
+    let b = fold(after, &keys).map_err(DiffError::Unkeyed)?;
+    let (ta, tb) = (exact_total(&a)?, exact_total(&b)?);
+    let carriers = carriers_of(&a, ta, &b, tb, &keys.names);
+    Ok(Compared {
+        names: keys.names,
+        before: a,
+        after: b,
+        carriers,
+    })
 }
 
-/// Python strings of the function names, made once each.
-fn strings<'py>(py: Python<'py>, keys: &Keys<'_>) -> Vec<Bound<'py, PyString>> {
-    keys.names
-        .iter()
-        .map(|name| PyString::new(py, name))
-        .collect()
-}
-
-fn counts_to_py<'py>(
-    py: Python<'py>,
-    strings: &[Bound<'py, PyString>],
-    counts: &ByKey,
-) -> PyResult<Bound<'py, PyDict>> {
-    let dict = PyDict::new(py);
-    for (key, count) in counts.items() {
-        dict.set_item(&strings[key as usize], count)?;
-    }
-    Ok(dict)
-}
-
-fn states_to_py<'py>(py: Python<'py>, states: &[(&str, i128)]) -> PyResult<Bound<'py, PyDict>> {
-    let dict = PyDict::new(py);
-    for (state, count) in states {
-        dict.set_item(state, count)?;
-    }
-    Ok(dict)
-}
-
-/// The distinct frames of folded stacks (an iterable of str), in the order they first appear.
-#[pyfunction]
-pub fn frame_names<'py>(stacks: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyString>>> {
-    let py = stacks.py();
-    let stacks: Vec<Bound<'py, PyString>> = stacks
-        .try_iter()?
-        .map(|item| Ok(item?.cast_into::<PyString>()?))
-        .collect::<PyResult<_>>()?;
+/// The distinct frames of folded stacks, in the order they first appear.
+pub fn distinct_frames<'s>(stacks: impl IntoIterator<Item = &'s str>) -> Vec<&'s str> {
     let mut seen: HashMap<&str, (), FxBuildHasher> = HashMap::default();
     let mut out = Vec::new();
-    for stack in &stacks {
-        for frame in stack.to_str()?.split(';') {
+    for stack in stacks {
+        for frame in stack.split(';') {
             if seen.insert(frame, ()).is_none() {
-                out.push(PyString::new(py, frame));
+                out.push(frame);
             }
         }
     }
-    Ok(out)
-}
-
-/// Two profiles' self, total and state counts, and per caller the callees whose edge share
-/// changed most (see `carriers_of`), without handing the edges to Python.
-#[pyfunction]
-pub fn diff_shares<'py>(
-    py: Python<'py>,
-    before: &Bound<'py, PyDict>,
-    after: &Bound<'py, PyDict>,
-    keys: &Bound<'py, PyDict>,
-) -> PyResult<Bound<'py, PyTuple>> {
-    let (before, after) = (items::<i64>(before)?, items::<i64>(after)?);
-    let keys = items::<Bound<'py, PyString>>(keys)?;
-    let (before, after, keys) = (texts(&before)?, texts(&after)?, key_texts(&keys)?);
-    let keys = Keys::new(&keys);
-    let (a, b, carriers) = py.detach(|| {
-        let a = fold(&before, &keys).map_err(PyKeyError::new_err)?;
-        let b = fold(&after, &keys).map_err(PyKeyError::new_err)?;
-        let (ta, tb) = (exact_total(&a)?, exact_total(&b)?);
-        let carriers = carriers_of(&a, ta, &b, tb, &keys.names);
-        Ok::<_, PyErr>((a, b, carriers))
-    })?;
-    let strings = strings(py, &keys);
-    let empty = PyString::new(py, "");
-    let text = |id: Option<u32>| id.map_or(&empty, |id| &strings[id as usize]).clone();
-    let out = PyDict::new(py);
-    for (caller, (up, up_to, down, down_to)) in carriers {
-        let row = PyTuple::new(
-            py,
-            [
-                up.into_pyobject(py)?.into_any(),
-                text(up_to).into_any(),
-                down.into_pyobject(py)?.into_any(),
-                text(down_to).into_any(),
-            ],
-        )?;
-        out.set_item(&strings[caller as usize], row)?;
-    }
-    let side = |folded: &Folded| -> PyResult<Bound<'py, PyTuple>> {
-        PyTuple::new(
-            py,
-            [
-                counts_to_py(py, &strings, &folded.self_)?,
-                counts_to_py(py, &strings, &folded.total)?,
-                states_to_py(py, &folded.states)?,
-            ],
-        )
-    };
-    PyTuple::new(
-        py,
-        [side(&a)?.into_any(), side(&b)?.into_any(), out.into_any()],
-    )
-}
-
-/// Keeps the module's list of functions in one place for lib.rs.
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(frame_names, m)?)?;
-    m.add_function(wrap_pyfunction!(diff_shares, m)?)?;
-    Ok(())
+    out
 }

@@ -10,12 +10,13 @@ use py_spy::config::LockingStrategy;
 use py_spy::{Config, PythonSpy, StackTrace};
 use rustc_hash::FxBuildHasher;
 
-use crate::errors::InitError;
-use crate::memory::MemoryReads;
-use crate::stack::{format_frame, RunState, Stack, Trace};
-use crate::threadmap::OnCpu;
+use super::threadmap::OnCpu;
+use super::windows::Options;
+use crate::process::attach::{attach_spy, InitError};
+use crate::process::memory::MemoryReads;
+use crate::rules::format_frame;
+use crate::stack::{RunState, Stack, Trace};
 use crate::walker::Walker;
-use crate::windows::Options;
 
 /// What the walker has read of its target so far: its memory, and the run states of its
 /// threads from /proc (how many, the time they took, and the file they come from).
@@ -223,47 +224,6 @@ impl Readers {
             self.named.extend(traces.iter().map(|t| t.tid));
         }
     }
-}
-
-/// Attachments py-spy is given to find the interpreter, and tries of the first read of each.
-const ATTACH_TRIES: u32 = 3;
-const FIRST_READ_TRIES: u32 = 100;
-const FIRST_READ_PAUSE: Duration = Duration::from_millis(5);
-
-/// py-spy attached to `pid`, once a read of every thread's stack succeeded. A read does not
-/// stop the target, and a thread that runs on under it tears it (a frame's code object freed
-/// or moved as it was read): the threads of a busy target tear many reads in a row. So each
-/// attachment reads again, for up to half a second, before the last error refuses the target.
-///
-/// py-spy checks the interpreter it finds by reading a stack, which a target that changes its
-/// stacks faster than a read can tear, and then reports no interpreter at all ("Failed to find
-/// a python interpreter in the .data section"). So the last attachment holds the target's
-/// threads stopped while py-spy finds it (ptrace seize + interrupt, as blocking mode).
-pub(crate) fn attach_spy(pid: i32, config: &Config) -> anyhow::Result<PythonSpy> {
-    let mut last = anyhow::anyhow!("py-spy did not attach");
-    for attempt in 1..=ATTACH_TRIES {
-        // (2.5-9.4 ms here; should the threads not stop, py-spy tries as before)
-        let stopped = (attempt == ATTACH_TRIES)
-            .then(|| remoteprocess::Process::new(pid).and_then(|p| p.lock()))
-            .and_then(Result::ok);
-        let attached = PythonSpy::new(pid, config);
-        drop(stopped);
-        match attached {
-            Ok(mut spy) => {
-                for _ in 0..FIRST_READ_TRIES {
-                    match spy.get_stack_traces() {
-                        Ok(_) => return Ok(spy),
-                        Err(err) => last = err,
-                    }
-                    std::thread::sleep(FIRST_READ_PAUSE);
-                }
-                return Err(last);
-            }
-            Err(err) => last = err,
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Err(last)
 }
 
 /// One read through py-spy, folded like the walker's; with `os`, thread ids and on-CPU states

@@ -32,7 +32,7 @@ use std::time::Instant;
 
 use rustc_hash::FxBuildHasher;
 
-use crate::procfs::after_name;
+use super::procfs::after_name;
 
 /// How much of a stat file is read: the state follows the PID and the command name, which the
 /// kernel cuts at 15 bytes for a user thread (64 for kernel threads), so it lies in this.

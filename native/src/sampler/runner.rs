@@ -1,18 +1,18 @@
 //! One target's sampling between ticks: a runner reads a sample through its readers, folds
 //! and counts it into the session's window, and keeps the session's counters; it ticks on a
-//! thread of its own (`run_alone`) or on the shared clock (`crate::clock`).
+//! thread of its own (`run_alone`) or on the shared clock (`clock`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::procfs::{process_alive, start_time, Liveness};
-use crate::readers::Readers;
-use crate::runstate::ThreadStates;
+use super::readers::Readers;
+use super::task_ticks::TaskTicks;
+use super::windows::{End, Options, Shared, StackKey, Window};
+use crate::process::procfs::{process_alive, start_time, Liveness};
+use crate::process::runstate::ThreadStates;
 use crate::stack::{RunState, Trace};
-use crate::tasks::TaskTicks;
-use crate::windows::{End, Options, Shared, StackKey, Window};
 
 /// How many times a torn read of a running target is read again within the same tick.
 const TORN_READ_RETRIES: u64 = 2;
@@ -135,7 +135,7 @@ impl Read {
 
 /// One target's sampling between ticks: its readers, schedule and the windows it fills. A
 /// runner ticks on its own thread (`run_alone`) or beside others on the shared clock
-/// (`crate::clock`). Dropping it ends the session: the window in progress is flushed, and
+/// (`clock`). Dropping it ends the session: the window in progress is flushed, and
 /// `Session::stop` learns of it through `_done`.
 pub(crate) struct Runner {
     readers: Readers,
@@ -210,7 +210,7 @@ impl Runner {
         self.count(read, same).is_some()
     }
 
-    /// What the target's liveness is told by (`crate::procfs::Polls::same_processes`, which the
+    /// What the target's liveness is told by (`crate::process::procfs::Polls::same_processes`, which the
     /// shared clock asks once for all the targets it read in a tick).
     pub(crate) fn liveness(&self) -> &Liveness {
         &self.liveness
@@ -377,7 +377,7 @@ impl Runner {
         state.stats.traces += folded.len() as u64;
         state.stats.fold_sum += fold;
         for scan in task_scans {
-            crate::tasks::count(scan, window, &mut state.stats);
+            super::task_ticks::count(scan, window, &mut state.stats);
         }
         for (thread_id, key) in folded.drain(..) {
             if let Some(name) = readers.names().get(&thread_id) {

@@ -11,9 +11,6 @@ use std::io::Write;
 use flate2::write::GzEncoder;
 use flate2::Compression;
 use prost::Message;
-use pyo3::exceptions::PyValueError;
-use pyo3::prelude::*;
-use pyo3::types::PyBytes;
 
 #[derive(Clone, PartialEq, Message)]
 struct Profile {
@@ -302,53 +299,6 @@ pub fn push_request(series: Vec<SeriesIn>) -> Vec<u8> {
             .collect(),
     };
     request.encode_to_vec()
-}
-
-#[allow(clippy::too_many_arguments)] // the Python signature: keywords
-#[pyfunction]
-#[pyo3(signature = (frames, samples, *, sample_types, period_type, period, time_nanos=0,
-                    duration_nanos=0, comments=Vec::new()))]
-/// A gzipped profile.proto from frames (folded text, name, file, line) and samples (folded
-/// stack root first, values, labels).
-fn encode_pprof<'py>(
-    py: Python<'py>,
-    frames: Vec<FrameIn>,
-    samples: Vec<SampleIn>,
-    sample_types: Vec<(String, String)>,
-    period_type: (String, String),
-    period: i64,
-    time_nanos: i64,
-    duration_nanos: i64,
-    comments: Vec<String>,
-) -> PyResult<Bound<'py, PyBytes>> {
-    let header = Header {
-        sample_types,
-        period_type,
-        period,
-        time_nanos,
-        duration_nanos,
-        comments,
-    };
-    let data = py
-        .detach(|| encode(&header, &frames, &samples))
-        .map_err(PyValueError::new_err)?;
-    Ok(PyBytes::new(py, &data))
-}
-
-#[pyfunction]
-/// The protobuf body of Pyroscope's push API: series of (labels, gzipped pprof profiles).
-fn encode_push_request<'py>(
-    py: Python<'py>,
-    series: Vec<SeriesIn>,
-) -> PyResult<Bound<'py, PyBytes>> {
-    let data = py.detach(|| push_request(series));
-    Ok(PyBytes::new(py, &data))
-}
-
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(encode_pprof, m)?)?;
-    m.add_function(wrap_pyfunction!(encode_push_request, m)?)?;
-    Ok(())
 }
 
 #[cfg(test)]
