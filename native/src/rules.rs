@@ -9,16 +9,16 @@ pub const IDLE_LEAF: &str = "[idle]";
 /// The leaf of a loop thread's sample off CPU anywhere else (`sidecar.profile.BLOCKED_LEAF`).
 pub const BLOCKED_LEAF: &str = "[blocked]";
 
-/// The leaves of task stacks, one per state (`sidecar.tasks.TASK_LEAVES`, in this order).
+/// The leaves of task stacks, one per state (`sidecar.rules.tasks.TASK_LEAVES`, in this order).
 pub const RUNNING_LEAF: &str = "[running]";
 pub const READY_LEAF: &str = "[ready]";
 pub const WAITING_LEAF: &str = "[waiting]";
 pub const TASK_LEAVES: [&str; 3] = [RUNNING_LEAF, READY_LEAF, WAITING_LEAF];
 
-/// The frame an SVG's top-level frames too narrow to draw become (`sidecar.svg.PRUNED_FRAME`).
+/// The frame an SVG's top-level frames too narrow to draw become (`sidecar.formats.svg.PRUNED_FRAME`).
 pub const PRUNED_FRAME: &str = "[pruned]";
 /// What a ';' in a frame's name is written as in folded stacks read from an SVG
-/// (`sidecar.svg.SEMICOLON_STANDIN`).
+/// (`sidecar.formats.svg.SEMICOLON_STANDIN`).
 pub const SEMICOLON_STANDIN: &str = "\u{ff1b}";
 
 /// How a known wait's file is told: by how its path ends, or by a part of it.

@@ -159,8 +159,8 @@ def compare_shares(
     before: Profile, after: Profile, frames: list[str]
 ) -> tuple[Shares, Shares, _Carriers]:
     """Both profiles' shares and, per caller, the callees that carried the most change,
-    counted natively (native/src/shares.rs); ``frames``: the distinct frames of both profiles.
-    Counts must add up to less than 2**53, where shares are exact as floats."""
+    counted natively (native/src/formats/shares.rs); ``frames``: the distinct frames of both
+    profiles. Counts must add up to less than 2**53, where shares are exact as floats."""
     for name, profile in (("before", before), ("after", after)):
         if profile.total >= _EXACT:
             raise ProfileFormatError(

@@ -10,7 +10,7 @@ Self time of a frame = its count less its children's. Frames the renderer left o
 narrower than its minimum width cannot come back: their time stays with their parent as self
 time, and the profile's notes say so.
 
-The input is untrusted XML, read by the native reader (native/src/svgread.rs, quick-xml): no
+The input is untrusted XML, read by the native reader (native/src/formats/svgread/, quick-xml): no
 entity is declared or expanded, nothing outside the file is read, nesting deeper than
 ``MAX_DEPTH`` is refused, and so is a document above ``MAX_SVG_BYTES``; every refusal is one line
 saying what is wrong and where. It folds inferno's frames (py-spy's, sidecar's) into stacks

@@ -1,5 +1,5 @@
 """The counts behind a comparison, written plainly in Python: the oracle the native counting
-(``sidecar.analyze.diff.compare_shares``, native/src/shares.rs) is tested against.
+(``sidecar.analyze.diff.compare_shares``, native/src/formats/shares.rs) is tested against.
 
 Per function: self samples (busy stacks' leaf), total samples (once per stack it is on, not
 the [idle]/[blocked] leaves; idle stacks count in no function), per caller -> callee edge the

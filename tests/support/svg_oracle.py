@@ -2,7 +2,7 @@
 
 expat (hardened as defusedxml is: any entity declaration refused, no external entity or
 parameter entity resolved, nesting bounded) gives what the native reader
-(native/src/svgread.rs) must give for a well-formed document: the root element's name, each
+(native/src/formats/svgread/) must give for a well-formed document: the root element's name, each
 frame's title text and its ``<rect>``'s attributes (``<g>``, then its ``<title>``'s text, then a
 ``<rect>``), the ``total_samples`` of the first ``<svg id="frames">`` and the scripts' text.
 """

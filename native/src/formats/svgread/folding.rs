@@ -1,6 +1,6 @@
 //! inferno's frames folded into stacks: each frame's title parsed (name, count, a
 //! differential part), rows by `y`, the root row found, parents by sample range, self counts,
-//! as the Python side (`sidecar/svg.py`) computes them.
+//! as the Python side (`sidecar/formats/svg.py`) computes them.
 
 use std::borrow::Cow;
 use std::collections::HashMap;

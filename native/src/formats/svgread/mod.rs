@@ -1,4 +1,4 @@
-//! Flamegraph SVGs read natively: the one production reader of `sidecar/svg.py`.
+//! Flamegraph SVGs read natively: the one production reader of `sidecar/formats/svg.py`.
 //!
 //! The document is untrusted XML. It is tokenized by quick-xml and checked here, and any
 //! problem is one line naming what is wrong and where (line and column):
@@ -15,7 +15,7 @@
 //! `<rect>`, paired as the test oracle (expat, tests/svg_oracle.py) pairs them. When every frame
 //! has inferno's exact `fg:x` / `fg:w` and the graph is consistent, the frames are folded into
 //! stacks here (rows by `y`, the root row found, parents by sample range); otherwise the frames
-//! go to `sidecar/svg.py`, which reads their geometry (flamegraph.pl's layout) or says what is
+//! go to `sidecar/formats/svg.py`, which reads their geometry (flamegraph.pl's layout) or says what is
 //! inconsistent.
 //!
 //! The pieces: `xml` (XML's lexical rules: characters, names, references, attribute lists,

@@ -13,12 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from sidecar import _native
+from sidecar.formats.svg import PRUNED_FRAME, SEMICOLON_STANDIN
+from sidecar.rules.frames import BLOCKED_LEAF, IDLE_LEAF
 
 # The Python definitions of the shared rules: imported here only, to check the native ones.
-from sidecar.classify import SELECTOR_WAITS
-from sidecar.profile import BLOCKED_LEAF, IDLE_LEAF
-from sidecar.svg import PRUNED_FRAME, SEMICOLON_STANDIN
-from sidecar.tasks import TASK_LEAVES
+from sidecar.rules.loops import SELECTOR_WAITS
+from sidecar.rules.tasks import TASK_LEAVES
 
 #: native/src, found from here up (the test may live in a tier's folder of tests/)
 SRC = next(
