@@ -17,8 +17,8 @@ machine hits every leg alike:
     python -m benchmarks.bench [--only overhead,pauses,...] [--quick] [--from-json JSON] [--out DIR]
 
 The figures the reports print go to benchmarks/REPORT.json (``report.SUMMARY`` says which;
-``--only`` replaces just those parts), the report to benchmarks/REPORT.md with its plots in
-benchmarks/REPORT.png; ``--from-json`` writes them and REPORT-store.md again from such figures.
+``--only`` replaces just those parts), the report to benchmarks/REPORT.md; ``--from-json`` writes
+it and REPORT-store.md again from such figures.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import cost, overhead, pauses, rates, report, store
-from benchmarks.plots import plot
 from benchmarks.procs import load_average, machine
 from benchmarks.table import Report, keep
 from tests.support.procs import Procs
@@ -110,8 +109,7 @@ def main() -> int:
         store_report.write()
     report.write(results, out)
     out.write()
-    plot(results, out.md.with_suffix(".png"))
-    log(f"wrote {out.md} and {out.md.with_suffix('.png')}")
+    log(f"wrote {out.md}")
     return 0
 
 

@@ -71,34 +71,28 @@ ALLOC = re.compile(
     r"|unlink_chunk|malloc_consolidate|tcache|memalign)"
 )
 
-#: Categories in report order: key, label, and its short name in REPORT.png.
-CATEGORIES = (
-    ("vm_copy", "process_vm_readv: copying the bytes", "readv: copy"),
-    ("vm_pages", "process_vm_readv: finding and pinning the pages (VMA lookup, GUP, mm access)",
-     "readv: pages"),
-    ("vm_call", "process_vm_readv: syscall entry and exit, iovecs, tracing hooks",
-     "readv: syscall"),
-    ("proc_io", "/proc reads: open, read, list and close of /proc/PID/task/*/stat", "/proc I/O"),
-    ("proc_regex", "/proc stat parsing: remoteprocess's regex", "/proc regex"),
-    ("ptrace", "ptrace stop and resume (blocking mode)", "ptrace"),
-    ("line_numbers", "py-spy: line numbers from line tables", "line tables"),
-    ("pyspy", "py-spy: frame walk, strings, other", "py-spy walk"),
-    ("walker", "sidecar's frame walker (CPython 3.11): frames, code checks, cached folding",
-     "own walker"),
-    ("alloc", "malloc / free (any caller)", "malloc/free"),
-    ("fold", "sidecar's sampling loop: folding (frame cache, hashing), windows, /proc checks",
-     "sidecar loop"),
-    ("sleep", "sleeping and waking (timers, futexes, scheduler)", "sleep/wake"),
-    ("kernel_other", "kernel, other", "kernel other"),
-    ("native_other", "native thread, other user space (memcpy, memcmp, threading)",
-     "native other"),
-    ("unresolved", "native thread, symbols unresolved (library replaced on disk meanwhile?)",
-     "unresolved"),
-    ("python", "Python threads: interpreter (classify, store, discovery, HTTP)", "Py interpreter"),
-    ("sqlite", "Python threads: SQLite", "Py SQLite"),
-    ("python_kernel", "Python threads: kernel", "Py kernel"),
-    ("python_other", "Python threads: other libraries", "Py other"),
-)  # fmt: skip
+#: Categories in report order: key → label.
+CATEGORIES = {
+    "vm_copy": "process_vm_readv: copying the bytes",
+    "vm_pages": "process_vm_readv: finding and pinning the pages (VMA lookup, GUP, mm access)",
+    "vm_call": "process_vm_readv: syscall entry and exit, iovecs, tracing hooks",
+    "proc_io": "/proc reads: open, read, list and close of /proc/PID/task/*/stat",
+    "proc_regex": "/proc stat parsing: remoteprocess's regex",
+    "ptrace": "ptrace stop and resume (blocking mode)",
+    "line_numbers": "py-spy: line numbers from line tables",
+    "pyspy": "py-spy: frame walk, strings, other",
+    "walker": "sidecar's frame walker (CPython 3.11): frames, code checks, cached folding",
+    "alloc": "malloc / free (any caller)",
+    "fold": "sidecar's sampling loop: folding (frame cache, hashing), windows, /proc checks",
+    "sleep": "sleeping and waking (timers, futexes, scheduler)",
+    "kernel_other": "kernel, other",
+    "native_other": "native thread, other user space (memcpy, memcmp, threading)",
+    "unresolved": "native thread, symbols unresolved (library replaced on disk meanwhile?)",
+    "python": "Python threads: interpreter (classify, store, discovery, HTTP)",
+    "sqlite": "Python threads: SQLite",
+    "python_kernel": "Python threads: kernel",
+    "python_other": "Python threads: other libraries",
+}  # fmt: skip
 
 
 def categorize(comm: str, frames: list[tuple[str, str]]) -> str:

@@ -348,7 +348,7 @@ def cost_figures(c: dict[str, Any]) -> dict[str, Any]:
     targets, timing, perf = c["targets"], c["timing"], c["perf"]
     rate = timing["ticks_median"] / c["window"] if timing["ticks_median"] else c["rate_hz"]
     per_second, ticks = targets * rate, max(1.0, timing["ticks_median"])
-    native = [k for k, _, _ in cost.CATEGORIES if not k.startswith(("python", "sqlite"))]
+    native = [k for k in cost.CATEGORIES if not k.startswith(("python", "sqlite"))]
     return {
         "rate": rate,
         "sampler": c["cpu"]["sampler"] / per_second,
@@ -399,25 +399,17 @@ def cost_part(c: dict[str, Any], report: Report) -> list[tuple[Any, ...]]:
         ("of which the Python threads (classify, store, discovery, HTTP server)",
          f"{c['cpu']['python'] / n:.3%}"),
     ], cols("measure<", "figure", "goal", "met<"))  # fmt: skip
-    rows = [
-        (
-            "sampler thread, all of it",
-            f"{f['sampler'] * 1e6:.1f} µs CPU",
-            f"{f['sampler'] * 1e4:.2f}%",
-            "serve's sampler threads, /proc",
-        )
-    ]
-    for key, label, _ in cost.CATEGORIES:
-        if not key.startswith(("python", "sqlite")) and f["perf"].get(key):
-            part = perf_share(f, key) * f["sampler"]
-            rows.append(
-                (
-                    f"&nbsp;&nbsp;{label}",
-                    f"{part * 1e6:.1f} µs",
-                    f"{part * 1e4:.3f}%",
-                    f"perf: {perf_share(f, key):.1%} of the sampler's samples",
-                )
-            )
+    rows = [("sampler thread, all of it", f"{f['sampler'] * 1e6:.1f} µs CPU",
+             f"{f['sampler'] * 1e4:.2f}%", "serve's sampler threads, /proc")]  # fmt: skip
+    py_total, py_rows = max(1, sum(f["perf"].values()) - f["native_total"]), []
+    for key, label in cost.CATEGORIES.items():
+        python = key.startswith(("python", "sqlite"))
+        share = f["perf"].get(key, 0) / py_total if python else perf_share(f, key)
+        part, whose = share * f["python" if python else "sampler"], ("Python threads'" if python
+                                                                   else "sampler's")  # fmt: skip
+        if share:
+            (py_rows if python else rows).append((f"&nbsp;&nbsp;{label}", f"{part * 1e6:.1f} µs",
+                f"{part * 1e4:.3f}%", f"perf: {share:.1%} of the {whose} samples"))  # fmt: skip
     blocking = c["sampler_blocking"]
     rows += [
         ("read, wall time (memory reads and the run state of the Python threads)",
@@ -428,7 +420,7 @@ def cost_part(c: dict[str, Any], report: Report) -> list[tuple[Any, ...]]:
          f"{blocking['pause_mean'] * 1e6:.1f} µs mean, {blocking['pause_p99'] * 1e6:.0f} µs p99",
          "", "`Sampler` counters"),
         ("Python threads, all of it", f"{f['python'] * 1e6:.2f} µs CPU",
-         f"{f['python'] * 1e4:.3f}%", "serve's other threads, /proc"),
+         f"{f['python'] * 1e4:.3f}%", "serve's other threads, /proc"), *py_rows,
         ("&nbsp;&nbsp;classification per window (warm cache), per sample",
          f"{f['classify'] * 1e6:.3f} µs", f"{f['classify'] * 1e4:.4f}%",
          f"`Sessions._batch` over {timing['windows']} stored windows; cold cache "
@@ -747,7 +739,6 @@ def write(results: dict[str, Any], report: Report) -> None:
     goals = [row for name, part in parts if name in results for row in part(results[name], body)]
     report.table(goals, cols("#", "measure<", "figure", "ratio (min–max)", "goal", "<"),
                  "## The goals")  # fmt: skip
-    report.add("![throughput, latency, pauses, CPU breakdown and sampling rates](REPORT.png)")
     report.lines += body.lines
     bounds = [(cpu_bound, "cost"), (pause_bound, "pauses"), (overhead_bound, "overhead"),
               (rate_bound, "rates")]  # fmt: skip
