@@ -20,7 +20,7 @@ from typing import Any
 
 from benchmarks import floor
 from benchmarks.common import sampler_thread_seconds
-from benchmarks.procs import load_average
+from benchmarks.procs import finish, load_average
 from tests.support.procs import PYTHON, Procs
 
 VARIANTS = (("1 Python thread", 0), ("1 Python thread + 150 native threads", 150))
@@ -50,12 +50,8 @@ def sample(
         clock,
         *["--blocking"] * blocking,
     ]
-    child = procs.start(argv, rt=rt)
-    code = child.popen.wait(seconds + 60)
-    procs.children.remove(child)
-    if code != 0:
-        raise RuntimeError(f"sampling {pid} failed: {child.stderr()[-300:]}")
-    return {**json.loads(child.stdout()), "load": load}
+    out = finish(procs, argv, seconds + 60, f"sampling {pid}", rt=rt)
+    return {**json.loads(out), "load": load}
 
 
 def run(
