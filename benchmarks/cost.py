@@ -14,7 +14,6 @@ from __future__ import annotations
 import ctypes
 import os
 import re
-import sqlite3
 import statistics
 import subprocess
 import time
@@ -23,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks import floor, pauses
+from benchmarks import floor, pauses, store
 from benchmarks.common import serve, thread_cpu
 from benchmarks.procs import load_average
 from sidecar import _native
@@ -31,7 +30,6 @@ from sidecar.classify.threads import classify
 from sidecar.discover import Selection, scan
 from sidecar.serve.sessions import Session, Sessions
 from sidecar.store import ProcessRecord, Store
-from sidecar.store.query import Reader
 from tests.support.procs import Procs
 
 WINDOW = 10
@@ -186,29 +184,21 @@ def perf_profile(pid: int, seconds: float, workdir: Path) -> dict[str, int]:
 
 def stored_windows(db: Path) -> list[tuple[int, dict[str, Any]]]:
     """The windows serve stored, as (target id, sampler window) in time order."""
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
+    with store.readonly(db) as conn:
         query = "SELECT window, target_id, SUM(ticks) FROM windows GROUP BY window, target_id"
         ticks = {(int(w), int(t)): int(n) for w, t, n in conn.execute(query).fetchall()}
-    finally:
-        conn.close()
-    reader = Reader(db, WINDOW)
-    rows = reader.entries()
-    texts = reader.stack_texts({r[3] for r in rows})
-    windows: dict[tuple[int, int], dict[str, Any]] = {}
-    for window, target, _, stack, thread, state, count in rows:
-        key = (window, target)
-        entry = windows.setdefault(key, {"start": float(window), "end": float(window + WINDOW),
-                                         "stacks": [], "samples": ticks.get(key, 0)})  # fmt: skip
-        entry["stacks"].append(_native.Row(thread_id=thread, thread_name="", count=count,
-                                           on_cpu=state == "busy", stack=texts[stack]))  # fmt: skip
-    return [(target, windows[(start, target)]) for start, target in sorted(windows)]
+    return [(target, {"start": float(window), "end": float(window + WINDOW),
+                      "samples": ticks.get((window, target), 0),
+                      "stacks": [_native.Row(thread_id=thread, thread_name="", count=count,
+                                             on_cpu=state == "busy", stack=text)
+                                 for text, thread, state, count in rows]})
+            for (window, target), rows in sorted(store.stored(db).items())]  # fmt: skip
 
 
 def time_windows(windows: list[tuple[int, dict[str, Any]]], workdir: Path) -> dict[str, Any]:
     """Classification (serve's ``Sessions._batch``) and ``Store.write`` per stored window."""
     sessions = Sessions(None, Selection(), rate_hz=RATE, window=WINDOW)  # type: ignore[arg-type]
-    store = Store(workdir / "timing.db")
+    writer = Store(workdir / "timing.db")
     session_of: dict[int, Session] = {}
     times: dict[str, list[float]] = {k: [] for k in ("cold", "warm", "write_first", "write")}
 
@@ -223,15 +213,15 @@ def time_windows(windows: list[tuple[int, dict[str, Any]]], workdir: Path) -> di
             first = target not in session_of
             if first:
                 key = (900_000 + target, 1)
-                store.attach(ProcessRecord(key[0], key[1], f"target {target}", time.time()))
+                writer.attach(ProcessRecord(key[0], key[1], f"target {target}", time.time()))
                 session_of[target] = Session(key, "", None, "unknown", "asyncio", 0.0)  # type: ignore[arg-type]
             session = session_of[target]
             classify.cache_clear()
             timed("cold", lambda: sessions._batch(session, window))  # noqa: B023
             batch = timed("warm", lambda: sessions._batch(session, window))  # noqa: B023
-            timed("write_first" if first else "write", lambda: store.write([batch]))  # noqa: B023
+            timed("write_first" if first else "write", lambda: writer.write([batch]))  # noqa: B023
     finally:
-        store.close()
+        writer.close()
     return {
         "windows": len(windows),
         "ticks_median": statistics.median(w["samples"] for _, w in windows) if windows else 0,
