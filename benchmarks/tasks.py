@@ -24,12 +24,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import main, sampled, sampler_thread_seconds
-from benchmarks.procs import load_average, machine
+from benchmarks.common import main, measured, pythons, sampled, sampler_thread_seconds, stamp
 from benchmarks.table import Col, Report, med
 from sidecar import _native
 from tests.support.procs import Procs
-from tests.support.pythons import find_pythons
 
 VERSIONS = ("3.11", "3.12", "3.13", "3.14")
 COUNTS = (100, 1_000, 10_000)
@@ -82,9 +80,7 @@ def peak_rss_mb() -> float:
 def run(
     versions: list[str], counts: list[int], rounds: int, seconds: float, workdir: Path
 ) -> dict[str, Any]:
-    pythons = find_pythons()
-    if missing := [v for v in versions if v not in pythons]:
-        raise SystemExit(f"no interpreter for {', '.join(missing)}: run `make pythons` first")
+    interpreters = pythons(versions)
     legs: dict[str, dict[str, dict[str, list[dict[str, Any]]]]] = {
         v: {str(n): {name: [] for name, _, _ in LEGS} for n in counts} for v in versions
     }
@@ -93,7 +89,7 @@ def run(
         for version in versions:
             for count in counts:
                 child, _ = procs.target("tasks_many", "--tasks", str(count),
-                                        python=str(pythons[version]))  # fmt: skip
+                                        python=interpreters[version])  # fmt: skip
                 for round_ in range(rounds):
                     for name, hz, cache in LEGS:
                         r = leg(child.pid, hz, cache, seconds)
@@ -103,15 +99,14 @@ def run(
                               flush=True)  # fmt: skip
                 procs.stop(child)
         for version in [v for v in ("3.11", "3.14") if v in versions]:
-            child, _ = procs.target("tasks_many", "--tasks", str(BIG), python=str(pythons[version]))
+            child, _ = procs.target("tasks_many", "--tasks", str(BIG), python=interpreters[version])
             before, length = peak_rss_mb(), max(seconds, BIG_SECONDS)
             off, on = leg(child.pid, 0.0, "on", length), leg(child.pid, TASK_RATE, "on", length)
             big[version] = {"off": off, "on": on, "rss_before_mb": before,
                             "rss_after_mb": peak_rss_mb()}  # fmt: skip
             print(f"{version} {BIG:,} tasks: {on['task_samples']} task-samples", flush=True)
             procs.stop(child)
-    return {"when": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(),
-            "load_average": load_average(), "rounds": rounds, "seconds": seconds,
+    return {**stamp(), "rounds": rounds, "seconds": seconds,
             "versions": versions, "counts": counts, "legs": legs, "big": big}  # fmt: skip
 
 
@@ -158,8 +153,7 @@ def leg_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
 def write_report(data: dict[str, Any], report: Report) -> None:
     report.add(
         "# What the asyncio task scan costs",
-        f"Measured {data['when']} ({data['machine'].get('cpu', 'this machine')}), load average "
-        f"{data['load_average']:.2f}; {data['rounds']} round(s) of {data['seconds']:g} s per leg, "
+        f"{measured(data)}; {data['rounds']} round(s) of {data['seconds']:g} s per leg, "
         f"the legs of a target interleaved. The sampler reads threads at {RATE:g} Hz and, in the "
         f"legs with tasks, scans the tasks at {TASK_RATE:g} Hz. Targets: "
         "`targets/tasks_many.py --tasks N`, every task parked two coroutines deep "
