@@ -6,7 +6,10 @@ with 150 extra threads parked in ``pause()``) are sampled in turn, in rounds, by
 ``Sampler`` in a child (``python -m benchmarks.pauses PID...``, which prints its stats as JSON):
 blocking at ``rate_hz`` (pause mean, p99, max), then non-blocking (the read without a stop). Both
 as the machine is (``normal``) and at real-time priority (``chrt -f``, ``rt``), out of reach of
-other work's preemption; then the machine's floor, a bare ptrace stop and resume.
+other work's preemption; then the machine's floor, a bare ptrace stop and resume of the same
+thread with nothing read (``native/examples/floor.rs``). Blocking mode reads the on-CPU state of
+the Python threads first, then seizes and interrupts only them, reads their stacks, and resumes
+them; native threads are never touched.
 """
 
 from __future__ import annotations

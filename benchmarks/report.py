@@ -10,14 +10,10 @@ from benchmarks import cost, rates, store
 from benchmarks.overhead import LEGS, paired
 from benchmarks.table import Col, Report, cols, med, met, span
 
-LABELS = {
-    "none": "no profiler",
-    "sidecar": "sidecar (default)",
-    "sidecar-blocking": "sidecar --blocking",
-    "py-spy": "py-spy (default: blocking)",
-    "py-spy-nonblocking": "py-spy --nonblocking",
-    "floor": "sleep loop (the machine's floor)",
-}
+LABELS = {"none": "no profiler", "sidecar": "sidecar (default)",
+          "sidecar-blocking": "sidecar --blocking", "py-spy": "py-spy (default: blocking)",
+          "py-spy-nonblocking": "py-spy --nonblocking",
+          "floor": "sleep loop (the machine's floor)"}  # fmt: skip
 GOALS = {"sidecar": 0.995, "sidecar-blocking": 0.98}
 LATENCY_GOALS = {"sidecar": 1.02, "sidecar-blocking": 1.05}
 #: serve's CPU per target, everything included, at most; and what that leaves per sample at 100 Hz.
@@ -26,7 +22,7 @@ BUDGET_US = CPU_GOAL * 1e6 / 100
 PROFILERS = ("sidecar", "sidecar-blocking", "py-spy")
 REFERENCE = ("none (reference)", None)  # the goal and verdict cells of a leg without a goal
 
-#: What REPORT.json keeps of a run (table.keep): the figures this report and its plot read.
+#: What REPORT.json keeps of a run (table.keep): the figures this report reads.
 _STATS = {"thread_cpu_per_sample", "read_mean", "fold_mean", "reader", "late_share_all"}
 _STATS |= {"targets", "read_calls", "read_pieces", "read_bytes", "pause_mean", "pause_p99"}
 SUMMARY = {
@@ -132,10 +128,8 @@ def overhead_part(o: dict[str, Any], report: Report) -> list[tuple[Any, ...]]:
         f"`benchmarks/overhead.py`: {o['rounds']} rounds, each leg's profiler at "
         f"{o['rate_hz']:g} Hz on `targets/aiohttp_app.py --uvloop` (CPU 0, `{o['path']}`; wrk "
         f"and the profilers on CPU 1, nice {o.get('nice', 0)}), saturated for {o['seconds']:g} "
-        f"s (saturation without a profiler: {o['saturation']:,.0f} req/s). Ratios are paired per "
-        "round with the no-profiler leg: median (min–max). *Per CPU-second*: req/s per second of "
-        "CPU the target's thread got; *stopped*: its share of time in ptrace stop; *modeled*: "
-        "per CPU-second × (1 − stopped), the ratio of a target that owns its core. The "
+        f"s (saturation without a profiler: {o['saturation']:,.0f} req/s); ratios, *per "
+        "CPU-second*, *stopped* and *modeled* as the module's docstring says. The "
         f"no-profiler leg alone varied by {spread(f['none']['rps']):.0%} between rounds, against "
         "goals of 0.5% and 2%."
         + (f" sidecar's non-blocking reads failed on {errors} of {errors + samples} ticks (the "
@@ -159,8 +153,7 @@ def overhead_part(o: dict[str, Any], report: Report) -> list[tuple[Any, ...]]:
     ])  # fmt: skip
     report.add(
         "## 2. Target latency at half the saturation rate",
-        f"The same legs, right after: wrk at a fixed {o['paced_rate']:,} req/s (one schedule, "
-        "50 connections), latency per request as wrk measures it; p99 ratios paired per round.",
+        f"The same legs, right after: wrk at a fixed {o['paced_rate']:,} req/s.",
     )
     report.table(LEGS, [
         Col("leg", LABELS.get, left=True),
@@ -263,13 +256,9 @@ def pauses_part(p: dict[str, Any], report: Report) -> list[tuple[Any, ...]]:
     report.add(
         "## 3. Pause per sample in blocking mode",
         "`benchmarks/pauses.py`: one Python thread (`targets/native_threads.py`), alone and with "
-        "150 idle native threads, sampled in blocking mode at "
-        f"{p['rate_hz']:g} Hz for {p['seconds']:g} s ({p['rounds']} rounds, alternating), then "
-        "non-blocking for the read alone; *normal* as the machine is, *rt* at real-time "
-        "priority. Blocking mode reads the on-CPU state of the Python threads first, then "
-        "seizes and interrupts only them, reads their stacks, and resumes them; native threads "
-        "are never touched. The floor: a bare ptrace stop and resume of the same thread with "
-        "nothing read (`native/examples/floor.rs`).",
+        f"150 idle native threads, blocking at {p['rate_hz']:g} Hz for {p['seconds']:g} s "
+        f"({p['rounds']} rounds), then non-blocking; *normal* and *rt* and the floor as the "
+        "module's docstring says.",
     )
     rows = [(mode, "1 Python thread" + " + 150 native threads" * bool(n),
              f"{us(med(x['p99']))} ({span(x['p99'], '{:,.0f}', 1e6)})", us(med(x["mean"])),
@@ -509,14 +498,11 @@ def cpu_bound(c: dict[str, Any]) -> str:
     unmet = c["cpu_per_target"] > CPU_GOAL
     per_sample = f["sampler"] + f["python"]
     small = (f["classify"] + f["write"]) / max(1e-12, per_sample)
-    parts = {
-        "`process_vm_readv` (page lookup and pinning per call)": perf_share(
-            f, "vm_copy", "vm_pages", "vm_call"
-        ),
-        "/proc reads": perf_share(f, "proc_io", "proc_regex"),
-        "sleeping and waking": perf_share(f, "sleep"),
-        "other kernel work": perf_share(f, "kernel_other"),
-    }
+    parts = {k: perf_share(f, *v) for k, v in (
+        ("`process_vm_readv` (page lookup and pinning per call)",
+         ("vm_copy", "vm_pages", "vm_call")),
+        ("/proc reads", ("proc_io", "proc_regex")), ("sleeping and waking", ("sleep",)),
+        ("other kernel work", ("kernel_other",)))}  # fmt: skip
     code = perf_share(f, "walker", "fold")
     text = (
         f"- **CPU** (goal {'not ' if unmet else ''}met): {c['cpu_per_target']:.2%} of a core "
@@ -601,11 +587,10 @@ def rates_part(r: dict[str, Any], report: Report) -> list[tuple[Any, ...]]:
     report.add(
         "## 5. Sampling rate",
         "`benchmarks/rates.py`: on `targets/deep.py`, each profiler CLI samples for "
-        f"{r['seconds']:g} s at each rate of the ladder. Cells: sidecar's share of ticks late "
-        "or missed (and missed alone); py-spy's share of asked samples not taken (beyond 2 "
-        "standard deviations of its random schedule); ✓ under 1%. *normal*: as the machine is; "
-        "*rt*: the profilers at real-time priority. The sleep loop reads nothing "
-        "(`benchmarks/floor.py`): what this machine's timers and scheduler allow any sampler.",
+        f"{r['seconds']:g} s at each rate of the ladder. Cells: sidecar's (and the sleep loop's) "
+        "share of ticks late or missed (and missed alone); py-spy's share of asked samples not "
+        "taken; ✓ under 1%; the rules, *normal*, *rt* and the sleep loop as the module's "
+        "docstring says.",
     )
     goals, ladder, top = [], r["rates"], max(r["rates"])
     for mode, s in rates_summary(r).items():
