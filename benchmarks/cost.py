@@ -93,62 +93,49 @@ CATEGORIES = {
 }  # fmt: skip
 
 
+def _has(names: tuple[str, ...]) -> Callable[[str], bool]:
+    return lambda text: any(name in text for name in names)
+
+
+#: A sampler thread's sample with a kernel chain: the first rule that matches the chain (joined).
+KERNEL_RULES: list[tuple[Callable[[str], bool], str]] = [
+    (lambda c: "process_vm_r" in c and _has(COPY)(c), "vm_copy"),
+    (lambda c: "process_vm_r" in c and _has(PAGES)(c), "vm_pages"),
+    (_has(("process_vm_r",)), "vm_call"),
+    (_has(PROC_CALLS), "proc_io"),
+    (_has(("ptrace", "wait4", "sys_wait")), "ptrace"),
+    (_has(SLEEP), "sleep"),
+]
+#: Then, or without a kernel chain, the first that matches the user-space leaf (symbol, dso).
+LEAF_RULES: list[tuple[Callable[[str, str], bool], str]] = [
+    (lambda sym, dso: sym == "process_vm_readv", "vm_call"),
+    (lambda sym, dso: "regex" in sym, "proc_regex"),
+    (lambda sym, dso: "libc" in dso and bool(ALLOC.match(sym)), "alloc"),
+    (lambda sym, dso: "libc" in dso and sym.lstrip("_").split("@")[0] in LIBC_PROC, "proc_io"),
+    (lambda sym, dso: "libc" in dso and ("ptrace" in sym or "wait" in sym), "ptrace"),
+    (lambda sym, dso: "libc" in dso and _has(SLEEP)(sym), "sleep"),
+    (lambda sym, dso: sym in ("", "[unknown]"), "unresolved"),
+    (lambda sym, dso: "get_line_number" in sym, "line_numbers"),
+    (lambda sym, dso: _has(("py_spy", "remoteprocess", "read_process_memory"))(sym), "pyspy"),
+    (lambda sym, dso: "walker::" in sym, "walker"),
+    (lambda sym, dso: "_native" in dso, "fold"),
+]
+
+
 def categorize(comm: str, frames: list[tuple[str, str]]) -> str:
     """One perf sample's category from its thread name and (symbol, dso) frames, leaf first."""
-    kernel = [sym for sym, dso in frames if dso == "[kernel.kallsyms]"]
-    user = [(sym, dso) for sym, dso in frames if dso != "[kernel.kallsyms]"]
-    leaf_sym, leaf_dso = user[0] if user else ("", "")
+    kernel = " ".join(sym for sym, dso in frames if dso == "[kernel.kallsyms]")
+    leaf, dso = next(((s, d) for s, d in frames if d != "[kernel.kallsyms]"), ("", ""))
     if not comm.startswith("sidecar-sampl"):
-        if kernel:
-            return "python_kernel"
-        if "sqlite" in leaf_dso:
-            return "sqlite"
-        if "python" in leaf_dso or "libpython" in leaf_dso:
-            return "python"
-        return "python_other"
+        return ("python_kernel" if kernel else "sqlite" if "sqlite" in dso else
+                "python" if "python" in dso else "python_other")  # fmt: skip
     if kernel:
-        chain = " ".join(kernel)
-        if "process_vm_r" in chain:
-            if any(name in chain for name in COPY):
-                return "vm_copy"
-            if any(name in chain for name in PAGES):
-                return "vm_pages"
-            return "vm_call"
-        if any(name in chain for name in PROC_CALLS):
-            return "proc_io"
-        if "ptrace" in chain or "wait4" in chain or "sys_wait" in chain:
-            return "ptrace"
-        if any(name in chain for name in SLEEP):
-            return "sleep"
-        if leaf_sym == "process_vm_readv":
+        if rule := next((k for match, k in KERNEL_RULES if match(kernel)), None):
+            return rule
+        if leaf == "process_vm_readv":
             return "vm_call"  # the kernel chain was cut short at syscall entry
-        if leaf_sym.lstrip("_") in LIBC_PROC:
-            return "proc_io"
-        return "kernel_other"
-    if leaf_sym == "process_vm_readv":
-        return "vm_call"
-    if "regex" in leaf_sym:
-        return "proc_regex"
-    if "libc" in leaf_dso:
-        if ALLOC.match(leaf_sym):
-            return "alloc"
-        if leaf_sym.lstrip("_").split("@")[0] in LIBC_PROC:
-            return "proc_io"
-        if "ptrace" in leaf_sym or "wait" in leaf_sym:
-            return "ptrace"
-        if any(name in leaf_sym for name in SLEEP):
-            return "sleep"
-    if leaf_sym in ("", "[unknown]"):
-        return "unresolved"
-    if "get_line_number" in leaf_sym:
-        return "line_numbers"
-    if any(name in leaf_sym for name in ("py_spy", "remoteprocess", "read_process_memory")):
-        return "pyspy"
-    if "walker::" in leaf_sym:
-        return "walker"
-    if "_native" in leaf_dso:
-        return "fold"
-    return "native_other"
+        return "proc_io" if leaf.lstrip("_") in LIBC_PROC else "kernel_other"
+    return next((k for match, k in LEAF_RULES if match(leaf, dso)), "native_other")
 
 
 def parse_perf_script(text: str) -> Counter[str]:
