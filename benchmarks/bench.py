@@ -44,16 +44,14 @@ FULL: dict[str, dict[str, Any]] = {
     "pauses": {"rounds": 3, "seconds": 4.0, "rate_hz": 100.0},
     "cost": {"targets": 4, "seconds": 40.0, "warmup": 12.0, "perf_seconds": 10.0},
     "rates": {"rates": [100, 250, 500, 1000, 2000, 3000, 5000, 7000, 10000], "rounds": 1,
-              "seconds": 3.0},
-    "store": {"minutes": 6.0},
+              "seconds": 3.0}, "store": {"minutes": 6.0},
 }  # fmt: skip
 QUICK: dict[str, dict[str, Any]] = {
     "overhead": {"rounds": 1, "seconds": 3.0, "rate_hz": 100.0},
     "pauses": {"rounds": 1, "seconds": 2.0, "rate_hz": 100.0},
     "cost": {"targets": 2, "seconds": 12.0, "warmup": 11.0, "perf_seconds": 3.0},
-    "rates": {"rates": [100, 1000, 3000], "rounds": 1, "seconds": 2.0},
-    "store": {"minutes": 0.5},
-}
+    "rates": {"rates": [100, 1000, 3000], "rounds": 1, "seconds": 2.0}, "store": {"minutes": 0.5},
+}  # fmt: skip
 
 
 def log(line: str) -> None:

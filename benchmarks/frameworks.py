@@ -56,16 +56,12 @@ SCENARIOS = {
 Row = dict[str, Any]
 
 
-def load_argv(url: str, rate: float, duration: float) -> list[str]:
-    """``targets/load.py`` driving ``url`` at ``rate`` for ``duration`` after the warm-up,
-    its result printed as JSON."""
-    argv = [sys.executable, "-m", "targets.load", url, "--rate", str(rate)]
-    return [*argv, "--duration", str(duration), "--warmup", str(WARMUP), "--json"]
-
-
 def drive(procs: Procs, url: str, rate: float, duration: float) -> Child:
-    """``targets/load.py`` at a fixed rate, once it measures."""
-    load = procs.start(load_argv(url, rate, duration))
+    """``targets/load.py`` driving ``url`` at ``rate`` for ``duration`` after the warm-up (its
+    result printed as JSON), once it measures."""
+    argv = [sys.executable, "-m", "targets.load", url, "--rate", str(rate), "--duration",
+            str(duration), "--warmup", str(WARMUP), "--json"]  # fmt: skip
+    load = procs.start(argv)
     load.wait_for(r"(?m)^measuring ", stream="err", timeout=60)
     return load
 
@@ -130,9 +126,8 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     lowest = min(rate for values in rates.values() for rate in values)
     with Procs(workdir) as procs:
         _, url = procs.target("aiohttp_app")  # the load tool's own latency: an instant route
-        baseline = result(
-            procs, drive(procs, f"{url}/health", lowest, args.duration), args.duration
-        )
+        load = drive(procs, f"{url}/health", lowest, args.duration)
+        baseline = result(procs, load, args.duration)
     print(f"baseline /health at {lowest:g} req/s: p50 {baseline['p50_ms']:g} ms", flush=True)
     runs: dict[tuple[str, str, float], list[Row]] = {}
     # Interleaved: a burst of other work on the machine hits several variants, not one.
@@ -218,9 +213,8 @@ def comparison(results: list[Row], scenario: str) -> list[str]:
     sat = {name: saturation(by(results, name, scenario)) for name in VARIANTS}
     ca, cn, co = (weighted(rs, "cpu_ms", "rps") for rs in (aio, new, old))
     cheaper = min(cn, co)
-    cpu_verdict = (
-        "agrees" if cheaper > 2 * ca else "agrees in direction" if cheaper > ca else "differs"
-    )
+    cpu_verdict = ("agrees" if cheaper > 2 * ca else "agrees in direction" if cheaper > ca
+                   else "differs")  # fmt: skip
     lines = [
         f"**{scenario}** ({SCENARIOS[scenario]}), asked rates "
         f"{sorted({r['rate'] for r in results if r['scenario'] == scenario})}:",
@@ -248,10 +242,8 @@ def comparison(results: list[Row], scenario: str) -> list[str]:
     uv_a, uv_t = by(results, "aiohttp + uvloop", scenario), by(results, "tornado async + uvloop",
                                                                  scenario)  # fmt: skip
     if uv_a and uv_t:
-        gain_a, gain_t = (
-            1 - weighted(uv_a, "cpu_ms", "rps") / ca,
-            1 - weighted(uv_t, "cpu_ms", "rps") / cn,
-        )
+        gain_a, gain_t = 1 - weighted(uv_a, "cpu_ms", "rps") / ca, 1 - weighted(
+            uv_t, "cpu_ms", "rps") / cn  # fmt: skip
         lines.append(
             f"- *uvloop helps aiohttp more than Tornado*: "
             f"{'agrees' if gain_a > gain_t else 'does not agree'} — uvloop cuts the CPU per "
