@@ -17,12 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
 from benchmarks import floor
-from benchmarks.common import sampler_thread_seconds
+from benchmarks.common import sampled
 from benchmarks.procs import finish, load_average
 from tests.support.procs import PYTHON, Procs
 
@@ -106,17 +105,15 @@ def main() -> int:
     samplers = [Sampler(pid, rate_hz=args.rate, blocking=args.blocking, window=1.0,
                         reader=args.reader, clock=args.clock) for pid in args.pid]  # fmt: skip
     try:
-        time.sleep(0.5)
-        cpu0, samples0 = sampler_thread_seconds(), sum(s.stats()["samples"] for s in samplers)
-        time.sleep(args.seconds)
-        cpu1, all_stats = sampler_thread_seconds(), [dict(s.stats()) for s in samplers]
+        cpu, pairs = sampled(samplers, 0.5, args.seconds)
     finally:
         for sampler in samplers:
             sampler.stop()
-    samples = sum(s["samples"] for s in all_stats)
+    all_stats = [dict(after) for _, after in pairs]
     ticks = sum(s["samples"] + s["errors"] + s["missed"] for s in all_stats)
+    made = sum(after["samples"] - before["samples"] for before, after in pairs)
     print(json.dumps({
-        **all_stats[0], "thread_cpu_per_sample": (cpu1 - cpu0) / max(1, samples - samples0),
+        **all_stats[0], "thread_cpu_per_sample": cpu / max(1, made),
         "late_share_all": sum(s["late"] + s["missed"] for s in all_stats) / max(1, ticks),
         "targets": len(samplers), "clock": args.clock,
     }))  # fmt: skip
