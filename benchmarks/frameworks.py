@@ -9,6 +9,15 @@ the same recording's asyncio task scans: tasks and requests in flight, and the s
 requests' time they sat ready to run, queued behind other work (the article's "many coroutines
 in the scheduler").
 
+A fresh target per run; of the interleaved rounds the least disturbed run of a point is shown
+(the asked rate kept, the least busy loop). In the report, *CPU ms/req*: the target's CPU per
+request, the figure other work moves least; shares are of the loop thread's samples (*busy*:
+running or runnable, so waiting for a core counts); depth: Python frames of busy samples (*above
+loop*: above the frame that entered the loop); *busy in framework+loop*: busy samples whose
+innermost non-stdlib frame is the framework or the loop; *tasks in flight*, *request tasks*:
+means per scan; *ready (requests)*: the share of the request tasks' time in flight spent ready to
+run, behind other work.
+
     python -m benchmarks.frameworks [--rates "sleep=300,600,900 hard=150,350,550"]
                                     [--duration 4] [--rounds 2] [--rate-hz 200]
 
@@ -296,13 +305,7 @@ def write_report(data: dict[str, Any], report: Report) -> None:
         f"rate for {data['duration']:g} s after a {WARMUP:g} s warm-up (`targets/load.py`), "
         f"recorded by sidecar at {data['rate_hz']:g} Hz with task scans at {TASK_HZ:g} Hz; "
         f"{data['rounds']} interleaved round(s), of which the least disturbed run of a point "
-        "is shown (the asked rate kept, the least busy loop). *CPU ms/req*: the target's CPU "
-        "per request, the figure other work moves least; shares are of the loop thread's "
-        "samples (*busy*: running or runnable, so waiting for a core counts); depth: Python "
-        "frames of busy samples (*above loop*: above the frame that entered the loop); *busy "
-        "in framework+loop*: busy samples whose innermost non-stdlib frame is the framework or "
-        "the loop; *tasks in flight*, *request tasks*: means per scan; *ready (requests)*: the "
-        "share of the request tasks' time in flight spent ready to run, behind other work.",
+        "is shown; the columns as the module's docstring says.",
         "Latencies include the load generator's own share: an instant route (aiohttp's "
         f"`/health`) driven the same way at {base['rate']:g} req/s measured p50 "
         f"{base['p50_ms']:g} ms, p99 {base['p99_ms']:g} ms. The highest asked rate is "
