@@ -298,36 +298,29 @@ def pauses_part(p: dict[str, Any], report: Report) -> list[tuple[Any, ...]]:
 def pause_bound(p: dict[str, Any]) -> str:
     """The pause against its goal and against the machine's bare ptrace round trip."""
     verdicts, figures, floors = pause_verdicts(p), pause_figures(p), p.get("floors", {})
-    text = "- **Pause**: "
-    if verdicts:
-        over = [mode for mode, (_, r, _) in verdicts.items() if r > 1.1]
-        text += (
-            "with 150 idle native threads beside the Python thread, the pause p99 was "
-            + "; ".join(f"{r:.2f}x ({mode})" for mode, (_, r, _) in verdicts.items())
-            + " that without them"
-            + (f": beyond the goal's 1.1x ({', '.join(over)}). " if over else
-               ": the native threads add no work to the pause beyond the goal's 1.1x. ")
-        )  # fmt: skip
+    over = [mode for mode, (_, r, _) in verdicts.items() if r > 1.1]
+    text = "- **Pause**: " + (
+        "with 150 idle native threads beside the Python thread, the pause p99 was "
+        + "; ".join(f"{r:.2f}x ({mode})" for mode, (_, r, _) in verdicts.items())
+        + " that without them"
+        + (f": beyond the goal's 1.1x ({', '.join(over)}). " if over else
+           ": the native threads add no work to the pause beyond the goal's 1.1x. ")
+        if verdicts else "")  # fmt: skip
     if not floors:
         return text + "see part 3 for the figures."
-
-    def share(mode: str, fl: dict[str, Any]) -> str:
-        mean = med(figures[(mode, 0)]["mean"]) if (mode, 0) in figures else 0
-        return (f", {fl['pause']['mean_us'] / 1e6 / mean:.0%} of sidecar's mean pause with one "
-                "Python thread" if mean > 0 else "")  # fmt: skip
-
+    means = {
+        mode: med(figures[(mode, 0)]["mean"]) if (mode, 0) in figures else 0 for mode in floors
+    }
     text += "The machine's floor, a ptrace stop and resume with nothing read: " + "; ".join(
         f"{fl['pause']['mean_us']:.0f} µs on average and {fl['pause']['p99_us']:,.0f} µs at p99 "
-        f"({mode}){share(mode, fl)}"
-        for mode, fl in floors.items()
-    )
+        f"({mode})" + (f", {fl['pause']['mean_us'] / 1e6 / means[mode]:.0%} of sidecar's mean "
+                       "pause with one Python thread" if means[mode] > 0 else "")
+        for mode, fl in floors.items())  # fmt: skip
     if not all(fl["pause"]["mean_us"] > 50 for fl in floors.values()):
         return text + "."
-    return text + (
-        f". {'Each exceeds' if len(floors) > 1 else 'It exceeds'} the goal's 50 µs before "
-        "anything is read: on this machine the goal is bound by ptrace and the scheduler, not by "
-        "the read."
-    )
+    return text + (f". {'Each exceeds' if len(floors) > 1 else 'It exceeds'} the goal's 50 µs "
+                   "before anything is read: on this machine the goal is bound by ptrace and the "
+                   "scheduler, not by the read.")  # fmt: skip
 
 
 # -- 4: CPU per target ---------------------------------------------------------------------
@@ -633,37 +626,29 @@ def rates_part(r: dict[str, Any], report: Report) -> list[tuple[Any, ...]]:
 def rate_bound(r: dict[str, Any]) -> str:
     """The highest clean rates, and whether a loop that reads nothing did better."""
     summary, ladder = rates_summary(r), r["rates"]
-    text = (
-        "- **Sampling rate** also depends on policy: sidecar skips a tick it is a full period "
-        "late for and counts it missed, and counts a tick late past a quarter period, while "
-        "py-spy catches up in a burst of back-to-back samples and reports nothing below 1 s "
-        "behind."
-    )
+    text = ("- **Sampling rate** also depends on policy: sidecar skips a tick it is a full period "
+            "late for and counts it missed, and counts a tick late past a quarter period, while "
+            "py-spy catches up in a burst of back-to-back samples and reports nothing below 1 s "
+            "behind.")  # fmt: skip
     if rt := summary.get("rt"):
         best = rt["best"]
-        text += (
-            f" In the *rt* ladder, both at real-time priority, sidecar stays under 1% late or "
-            f"missed up to {hz(best['sidecar'], ladder)}, and counting only the samples it skips "
-            f"(py-spy's kind of figure) up to {hz(rt['achieved'], ladder)}, against py-spy's "
-            f"{hz(best['py-spy'], ladder)} (default) and "
-            f"{hz(best['py-spy-nonblocking'], ladder)} (--nonblocking)."
-        )
+        text += (f" In the *rt* ladder, both at real-time priority, sidecar stays under 1% late or "
+                 f"missed up to {hz(best['sidecar'], ladder)}, and counting only the samples it "
+                 f"skips (py-spy's kind of figure) up to {hz(rt['achieved'], ladder)}, against "
+                 f"py-spy's {hz(best['py-spy'], ladder)} (default) and "
+                 f"{hz(best['py-spy-nonblocking'], ladder)} (--nonblocking).")  # fmt: skip
     floors = {mode: (s["best"].get("floor"), s["best"]["sidecar"]) for mode, s in summary.items()}
     if not all(floor is not None for floor, _ in floors.values()):
         return text
-    text += (
-        " A loop that only sleeps to the same schedule under the same rules, reading nothing "
-        "(`benchmarks/floor.py`), stayed under 1% up to "
-        + " and ".join(f"{hz(fl, ladder)} ({mode})" for mode, (fl, _) in floors.items())
-        + ", against sidecar's "
-        + " and ".join(f"{hz(sc, ladder)} ({mode})" for mode, (_, sc) in floors.items())
-    )
-    if all((sidecar or 0) >= (floor or 0) for floor, sidecar in floors.values()):
-        return text + (
-            ": reading nothing did no better, so on this machine the strict figure is bound by "
-            "waking up on time, not by the read."
-        )
-    return text + ": the loop that reads nothing got further, so the read costs sidecar rate."
+    return (text + " A loop that only sleeps to the same schedule under the same rules, reading "
+            "nothing (`benchmarks/floor.py`), stayed under 1% up to "
+            + " and ".join(f"{hz(fl, ladder)} ({mode})" for mode, (fl, _) in floors.items())
+            + ", against sidecar's "
+            + " and ".join(f"{hz(sc, ladder)} ({mode})" for mode, (_, sc) in floors.items())
+            + (": reading nothing did no better, so on this machine the strict figure is bound by "
+               "waking up on time, not by the read." if all((sc or 0) >= (fl or 0) for fl, sc in
+               floors.values()) else ": the loop that reads nothing got further, so the read "
+               "costs sidecar rate."))  # fmt: skip
 
 
 # -- 6: storage, and the whole report ------------------------------------------------------
