@@ -17,8 +17,8 @@ machine hits every leg alike:
     python -m benchmarks.bench [--only overhead,pauses,...] [--quick] [--from-json JSON] [--out DIR]
 
 The figures the reports print go to benchmarks/REPORT.json (``report.SUMMARY`` says which;
-``--only`` replaces just those parts), the report to benchmarks/REPORT.md with its plots in
-benchmarks/REPORT.png; ``--from-json`` writes them and REPORT-store.md again from such figures.
+``--only`` replaces just those parts), the report to benchmarks/REPORT.md; ``--from-json`` writes
+it and REPORT-store.md again from such figures.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import cost, overhead, pauses, rates, report, store
-from benchmarks.plots import plot
 from benchmarks.procs import load_average, machine
 from benchmarks.table import Report, keep
 from tests.support.procs import Procs
@@ -45,16 +44,14 @@ FULL: dict[str, dict[str, Any]] = {
     "pauses": {"rounds": 3, "seconds": 4.0, "rate_hz": 100.0},
     "cost": {"targets": 4, "seconds": 40.0, "warmup": 12.0, "perf_seconds": 10.0},
     "rates": {"rates": [100, 250, 500, 1000, 2000, 3000, 5000, 7000, 10000], "rounds": 1,
-              "seconds": 3.0},
-    "store": {"minutes": 6.0},
+              "seconds": 3.0}, "store": {"minutes": 6.0},
 }  # fmt: skip
 QUICK: dict[str, dict[str, Any]] = {
     "overhead": {"rounds": 1, "seconds": 3.0, "rate_hz": 100.0},
     "pauses": {"rounds": 1, "seconds": 2.0, "rate_hz": 100.0},
     "cost": {"targets": 2, "seconds": 12.0, "warmup": 11.0, "perf_seconds": 3.0},
-    "rates": {"rates": [100, 1000, 3000], "rounds": 1, "seconds": 2.0},
-    "store": {"minutes": 0.5},
-}
+    "rates": {"rates": [100, 1000, 3000], "rounds": 1, "seconds": 2.0}, "store": {"minutes": 0.5},
+}  # fmt: skip
 
 
 def log(line: str) -> None:
@@ -110,8 +107,7 @@ def main() -> int:
         store_report.write()
     report.write(results, out)
     out.write()
-    plot(results, out.md.with_suffix(".png"))
-    log(f"wrote {out.md} and {out.md.with_suffix('.png')}")
+    log(f"wrote {out.md}")
     return 0
 
 

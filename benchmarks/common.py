@@ -7,12 +7,14 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from benchmarks.procs import load_average, machine
 from benchmarks.table import Report
 from tests.support.procs import PYTHON, Child, Procs
+from tests.support.pythons import find_pythons
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -70,6 +72,26 @@ def sampled(samplers: list[Any], warmup: float, seconds: float) -> tuple[float, 
     time.sleep(seconds)
     cpu1, after = sampler_thread_seconds(), [s.stats() for s in samplers]
     return cpu1 - cpu0, list(zip(before, after, strict=True))
+
+
+def pythons(versions: Iterable[str]) -> dict[str, str]:
+    """The interpreters of ``versions`` (tests/pythons.py), or exit naming the missing ones."""
+    found = find_pythons()
+    if missing := [v for v in versions if v not in found]:
+        raise SystemExit(f"no interpreter for {', '.join(missing)}: run `make pythons` first")
+    return {v: str(found[v]) for v in versions}
+
+
+def stamp() -> dict[str, Any]:
+    """When and where a run was measured, and the load average at its end."""
+    when = time.strftime("%Y-%m-%d %H:%M:%S")
+    return {"when": when, "machine": machine(), "load_average": load_average()}
+
+
+def measured(data: dict[str, Any]) -> str:
+    """The opening of a report written from a ``stamp()``ed run."""
+    cpu = data["machine"].get("cpu", "this machine")
+    return f"Measured {data['when']} ({cpu}), load average {data['load_average']:.2f}"
 
 
 Options = dict[str, Any]

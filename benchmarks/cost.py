@@ -14,7 +14,6 @@ from __future__ import annotations
 import ctypes
 import os
 import re
-import sqlite3
 import statistics
 import subprocess
 import time
@@ -23,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks import floor, pauses
+from benchmarks import floor, pauses, store
 from benchmarks.common import serve, thread_cpu
 from benchmarks.procs import load_average
 from sidecar import _native
@@ -31,7 +30,6 @@ from sidecar.classify.threads import classify
 from sidecar.discover import Selection, scan
 from sidecar.serve.sessions import Session, Sessions
 from sidecar.store import ProcessRecord, Store
-from sidecar.store.query import Reader
 from tests.support.procs import Procs
 
 WINDOW = 10
@@ -71,92 +69,73 @@ ALLOC = re.compile(
     r"|unlink_chunk|malloc_consolidate|tcache|memalign)"
 )
 
-#: Categories in report order: key, label, and its short name in REPORT.png.
-CATEGORIES = (
-    ("vm_copy", "process_vm_readv: copying the bytes", "readv: copy"),
-    ("vm_pages", "process_vm_readv: finding and pinning the pages (VMA lookup, GUP, mm access)",
-     "readv: pages"),
-    ("vm_call", "process_vm_readv: syscall entry and exit, iovecs, tracing hooks",
-     "readv: syscall"),
-    ("proc_io", "/proc reads: open, read, list and close of /proc/PID/task/*/stat", "/proc I/O"),
-    ("proc_regex", "/proc stat parsing: remoteprocess's regex", "/proc regex"),
-    ("ptrace", "ptrace stop and resume (blocking mode)", "ptrace"),
-    ("line_numbers", "py-spy: line numbers from line tables", "line tables"),
-    ("pyspy", "py-spy: frame walk, strings, other", "py-spy walk"),
-    ("walker", "sidecar's frame walker (CPython 3.11): frames, code checks, cached folding",
-     "own walker"),
-    ("alloc", "malloc / free (any caller)", "malloc/free"),
-    ("fold", "sidecar's sampling loop: folding (frame cache, hashing), windows, /proc checks",
-     "sidecar loop"),
-    ("sleep", "sleeping and waking (timers, futexes, scheduler)", "sleep/wake"),
-    ("kernel_other", "kernel, other", "kernel other"),
-    ("native_other", "native thread, other user space (memcpy, memcmp, threading)",
-     "native other"),
-    ("unresolved", "native thread, symbols unresolved (library replaced on disk meanwhile?)",
-     "unresolved"),
-    ("python", "Python threads: interpreter (classify, store, discovery, HTTP)", "Py interpreter"),
-    ("sqlite", "Python threads: SQLite", "Py SQLite"),
-    ("python_kernel", "Python threads: kernel", "Py kernel"),
-    ("python_other", "Python threads: other libraries", "Py other"),
-)  # fmt: skip
+#: Categories in report order: key → label.
+CATEGORIES = {
+    "vm_copy": "process_vm_readv: copying the bytes",
+    "vm_pages": "process_vm_readv: finding and pinning the pages (VMA lookup, GUP, mm access)",
+    "vm_call": "process_vm_readv: syscall entry and exit, iovecs, tracing hooks",
+    "proc_io": "/proc reads: open, read, list and close of /proc/PID/task/*/stat",
+    "proc_regex": "/proc stat parsing: remoteprocess's regex",
+    "ptrace": "ptrace stop and resume (blocking mode)",
+    "line_numbers": "py-spy: line numbers from line tables",
+    "pyspy": "py-spy: frame walk, strings, other",
+    "walker": "sidecar's frame walker (CPython 3.11): frames, code checks, cached folding",
+    "alloc": "malloc / free (any caller)",
+    "fold": "sidecar's sampling loop: folding (frame cache, hashing), windows, /proc checks",
+    "sleep": "sleeping and waking (timers, futexes, scheduler)",
+    "kernel_other": "kernel, other",
+    "native_other": "native thread, other user space (memcpy, memcmp, threading)",
+    "unresolved": "native thread, symbols unresolved (library replaced on disk meanwhile?)",
+    "python": "Python threads: interpreter (classify, store, discovery, HTTP)",
+    "sqlite": "Python threads: SQLite",
+    "python_kernel": "Python threads: kernel",
+    "python_other": "Python threads: other libraries",
+}  # fmt: skip
+
+
+def _has(names: tuple[str, ...]) -> Callable[[str], bool]:
+    return lambda text: any(name in text for name in names)
+
+
+#: A sampler thread's sample with a kernel chain: the first rule that matches the chain (joined).
+KERNEL_RULES: list[tuple[Callable[[str], bool], str]] = [
+    (lambda c: "process_vm_r" in c and _has(COPY)(c), "vm_copy"),
+    (lambda c: "process_vm_r" in c and _has(PAGES)(c), "vm_pages"),
+    (_has(("process_vm_r",)), "vm_call"),
+    (_has(PROC_CALLS), "proc_io"),
+    (_has(("ptrace", "wait4", "sys_wait")), "ptrace"),
+    (_has(SLEEP), "sleep"),
+]
+#: Then, or without a kernel chain, the first that matches the user-space leaf (symbol, dso).
+LEAF_RULES: list[tuple[Callable[[str, str], bool], str]] = [
+    (lambda sym, dso: sym == "process_vm_readv", "vm_call"),
+    (lambda sym, dso: "regex" in sym, "proc_regex"),
+    (lambda sym, dso: "libc" in dso and bool(ALLOC.match(sym)), "alloc"),
+    (lambda sym, dso: "libc" in dso and sym.lstrip("_").split("@")[0] in LIBC_PROC, "proc_io"),
+    (lambda sym, dso: "libc" in dso and ("ptrace" in sym or "wait" in sym), "ptrace"),
+    (lambda sym, dso: "libc" in dso and _has(SLEEP)(sym), "sleep"),
+    (lambda sym, dso: sym in ("", "[unknown]"), "unresolved"),
+    (lambda sym, dso: "get_line_number" in sym, "line_numbers"),
+    (lambda sym, dso: _has(("py_spy", "remoteprocess", "read_process_memory"))(sym), "pyspy"),
+    (lambda sym, dso: "walker::" in sym, "walker"),
+    (lambda sym, dso: "_native" in dso, "fold"),
+]
 
 
 def categorize(comm: str, frames: list[tuple[str, str]]) -> str:
     """One perf sample's category from its thread name and (symbol, dso) frames, leaf first."""
-    kernel = [sym for sym, dso in frames if dso == "[kernel.kallsyms]"]
-    user = [(sym, dso) for sym, dso in frames if dso != "[kernel.kallsyms]"]
-    leaf_sym, leaf_dso = user[0] if user else ("", "")
+    kernel = " ".join(sym for sym, dso in frames if dso == "[kernel.kallsyms]")
+    leaf, dso = next(((s, d) for s, d in frames if d != "[kernel.kallsyms]"), ("", ""))
     if not comm.startswith("sidecar-sampl"):
-        if kernel:
-            return "python_kernel"
-        if "sqlite" in leaf_dso:
-            return "sqlite"
-        if "python" in leaf_dso or "libpython" in leaf_dso:
-            return "python"
-        return "python_other"
+        return ("python_kernel" if kernel else "sqlite" if "sqlite" in dso else
+                "python" if "python" in dso else "python_other")  # fmt: skip
     if kernel:
-        chain = " ".join(kernel)
-        if "process_vm_r" in chain:
-            if any(name in chain for name in COPY):
-                return "vm_copy"
-            if any(name in chain for name in PAGES):
-                return "vm_pages"
-            return "vm_call"
-        if any(name in chain for name in PROC_CALLS):
-            return "proc_io"
-        if "ptrace" in chain or "wait4" in chain or "sys_wait" in chain:
-            return "ptrace"
-        if any(name in chain for name in SLEEP):
-            return "sleep"
-        if leaf_sym == "process_vm_readv":
+        if rule := next((k for match, k in KERNEL_RULES if match(kernel)), None):
+            return rule
+        if leaf == "process_vm_readv":
             return "vm_call"  # the kernel chain was cut short at syscall entry
-        if leaf_sym.lstrip("_") in LIBC_PROC:
-            return "proc_io"
-        return "kernel_other"
-    if leaf_sym == "process_vm_readv":
-        return "vm_call"
-    if "regex" in leaf_sym:
-        return "proc_regex"
-    if "libc" in leaf_dso:
-        if ALLOC.match(leaf_sym):
-            return "alloc"
-        if leaf_sym.lstrip("_").split("@")[0] in LIBC_PROC:
-            return "proc_io"
-        if "ptrace" in leaf_sym or "wait" in leaf_sym:
-            return "ptrace"
-        if any(name in leaf_sym for name in SLEEP):
-            return "sleep"
-    if leaf_sym in ("", "[unknown]"):
-        return "unresolved"
-    if "get_line_number" in leaf_sym:
-        return "line_numbers"
-    if any(name in leaf_sym for name in ("py_spy", "remoteprocess", "read_process_memory")):
-        return "pyspy"
-    if "walker::" in leaf_sym:
-        return "walker"
-    if "_native" in leaf_dso:
-        return "fold"
-    return "native_other"
+        return "proc_io" if leaf.lstrip("_") in LIBC_PROC else "kernel_other"
+    return next((k for match, k in LEAF_RULES if match(leaf, dso)), "native_other")
 
 
 def parse_perf_script(text: str) -> Counter[str]:
@@ -192,29 +171,21 @@ def perf_profile(pid: int, seconds: float, workdir: Path) -> dict[str, int]:
 
 def stored_windows(db: Path) -> list[tuple[int, dict[str, Any]]]:
     """The windows serve stored, as (target id, sampler window) in time order."""
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
+    with store.readonly(db) as conn:
         query = "SELECT window, target_id, SUM(ticks) FROM windows GROUP BY window, target_id"
         ticks = {(int(w), int(t)): int(n) for w, t, n in conn.execute(query).fetchall()}
-    finally:
-        conn.close()
-    reader = Reader(db, WINDOW)
-    rows = reader.entries()
-    texts = reader.stack_texts({r[3] for r in rows})
-    windows: dict[tuple[int, int], dict[str, Any]] = {}
-    for window, target, _, stack, thread, state, count in rows:
-        key = (window, target)
-        entry = windows.setdefault(key, {"start": float(window), "end": float(window + WINDOW),
-                                         "stacks": [], "samples": ticks.get(key, 0)})  # fmt: skip
-        entry["stacks"].append(_native.Row(thread_id=thread, thread_name="", count=count,
-                                           on_cpu=state == "busy", stack=texts[stack]))  # fmt: skip
-    return [(target, windows[(start, target)]) for start, target in sorted(windows)]
+    return [(target, {"start": float(window), "end": float(window + WINDOW),
+                      "samples": ticks.get((window, target), 0),
+                      "stacks": [_native.Row(thread_id=thread, thread_name="", count=count,
+                                             on_cpu=state == "busy", stack=text)
+                                 for text, thread, state, count in rows]})
+            for (window, target), rows in sorted(store.stored(db).items())]  # fmt: skip
 
 
 def time_windows(windows: list[tuple[int, dict[str, Any]]], workdir: Path) -> dict[str, Any]:
     """Classification (serve's ``Sessions._batch``) and ``Store.write`` per stored window."""
     sessions = Sessions(None, Selection(), rate_hz=RATE, window=WINDOW)  # type: ignore[arg-type]
-    store = Store(workdir / "timing.db")
+    writer = Store(workdir / "timing.db")
     session_of: dict[int, Session] = {}
     times: dict[str, list[float]] = {k: [] for k in ("cold", "warm", "write_first", "write")}
 
@@ -229,15 +200,15 @@ def time_windows(windows: list[tuple[int, dict[str, Any]]], workdir: Path) -> di
             first = target not in session_of
             if first:
                 key = (900_000 + target, 1)
-                store.attach(ProcessRecord(key[0], key[1], f"target {target}", time.time()))
+                writer.attach(ProcessRecord(key[0], key[1], f"target {target}", time.time()))
                 session_of[target] = Session(key, "", None, "unknown", "asyncio", 0.0)  # type: ignore[arg-type]
             session = session_of[target]
             classify.cache_clear()
             timed("cold", lambda: sessions._batch(session, window))  # noqa: B023
             batch = timed("warm", lambda: sessions._batch(session, window))  # noqa: B023
-            timed("write_first" if first else "write", lambda: store.write([batch]))  # noqa: B023
+            timed("write_first" if first else "write", lambda: writer.write([batch]))  # noqa: B023
     finally:
-        store.close()
+        writer.close()
     return {
         "windows": len(windows),
         "ticks_median": statistics.median(w["samples"] for _, w in windows) if windows else 0,

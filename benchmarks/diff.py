@@ -41,14 +41,10 @@ from sidecar.formats.render import RenderOptions, render_svg
 ROOT = Path(__file__).resolve().parents[1]
 GOAL = 2.0
 
-LOOP = [
-    "<module> (app.py:90)",
-    "run_app (aiohttp/web.py:530)",
-    "run_until_complete (asyncio/base_events.py:640)",
-    "run_forever (asyncio/base_events.py:607)",
-    "_run_once (asyncio/base_events.py:1922)",
-    "_run (asyncio/events.py:80)",
-]
+LOOP = ["<module> (app.py:90)", "run_app (aiohttp/web.py:530)",
+        "run_until_complete (asyncio/base_events.py:640)",
+        "run_forever (asyncio/base_events.py:607)", "_run_once (asyncio/base_events.py:1922)",
+        "_run (asyncio/events.py:80)"]  # fmt: skip
 
 
 def profiles(stacks: int, seed: int = 1) -> tuple[dict[str, int], dict[str, int]]:
@@ -116,16 +112,13 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     lines = [f"{s} {c}" for s, c in before.items()]
     a, b = load_profile(svg["before"]), load_profile(svg["after"])
     d = diff_profiles(a, b)
-    steps = {
-        "render BEFORE (in process, min width 0)": lambda: render_svg(
-            lines, RenderOptions(min_width=0)
-        ),
-        "read BEFORE.svg": lambda: load_profile(svg["before"]),
-        "read AFTER.svg": lambda: load_profile(svg["after"]),
-        "compare (diff_profiles)": lambda: diff_profiles(a, b),
-        "draw the diff (min width 0.1)": lambda: render_diff(d),
-        "draw the diff (min width 0)": lambda: render_diff(d, RenderOptions(min_width=0)),
-    }
+    every = RenderOptions(min_width=0)
+    steps = {"render BEFORE (in process, min width 0)": lambda: render_svg(lines, every),
+             "read BEFORE.svg": lambda: load_profile(svg["before"]),
+             "read AFTER.svg": lambda: load_profile(svg["after"]),
+             "compare (diff_profiles)": lambda: diff_profiles(a, b),
+             "draw the diff (min width 0.1)": lambda: render_diff(d),
+             "draw the diff (min width 0)": lambda: render_diff(d, every)}  # fmt: skip
     return {
         "machine": {"arch": platform.machine(), "cpus": os.cpu_count(),
                     "python": platform.python_version()},
@@ -159,11 +152,10 @@ def write_report(data: dict[str, Any], report: Report) -> None:
         f"AFTER.svg {sizes['after'] / mb:.1f} MB (inferno, min width 0; AFTER has handler_7 3x "
         f"slower). Top total-share change found: `{data['top']}`.",
     )
-    labels = {
-        "render": "`sidecar render BEFORE.folded --min-width 0`",
-        "diff": f"`sidecar diff BEFORE.svg AFTER.svg` (graph {size(sizes['diff'])})",
-        "diff0": f"`sidecar diff ... --min-width 0` (graph {size(sizes['diff0'])})",
-    }
+    labels = {"render": "`sidecar render BEFORE.folded --min-width 0`",
+              "diff": f"`sidecar diff BEFORE.svg AFTER.svg` (graph {size(sizes['diff'])})",
+              "diff0": f"`sidecar diff ... --min-width 0` (graph {size(sizes['diff0'])})",
+              }  # fmt: skip
     head = f"End to end, separate processes, median of {data['rounds']} interleaved rounds:"
     report.table(labels, [
         Col("command", labels.get, left=True), Col("median wall s", wall.get, "{:.3f}"),

@@ -54,18 +54,10 @@ def tick(rate: float, seconds: float) -> dict[str, float]:
     return {"samples": samples, "late": late, "missed": missed, "errors": 0, "seconds": seconds}
 
 
-def native_floor(
-    procs: Procs,
-    pid: int,
-    *,
-    rate: float,
-    seconds: float,
-    rt: int | None,
-    shape: tuple[int, int] | None = None,
-    also: tuple[int, ...] = (),
-    replay: tuple[Path, int] | None = None,
-    state_file: str = "stat",
-) -> dict[str, Any]:
+def native_floor(procs: Procs, pid: int, *, rate: float, seconds: float, rt: int | None,
+                 shape: tuple[int, int] | None = None, also: tuple[int, ...] = (),
+                 replay: tuple[Path, int] | None = None, state_file: str = "stat",
+                 ) -> dict[str, Any]:  # fmt: skip
     """The native floor program's figures for ``pid`` (each of its parts ``seconds``); with
     ``shape`` (pieces, bytes), also those of a read of that shape per tick, of ``pid`` and then
     of each of ``also`` (one wakeup for all, as a shared clock); with ``replay`` (a file of
@@ -78,12 +70,9 @@ def native_floor(
     argv = [str(binary), ",".join(str(p) for p in (pid, *also)), f"{rate:g}", f"{seconds:g}"]
     argv += [str(n) for n in shape] if shape else []
     argv += [str(replay[0]), str(replay[1]), state_file] if shape and replay else []
-    child = procs.start(argv, rt=rt)
-    code = child.popen.wait(4 * seconds + 30)
-    procs.children.remove(child)
-    if code != 0:
-        raise RuntimeError(f"the floor program failed: {child.stderr()[-300:]}")
-    figures: dict[str, Any] = json.loads(child.stdout())
+    from benchmarks.procs import finish
+
+    figures: dict[str, Any] = json.loads(finish(procs, argv, 4 * seconds + 30, "floor", rt=rt))
     return figures
 
 

@@ -9,10 +9,19 @@ the same recording's asyncio task scans: tasks and requests in flight, and the s
 requests' time they sat ready to run, queued behind other work (the article's "many coroutines
 in the scheduler").
 
+A fresh target per run; of the interleaved rounds the least disturbed run of a point is shown
+(the asked rate kept, the least busy loop). In the report, *CPU ms/req*: the target's CPU per
+request, the figure other work moves least; shares are of the loop thread's samples (*busy*:
+running or runnable, so waiting for a core counts); depth: Python frames of busy samples (*above
+loop*: above the frame that entered the loop); *busy in framework+loop*: busy samples whose
+innermost non-stdlib frame is the framework or the loop; *tasks in flight*, *request tasks*:
+means per scan; *ready (requests)*: the share of the request tasks' time in flight spent ready to
+run, behind other work.
+
     python -m benchmarks.frameworks [--rates "sleep=300,600,900 hard=150,350,550"]
                                     [--duration 4] [--rounds 2] [--rate-hz 200]
 
-Writes benchmarks/REPORT-frameworks.md, REPORT-frameworks.json and frameworks.png.
+Writes benchmarks/REPORT-frameworks.md and REPORT-frameworks.json.
 """
 
 from __future__ import annotations
@@ -56,16 +65,12 @@ SCENARIOS = {
 Row = dict[str, Any]
 
 
-def load_argv(url: str, rate: float, duration: float) -> list[str]:
-    """``targets/load.py`` driving ``url`` at ``rate`` for ``duration`` after the warm-up,
-    its result printed as JSON."""
-    argv = [sys.executable, "-m", "targets.load", url, "--rate", str(rate)]
-    return [*argv, "--duration", str(duration), "--warmup", str(WARMUP), "--json"]
-
-
 def drive(procs: Procs, url: str, rate: float, duration: float) -> Child:
-    """``targets/load.py`` at a fixed rate, once it measures."""
-    load = procs.start(load_argv(url, rate, duration))
+    """``targets/load.py`` driving ``url`` at ``rate`` for ``duration`` after the warm-up (its
+    result printed as JSON), once it measures."""
+    argv = [sys.executable, "-m", "targets.load", url, "--rate", str(rate), "--duration",
+            str(duration), "--warmup", str(WARMUP), "--json"]  # fmt: skip
+    load = procs.start(argv)
     load.wait_for(r"(?m)^measuring ", stream="err", timeout=60)
     return load
 
@@ -130,9 +135,8 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     lowest = min(rate for values in rates.values() for rate in values)
     with Procs(workdir) as procs:
         _, url = procs.target("aiohttp_app")  # the load tool's own latency: an instant route
-        baseline = result(
-            procs, drive(procs, f"{url}/health", lowest, args.duration), args.duration
-        )
+        load = drive(procs, f"{url}/health", lowest, args.duration)
+        baseline = result(procs, load, args.duration)
     print(f"baseline /health at {lowest:g} req/s: p50 {baseline['p50_ms']:g} ms", flush=True)
     runs: dict[tuple[str, str, float], list[Row]] = {}
     # Interleaved: a burst of other work on the machine hits several variants, not one.
@@ -218,9 +222,8 @@ def comparison(results: list[Row], scenario: str) -> list[str]:
     sat = {name: saturation(by(results, name, scenario)) for name in VARIANTS}
     ca, cn, co = (weighted(rs, "cpu_ms", "rps") for rs in (aio, new, old))
     cheaper = min(cn, co)
-    cpu_verdict = (
-        "agrees" if cheaper > 2 * ca else "agrees in direction" if cheaper > ca else "differs"
-    )
+    cpu_verdict = ("agrees" if cheaper > 2 * ca else "agrees in direction" if cheaper > ca
+                   else "differs")  # fmt: skip
     lines = [
         f"**{scenario}** ({SCENARIOS[scenario]}), asked rates "
         f"{sorted({r['rate'] for r in results if r['scenario'] == scenario})}:",
@@ -248,10 +251,8 @@ def comparison(results: list[Row], scenario: str) -> list[str]:
     uv_a, uv_t = by(results, "aiohttp + uvloop", scenario), by(results, "tornado async + uvloop",
                                                                  scenario)  # fmt: skip
     if uv_a and uv_t:
-        gain_a, gain_t = (
-            1 - weighted(uv_a, "cpu_ms", "rps") / ca,
-            1 - weighted(uv_t, "cpu_ms", "rps") / cn,
-        )
+        gain_a, gain_t = 1 - weighted(uv_a, "cpu_ms", "rps") / ca, 1 - weighted(
+            uv_t, "cpu_ms", "rps") / cn  # fmt: skip
         lines.append(
             f"- *uvloop helps aiohttp more than Tornado*: "
             f"{'agrees' if gain_a > gain_t else 'does not agree'} — uvloop cuts the CPU per "
@@ -273,36 +274,6 @@ def comparison(results: list[Row], scenario: str) -> list[str]:
                                      "request tasks in flight)" for r in at_top) + "."
         )  # fmt: skip
     return lines
-
-
-def chart(results: list[Row], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    scenarios = [s for s in SCENARIOS if any(r["scenario"] == s for r in results)]
-    fig, axes = plt.subplots(len(scenarios), 5, figsize=(22, 4.2 * len(scenarios)), squeeze=False)
-    panels = (("achieved req/s", "rps", 1), ("p99 latency (ms)", "p99_ms", 1),
-              ("event loop idle (%)", "idle", 100), ("target CPU ms / request", "cpu_ms", 1),
-              ("mean stack depth (busy)", "depth_mean", 1))  # fmt: skip
-    for row, scenario in enumerate(scenarios):
-        for name, (_, uvloop, _) in VARIANTS.items():
-            runs = by(results, name, scenario)
-            for col, (_, key, scale) in enumerate(panels):
-                axes[row][col].plot([r["rate"] for r in runs],
-                                    [(r[key] or 0) * scale for r in runs],
-                                    linestyle="--" if uvloop else "-", marker="o",
-                                    label=name)  # fmt: skip
-        for col, (title, _, _) in enumerate(panels):
-            axes[row][col].set_title(f"{scenario}: {title}")
-            axes[row][col].set_xlabel("asked req/s")
-            axes[row][col].grid(alpha=0.3)
-        axes[row][1].set_yscale("log")
-    axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
 
 
 COLS = [
@@ -334,13 +305,7 @@ def write_report(data: dict[str, Any], report: Report) -> None:
         f"rate for {data['duration']:g} s after a {WARMUP:g} s warm-up (`targets/load.py`), "
         f"recorded by sidecar at {data['rate_hz']:g} Hz with task scans at {TASK_HZ:g} Hz; "
         f"{data['rounds']} interleaved round(s), of which the least disturbed run of a point "
-        "is shown (the asked rate kept, the least busy loop). *CPU ms/req*: the target's CPU "
-        "per request, the figure other work moves least; shares are of the loop thread's "
-        "samples (*busy*: running or runnable, so waiting for a core counts); depth: Python "
-        "frames of busy samples (*above loop*: above the frame that entered the loop); *busy "
-        "in framework+loop*: busy samples whose innermost non-stdlib frame is the framework or "
-        "the loop; *tasks in flight*, *request tasks*: means per scan; *ready (requests)*: the "
-        "share of the request tasks' time in flight spent ready to run, behind other work.",
+        "is shown; the columns as the module's docstring says.",
         "Latencies include the load generator's own share: an instant route (aiohttp's "
         f"`/health`) driven the same way at {base['rate']:g} req/s measured p50 "
         f"{base['p50_ms']:g} ms, p99 {base['p99_ms']:g} ms. The highest asked rate is "
@@ -351,7 +316,6 @@ def write_report(data: dict[str, Any], report: Report) -> None:
         + (" At a load of the machine's core count or more, the busy shares of every variant "
            "grow with the wait: CPU per request is the figure to compare first."
            if max(loads) >= cores else ""),
-        "![achieved rate, p99 latency, idle share and depth per variant](frameworks.png)",
     )  # fmt: skip
     for scenario, text in SCENARIOS.items():
         rows = [r for r in results if r["scenario"] == scenario]
@@ -368,7 +332,6 @@ def write_report(data: dict[str, Any], report: Report) -> None:
         f"Generated by `python -m benchmarks.frameworks` in {data['minutes']:.1f} min on "
         f"{data['date']}.",
     )
-    chart(results, report.md.parent / "frameworks.png")
 
 
 if __name__ == "__main__":

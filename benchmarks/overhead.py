@@ -7,6 +7,11 @@ its default mode, which pauses the whole process per sample) attaches its profil
 target saturated for ``seconds``, then at half that rate (``wrk_report.lua``'s fixed schedule),
 and detaches. Per leg: req/s, the target thread's CPU and run-queue wait (schedstat), the share
 of time it stood in ptrace stop, latency percentiles at half rate, what the profiler sampled.
+
+In the report, ratios are paired per round with the no-profiler leg: median (min–max). *Per
+CPU-second*: req/s per second of CPU the target's thread got; *stopped*: its share of time in
+ptrace stop; *modeled*: per CPU-second × (1 − stopped), the ratio of a target that owns its core.
+Latency at half rate: one fixed schedule over 50 connections, per request as wrk measures it.
 """
 
 from __future__ import annotations

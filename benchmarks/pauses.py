@@ -6,7 +6,10 @@ with 150 extra threads parked in ``pause()``) are sampled in turn, in rounds, by
 ``Sampler`` in a child (``python -m benchmarks.pauses PID...``, which prints its stats as JSON):
 blocking at ``rate_hz`` (pause mean, p99, max), then non-blocking (the read without a stop). Both
 as the machine is (``normal``) and at real-time priority (``chrt -f``, ``rt``), out of reach of
-other work's preemption; then the machine's floor, a bare ptrace stop and resume.
+other work's preemption; then the machine's floor, a bare ptrace stop and resume of the same
+thread with nothing read (``native/examples/floor.rs``). Blocking mode reads the on-CPU state of
+the Python threads first, then seizes and interrupts only them, reads their stacks, and resumes
+them; native threads are never touched.
 """
 
 from __future__ import annotations
@@ -14,13 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
 from benchmarks import floor
-from benchmarks.common import sampler_thread_seconds
-from benchmarks.procs import load_average
+from benchmarks.common import sampled
+from benchmarks.procs import finish, load_average
 from tests.support.procs import PYTHON, Procs
 
 VARIANTS = (("1 Python thread", 0), ("1 Python thread + 150 native threads", 150))
@@ -50,12 +52,8 @@ def sample(
         clock,
         *["--blocking"] * blocking,
     ]
-    child = procs.start(argv, rt=rt)
-    code = child.popen.wait(seconds + 60)
-    procs.children.remove(child)
-    if code != 0:
-        raise RuntimeError(f"sampling {pid} failed: {child.stderr()[-300:]}")
-    return {**json.loads(child.stdout()), "load": load}
+    out = finish(procs, argv, seconds + 60, f"sampling {pid}", rt=rt)
+    return {**json.loads(out), "load": load}
 
 
 def run(
@@ -107,17 +105,15 @@ def main() -> int:
     samplers = [Sampler(pid, rate_hz=args.rate, blocking=args.blocking, window=1.0,
                         reader=args.reader, clock=args.clock) for pid in args.pid]  # fmt: skip
     try:
-        time.sleep(0.5)
-        cpu0, samples0 = sampler_thread_seconds(), sum(s.stats()["samples"] for s in samplers)
-        time.sleep(args.seconds)
-        cpu1, all_stats = sampler_thread_seconds(), [dict(s.stats()) for s in samplers]
+        cpu, pairs = sampled(samplers, 0.5, args.seconds)
     finally:
         for sampler in samplers:
             sampler.stop()
-    samples = sum(s["samples"] for s in all_stats)
+    all_stats = [dict(after) for _, after in pairs]
     ticks = sum(s["samples"] + s["errors"] + s["missed"] for s in all_stats)
+    made = sum(after["samples"] - before["samples"] for before, after in pairs)
     print(json.dumps({
-        **all_stats[0], "thread_cpu_per_sample": (cpu1 - cpu0) / max(1, samples - samples0),
+        **all_stats[0], "thread_cpu_per_sample": cpu / max(1, made),
         "late_share_all": sum(s["late"] + s["missed"] for s in all_stats) / max(1, ticks),
         "targets": len(samplers), "clock": args.clock,
     }))  # fmt: skip

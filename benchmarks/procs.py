@@ -21,38 +21,23 @@ PYSPY = shutil.which("py-spy", path=str(Path(PYTHON).parent)) or "py-spy"
 WRK_SCRIPT = Path(__file__).resolve().parent / "wrk_report.lua"
 
 
-def wrk(
-    procs: Procs,
-    url: str,
-    *,
-    seconds: float,
-    connections: int,
-    rate: float = 0.0,
-    cpus: str | None = None,
-    nice: int | None = None,
-) -> dict[str, Any]:
-    """One wrk run (one thread); the ``BENCH`` summary of ``wrk_report.lua`` as a dict."""
-    child = procs.start(
-        [
-            "wrk",
-            "-t1",
-            f"-c{connections}",
-            f"-d{seconds:g}s",
-            "--timeout",
-            "2s",
-            "-s",
-            str(WRK_SCRIPT),
-            url,
-        ],
-        cpus=cpus,
-        nice=nice,
-        env={"BENCH_RATE": f"{rate:g}"},
-    )
-    code = child.popen.wait(seconds + 30)
+def finish(procs: Procs, argv: list[str], timeout: float, what: str, **kw: Any) -> str:
+    """Runs ``argv`` to its end (``procs.start``'s options in ``kw``); its stdout."""
+    child = procs.start(argv, **kw)
+    code = child.popen.wait(timeout)
     procs.children.remove(child)
     if code != 0:
-        raise RuntimeError(f"wrk failed ({code}): {child.stderr()[-300:]}")
-    return parse_wrk(child.stdout())
+        raise RuntimeError(f"{what} failed ({code}): {child.stderr()[-300:]}")
+    return child.stdout()
+
+
+def wrk(procs: Procs, url: str, *, seconds: float, connections: int, rate: float = 0.0,
+        cpus: str | None = None, nice: int | None = None) -> dict[str, Any]:  # fmt: skip
+    """One wrk run (one thread); the ``BENCH`` summary of ``wrk_report.lua`` as a dict."""
+    argv = ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--timeout", "2s", "-s",
+            str(WRK_SCRIPT), url]  # fmt: skip
+    env = {"BENCH_RATE": f"{rate:g}"}
+    return parse_wrk(finish(procs, argv, seconds + 30, "wrk", cpus=cpus, nice=nice, env=env))
 
 
 def parse_wrk(text: str) -> dict[str, Any]:
@@ -77,13 +62,8 @@ def parse_record(text: str) -> dict[str, float]:
     if match is None:
         raise ValueError(f"no summary in sidecar record's output: {text[-300:]!r}")
     samples, seconds, _rate, errors, late, missed = match.groups()
-    return {
-        "samples": int(samples.replace(",", "")),
-        "seconds": float(seconds),
-        "errors": int(errors),
-        "late": int(late),
-        "missed": int(missed),
-    }
+    return {"samples": int(samples.replace(",", "")), "seconds": float(seconds),
+            "errors": int(errors), "late": int(late), "missed": int(missed)}  # fmt: skip
 
 
 def parse_pyspy(text: str) -> dict[str, int]:
@@ -94,18 +74,9 @@ def parse_pyspy(text: str) -> dict[str, int]:
     return {"samples": int(match[1]), "errors": int(match[2])}
 
 
-def start_profiler(
-    procs: Procs,
-    tool: str,
-    pid: int,
-    rate: float,
-    out: Path,
-    *,
-    cpus: str | None = None,
-    idle: bool = False,
-    rt: int | None = None,
-    nice: int | None = None,
-) -> Child:
+def start_profiler(procs: Procs, tool: str, pid: int, rate: float, out: Path, *,
+                   cpus: str | None = None, idle: bool = False, rt: int | None = None,
+                   nice: int | None = None) -> Child:  # fmt: skip
     """Attaches a profiler CLI to ``pid`` until stopped; returns once it samples.
 
     tool: ``sidecar`` (default, non-blocking), ``sidecar-blocking`` (``--blocking``), ``py-spy``
@@ -113,24 +84,19 @@ def start_profiler(
     ``idle``: py-spy keeps off-CPU samples too (sidecar always does), so every sample counts.
     ``rt``: run the profiler at that real-time priority (``chrt -f``); ``nice``: at that nice.
     """
+    common = ["--pid", str(pid), "--rate", f"{rate:g}", "-o", str(out)]
     if tool.startswith("sidecar"):
-        argv = [PYTHON, "-m", "sidecar", "record", "--pid", str(pid), "--rate", f"{rate:g}"]
-        argv += ["--format", "folded", "-o", str(out)]
-        if tool == "sidecar-blocking":
-            argv.append("--blocking")
-        child = procs.start(argv, cpus=cpus, rt=rt, nice=nice)
-        child.wait_for(r"sampling PID \d+", stream="err")
+        argv = [PYTHON, "-m", "sidecar", "record", *common, "--format", "folded"]
+        ready, stream = r"sampling PID \d+", "err"
+        argv += ["--blocking"] * (tool == "sidecar-blocking")
     elif tool.startswith("py-spy"):
-        argv = [PYSPY, "record", "--pid", str(pid), "--rate", f"{rate:g}"]
-        argv += ["--format", "raw", "-o", str(out)]
-        if tool == "py-spy-nonblocking":
-            argv.append("--nonblocking")
-        if idle:
-            argv.append("--idle")
-        child = procs.start(argv, cpus=cpus, rt=rt, nice=nice)
-        child.wait_for(r"Sampling process")
+        argv = [PYSPY, "record", *common, "--format", "raw"]
+        ready, stream = r"Sampling process", "out"
+        argv += ["--nonblocking"] * (tool == "py-spy-nonblocking") + ["--idle"] * idle
     else:
         raise ValueError(f"unknown profiler {tool!r}")
+    child = procs.start(argv, cpus=cpus, rt=rt, nice=nice)
+    child.wait_for(ready, stream=stream)
     return child
 
 

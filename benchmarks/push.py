@@ -37,12 +37,8 @@ WARMUP = 12.0
 def metrics(port: int) -> dict[str, float]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
         text = answer.read().decode()
-    return {
-        sample.name: sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if not sample.labels
-    }
+    return {sample.name: sample.value for family in text_string_to_metric_families(text)
+            for sample in family.samples if not sample.labels}  # fmt: skip
 
 
 def one_run(procs: Procs, pids: list[int], workdir: Path, push: str | None, seconds: float) -> Any:
@@ -98,36 +94,27 @@ def write_report(data: dict[str, Any], report: Report) -> None:
     windows = sum(r["windows_pushed"] for r in runs["push"])
     sent = sum(r["bytes_pushed"] for r in runs["push"])
     spread = max(r["cpu_per_target"] for r in runs["store"]) - min(
-        r["cpu_per_target"] for r in runs["store"]
-    )
+        r["cpu_per_target"] for r in runs["store"])  # fmt: skip
     m = data["machine"]
     report.add(
         "# Pushing to Pyroscope: serve's CPU per target",
         f"`python -m benchmarks.push --targets {data['targets']} --rounds {data['rounds']} "
-        f"--seconds {data['seconds']:g}`: `sidecar serve` on {data['targets']} targets "
-        f"(`targets/deep.py`, ~30-frame stacks) at {data['rate']:g} Hz with "
-        f"{data['window']}-second windows, storing only and also pushing to a real Pyroscope "
-        f"(v1.21.1 on 127.0.0.1), in {data['rounds']} interleaved rounds of "
-        f"{data['seconds']:g} s each after a {WARMUP:g} s warm-up. Machine: "
-        f"{m.get('cpu', '?')}, {m.get('cores', '?')} cores; load average {data['load'][0]:.1f} "
-        f"at the start, {data['load'][1]:.1f} at the end (other work shares the machine).",
+        f"--seconds {data['seconds']:g}` ({data['rate']:g} Hz, {data['window']}-second windows, "
+        f"{WARMUP:g} s warm-up; how: the module's docstring). Machine: {m.get('cpu', '?')}, "
+        f"{m.get('cores', '?')} cores; load average {data['load'][0]:.1f} at the start, "
+        f"{data['load'][1]:.1f} at the end (other work shares the machine).",
     )
     pct = "{:.3%} of a core".format
-    report.table(
-        [("store only", "store"), ("store and push", "push")],
-        [
-            Col("mode", lambda r: r[0], left=True),
-            Col("CPU per target, median", lambda r: cpu[r[1]], pct, left=True),
-            Col("rounds", lambda r: ", ".join(f"{x['cpu_per_target']:.3%}" for x in runs[r[1]]),
-                left=True),
-        ],
-    )  # fmt: skip
-    noise = (
-        f"the store-only rounds alone spread over {spread * 100:.3f} points, so the difference "
-        "is within this run's noise. "
-        if abs(push - store) <= spread
-        else f"beyond the {spread * 100:.3f} points the store-only rounds spread over. "
-    )
+    report.table([("store only", "store"), ("store and push", "push")], [
+        Col("mode", lambda r: r[0], left=True),
+        Col("CPU per target, median", lambda r: cpu[r[1]], pct, left=True),
+        Col("rounds", lambda r: ", ".join(f"{x['cpu_per_target']:.3%}" for x in runs[r[1]]),
+            left=True),
+    ])  # fmt: skip
+    noise = (f"the store-only rounds alone spread over {spread * 100:.3f} points, so the "
+             "difference is within this run's noise. " if abs(push - store) <= spread
+             else f"beyond the {spread * 100:.3f} points the store-only rounds spread over. "
+             )  # fmt: skip
     report.add(
         f"Pushing adds {(push - store) * 100:+.3f} points of a core per target "
         f"({(push / store - 1) * 100 if store else 0:+.0f}% of serve's cost); {noise}"

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.procs import load_average, start_profiler, stop_profiler
+from benchmarks.procs import finish, load_average, start_profiler, stop_profiler
 from tests.support.procs import PYTHON, Procs
 
 TOOLS = ("sidecar", "py-spy", "py-spy-nonblocking", "floor")
@@ -97,12 +97,10 @@ def measure(
 ) -> dict[str, Any]:
     load = load_average()
     if tool == "floor":
-        argv = [PYTHON, "-m", "benchmarks.floor", "--rate", f"{rate:g}"]
-        argv += ["--seconds", f"{seconds:g}"]
-        child = procs.start(argv, rt=rt)
-        child.popen.wait(seconds + 30)
-        procs.children.remove(child)
-        return judge({**json.loads(child.stdout()), "tool": tool, "rate": rate, "load": load})
+        argv = [PYTHON, "-m", "benchmarks.floor", "--rate", f"{rate:g}", "--seconds",
+                f"{seconds:g}"]  # fmt: skip
+        out = finish(procs, argv, seconds + 30, "the sleep loop", rt=rt)
+        return judge({**json.loads(out), "tool": tool, "rate": rate, "load": load})
     out = workdir / f"rate-{tool}-{rate:g}-{time.monotonic_ns()}.out"
     child = start_profiler(procs, tool, pid, rate, out, idle=True, rt=rt)
     began = time.monotonic()

@@ -10,14 +10,10 @@ from benchmarks import cost, rates, store
 from benchmarks.overhead import LEGS, paired
 from benchmarks.table import Col, Report, cols, med, met, span
 
-LABELS = {
-    "none": "no profiler",
-    "sidecar": "sidecar (default)",
-    "sidecar-blocking": "sidecar --blocking",
-    "py-spy": "py-spy (default: blocking)",
-    "py-spy-nonblocking": "py-spy --nonblocking",
-    "floor": "sleep loop (the machine's floor)",
-}
+LABELS = {"none": "no profiler", "sidecar": "sidecar (default)",
+          "sidecar-blocking": "sidecar --blocking", "py-spy": "py-spy (default: blocking)",
+          "py-spy-nonblocking": "py-spy --nonblocking",
+          "floor": "sleep loop (the machine's floor)"}  # fmt: skip
 GOALS = {"sidecar": 0.995, "sidecar-blocking": 0.98}
 LATENCY_GOALS = {"sidecar": 1.02, "sidecar-blocking": 1.05}
 #: serve's CPU per target, everything included, at most; and what that leaves per sample at 100 Hz.
@@ -26,7 +22,7 @@ BUDGET_US = CPU_GOAL * 1e6 / 100
 PROFILERS = ("sidecar", "sidecar-blocking", "py-spy")
 REFERENCE = ("none (reference)", None)  # the goal and verdict cells of a leg without a goal
 
-#: What REPORT.json keeps of a run (table.keep): the figures this report and its plot read.
+#: What REPORT.json keeps of a run (table.keep): the figures this report reads.
 _STATS = {"thread_cpu_per_sample", "read_mean", "fold_mean", "reader", "late_share_all"}
 _STATS |= {"targets", "read_calls", "read_pieces", "read_bytes", "pause_mean", "pause_p99"}
 SUMMARY = {
@@ -132,10 +128,8 @@ def overhead_part(o: dict[str, Any], report: Report) -> list[tuple[Any, ...]]:
         f"`benchmarks/overhead.py`: {o['rounds']} rounds, each leg's profiler at "
         f"{o['rate_hz']:g} Hz on `targets/aiohttp_app.py --uvloop` (CPU 0, `{o['path']}`; wrk "
         f"and the profilers on CPU 1, nice {o.get('nice', 0)}), saturated for {o['seconds']:g} "
-        f"s (saturation without a profiler: {o['saturation']:,.0f} req/s). Ratios are paired per "
-        "round with the no-profiler leg: median (min–max). *Per CPU-second*: req/s per second of "
-        "CPU the target's thread got; *stopped*: its share of time in ptrace stop; *modeled*: "
-        "per CPU-second × (1 − stopped), the ratio of a target that owns its core. The "
+        f"s (saturation without a profiler: {o['saturation']:,.0f} req/s); ratios, *per "
+        "CPU-second*, *stopped* and *modeled* as the module's docstring says. The "
         f"no-profiler leg alone varied by {spread(f['none']['rps']):.0%} between rounds, against "
         "goals of 0.5% and 2%."
         + (f" sidecar's non-blocking reads failed on {errors} of {errors + samples} ticks (the "
@@ -159,8 +153,7 @@ def overhead_part(o: dict[str, Any], report: Report) -> list[tuple[Any, ...]]:
     ])  # fmt: skip
     report.add(
         "## 2. Target latency at half the saturation rate",
-        f"The same legs, right after: wrk at a fixed {o['paced_rate']:,} req/s (one schedule, "
-        "50 connections), latency per request as wrk measures it; p99 ratios paired per round.",
+        f"The same legs, right after: wrk at a fixed {o['paced_rate']:,} req/s.",
     )
     report.table(LEGS, [
         Col("leg", LABELS.get, left=True),
@@ -263,13 +256,9 @@ def pauses_part(p: dict[str, Any], report: Report) -> list[tuple[Any, ...]]:
     report.add(
         "## 3. Pause per sample in blocking mode",
         "`benchmarks/pauses.py`: one Python thread (`targets/native_threads.py`), alone and with "
-        "150 idle native threads, sampled in blocking mode at "
-        f"{p['rate_hz']:g} Hz for {p['seconds']:g} s ({p['rounds']} rounds, alternating), then "
-        "non-blocking for the read alone; *normal* as the machine is, *rt* at real-time "
-        "priority. Blocking mode reads the on-CPU state of the Python threads first, then "
-        "seizes and interrupts only them, reads their stacks, and resumes them; native threads "
-        "are never touched. The floor: a bare ptrace stop and resume of the same thread with "
-        "nothing read (`native/examples/floor.rs`).",
+        f"150 idle native threads, blocking at {p['rate_hz']:g} Hz for {p['seconds']:g} s "
+        f"({p['rounds']} rounds), then non-blocking; *normal* and *rt* and the floor as the "
+        "module's docstring says.",
     )
     rows = [(mode, "1 Python thread" + " + 150 native threads" * bool(n),
              f"{us(med(x['p99']))} ({span(x['p99'], '{:,.0f}', 1e6)})", us(med(x["mean"])),
@@ -309,36 +298,29 @@ def pauses_part(p: dict[str, Any], report: Report) -> list[tuple[Any, ...]]:
 def pause_bound(p: dict[str, Any]) -> str:
     """The pause against its goal and against the machine's bare ptrace round trip."""
     verdicts, figures, floors = pause_verdicts(p), pause_figures(p), p.get("floors", {})
-    text = "- **Pause**: "
-    if verdicts:
-        over = [mode for mode, (_, r, _) in verdicts.items() if r > 1.1]
-        text += (
-            "with 150 idle native threads beside the Python thread, the pause p99 was "
-            + "; ".join(f"{r:.2f}x ({mode})" for mode, (_, r, _) in verdicts.items())
-            + " that without them"
-            + (f": beyond the goal's 1.1x ({', '.join(over)}). " if over else
-               ": the native threads add no work to the pause beyond the goal's 1.1x. ")
-        )  # fmt: skip
+    over = [mode for mode, (_, r, _) in verdicts.items() if r > 1.1]
+    text = "- **Pause**: " + (
+        "with 150 idle native threads beside the Python thread, the pause p99 was "
+        + "; ".join(f"{r:.2f}x ({mode})" for mode, (_, r, _) in verdicts.items())
+        + " that without them"
+        + (f": beyond the goal's 1.1x ({', '.join(over)}). " if over else
+           ": the native threads add no work to the pause beyond the goal's 1.1x. ")
+        if verdicts else "")  # fmt: skip
     if not floors:
         return text + "see part 3 for the figures."
-
-    def share(mode: str, fl: dict[str, Any]) -> str:
-        mean = med(figures[(mode, 0)]["mean"]) if (mode, 0) in figures else 0
-        return (f", {fl['pause']['mean_us'] / 1e6 / mean:.0%} of sidecar's mean pause with one "
-                "Python thread" if mean > 0 else "")  # fmt: skip
-
+    means = {
+        mode: med(figures[(mode, 0)]["mean"]) if (mode, 0) in figures else 0 for mode in floors
+    }
     text += "The machine's floor, a ptrace stop and resume with nothing read: " + "; ".join(
         f"{fl['pause']['mean_us']:.0f} µs on average and {fl['pause']['p99_us']:,.0f} µs at p99 "
-        f"({mode}){share(mode, fl)}"
-        for mode, fl in floors.items()
-    )
+        f"({mode})" + (f", {fl['pause']['mean_us'] / 1e6 / means[mode]:.0%} of sidecar's mean "
+                       "pause with one Python thread" if means[mode] > 0 else "")
+        for mode, fl in floors.items())  # fmt: skip
     if not all(fl["pause"]["mean_us"] > 50 for fl in floors.values()):
         return text + "."
-    return text + (
-        f". {'Each exceeds' if len(floors) > 1 else 'It exceeds'} the goal's 50 µs before "
-        "anything is read: on this machine the goal is bound by ptrace and the scheduler, not by "
-        "the read."
-    )
+    return text + (f". {'Each exceeds' if len(floors) > 1 else 'It exceeds'} the goal's 50 µs "
+                   "before anything is read: on this machine the goal is bound by ptrace and the "
+                   "scheduler, not by the read.")  # fmt: skip
 
 
 # -- 4: CPU per target ---------------------------------------------------------------------
@@ -348,7 +330,7 @@ def cost_figures(c: dict[str, Any]) -> dict[str, Any]:
     targets, timing, perf = c["targets"], c["timing"], c["perf"]
     rate = timing["ticks_median"] / c["window"] if timing["ticks_median"] else c["rate_hz"]
     per_second, ticks = targets * rate, max(1.0, timing["ticks_median"])
-    native = [k for k, _, _ in cost.CATEGORIES if not k.startswith(("python", "sqlite"))]
+    native = [k for k in cost.CATEGORIES if not k.startswith(("python", "sqlite"))]
     return {
         "rate": rate,
         "sampler": c["cpu"]["sampler"] / per_second,
@@ -399,25 +381,17 @@ def cost_part(c: dict[str, Any], report: Report) -> list[tuple[Any, ...]]:
         ("of which the Python threads (classify, store, discovery, HTTP server)",
          f"{c['cpu']['python'] / n:.3%}"),
     ], cols("measure<", "figure", "goal", "met<"))  # fmt: skip
-    rows = [
-        (
-            "sampler thread, all of it",
-            f"{f['sampler'] * 1e6:.1f} µs CPU",
-            f"{f['sampler'] * 1e4:.2f}%",
-            "serve's sampler threads, /proc",
-        )
-    ]
-    for key, label, _ in cost.CATEGORIES:
-        if not key.startswith(("python", "sqlite")) and f["perf"].get(key):
-            part = perf_share(f, key) * f["sampler"]
-            rows.append(
-                (
-                    f"&nbsp;&nbsp;{label}",
-                    f"{part * 1e6:.1f} µs",
-                    f"{part * 1e4:.3f}%",
-                    f"perf: {perf_share(f, key):.1%} of the sampler's samples",
-                )
-            )
+    rows = [("sampler thread, all of it", f"{f['sampler'] * 1e6:.1f} µs CPU",
+             f"{f['sampler'] * 1e4:.2f}%", "serve's sampler threads, /proc")]  # fmt: skip
+    py_total, py_rows = max(1, sum(f["perf"].values()) - f["native_total"]), []
+    for key, label in cost.CATEGORIES.items():
+        python = key.startswith(("python", "sqlite"))
+        share = f["perf"].get(key, 0) / py_total if python else perf_share(f, key)
+        part, whose = share * f["python" if python else "sampler"], ("Python threads'" if python
+                                                                   else "sampler's")  # fmt: skip
+        if share:
+            (py_rows if python else rows).append((f"&nbsp;&nbsp;{label}", f"{part * 1e6:.1f} µs",
+                f"{part * 1e4:.3f}%", f"perf: {share:.1%} of the {whose} samples"))  # fmt: skip
     blocking = c["sampler_blocking"]
     rows += [
         ("read, wall time (memory reads and the run state of the Python threads)",
@@ -428,7 +402,7 @@ def cost_part(c: dict[str, Any], report: Report) -> list[tuple[Any, ...]]:
          f"{blocking['pause_mean'] * 1e6:.1f} µs mean, {blocking['pause_p99'] * 1e6:.0f} µs p99",
          "", "`Sampler` counters"),
         ("Python threads, all of it", f"{f['python'] * 1e6:.2f} µs CPU",
-         f"{f['python'] * 1e4:.3f}%", "serve's other threads, /proc"),
+         f"{f['python'] * 1e4:.3f}%", "serve's other threads, /proc"), *py_rows,
         ("&nbsp;&nbsp;classification per window (warm cache), per sample",
          f"{f['classify'] * 1e6:.3f} µs", f"{f['classify'] * 1e4:.4f}%",
          f"`Sessions._batch` over {timing['windows']} stored windows; cold cache "
@@ -517,14 +491,11 @@ def cpu_bound(c: dict[str, Any]) -> str:
     unmet = c["cpu_per_target"] > CPU_GOAL
     per_sample = f["sampler"] + f["python"]
     small = (f["classify"] + f["write"]) / max(1e-12, per_sample)
-    parts = {
-        "`process_vm_readv` (page lookup and pinning per call)": perf_share(
-            f, "vm_copy", "vm_pages", "vm_call"
-        ),
-        "/proc reads": perf_share(f, "proc_io", "proc_regex"),
-        "sleeping and waking": perf_share(f, "sleep"),
-        "other kernel work": perf_share(f, "kernel_other"),
-    }
+    parts = {k: perf_share(f, *v) for k, v in (
+        ("`process_vm_readv` (page lookup and pinning per call)",
+         ("vm_copy", "vm_pages", "vm_call")),
+        ("/proc reads", ("proc_io", "proc_regex")), ("sleeping and waking", ("sleep",)),
+        ("other kernel work", ("kernel_other",)))}  # fmt: skip
     code = perf_share(f, "walker", "fold")
     text = (
         f"- **CPU** (goal {'not ' if unmet else ''}met): {c['cpu_per_target']:.2%} of a core "
@@ -609,11 +580,10 @@ def rates_part(r: dict[str, Any], report: Report) -> list[tuple[Any, ...]]:
     report.add(
         "## 5. Sampling rate",
         "`benchmarks/rates.py`: on `targets/deep.py`, each profiler CLI samples for "
-        f"{r['seconds']:g} s at each rate of the ladder. Cells: sidecar's share of ticks late "
-        "or missed (and missed alone); py-spy's share of asked samples not taken (beyond 2 "
-        "standard deviations of its random schedule); ✓ under 1%. *normal*: as the machine is; "
-        "*rt*: the profilers at real-time priority. The sleep loop reads nothing "
-        "(`benchmarks/floor.py`): what this machine's timers and scheduler allow any sampler.",
+        f"{r['seconds']:g} s at each rate of the ladder. Cells: sidecar's (and the sleep loop's) "
+        "share of ticks late or missed (and missed alone); py-spy's share of asked samples not "
+        "taken; ✓ under 1%; the rules, *normal*, *rt* and the sleep loop as the module's "
+        "docstring says.",
     )
     goals, ladder, top = [], r["rates"], max(r["rates"])
     for mode, s in rates_summary(r).items():
@@ -656,37 +626,29 @@ def rates_part(r: dict[str, Any], report: Report) -> list[tuple[Any, ...]]:
 def rate_bound(r: dict[str, Any]) -> str:
     """The highest clean rates, and whether a loop that reads nothing did better."""
     summary, ladder = rates_summary(r), r["rates"]
-    text = (
-        "- **Sampling rate** also depends on policy: sidecar skips a tick it is a full period "
-        "late for and counts it missed, and counts a tick late past a quarter period, while "
-        "py-spy catches up in a burst of back-to-back samples and reports nothing below 1 s "
-        "behind."
-    )
+    text = ("- **Sampling rate** also depends on policy: sidecar skips a tick it is a full period "
+            "late for and counts it missed, and counts a tick late past a quarter period, while "
+            "py-spy catches up in a burst of back-to-back samples and reports nothing below 1 s "
+            "behind.")  # fmt: skip
     if rt := summary.get("rt"):
         best = rt["best"]
-        text += (
-            f" In the *rt* ladder, both at real-time priority, sidecar stays under 1% late or "
-            f"missed up to {hz(best['sidecar'], ladder)}, and counting only the samples it skips "
-            f"(py-spy's kind of figure) up to {hz(rt['achieved'], ladder)}, against py-spy's "
-            f"{hz(best['py-spy'], ladder)} (default) and "
-            f"{hz(best['py-spy-nonblocking'], ladder)} (--nonblocking)."
-        )
+        text += (f" In the *rt* ladder, both at real-time priority, sidecar stays under 1% late or "
+                 f"missed up to {hz(best['sidecar'], ladder)}, and counting only the samples it "
+                 f"skips (py-spy's kind of figure) up to {hz(rt['achieved'], ladder)}, against "
+                 f"py-spy's {hz(best['py-spy'], ladder)} (default) and "
+                 f"{hz(best['py-spy-nonblocking'], ladder)} (--nonblocking).")  # fmt: skip
     floors = {mode: (s["best"].get("floor"), s["best"]["sidecar"]) for mode, s in summary.items()}
     if not all(floor is not None for floor, _ in floors.values()):
         return text
-    text += (
-        " A loop that only sleeps to the same schedule under the same rules, reading nothing "
-        "(`benchmarks/floor.py`), stayed under 1% up to "
-        + " and ".join(f"{hz(fl, ladder)} ({mode})" for mode, (fl, _) in floors.items())
-        + ", against sidecar's "
-        + " and ".join(f"{hz(sc, ladder)} ({mode})" for mode, (_, sc) in floors.items())
-    )
-    if all((sidecar or 0) >= (floor or 0) for floor, sidecar in floors.values()):
-        return text + (
-            ": reading nothing did no better, so on this machine the strict figure is bound by "
-            "waking up on time, not by the read."
-        )
-    return text + ": the loop that reads nothing got further, so the read costs sidecar rate."
+    return (text + " A loop that only sleeps to the same schedule under the same rules, reading "
+            "nothing (`benchmarks/floor.py`), stayed under 1% up to "
+            + " and ".join(f"{hz(fl, ladder)} ({mode})" for mode, (fl, _) in floors.items())
+            + ", against sidecar's "
+            + " and ".join(f"{hz(sc, ladder)} ({mode})" for mode, (_, sc) in floors.items())
+            + (": reading nothing did no better, so on this machine the strict figure is bound by "
+               "waking up on time, not by the read." if all((sc or 0) >= (fl or 0) for fl, sc in
+               floors.values()) else ": the loop that reads nothing got further, so the read "
+               "costs sidecar rate."))  # fmt: skip
 
 
 # -- 6: storage, and the whole report ------------------------------------------------------
@@ -747,7 +709,6 @@ def write(results: dict[str, Any], report: Report) -> None:
     goals = [row for name, part in parts if name in results for row in part(results[name], body)]
     report.table(goals, cols("#", "measure<", "figure", "ratio (min–max)", "goal", "<"),
                  "## The goals")  # fmt: skip
-    report.add("![throughput, latency, pauses, CPU breakdown and sampling rates](REPORT.png)")
     report.lines += body.lines
     bounds = [(cpu_bound, "cost"), (pause_bound, "pauses"), (overhead_bound, "overhead"),
               (rate_bound, "rates")]  # fmt: skip

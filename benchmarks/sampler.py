@@ -21,15 +21,13 @@ from typing import Any
 
 from benchmarks.common import cpu_seconds, main
 from benchmarks.procs import PYSPY
-from benchmarks.table import Col, Report, med
+from benchmarks.table import Col, Report, med, span
 from tests.support.procs import PYTHON, Procs
 
 WARMUP = 2.0
 
 
-def measure(
-    procs: Procs, tool: str, target: int, rate: int, seconds: float, out: Path
-) -> dict[str, Any]:
+def measure(procs: Procs, tool: str, target: int, rate: int, seconds: float, out: Path) -> Any:
     """One recording; its CPU is read after the warm-up and just before the end."""
     duration = int(seconds + WARMUP + 1)
     common = f"--pid {target} --rate {rate} --duration {duration} -o {out}".split()
@@ -62,14 +60,9 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                           f"{result['samples_per_s']:7.1f} samples/s, "
                           f"{result['cpu_per_s'] * 100:6.2f}% CPU", flush=True)  # fmt: skip
                     runs.append(result)
-    return {
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Linux {platform.release()}, "
-        f"Python {platform.python_version()}",
-        "rounds": args.rounds,
-        "seconds": args.seconds,
-        "date": time.strftime("%Y-%m-%d"),
-        "runs": runs,
-    }
+    return {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Linux "
+            f"{platform.release()}, Python {platform.python_version()}", "rounds": args.rounds,
+            "seconds": args.seconds, "date": time.strftime("%Y-%m-%d"), "runs": runs}  # fmt: skip
 
 
 def write_report(data: dict[str, Any], report: Report) -> None:
@@ -88,11 +81,9 @@ def write_report(data: dict[str, Any], report: Report) -> None:
         return [r[key] * scale for r in runs if r["rate"] == rate and r["tool"] == tool]
 
     def cell(tool: str, key: str, scale: float = 1.0, unit: str = "") -> Col:
-        def text(rate: int) -> str:
-            v = values(rate, tool, key, scale)
-            return f"{med(v):.2f}{unit} ({min(v):.2f}–{max(v):.2f})"
-
-        return Col(f"{tool} {'samples/s' if key == 'samples_per_s' else 'CPU'}", text)
+        return Col(f"{tool} {'samples/s' if key == 'samples_per_s' else 'CPU'}", lambda rate: (
+            f"{med(values(rate, tool, key, scale)):.2f}{unit} "
+            f"({span(values(rate, tool, key, scale), '{:.2f}')})"))  # fmt: skip
 
     report.table(sorted({r["rate"] for r in runs}), [
         Col("rate (Hz)", lambda rate: rate),

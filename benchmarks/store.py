@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -40,20 +41,18 @@ CPU_GOAL = 0.0025
 WINDOW = 10
 
 
-def db_bytes(path: Path) -> int:
-    """Live pages of the database as a reader sees it (committed WAL frames included).
+def readonly(path: Path) -> closing[sqlite3.Connection]:
+    return closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True))
 
-    The WAL file itself grows to its checkpoint threshold and is then reused, so file sizes
-    over a short run would measure the WAL, not the data.
-    """
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        pages = conn.execute("PRAGMA page_count").fetchone()[0]
-        free = conn.execute("PRAGMA freelist_count").fetchone()[0]
-        size = conn.execute("PRAGMA page_size").fetchone()[0]
-        return int((pages - free) * size)
-    finally:
-        conn.close()
+
+def db_bytes(path: Path) -> int:
+    """Live pages of the database as a reader sees it (committed WAL frames included): the WAL
+    file grows to its checkpoint threshold and is then reused, so over a short run file sizes
+    would measure the WAL, not the data."""
+    with readonly(path) as conn:
+        pages, free, size = (conn.execute(f"PRAGMA {name}").fetchone()[0]
+                             for name in ("page_count", "freelist_count", "page_size"))  # fmt: skip
+    return int((pages - free) * size)
 
 
 #: What the database's pages hold, by the tables (and their indexes) of each part.
@@ -66,12 +65,9 @@ PARTS = {
 
 def db_parts(path: Path) -> dict[str, int]:
     """Bytes of pages per part of the database (SQLite's dbstat), the rest as "other"."""
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
+    with readonly(path) as conn:
         pages = conn.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name").fetchall()
         owners = dict(conn.execute("SELECT name, tbl_name FROM sqlite_schema").fetchall())
-    finally:
-        conn.close()
     out = dict.fromkeys([*PARTS, "other"], 0)
     for name, size in pages:
         table = owners.get(name, name)
@@ -109,16 +105,24 @@ def record_demo(db: Path, minutes: float, procs: Procs) -> dict[str, Any]:
             "parts": db_parts(db), "seconds": seconds}  # fmt: skip
 
 
-def build_day(source: Path, day_db: Path) -> int:
-    """24 h of windows for two targets, replaying the recorded windows in a cycle."""
-    reader = Reader(source, WINDOW)
+Entry = tuple[str, int, str, int]
+
+
+def stored(db: Path) -> dict[tuple[int, int], list[Entry]]:
+    """The windows stored in ``db``: (window, target id) → (stack text, thread, state, count)."""
+    reader = Reader(db, WINDOW)
     rows = reader.entries()
     texts = reader.stack_texts({r[3] for r in rows})
-    windows: dict[tuple[int, int], list[tuple[str, int, str, int]]] = {}
+    windows: dict[tuple[int, int], list[Entry]] = {}
     for window, target, _, stack, thread, state, count in rows:
-        windows.setdefault((target, window), []).append((texts[stack], thread, state, count))
-    per_target: dict[int, list[list[tuple[str, int, str, int]]]] = {}
-    for (target, _), rows in sorted(windows.items()):
+        windows.setdefault((window, target), []).append((texts[stack], thread, state, count))
+    return windows
+
+
+def build_day(source: Path, day_db: Path) -> int:
+    """24 h of windows for two targets, replaying the recorded windows in a cycle."""
+    per_target: dict[int, list[list[Entry]]] = {}
+    for (_, target), rows in sorted(stored(source).items()):
         per_target.setdefault(target, []).append(rows)
     store = Store(day_db)
     now = int(time.time()) // WINDOW * WINDOW

@@ -5,8 +5,10 @@ parked two coroutines deep), one ``Sampler`` at 100 Hz reads the target for ``--
 warm-up, in interleaved legs: without task scans, with scans at 10 Hz, and with scans that re-read
 every chain (``SIDECAR_TASK_CACHE=off``). Measured: the sampling threads' CPU (schedstat), the scan
 thread's, the scans and task-samples, the thread samples' figures. A scan's cost is the CPU of the
-leg with scans minus the leg without. Then 100,000 tasks, past the scan's bound: tasks read and
-left unread per scan, a scan's cost, and this process's peak memory.
+leg with scans minus the leg without, over the scans and the tasks each read; the scan thread's
+own CPU likewise. The targets' tasks: ``request`` → ``handler`` → ``sleeper`` in
+``asyncio.sleep``, or ``waiter`` on a pending future. Then 100,000 tasks, past the scan's bound:
+tasks read and left unread per scan, a scan's cost, and this process's peak memory.
 
     python -m benchmarks.tasks [--rounds 1] [--seconds 4] [--versions 3.11,3.12,3.13,3.14]
 
@@ -18,18 +20,15 @@ from __future__ import annotations
 import math
 import os
 import resource
-import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import main, sampled, sampler_thread_seconds
-from benchmarks.procs import load_average, machine
+from benchmarks.common import main, measured, pythons, sampled, sampler_thread_seconds, stamp
 from benchmarks.table import Col, Report, med
 from sidecar import _native
 from tests.support.procs import Procs
-from tests.support.pythons import find_pythons
 
 VERSIONS = ("3.11", "3.12", "3.13", "3.14")
 COUNTS = (100, 1_000, 10_000)
@@ -82,9 +81,7 @@ def peak_rss_mb() -> float:
 def run(
     versions: list[str], counts: list[int], rounds: int, seconds: float, workdir: Path
 ) -> dict[str, Any]:
-    pythons = find_pythons()
-    if missing := [v for v in versions if v not in pythons]:
-        raise SystemExit(f"no interpreter for {', '.join(missing)}: run `make pythons` first")
+    interpreters = pythons(versions)
     legs: dict[str, dict[str, dict[str, list[dict[str, Any]]]]] = {
         v: {str(n): {name: [] for name, _, _ in LEGS} for n in counts} for v in versions
     }
@@ -93,7 +90,7 @@ def run(
         for version in versions:
             for count in counts:
                 child, _ = procs.target("tasks_many", "--tasks", str(count),
-                                        python=str(pythons[version]))  # fmt: skip
+                                        python=interpreters[version])  # fmt: skip
                 for round_ in range(rounds):
                     for name, hz, cache in LEGS:
                         r = leg(child.pid, hz, cache, seconds)
@@ -103,15 +100,14 @@ def run(
                               flush=True)  # fmt: skip
                 procs.stop(child)
         for version in [v for v in ("3.11", "3.14") if v in versions]:
-            child, _ = procs.target("tasks_many", "--tasks", str(BIG), python=str(pythons[version]))
+            child, _ = procs.target("tasks_many", "--tasks", str(BIG), python=interpreters[version])
             before, length = peak_rss_mb(), max(seconds, BIG_SECONDS)
             off, on = leg(child.pid, 0.0, "on", length), leg(child.pid, TASK_RATE, "on", length)
             big[version] = {"off": off, "on": on, "rss_before_mb": before,
                             "rss_after_mb": peak_rss_mb()}  # fmt: skip
             print(f"{version} {BIG:,} tasks: {on['task_samples']} task-samples", flush=True)
             procs.stop(child)
-    return {"when": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(),
-            "load_average": load_average(), "rounds": rounds, "seconds": seconds,
+    return {**stamp(), "rounds": rounds, "seconds": seconds,
             "versions": versions, "counts": counts, "legs": legs, "big": big}  # fmt: skip
 
 
@@ -146,11 +142,9 @@ def leg_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
                     row["per_task"] = row["us"] / row["per_scan"] if row["per_scan"] else math.nan
                     # reports of runs before the scan thread was measured have no scan_cpu
                     row["own"] = med(r.get("scan_cpu", math.nan) / r["seconds"] for r in runs)
-                    row["own_per_task"] = (
-                        row["own"] * 1e6 / (scans / runs[0]["seconds"]) / row["per_scan"]
-                        if scans and row["per_scan"]
-                        else math.nan
-                    )
+                    per_s = scans / runs[0]["seconds"]
+                    row["own_per_task"] = (row["own"] * 1e6 / per_s / row["per_scan"]
+                                           if row["per_scan"] else math.nan)  # fmt: skip
                 rows.append(row)
     return rows
 
@@ -158,16 +152,9 @@ def leg_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
 def write_report(data: dict[str, Any], report: Report) -> None:
     report.add(
         "# What the asyncio task scan costs",
-        f"Measured {data['when']} ({data['machine'].get('cpu', 'this machine')}), load average "
-        f"{data['load_average']:.2f}; {data['rounds']} round(s) of {data['seconds']:g} s per leg, "
-        f"the legs of a target interleaved. The sampler reads threads at {RATE:g} Hz and, in the "
-        f"legs with tasks, scans the tasks at {TASK_RATE:g} Hz. Targets: "
-        "`targets/tasks_many.py --tasks N`, every task parked two coroutines deep "
-        "(`request` → `handler` → `sleeper` in `asyncio.sleep`, or `waiter` on a pending "
-        "future). CPU is the sampling threads' (the thread sampler's and the scan thread's); "
-        "the scan's cost is the leg with scans minus the leg without, over the scans and the "
-        "tasks each read, and the scan thread's own CPU over its scans and tasks (the median "
-        "round counts).",
+        f"{measured(data)}; {data['rounds']} round(s) of {data['seconds']:g} s per leg, "
+        f"threads read at {RATE:g} Hz, tasks scanned at {TASK_RATE:g} Hz; the median round counts. "
+        "How: `benchmarks/tasks.py`'s docstring.",
     )
     rows = leg_rows(data)
     report.table(rows, [
@@ -180,66 +167,56 @@ def write_report(data: dict[str, Any], report: Report) -> None:
         Col("thread samples", "samples", "{:.0f}"), Col("late", fmt="{:.0f}"),
         Col("missed", fmt="{:.0f}"), Col("torn"), Col("unread"),
     ])  # fmt: skip
-    points = []
-    for r in rows:
-        if r["leg"] == "tasks" and r["tasks"] == GOAL_TASKS:
-            own = r["own"]
-            verdict = "not measured against" if math.isnan(own) else (
-                "within" if own <= GOAL_SHARE else "above")  # fmt: skip
-            points.append(
-                f"- {r['version']}: scans of {GOAL_TASKS:,} tasks at {TASK_RATE:g} Hz take "
-                f"{own * 100:.2f}% of a core on their thread ({r['own_per_task']:.2f} µs per task "
-                f"per scan), {verdict} the goal of {GOAL_SHARE * 100:g}%; the sampling threads in "
-                f"all used {r['share'] * 100:.2f}% of a core more than without scans (that "
-                "difference also holds the runner's adding of each scan's lines to its window, "
-                "and the spread between legs)."
-            )
-    unchanged = sorted({
-        f"{r['version']} at {r['tasks']:,} tasks"
-        for r, b in zip(rows[1::3], rows[::3], strict=True)
-        for x, y in zip(r["runs"], b["runs"], strict=True)
-        if x["samples"] < y["samples"] * 0.98 or x["missed"] > y["missed"] + 2
-    })  # fmt: skip
+    points = [
+        f"- {r['version']}: scans of {GOAL_TASKS:,} tasks at {TASK_RATE:g} Hz take "
+        f"{r['own'] * 100:.2f}% of a core on their thread ({r['own_per_task']:.2f} µs per task per "
+        "scan), " + ("not measured against" if math.isnan(r["own"]) else "within" if r["own"] <=
+                     GOAL_SHARE else "above") + f" the goal of {GOAL_SHARE * 100:g}%; the sampling "
+        f"threads in all used {r['share'] * 100:.2f}% of a core more than without scans (that "
+        "difference also holds the runner's adding of each scan's lines to its window, and the "
+        "spread between legs)." for r in rows if r["leg"] == "tasks" and r["tasks"] == GOAL_TASKS
+    ]  # fmt: skip
+    unchanged = sorted(
+        {
+            f"{r['version']} at {r['tasks']:,} tasks"
+            for r, b in zip(rows[1::3], rows[::3], strict=True)
+            for x, y in zip(r["runs"], b["runs"], strict=True)
+            if x["samples"] < y["samples"] * 0.98 or x["missed"] > y["missed"] + 2
+        }
+    )
     points.append(
         "- The thread sampler's figures with scans on: "
         + ("its samples within 2% of the leg without scans and no more than 2 more missed "
            "ticks, at every version and count." if not unchanged else
            "fewer samples or more missed ticks than without scans at " + ", ".join(unchanged) + ".")
     )  # fmt: skip
-    report.add("## Against the goal", points)
     gains = [
         (r["version"], r["tasks"], n["us"], r["us"])
         for r, n in zip(rows[1::3], rows[2::3], strict=True)
     ]
-    report.add("## The cache of unchanged chains",
+    ratios = [b / a for _, _, b, a in gains if a > 0 and b > 0]
+    noisy, median = len(gains) - len(ratios), med(ratios)
+    faster, slower = sum(r > 1.1 for r in ratios), sum(r < 1 / 1.1 for r in ratios)
+    report.add("## Against the goal", points, "## The cache of unchanged chains",
         "A parked task whose coroutine, frame position and awaited object are the ones of the "
         "last scan is not walked again: the scanner keeps its chain. The same scans with the "
-        "cache off, in the same run:")  # fmt: skip
-    # a leg's CPU within the noise of the leg without scans leaves no ratio
+        "cache off, in the same run (a leg's CPU within the noise of the leg without scans "
+        "leaves no ratio):")  # fmt: skip
     report.table(gains, [
         Col("version", lambda g: g[0], left=True), Col("tasks", lambda g: g[1], "{:,}"),
         Col("µs per scan, no cache", lambda g: g[2], "{:.0f}"),
         Col("µs per scan, cache", lambda g: g[3], "{:.0f}"),
         Col("ratio", lambda g: f"{g[2] / g[3]:.1f}x" if g[3] > 0 and g[2] > 0 else "–"),
     ])  # fmt: skip
-    noisy = sum(1 for _, _, b, a in gains if a <= 0 or b <= 0)
-    if noisy:
-        report.add(
-            f"{noisy} of the targets had a leg with scans that measured no more CPU than the "
-            "leg without: within this run's noise, no ratio."
-        )
-    ratios = [b / a for _, _, b, a in gains if a > 0 and b > 0]
-    if ratios:
-        median = statistics.median(ratios)
-        faster, slower = sum(r > 1.1 for r in ratios), sum(r < 1 / 1.1 for r in ratios)
-        report.add(
-            f"Median ratio {median:.2f}x over {len(ratios)} targets: the cache saved more than "
-            f"10% on {faster}, cost more than 10% on {slower}, and {len(ratios) - faster - slower} "
-            "were within 10%."
-            + (" Without the cache a chain is walked one level of all tasks at a time, each step "
-               "one batch of reads: in this run a walk cost about what the cache's check of each "
-               "coroutine did." if 1 / 1.1 <= median <= 1.1 else "")
-        )  # fmt: skip
+    report.add(
+        f"{noisy} of the targets had a leg with scans that measured no more CPU than the "
+        "leg without: within this run's noise, no ratio." * bool(noisy),
+        f"Median ratio {median:.2f}x over {len(ratios)} targets: the cache saved more than "
+        f"10% on {faster}, cost more than 10% on {slower}, and {len(ratios) - faster - slower} "
+        "were within 10%." + (" Without the cache a chain is walked one level of all tasks at a "
+        "time, each step one batch of reads: in this run a walk cost about what the cache's "
+        "check of each coroutine did." if 1 / 1.1 <= median <= 1.1 else "") if ratios else "",
+    )  # fmt: skip
     report.add(
         f"## {BIG:,} tasks: past the scan's bound",
         "A scan reads a bounded number of tasks. Past that bound it reads a slice of them, a "
@@ -249,9 +226,8 @@ def write_report(data: dict[str, Any], report: Report) -> None:
         f"{_native.TASK_SCAN_BUDGET:.0%} of the sampling thread's time, so these come far apart: "
         "the scans column counts them.",
     )
-    big = [
-        {"version": v, **b, "scans": max(b["on"]["task_scans"], 1)} for v, b in data["big"].items()
-    ]
+    big = [{"version": v, **b, "scans": max(b["on"]["task_scans"], 1)}
+           for v, b in data["big"].items()]  # fmt: skip
     report.table(big, [
         Col("version", left=True), Col("scans", lambda b: b["on"]["task_scans"]),
         Col("task-samples per scan", lambda b: b["on"]["task_samples"] / b["scans"], "{:,.0f}"),

@@ -20,19 +20,15 @@ Writes benchmarks/REPORT-versions.md and REPORT-versions.json.
 
 from __future__ import annotations
 
-import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from benchmarks import floor
-from benchmarks.common import main, sampled
-from benchmarks.procs import load_average, machine
+from benchmarks.common import main, measured, pythons, sampled, stamp
 from benchmarks.table import Col, Report, med
 from sidecar import _native
 from tests.support.procs import Procs
-from tests.support.pythons import find_pythons
 
 VERSIONS = ("3.11", "3.12", "3.13", "3.14", "3.15")
 READERS = ("auto", "py-spy")
@@ -103,15 +99,13 @@ def shared_leg(pids: list[int], seconds: float, reads: Path) -> dict[str, Any]:
 
 
 def run(rounds: int, shared_rounds: int, seconds: float, workdir: Path) -> dict[str, Any]:
-    pythons = find_pythons()
-    if missing := [v for v in VERSIONS if v not in pythons]:
-        raise SystemExit(f"no interpreter for {', '.join(missing)}: run `make pythons` first")
+    interpreters = pythons(VERSIONS)
     legs: dict[str, dict[str, list[dict[str, Any]]]] = {v: {r: [] for r in READERS}
                                                          for v in VERSIONS}  # fmt: skip
     with Procs(workdir) as procs:
 
         def deep(version: str) -> int:
-            return procs.target("deep", "--busy", "0.1", python=str(pythons[version]))[0].pid
+            return procs.target("deep", "--busy", "0.1", python=interpreters[version])[0].pid
 
         targets = {v: deep(v) for v in VERSIONS}
         for round_ in range(rounds):
@@ -139,17 +133,15 @@ def run(rounds: int, shared_rounds: int, seconds: float, workdir: Path) -> dict[
             print(f"round {round_ + 1} shared clock: {r['cpu_per_sample_us']:.1f} µs per sample, "
                   f"own work {shared_own(r):.1f} µs ({shared_own_in_place(r):.1f} with the reads "
                   "timed in place)", flush=True)  # fmt: skip
-    return {"when": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(),
-            "load_average": load_average(), "rounds": rounds, "seconds": seconds, "legs": legs,
+    return {**stamp(), "rounds": rounds, "seconds": seconds, "legs": legs,
             "shared": shared}  # fmt: skip
 
 
 def shared_floor(result: dict[str, Any], leg: str = "replay") -> float:
     """A sample's floor on the shared clock, from the floor measured after its round: a tick's
-    wakeup and the round's reads replayed (``replay``), reads of its shape (``shape``) or the
-    wakeup alone (``sleep``), over the targets."""
-    per_tick = float(result["floor"][leg]["cpu_per_tick_us"])
-    return per_tick / int(result["floor"]["shape"]["targets"])
+    wakeup and the round's reads replayed (``replay``), reads of its shape (``shape``), the
+    wakeup alone (``sleep``) or the replay with the run states read (``states``), per target."""
+    return float(result["floor"][leg]["cpu_per_tick_us"]) / int(result["floor"]["shape"]["targets"])
 
 
 def shared_own(result: dict[str, Any], leg: str = "replay") -> float:
@@ -158,18 +150,8 @@ def shared_own(result: dict[str, Any], leg: str = "replay") -> float:
 
 
 def shared_own_in_place(result: dict[str, Any]) -> float:
-    """The own work with the kernel's reads timed in place: the CPU per sample less the floor's
-    wakeup and the time the samplers spent in their reads as they made them."""
-    wake = shared_floor(result, "sleep")
-    return float(result["cpu_per_sample_us"]) - wake - float(result["read_calls_us"])
-
-
-def shared_states(result: dict[str, Any]) -> float:
-    """What the kernel's reads of the run states cost a sample (part of the own work): the
-    floor's replay with each thread's state file read per tick, above the replay alone."""
-    floor_ = result["floor"]
-    extra = float(floor_["states"]["cpu_per_tick_us"]) - float(floor_["replay"]["cpu_per_tick_us"])
-    return extra / int(floor_["shape"]["targets"])
+    """The own work with the reads timed in place: less the wakeup and the samplers' reads."""
+    return shared_own(result, "sleep") - float(result["read_calls_us"])
 
 
 def own_per_read(result: dict[str, Any]) -> float:
@@ -178,42 +160,28 @@ def own_per_read(result: dict[str, Any]) -> float:
     return shared_own_in_place(result) / max(float(result["read_calls_us"]), 1e-9)
 
 
-def steadier(shared: list[dict[str, Any]]) -> str:
-    """What the ratio of own work to reads says of the rounds, beside the absolute figures."""
-    owns = [shared_own_in_place(r) for r in shared]
-    ratios = [own_per_read(r) for r in shared]
-    return (
-        f"Set against the reads timed at the same instants, the own work was "
-        f"{statistics.median(ratios):.2f} µs per µs of them (median round; from "
-        f"{min(ratios):.2f} to {max(ratios):.2f}, {max(ratios) / min(ratios):.2f}x, where the "
-        f"own work itself went from {min(owns):.1f} to {max(owns):.1f} µs, "
-        f"{max(owns) / min(owns):.2f}x): the figure to compare builds and runs by on a machine "
-        "whose speed moves, not a measure of the goal, which is in µs."
-    )
-
-
-def own_verdict(shared: list[dict[str, Any]]) -> str:
+def own_verdict(shared: list[dict[str, Any]]) -> tuple[str, str]:
     """The run's word on the own work: each measure's median round against the goal, and where
-    the rounds lie, so that one round on a machine whose speed moves does not decide it."""
-    replayed = [shared_own(r) for r in shared]
-    in_place = [shared_own_in_place(r) for r in shared]
-    by_replay, by_place = statistics.median(replayed), statistics.median(in_place)
-    under = [sum(own <= OWN_WORK_US for own in owns) for owns in (replayed, in_place)]
-    figures = (
-        f"{by_replay:.1f} µs a sample by the replayed floor ({under[0]} of {len(shared)} rounds "
-        f"under {OWN_WORK_US:g} µs, from {min(replayed):.1f} to {max(replayed):.1f}) and "
-        f"{by_place:.1f} µs with the reads timed in place ({under[1]} of {len(shared)}, from "
-        f"{min(in_place):.1f} to {max(in_place):.1f})"
-    )
-    goal = f"the {OWN_WORK_US:g} µs it should stay under"
-    if max(by_replay, by_place) <= OWN_WORK_US:
-        return f"Own work on the shared clock, {figures}, is within {goal} by both measures."
-    if min(by_replay, by_place) > OWN_WORK_US:
-        return f"Own work on the shared clock, {figures}, is above {goal} by both measures."
+    the rounds lie, so that one round on a machine whose speed moves does not decide it; then
+    the ratio of own work to reads."""
+    owns = {"by the replayed floor": [shared_own(r) for r in shared],
+            "with the reads timed in place": [shared_own_in_place(r) for r in shared]}  # fmt: skip
+    medians, ratios = [med(o) for o in owns.values()], [own_per_read(r) for r in shared]
+    figures = " and ".join(f"{med(o):.1f} µs a sample {how} ({sum(x <= OWN_WORK_US for x in o)} "
+                           f"of {len(o)} rounds under {OWN_WORK_US:g} µs, from {min(o):.1f} to "
+                           f"{max(o):.1f})" for how, o in owns.items())  # fmt: skip
+    goal, place = f"the {OWN_WORK_US:g} µs it should stay under", owns[list(owns)[1]]
     return (
-        f"Own work on the shared clock, {figures}: the two measures fall on either side of "
-        f"{goal}, so this run does not tell."
-    )
+        f"Set against the reads timed at the same instants, the own work was {med(ratios):.2f} µs "
+        f"per µs of them (median round; from {min(ratios):.2f} to {max(ratios):.2f}, "
+        f"{max(ratios) / min(ratios):.2f}x, where the own work itself went from {min(place):.1f} "
+        f"to {max(place):.1f} µs, {max(place) / min(place):.2f}x): the figure to compare builds "
+        "and runs by on a machine whose speed moves, not a measure of the goal, which is in µs.",
+        f"Own work on the shared clock, {figures}"
+        + (f", is within {goal} by both measures." if max(medians) <= OWN_WORK_US else
+           f", is above {goal} by both measures." if min(medians) > OWN_WORK_US else
+           f": the two measures fall on either side of {goal}, so this run does not tell."),
+    )  # fmt: skip
 
 
 def write_report(data: dict[str, Any], report: Report) -> None:
@@ -227,8 +195,7 @@ def write_report(data: dict[str, Any], report: Report) -> None:
     ]  # fmt: skip
     report.add(
         "# What a sample costs under each CPython version",
-        f"Measured {data['when']} ({data['machine'].get('cpu', 'this machine')}), load average "
-        f"{data['load_average']:.2f}; {data['rounds']} interleaved rounds of "
+        f"{measured(data)}; {data['rounds']} interleaved rounds of "
         f"{data['seconds']:g} s per leg at {RATE:g} Hz on `targets/deep.py` (about 30 frames, "
         "10 % on CPU). CPU is the sampling thread's, per sample; the median round counts.",
     )
@@ -272,14 +239,14 @@ def write_report(data: dict[str, Any], report: Report) -> None:
             "{} bytes a target)".format(fl["shape"]["cpu_per_tick_us"], *r["shape"])),
         Col("own work above that (µs)", lambda r: shared_own(r, "shape"), "{:.1f}"),
     ])  # fmt: skip
-    states = fl["states"]
+    states, states_us = fl["states"], shared_floor(mid, "states") - shared_floor(mid)
     report.add(
-        f"Of the own work, the kernel's reads of the run states cost {shared_states(mid):.1f} µs "
+        f"Of the own work, the kernel's reads of the run states cost {states_us:.1f} µs "
         f"a sample: the floor's replay with the `{states['file']}` file of each of the targets' "
         f"{states['threads']} threads read per tick took {states['cpu_per_tick_us']:.1f} µs a "
         f"tick, against {replayed['cpu_per_tick_us']:.1f} without (the samplers read "
         f"{mid['state_reads']:.2f} run states a sample). The rest, "
-        f"{shared_own(mid) - shared_states(mid):.1f} µs, is the sampler's own code and what it "
+        f"{shared_own(mid) - states_us:.1f} µs, is the sampler's own code and what it "
         "costs the kernel's reads beyond their replay (displaced caches, torn samples read "
         "again).",
         "Per round, with the kernel's share of the very reads timed in place by the samplers "
@@ -299,7 +266,7 @@ def write_report(data: dict[str, Any], report: Report) -> None:
         Col("by the heap-shaped floor (µs)", lambda x: shared_own(x[1], "shape"), "{:.1f}"),
         Col("own work per µs of the reads", lambda x: own_per_read(x[1]), "{:.2f}"),
     ])  # fmt: skip
-    report.add(steadier(shared), own_verdict(shared))
+    report.add(*own_verdict(shared))
 
 
 if __name__ == "__main__":
