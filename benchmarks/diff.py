@@ -172,13 +172,13 @@ def write_report(data: dict[str, Any], report: Report) -> None:
         Col("CPU s", lambda s: s[1][1], "{:.3f}"),
     ], "In process (median):")  # fmt: skip
     report.add(
-        "How the diff runs: SVGs are read natively (native/src/svgread.rs: quick-xml, the whole "
-        "document checked, the GIL released; inferno's frames folded into stacks in Rust, other "
-        "layouts' frames put together in Python), two inferno SVGs in parallel in two threads "
-        "when together they are above 8 MB. The comparison counts self / total / caller-callee "
-        "time per function natively for both profiles at once (native/src/shares.rs) and ranks "
-        "the changes in Python. Both diff and render pay the same start-up (Python, the "
-        "package); CPU time adds up the two reading threads."
+        "How the diff runs: SVGs are read natively (native/src/formats/svgread/: quick-xml, the "
+        "whole document checked, the GIL released; inferno's frames folded into stacks in Rust, "
+        "other layouts' frames put together in Python), two inferno SVGs in parallel in two "
+        "threads when together they are above 8 MB. The comparison counts self / total / "
+        "caller-callee time per function natively for both profiles at once "
+        "(native/src/formats/shares.rs) and ranks the changes in Python. Both diff and render "
+        "pay the same start-up (Python, the package); CPU time adds up the two reading threads."
     )
 
 

@@ -1,7 +1,8 @@
 """What a sample costs under each CPython version the walker reads, side by side in one run.
 
-``targets/deep.py`` (~30 frames, 10 % on CPU) under 3.11-3.15 (interpreters of tests/support/pythons.py);
-in interleaved rounds one ``Sampler`` at 100 Hz reads each for ``--seconds`` after a warm-up,
+``targets/deep.py`` (~30 frames, 10 % on CPU) under 3.11-3.15 (interpreters of
+tests/support/pythons.py); in interleaved rounds one ``Sampler`` at 100 Hz reads each for
+``--seconds`` after a warm-up,
 with the default reader and with py-spy's: the sampling thread's CPU per sample (schedstat), its
 reads and /proc run states per sample; the median round counts, set against 3.11's walker.
 
