@@ -1,4 +1,5 @@
-"""What a process is: framework, event loop, Python version, command line and identity.
+"""Which processes to sample (``Selection``, ``scan``) and what each is: framework, event
+loop, Python version, command line and identity.
 
 Everything here reads /proc only (no ptrace, no signals), each file through ``read_proc``, so it
 is cheap and safe to call for every process a sidecar sees:

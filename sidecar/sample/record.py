@@ -1,7 +1,9 @@
-"""Sampling sessions: drive the native sampler and collect what it aggregates.
+"""A one-shot recording, as ``record`` and ``stats --pid`` make it: one process sampled for a
+while, its windows classified and counted per unique stack, thread and state.
 
 The native ``Sampler`` reads stacks on its own thread and hands over windows of unique stacks;
-this module turns them into classified, folded stacks.
+``Counts`` sums them and gives them back as a Profile, or as pprof samples. ``sidecar serve``'s
+long-running sessions are in ``sidecar.serve.sessions``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""Discovery and sampling sessions: which processes to sample, one sampler each.
+"""``sidecar serve``'s sampling sessions: a sampler for each selected process while it lives.
 
-Every few seconds the /proc of the sidecar's PID namespace is scanned (in a pod with
-``shareProcessNamespace`` that is the whole pod). Python processes are picked (all, ``--pid``,
-or ``--match`` on the command line), never the sidecar itself. Each gets a native sampler; its
-windows are classified and handed to the sinks (``sidecar.serve.sinks``: the store's writer, the
-pusher), each of which queues them on its own. A process that cannot be traced is
-reported with the reason and retried with back-off.
+Every few seconds the /proc of the sidecar's PID namespace is scanned (``discover.scan``; in a
+pod with ``shareProcessNamespace`` that is the whole pod). Python processes are picked (all,
+``--pid``, or ``--match`` on the command line), never the sidecar itself. Each gets a native
+sampler; its windows are classified and handed to the sinks (``sidecar.serve.sinks``: the
+store's writer, the pusher), each of which queues them on its own. A process that cannot be
+traced is reported with the reason and retried with back-off.
 """
 
 from __future__ import annotations
