@@ -89,8 +89,8 @@ fmt: install
 	$(BIN)/ruff format sidecar targets tests benchmarks
 	cargo fmt --manifest-path native/Cargo.toml
 
-# benchmarks/bench.py writes REPORT.md (the performance goals) and, from its storage part (a 6-minute
-# run of benchmarks/store.py's measurement), REPORT-store.md; the others write their own reports
+# benchmarks/bench.py writes REPORT.md (the performance goals; its storage part a 6-minute run of
+# benchmarks/store.py's measurement); the others write their own reports
 # (REPORT-versions.md: a sample's cost under each CPython version; REPORT-push.md: what pushing
 # to Pyroscope adds to serve's CPU per target; REPORT-tasks.md: the asyncio task scan's cost per
 # task and per scan under 3.11-3.14, and with 100,000 tasks). About 40 minutes in all on two cores.

@@ -11,14 +11,13 @@ machine hits every leg alike:
 4.   ``cost``: ``sidecar serve``'s CPU per target at 100 Hz on ~30-frame stacks, and where it
      goes (per part, system calls, perf);
 5.   ``rates``: the highest sampling rate with < 1 % late or missed samples, sidecar vs py-spy;
-6.   ``store``: database bytes per target-hour and 24 h vs 1 h queries (``benchmarks/store.py``,
-     which writes REPORT-store.md as well).
+6.   ``store``: database bytes per target-hour and 24 h vs 1 h queries (``benchmarks/store.py``).
 
     python -m benchmarks.bench [--only overhead,pauses,...] [--quick] [--from-json JSON] [--out DIR]
 
 The figures the reports print go to benchmarks/REPORT.json (``report.SUMMARY`` says which;
 ``--only`` replaces just those parts), the report to benchmarks/REPORT.md; ``--from-json`` writes
-it and REPORT-store.md again from such figures.
+it again from such figures.
 """
 
 from __future__ import annotations
@@ -101,10 +100,6 @@ def main() -> int:
         results["run"] = {"seconds": time.monotonic() - began, "quick": args.quick, "date": date,
                           "parts": list(parts)}  # fmt: skip
         out.save(keep(results, report.SUMMARY))
-    if "store" in results and ("store" in parts or args.from_json):
-        store_report = Report("REPORT-store", args.out)
-        store.write_report(results["store"], store_report, results["machine"])
-        store_report.write()
     report.write(results, out)
     out.write()
     log(f"wrote {out.md}")

@@ -1,15 +1,12 @@
 """The store under the demo load: database bytes per target-hour, query times, sidecar CPU.
 
 1. ``sidecar serve`` (100 Hz, 10 s windows) on the demo's aiohttp and Tornado services under the
-   demo's wrk load for --minutes: the database's growth over the second half of the run (stack
+   demo's wrk load for ``minutes``: the database's growth over the second half of the run (stack
    interning makes the start grow faster) and the serve process's CPU.
 2. A 24 h database of the windows recorded in step 1, replayed every 10 s for both targets and
    downsampled as the service would; profile queries of the last 1 h and 24 h (median of 7).
 
-    python -m benchmarks.store [--minutes 12]
-
-Writes benchmarks/REPORT-store.md and REPORT-store.json; ``benchmarks/bench.py`` runs it too
-(the storage goal of REPORT.md) through ``measure`` and ``write_report``.
+``benchmarks/bench.py`` runs it (``--only store``) through ``measure``: part 6 of REPORT.md.
 """
 
 from __future__ import annotations
@@ -18,7 +15,6 @@ import os
 import shutil
 import sqlite3
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -26,18 +22,12 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import cpu_seconds, main, serve
-from benchmarks.procs import machine
-from benchmarks.table import Col, Report, met, span
+from benchmarks.common import cpu_seconds, serve
 from sidecar.store import ProcessRecord, Store, WindowBatch
-from sidecar.store.file import WAL_PAGES
 from sidecar.store.query import Range, Reader
-from sidecar.store.retention import DOWNSAMPLE_TIERS
 from targets.demo import start_loads
 from tests.support.procs import Procs
 
-#: serve's CPU per target, everything included, at most (the CPU goal of REPORT.md).
-CPU_GOAL = 0.0025
 WINDOW = 10
 
 
@@ -178,63 +168,3 @@ def measure(minutes: float, log: Callable[[str], None] = print) -> dict[str, Any
     return {"minutes": minutes, "live": live, "day_bytes": day_size, "times": times,
             "query_1h": one, "query_24h": day, "ratio": day / one,
             "mb_per_target_hour": live["bytes_per_target_hour"] / 1e6}  # fmt: skip
-
-
-COLS = [Col("measure", left=True), Col("figure"), Col("goal"), Col("met", left=True)]
-
-
-def rows(s: dict[str, Any]) -> list[dict[str, Any]]:
-    """The goals table of the storage figures: REPORT-store.md's and part 6 of REPORT.md's."""
-    live, times, mb, ratio = s["live"], s["times"], s["mb_per_target_hour"], s["ratio"]
-    query = [
-        {"measure": f"profile query, last {name[:-1]} h (median of {len(times[name])})",
-         "figure": f"{s[f'query_{name}'] * 1000:.1f} ms ({span(times[name], '{:.1f}', 1e3)})"}
-        for name in ("1h", "24h")
-    ]  # fmt: skip
-    return [
-        {"measure": "database growth per target-hour", "figure": f"{mb:.3f} MB",
-         "goal": "≤ 1 MB", "met": met(mb <= 1)},
-        {"measure": "sidecar CPU per target (everything: sampling, classifying, writing, "
-         "serving)", "figure": f"{live['cpu_per_target'] * 100:.2f}% of a core",
-         "goal": f"≤ {CPU_GOAL * 100:g}%", "met": met(live["cpu_per_target"] <= CPU_GOAL)},
-        *query,
-        {"measure": "24 h / 1 h query time", "figure": f"{ratio:.2f}x", "goal": "≤ 2x",
-         "met": met(ratio <= 2)},
-    ]  # fmt: skip
-
-
-def write_report(s: dict[str, Any], report: Report, machine: dict[str, Any] | None = None) -> None:
-    live, m = s["live"], machine or s.get("machine") or {}
-    cores = m.get("cores", "?")
-    report.add(
-        "# Store: size, query time and sidecar CPU under the demo load",
-        f"Machine: {m.get('cpu', '?')}, {cores} cores, Linux {m.get('kernel', '?')}, Python "
-        f"{m.get('python', '?')}. `sidecar serve` at 100 Hz with 10 s windows on the demo's "
-        "aiohttp (uvloop) and Tornado (asyncio) services under the demo's wrk load "
-        f"({live['seconds'] / 60:g} min; growth and CPU measured over the second half).",
-    )
-    report.table(rows(s), COLS)
-    report.add(
-        "Growth counts the database's live pages as a reader sees them, over the second half of "
-        f"the run. Load average (5 min) at the end of the recording: {live['load']:.1f} on "
-        f"{cores} cores" + (" (other work shared the machine)." if live["load"] > 1.5 else "."),
-        f"The WAL file beside it (checkpointed every {WAL_PAGES} pages): "
-        f"{live['wal_bytes'] / 1e6:.2f} MB at the end of this run.",
-        f"The 24 h database ({s['day_bytes'] / 1e6:.2f} MB, two targets) replays the recorded "
-        "windows every 10 s over 24 hours and is downsampled as the service does it ("
-        + ", ".join(f"windows older than {age / 3600:g} h merged into {width // 60} min windows"
-                    for age, width in DOWNSAMPLE_TIERS)
-        + "). The file keeps the pages the merges freed.",
-        "Query runs (ms): " + "; ".join(f"last {name[:-1]} h " + ", ".join(f"{t * 1000:.1f}"
-                                        for t in s["times"][name]) for name in ("1h", "24h")),
-        f"Generated by `python -m benchmarks.store --minutes {s['minutes']:g}` on "
-        f"{s.get('phase', {}).get('finished', time.strftime('%Y-%m-%d'))[:10]}.",
-    )  # fmt: skip
-
-
-def measure_with_machine(args: Any, _: Path) -> dict[str, Any]:
-    return {**measure(args.minutes, lambda line: print(line, flush=True)), "machine": machine()}
-
-
-if __name__ == "__main__":
-    sys.exit(main(__doc__, "REPORT-store", measure_with_machine, write_report, {"--minutes": 12.0}))
