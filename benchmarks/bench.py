@@ -25,12 +25,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from benchmarks import cost, overhead, pauses, rates, report, store
+from benchmarks.common import main
 from benchmarks.procs import load_average, machine
 from benchmarks.table import Report, keep
 from tests.support.procs import Procs
@@ -73,38 +73,26 @@ def run_part(name: str, params: dict[str, Any], workdir: Path) -> dict[str, Any]
     return result
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", help=f"comma-separated parts of {', '.join(PARTS)}")
-    parser.add_argument("--quick", action="store_true", help="short runs, to try the harness")
-    parser.add_argument("--from-json", type=Path, help="write the reports from these figures")
-    parser.add_argument("--out", type=Path, help="folder of the reports and their JSON")
-    args = parser.parse_args()
+def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """The parts ``--only`` names (all by default), into the saved figures of the others."""
     parts = PARTS if not args.only else tuple(p.strip() for p in args.only.split(","))
-    if set(parts) - set(PARTS):
-        parser.error(f"unknown parts: {', '.join(sorted(set(parts) - set(PARTS)))}")
-    out = Report("REPORT", args.out)
-    results: dict[str, Any] = {}
-    if args.from_json or (args.only and out.json.exists()):
-        results = json.loads((args.from_json or out.json).read_text())
-    if not args.from_json:
-        sizes = QUICK if args.quick else FULL
-        results["machine"] = machine()
-        began = time.monotonic()
-        with tempfile.TemporaryDirectory(prefix="sidecar-bench-") as tmp:
-            for name in parts:
-                log(f"== {name} (load average {load_average():.1f})")
-                results[name] = run_part(name, sizes[name], Path(tmp))
-                out.save(keep(results, report.SUMMARY))
-        date = time.strftime("%Y-%m-%d %H:%M")
-        results["run"] = {"seconds": time.monotonic() - began, "quick": args.quick, "date": date,
-                          "parts": list(parts)}  # fmt: skip
+    if unknown := set(parts) - set(PARTS):
+        raise SystemExit(f"--only: unknown parts: {', '.join(sorted(unknown))}")
+    out, sizes, began = Report("REPORT", args.out), QUICK if args.quick else FULL, time.monotonic()
+    results = json.loads(out.json.read_text()) if args.only and out.json.exists() else {}
+    results["machine"] = machine()
+    for name in parts:
+        log(f"== {name} (load average {load_average():.1f})")
+        results[name] = run_part(name, sizes[name], workdir)
         out.save(keep(results, report.SUMMARY))
-    report.write(results, out)
-    out.write()
-    log(f"wrote {out.md}")
-    return 0
+    date = time.strftime("%Y-%m-%d %H:%M")
+    results["run"] = {"seconds": time.monotonic() - began, "quick": args.quick, "date": date,
+                      "parts": list(parts)}  # fmt: skip
+    return keep(results, report.SUMMARY)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(__doc__, "REPORT", measure, report.write, {
+        "--only": (None, f"comma-separated parts of {', '.join(PARTS)}"),
+        "--quick": (False, "short runs, to try the harness"),
+    }))  # fmt: skip

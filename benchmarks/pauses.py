@@ -37,21 +37,8 @@ def sample(
     each, on their own threads or the shared clock) in a child process."""
     load = load_average()
     pids = [str(p) for p in (pid if isinstance(pid, list) else [pid])]
-    argv = [
-        PYTHON,
-        "-m",
-        "benchmarks.pauses",
-        *pids,
-        "--rate",
-        f"{rate_hz:g}",
-        "--seconds",
-        f"{seconds:g}",
-        "--reader",
-        reader,
-        "--clock",
-        clock,
-        *["--blocking"] * blocking,
-    ]
+    options = f"--rate {rate_hz:g} --seconds {seconds:g} --reader {reader} --clock {clock}"
+    argv = [PYTHON, "-m", "benchmarks.pauses", *pids, *options.split(), *["--blocking"] * blocking]
     out = finish(procs, argv, seconds + 60, f"sampling {pid}", rt=rt)
     return {**json.loads(out), "load": load}
 
