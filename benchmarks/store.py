@@ -66,10 +66,6 @@ def db_parts(path: Path) -> dict[str, int]:
     return out
 
 
-def file_bytes(path: Path) -> int:
-    return sum(os.path.getsize(p) for p in (path, Path(f"{path}-wal")) if p.exists())
-
-
 def record_demo(db: Path, minutes: float, procs: Procs) -> dict[str, Any]:
     wrk = shutil.which("wrk")
     assert wrk, "wrk is required"
@@ -137,7 +133,7 @@ def build_day(source: Path, day_db: Path) -> int:
     while store.roll_up(time.time(), max_hours=48):
         pass
     store.close()
-    return file_bytes(day_db)
+    return sum(os.path.getsize(p) for p in (day_db, Path(f"{day_db}-wal")) if p.exists())
 
 
 def time_queries(day_db: Path, runs: int = 7) -> dict[str, list[float]]:
