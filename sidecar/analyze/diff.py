@@ -17,15 +17,14 @@ from sidecar import _native
 from sidecar.errors import ProfileFormatError
 from sidecar.formats.render import RenderOptions, render_svg
 from sidecar.profile import Profile
-from sidecar.rules.frames import BLOCKED_LEAF, IDLE_LEAF, STATES
 from sidecar.rules.frames import FRAME as FRAME_PATTERN
+from sidecar.rules.frames import OFF_CPU_LEAVES, STATES
 
 _HEX = re.compile(r"0x[0-9a-fA-F]+")
 _THREAD = re.compile(r"thread \((?P<inner>.*)\)", re.DOTALL)
 _THREAD_ID = re.compile(r"\s*\b\d{3,}\b\s*$")
 _NAME_NUMBER = re.compile(r"(?<=[A-Za-z])[-_]\d+(?:_\d+)*\b")
 _PROCESS = re.compile(r"^process \d+:")
-_STATE_LEAVES = (IDLE_LEAF, BLOCKED_LEAF)
 #: A caller whose change is this much one callee's is left out of the total-share table.
 PASS_THROUGH = 0.9
 #: How many of those callers a row names.
@@ -242,7 +241,7 @@ def diff_profiles(before: Profile, after: Profile, *, normalize: bool = False) -
     frames = list(dict.fromkeys(before_frames + after_frames))
     a_shares, b_shares, carriers = compare_shares(before, after, frames)
     self_changes = [
-        c for c in _ranked(a_shares.self_, b_shares.self_) if c.frame not in _STATE_LEAVES
+        c for c in _ranked(a_shares.self_, b_shares.self_) if c.frame not in OFF_CPU_LEAVES
     ]
     total_changes = _total_changes(a_shares, b_shares, carriers)
     state_changes: list[Change] = []

@@ -29,7 +29,13 @@ from typing import Any
 from sidecar.classify.threads import estimate_state, is_loop_stack
 from sidecar.discover import ProcessInfo, framework_from_frames, loop_from_frames
 from sidecar.profile import Profile
-from sidecar.rules.frames import BLOCKED_LEAF, IDLE_LEAF, STATES, Frame, code_frames, state_of
+from sidecar.rules.frames import (
+    OFF_CPU_LEAVES,
+    STATES,
+    Frame,
+    code_frames,
+    state_of,
+)
 from sidecar.rules.layers import LAYERS, layer_of
 from sidecar.rules.loops import loop_entry_index
 
@@ -208,7 +214,7 @@ def _framework_and_loop(stacks: Mapping[str, int], info: ProcessInfo | None) -> 
 def _blocking_site(stack: str) -> str:
     """The frame a blocked sample waits in: the last frame before the ``[blocked]`` leaf."""
     parts = stack.split(";")
-    while parts and parts[-1] in (IDLE_LEAF, BLOCKED_LEAF):
+    while parts and parts[-1] in OFF_CPU_LEAVES:
         parts.pop()
     return parts[-1] if parts else "(no frame)"
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, ParamSpec, TypeVar
 
-from sidecar.rules.frames import Frame, code_frames, state_of
+from sidecar.rules.frames import STATES, Frame, code_frames, state_of
 from sidecar.rules.loops import is_selector_wait, loop_entry_index
 
 if TYPE_CHECKING:
@@ -104,7 +104,7 @@ def state_counts(stacks: Mapping[str, int]) -> dict[str, int]:
     Stacks of threads without an event loop count only when no thread runs one (a plain script).
     """
     loop = {stack: count for stack, count in stacks.items() if is_loop_stack(stack)}
-    out = {"busy": 0, "idle": 0, "blocked": 0}
+    out = dict.fromkeys(STATES, 0)
     for stack, count in (loop or stacks).items():
         out[state_of(stack)] += count
     return out
@@ -128,7 +128,7 @@ class ClassifiedWindow:
 def classify_window(window: Window) -> ClassifiedWindow:
     """Each row of ``window`` classified busy, idle or blocked (once per unique stack)."""
     counts: dict[tuple[str, int, str], int] = {}
-    states = {"busy": 0, "idle": 0, "blocked": 0}
+    states = dict.fromkeys(STATES, 0)
     names: dict[int, str] = {}
     for row in window["stacks"]:
         state = classify(row.stack, row.on_cpu)

@@ -14,6 +14,7 @@ from sidecar.errors import NoSamples, UsageError
 from sidecar.formats import pprof
 from sidecar.formats.render import FORMATS, RenderOptions, export
 from sidecar.output import percent, write_bytes, write_text
+from sidecar.rules.frames import STATES
 from sidecar.sample.record import Recording, record
 from sidecar.sample.sampler import on_cpu_source, torn_note
 from sidecar.sample.tasks import snapshot
@@ -115,10 +116,7 @@ def summary(rec: Recording) -> list[str]:
     total = sum(states.values())
     if total:
         lines.append(
-            "event loop: "
-            + " · ".join(
-                f"{name} {percent(states[name], total)}" for name in ("busy", "idle", "blocked")
-            )
+            "event loop: " + " · ".join(f"{name} {percent(states[name], total)}" for name in STATES)
         )
     torn = torn_note(stats["errors"], stats["samples"] + stats["errors"], rec.blocking)
     if torn:

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sidecar.rules.frames import BLOCKED_LEAF, IDLE_LEAF
 from sidecar.rules.frames import FRAME as FRAME_PATTERN
+from sidecar.rules.frames import LEAVES
 from sidecar.rules.layers import FRAMEWORK_MODULES, LIBDIR_PREFIX, LOOP_MODULES, SITE_PREFIX, STDLIB
 from sidecar.rules.tasks import REQUEST_ROOTS, TASK_LEAVES
 
@@ -32,7 +32,7 @@ def _javascript(pattern: str) -> str:
 def document() -> dict[str, Any]:
     """The leaves, the frame grammar and the layer tables, as ``GET /api/rules`` serves them."""
     return {
-        "leaves": {"idle": IDLE_LEAF, "blocked": BLOCKED_LEAF},
+        "leaves": dict(LEAVES),
         "tasks": {"leaves": list(TASK_LEAVES), "request_roots": list(REQUEST_ROOTS)},
         "frame": _javascript(FRAME_PATTERN.pattern),
         "module": {

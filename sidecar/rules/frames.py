@@ -14,6 +14,9 @@ IDLE_LEAF = "[idle]"
 BLOCKED_LEAF = "[blocked]"
 #: The states of a thread sample; a stack's leaf says which (``state_of``).
 STATES = ("busy", "idle", "blocked")
+#: The leaf of each off-CPU state; a busy stack has none.
+LEAVES = {"idle": IDLE_LEAF, "blocked": BLOCKED_LEAF}
+OFF_CPU_LEAVES = tuple(LEAVES.values())
 #: A frame of folded text: ``function (file:line)``.
 FRAME = re.compile(r"^(?P<name>.*) \((?P<file>[^()]*?):(?P<line>-?\d+)\)$")
 
@@ -41,17 +44,16 @@ def parse_frame(text: str) -> Frame:
 
 def state_of(stack: str) -> str:
     """The state a folded stack records: its synthetic leaf, or busy without one."""
-    if stack.endswith(IDLE_LEAF):
-        return "idle"
-    if stack.endswith(BLOCKED_LEAF):
-        return "blocked"
+    for state, leaf in LEAVES.items():
+        if stack.endswith(leaf):
+            return state
     return "busy"
 
 
 def code_frames(stack: str) -> list[Frame]:
     """The frames of a folded stack, without synthetic leaves and thread/process roots."""
     frames = [parse_frame(part) for part in stack.split(";")] if stack else []
-    while frames and frames[-1].name in (IDLE_LEAF, BLOCKED_LEAF) and not frames[-1].file:
+    while frames and frames[-1].name in OFF_CPU_LEAVES and not frames[-1].file:
         frames.pop()
     while frames and not frames[0].is_code and frames[0].name.startswith(("thread (", "process (")):
         frames.pop(0)
@@ -60,4 +62,4 @@ def code_frames(stack: str) -> list[Frame]:
 
 def leaf_for(state: str) -> str | None:
     """The synthetic leaf frame that marks an off-CPU state in folded output."""
-    return {"idle": IDLE_LEAF, "blocked": BLOCKED_LEAF}.get(state)
+    return LEAVES.get(state)

@@ -14,6 +14,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from sidecar.rules.frames import STATES
+
 if TYPE_CHECKING:
     from sidecar.serve.service import Service
 
@@ -100,7 +102,7 @@ class ServiceCollector(Collector):
             recent = list(session.recent)
             total = sum(b + i + k for _, b, i, k in recent)
             if total:
-                for index, state in enumerate(("busy", "idle", "blocked"), start=1):
+                for index, state in enumerate(STATES, start=1):
                     part = sum(row[index] for row in recent)
                     share.add_metric([*labels, state], part / total)
         yield lag
