@@ -71,6 +71,8 @@ class Row:
         on_cpu: bool,
         stack: str,
         count: int,
+        gil: bool = False,
+        gc: bool = False,
     ) -> Row: ...
     @property
     def thread_id(self) -> int: ...
@@ -79,6 +81,12 @@ class Row:
         """Empty until the target's threading module names the thread"""
     @property
     def on_cpu(self) -> bool: ...
+    @property
+    def gil(self) -> bool:
+        """waiting for the GIL that another thread holds"""
+    @property
+    def gc(self) -> bool:
+        """collecting garbage (the thread holds the GIL)"""
     @property
     def stack(self) -> str:
         """folded, root first"""
@@ -90,6 +98,9 @@ class Window(TypedDict):
     end: float
     samples: int
     stacks: list[Row]
+    #: samples of threads waiting for the GIL, by who held it: (waiter thread id, its folded
+    #: stack, holder thread id (0: none, being handed over), its folded stack, samples)
+    gil_holders: list[tuple[int, str, int, str, int]]
     #: task stacks (folded, leaf [running], [ready] or [waiting]) with their task-samples
     tasks: list[tuple[str, int]]
     #: task scans in the window (each counts one task-sample per task it read)
@@ -141,6 +152,9 @@ class SamplerStats(TypedDict):
     #: where the last sample's on-CPU states came from: "os", or "estimated (...)" with the
     #: reason (py-spy's guess from the innermost frame); "" before the first sample
     on_cpu: str
+    #: where the GIL's holder and waiters come from: "the thread states' flags" (3.15), "the
+    #: GIL's holder, and the waiters' futex in /proc", or what is missing and why
+    gil: str
     #: where it ticks: "own", "shared", or "own (moved off the shared clock: ...)" and the like
     clock: str
     #: task scans (``tasks_hz``): done, task-samples counted, tasks left out because a read of

@@ -45,6 +45,17 @@ impl Hash for Stack {
     }
 }
 
+/// What a thread had to do with the GIL in one sample (`crate::walker::gil`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum GilRole {
+    /// Neither held nor waited for it, or not known.
+    #[default]
+    None,
+    Holds,
+    /// Ready to run Python, waiting for the GIL.
+    Waits,
+}
+
 /// One Python thread's stack in one sample.
 #[derive(Debug, Clone)]
 pub struct Trace {
@@ -54,6 +65,9 @@ pub struct Trace {
     pub active: bool,
     /// Folded, outermost frame first; None when the thread runs no Python code.
     pub stack: Option<Stack>,
+    pub gil: GilRole,
+    /// The interpreter was collecting garbage, on this thread (the GIL's holder).
+    pub gc: bool,
 }
 
 /// The run state a sample uses for each thread.

@@ -4,7 +4,8 @@ Per target (one Profile, plus what discovery knows about the process) and aggreg
 framework, over the processes that serve requests: a pre-fork master (its loop serves none)
 and a process whose threads run no event loop count in no framework's shares (``serves``):
 
-- busy / idle / blocked shares of the event-loop thread(s) (``classify.state_counts``);
+- busy / idle / blocked / gil shares of the event-loop thread(s) (``classify.state_counts``),
+  who held the GIL while the loop waited for it, and the share of garbage collection;
 - stack depth of busy loop samples: Python frames per sample (mean, p50, p95, max);
 - where busy time goes by layer: the framework (aiohttp, tornado and their helpers), the event
   loop (asyncio, uvloop, selectors) or the application. Standard-library frames belong to
@@ -12,7 +13,7 @@ and a process whose threads run no event loop count in no framework's shares (``
 - the top functions by self and by total time of busy loop samples;
 - the top blocking call sites: the frame right below the ``[blocked]`` leaf.
 
-Profiles without ``[idle]``/``[blocked]`` leaves (plain py-spy or inferno output) are estimated
+Profiles without ``[idle]``/``[blocked]``/``[gil]`` leaves (plain py-spy or inferno output) are estimated
 from their frames (``classify.estimate_state``) and flagged ``estimated``.
 
 No I/O happens here: the CLI and the HTTP API hand in loaded profiles.
@@ -30,6 +31,7 @@ from sidecar.classify.threads import estimate_state, is_loop_stack
 from sidecar.discover import ProcessInfo, framework_from_frames, loop_from_frames
 from sidecar.profile import Profile
 from sidecar.rules.frames import (
+    GC_FRAME,
     OFF_CPU_LEAVES,
     STATES,
     Frame,
@@ -113,6 +115,11 @@ class Analysis:
     total_samples: Counter[str] = field(default_factory=Counter)
     #: blocked loop samples per call site (the frame below the ``[blocked]`` leaf).
     site_samples: Counter[str] = field(default_factory=Counter)
+    #: gil loop samples per (name of the thread that held the GIL, where it was); only what
+    #: the sampler saw live (a profile file does not keep it).
+    gil_holders: Counter[tuple[str, str]] = field(default_factory=Counter)
+    #: busy loop samples taken while the thread collected garbage (a ``[gc]`` frame on top).
+    gc_samples: int = 0
     #: True when the states come from frames alone (no [idle]/[blocked] leaves).
     estimated: bool = False
     #: True when no thread entered an event loop: the shares are those of all threads.
@@ -159,10 +166,27 @@ class Analysis:
         """Call sites the loop was blocked in, as shares of blocked loop samples."""
         return _ranked(self.site_samples, self.states["blocked"], n)
 
+    def top_holders(self, n: int = 10) -> list[tuple[str, str, int, float]]:
+        """Who held the GIL while the loop waited: (thread name, site, samples, share of the
+        loop's gil samples those the sampler saw a holder of), most first."""
+        whole = sum(self.gil_holders.values())
+        ordered = sorted(self.gil_holders.items(), key=lambda item: (-item[1], item[0]))[:n]
+        return [(thread, site, count, count / whole) for (thread, site), count in ordered]
 
-def analyze(profile: Profile, info: ProcessInfo | None = None) -> Analysis:
+    @property
+    def gc_share(self) -> float:
+        """Loop samples taken while the loop's thread collected garbage, of all loop samples."""
+        return self.gc_samples / self.samples if self.samples else 0.0
+
+
+def analyze(
+    profile: Profile,
+    info: ProcessInfo | None = None,
+    holders: Mapping[tuple[str, str], int] | None = None,
+) -> Analysis:
     """The analysis of one target's profile; ``info`` (from discovery) names its framework and
-    loop, corrected by the frames when they tell more."""
+    loop, corrected by the frames when they tell more; ``holders`` are the loop's gil samples
+    by (name of the thread that held the GIL, where it was), as the sampler saw them."""
     stacks = profile.stacks
     loop_stacks = {stack: count for stack, count in stacks.items() if is_loop_stack(stack)}
     chosen = loop_stacks or stacks
@@ -174,6 +198,7 @@ def analyze(profile: Profile, info: ProcessInfo | None = None) -> Analysis:
         no_loop_thread=not loop_stacks,
     )
     result.framework, result.loop = _framework_and_loop(stacks, info)
+    result.gil_holders.update(holders or {})
     for stack, count in chosen.items():
         state = estimate_state(stack) if estimated else state_of(stack)
         result.states[state] += count
@@ -181,6 +206,8 @@ def analyze(profile: Profile, info: ProcessInfo | None = None) -> Analysis:
             result.site_samples[_blocking_site(stack)] += count
         if state != "busy":
             continue
+        if stack.endswith(GC_FRAME):
+            result.gc_samples += count
         frames = code_frames(stack)
         depth = sum(1 for frame in frames if frame.is_code)
         result.depth_histogram[depth] = result.depth_histogram.get(depth, 0) + count
@@ -242,6 +269,8 @@ def merge(analyses: Iterable[Analysis], *, framework: str = "unknown") -> Analys
         out.self_samples.update(one.self_samples)
         out.total_samples.update(one.total_samples)
         out.site_samples.update(one.site_samples)
+        out.gil_holders.update(one.gil_holders)
+        out.gc_samples += one.gc_samples
         out.no_loop_thread |= one.no_loop_thread
     out.loop = loops.pop() if len(loops) == 1 else "mixed" if loops else "unknown"
     return out
@@ -261,9 +290,12 @@ def by_framework(analyses: Sequence[Analysis]) -> dict[str, Analysis]:
 def _shares(analysis: Analysis) -> dict[str, Any]:
     return {
         "samples": analysis.samples,
-        "busy_share": round(analysis.share("busy"), 4),
-        "idle_share": round(analysis.share("idle"), 4),
-        "blocked_share": round(analysis.share("blocked"), 4),
+        **{f"{state}_share": round(analysis.share(state), 4) for state in STATES},
+        "gil_holders": [
+            {"thread": thread, "site": site, "share": round(share, 4)}
+            for thread, site, _, share in analysis.top_holders()
+        ],
+        "gc_share": round(analysis.gc_share, 4),
         "depth": analysis.depth.to_json(),
     }
 

@@ -1,4 +1,4 @@
-"""Busy, idle or blocked: what one sample of one thread says about the event loop.
+"""Busy, idle, blocked or gil: what one sample of one thread says about the event loop.
 
 - busy: the OS says the thread is on CPU.
 - idle: off CPU in an idle wait. An event-loop thread waiting in its poll (asyncio's selector
@@ -6,7 +6,10 @@
   loop), or any thread that runs no event loop (thread pools, condition waits, queue gets).
 - blocked: an event-loop thread off CPU anywhere else: ``time.sleep``, a synchronous socket
   read, a lock, file I/O. The loop serves nobody meanwhile.
+- gil: ready to run Python but waiting for the GIL that another thread holds; the sampler says
+  so, and which thread held it (``GilHolder``).
 
+A sample taken while its thread collected garbage gets a ``[gc]`` frame on top (it is busy).
 Classification runs once per unique stack, never per sample.
 """
 
@@ -14,9 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Generic, NamedTuple, ParamSpec, TypeVar
 
-from sidecar.rules.frames import STATES, Frame, code_frames, state_of
+from sidecar.rules.frames import GC_FRAME, STATES, Frame, code_frames, state_of
+from sidecar.rules.layers import layer_of_file
 from sidecar.rules.loops import is_selector_wait, loop_entry_index
 
 if TYPE_CHECKING:
@@ -65,15 +69,32 @@ def _is_loop_stack(stack: str) -> bool:
     return loop_entry_index(code_frames(stack)) is not None
 
 
-def _classify(stack: str, on_cpu: bool) -> str:
-    """The state of one sample: ``busy``, ``idle`` or ``blocked``."""
+def _classify(stack: str, on_cpu: bool, gil: bool = False) -> str:
+    """The state of one sample: ``busy``, ``idle``, ``blocked`` or ``gil`` (``gil``: the
+    sampler found the thread waiting for the GIL)."""
+    if gil:
+        return "gil"
     if on_cpu:
         return "busy"
     return off_cpu_state(code_frames(stack))
 
 
+def _holder_site(stack: str) -> str:
+    """Where a thread that held the GIL was: its innermost application frame (the innermost
+    frame outside the standard library, the framework and the event loop), else its innermost
+    frame; empty for a thread without Python frames."""
+    frames = code_frames(stack)
+    for frame in reversed(frames):
+        if layer_of_file(frame.file) == "application":
+            return f"{frame.name} ({frame.file}:{frame.line})"
+    if not frames:
+        return ""
+    return f"{frames[-1].name} ({frames[-1].file}:{frames[-1].line})"
+
+
 is_loop_stack = TextCache(_is_loop_stack)
 classify = TextCache(_classify)
+holder_site = TextCache(_holder_site)
 
 
 def off_cpu_state(frames: Sequence[Frame]) -> str:
@@ -110,6 +131,18 @@ def state_counts(stacks: Mapping[str, int]) -> dict[str, int]:
     return out
 
 
+class GilHolder(NamedTuple):
+    """Samples of an event-loop thread waiting for the GIL, by the thread that held it."""
+
+    #: the waiting thread's id and the holder's (0: none held it at that instant, the GIL
+    #: was being handed over)
+    waiter: int
+    holder: int
+    #: where the holder was (``holder_site``)
+    site: str
+    samples: int
+
+
 @dataclass(frozen=True)
 class ClassifiedWindow:
     """A sampler's window decoded once, for ``record`` and ``serve`` alike: its rows with
@@ -121,22 +154,31 @@ class ClassifiedWindow:
     #: (folded stack, thread id, state, samples): the store's rows
     rows: list[tuple[str, int, str, int]]
     thread_names: dict[int, str]
-    #: busy / idle / blocked samples of every thread
+    #: busy / idle / blocked / gil samples of every thread
     states: dict[str, int]
+    #: who held the GIL while an event-loop thread waited for it
+    gil_holders: list[GilHolder]
 
 
 def classify_window(window: Window) -> ClassifiedWindow:
-    """Each row of ``window`` classified busy, idle or blocked (once per unique stack)."""
+    """Each row of ``window`` classified (once per unique stack), with a ``[gc]`` frame on
+    samples taken during a collection, and who held the GIL while a loop thread waited."""
     counts: dict[tuple[str, int, str], int] = {}
     states = dict.fromkeys(STATES, 0)
     names: dict[int, str] = {}
     for row in window["stacks"]:
-        state = classify(row.stack, row.on_cpu)
-        at = (row.stack, row.thread_id, state)
+        state = classify(row.stack, row.on_cpu, row.gil)
+        stack = f"{row.stack};{GC_FRAME}" if row.gc else row.stack
+        at = (stack, row.thread_id, state)
         counts[at] = counts.get(at, 0) + row.count
         states[state] += row.count
         if row.thread_name:
             names[row.thread_id] = row.thread_name
+    holders: dict[tuple[int, int, str], int] = {}
+    for waiter, waiter_stack, holder, holder_stack, count in window["gil_holders"]:
+        if is_loop_stack(waiter_stack):
+            at = (waiter, holder, holder_site(holder_stack))
+            holders[at] = holders.get(at, 0) + count
     return ClassifiedWindow(
         start=float(window["start"]),
         end=float(window["end"]),
@@ -144,4 +186,5 @@ def classify_window(window: Window) -> ClassifiedWindow:
         rows=[(stack, tid, state, count) for (stack, tid, state), count in counts.items()],
         thread_names=names,
         states=states,
+        gil_holders=[GilHolder(*at, count) for at, count in holders.items()],
     )

@@ -2,7 +2,9 @@
 
 Folded text is the interchange format: one line per unique stack, frames root first joined by
 ``;``, then a space and the sample count. Frames read ``function (file:line)``. Off-CPU samples
-end in a synthetic leaf, ``[idle]`` or ``[blocked]``; a stack without one is busy.
+end in a synthetic leaf, ``[idle]``, ``[blocked]`` or ``[gil]``; a stack without one is busy. A
+sample taken while the interpreter collects garbage has a ``[gc]`` frame on top of the code that
+set the collection off (it is busy: the collection runs on that thread).
 """
 
 from __future__ import annotations
@@ -12,11 +14,17 @@ from dataclasses import dataclass
 
 IDLE_LEAF = "[idle]"
 BLOCKED_LEAF = "[blocked]"
+#: The leaf of a thread waiting for the GIL that another thread holds.
+GIL_LEAF = "[gil]"
+#: The frame on top of a stack sampled while its thread collects garbage.
+GC_FRAME = "[gc]"
 #: The states of a thread sample; a stack's leaf says which (``state_of``).
-STATES = ("busy", "idle", "blocked")
-#: The leaf of each off-CPU state; a busy stack has none.
-LEAVES = {"idle": IDLE_LEAF, "blocked": BLOCKED_LEAF}
+STATES = ("busy", "idle", "blocked", "gil")
+#: The leaf of each state that is not busy; a busy stack has none.
+LEAVES = {"idle": IDLE_LEAF, "blocked": BLOCKED_LEAF, "gil": GIL_LEAF}
 OFF_CPU_LEAVES = tuple(LEAVES.values())
+#: Frames the sampler adds that name no code: the leaves and the collector's frame.
+SYNTHETIC_FRAMES = (*OFF_CPU_LEAVES, GC_FRAME)
 #: A frame of folded text: ``function (file:line)``.
 FRAME = re.compile(r"^(?P<name>.*) \((?P<file>[^()]*?):(?P<line>-?\d+)\)$")
 
@@ -51,9 +59,10 @@ def state_of(stack: str) -> str:
 
 
 def code_frames(stack: str) -> list[Frame]:
-    """The frames of a folded stack, without synthetic leaves and thread/process roots."""
+    """The frames of a folded stack, without synthetic leaves, the collector's frame and
+    thread/process roots."""
     frames = [parse_frame(part) for part in stack.split(";")] if stack else []
-    while frames and frames[-1].name in OFF_CPU_LEAVES and not frames[-1].file:
+    while frames and frames[-1].name in SYNTHETIC_FRAMES and not frames[-1].file:
         frames.pop()
     while frames and not frames[0].is_code and frames[0].name.startswith(("thread (", "process (")):
         frames.pop(0)

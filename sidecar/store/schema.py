@@ -47,7 +47,7 @@ from sqlite_utils import Database
 from sidecar.errors import StoreError
 from sidecar.store import counts
 
-STATE_CODES = {"busy": 0, "idle": 1, "blocked": 2}
+STATE_CODES = {"busy": 0, "idle": 1, "blocked": 2, "gil": 3}
 STATE_NAMES = {code: name for name, code in STATE_CODES.items()}
 TASK_STATE_CODES = {"running": 0, "ready": 1, "waiting": 2}
 TASK_STATE_NAMES = {code: name for name, code in TASK_STATE_CODES.items()}

@@ -31,7 +31,7 @@ thread (worker 7);work (pool.py:1);[idle] 500
 
 def test_states_depth_layers_and_sites_of_a_marked_profile() -> None:
     analysis = analyze(parse_folded(FOLDED))
-    assert analysis.states == {"busy": 20, "idle": 60, "blocked": 20}  # the worker is not a loop
+    assert analysis.states == {"busy": 20, "idle": 60, "blocked": 20, "gil": 0}  # the worker is not a loop
     assert not analysis.estimated and not analysis.no_loop_thread
     # busy depths: 10 samples at 5 frames, 6 at 6 (json counts), 4 at 6
     assert analysis.depth == Depth(mean=5.5, p50=5, p95=6, max=6)
@@ -61,7 +61,7 @@ def test_unmarked_profile_is_estimated_from_the_selector_wait() -> None:
     assert not profile.marked
     analysis = analyze(profile)
     assert analysis.estimated
-    assert analysis.states == {"busy": 40, "idle": 60, "blocked": 0}
+    assert analysis.states == {"busy": 40, "idle": 60, "blocked": 0, "gil": 0}
 
 
 def test_depth_percentiles_are_nearest_rank() -> None:
@@ -93,7 +93,7 @@ def test_frameworks_merge_their_targets() -> None:
     one = analyze(parse_folded(FOLDED))
     two = analyze(parse_folded(FOLDED))
     merged = by_framework([one, two])["tornado"]
-    assert merged.states == {"busy": 40, "idle": 120, "blocked": 40}
+    assert merged.states == {"busy": 40, "idle": 120, "blocked": 40, "gil": 0}
     assert merged.depth == one.depth
     assert merged.blocking_sites(1)[0].samples == 30
     doc = stats_document([one, two])

@@ -63,12 +63,12 @@ def test_state_counts_use_loop_threads_only() -> None:
         UVLOOP + ";handler (app.py:20);[blocked]": 4,
         WORKER + ";[idle]": 1000,
     }
-    assert state_counts(stacks) == {"busy": 6, "idle": 90, "blocked": 4}
+    assert state_counts(stacks) == {"busy": 6, "idle": 90, "blocked": 4, "gil": 0}
 
 
 def test_state_counts_without_a_loop_use_every_thread() -> None:
     stacks = {MAIN + ";spin (app.py:2)": 9, MAIN + ";[idle]": 1}
-    assert state_counts(stacks) == {"busy": 9, "idle": 1, "blocked": 0}
+    assert state_counts(stacks) == {"busy": 9, "idle": 1, "blocked": 0, "gil": 0}
 
 
 def test_estimate_without_leaves() -> None:

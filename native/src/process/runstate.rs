@@ -38,6 +38,10 @@ use super::procfs::after_name;
 /// kernel cuts at 15 bytes for a user thread (64 for kernel threads), so it lies in this.
 const STAT_HEAD: usize = 96;
 
+/// How much of a syscall file is read: the call's number and its first argument (a futex's
+/// address), `NR 0xADDRESS ` in at most 4 + 19 bytes, with room to spare.
+const SYSCALL_HEAD: usize = 40;
+
 /// How many sleeping threads' `syscall` is read beside their `stat` before `stat` is kept for
 /// good: a thread its `stat` found asleep may have woken before its `syscall` is read, so one
 /// "running" does not yet tell that the file cannot name its system calls.
@@ -52,10 +56,26 @@ enum Source {
     Syscall,
 }
 
+/// What a thread's `syscall` file says of a futex.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Futex {
+    /// Asleep in `futex(2)` on this address.
+    At(usize),
+    /// Running, or asleep in another system call or outside one.
+    No,
+    /// The file cannot be read (no ptrace access to the target, a kernel without it, a
+    /// thread gone).
+    Unreadable,
+}
+
 pub(crate) struct ThreadStates {
     pid: i32,
     /// Each thread's open file of the source in use.
     files: HashMap<i32, File, FxBuildHasher>,
+    /// Each thread's `syscall` file while the source is `stat` (`futex`).
+    syscalls: HashMap<i32, File, FxBuildHasher>,
+    /// What the last read of a `syscall` file said of a futex, and whose it was.
+    last_futex: Option<(i32, Futex)>,
     source: Source,
     /// Time spent in the reads of the files so far, timed around each.
     nanos: u64,
@@ -66,6 +86,8 @@ impl ThreadStates {
         ThreadStates {
             pid,
             files: HashMap::default(),
+            syscalls: HashMap::default(),
+            last_futex: None,
             source: Source::Stat(SYSCALL_TRIES),
             nanos: 0,
         }
@@ -75,8 +97,13 @@ impl ThreadStates {
     /// target as this sidecar's /proc sees it.
     pub(crate) fn running(&mut self, tid: i32) -> Option<bool> {
         if self.source == Source::Syscall {
-            let mut head = [0u8; 2];
-            let n = self.read(tid, "syscall", &mut head)?;
+            // the kernel formats the whole line whatever is read: the futex comes with it
+            let mut head = [0u8; SYSCALL_HEAD];
+            let Some(n) = self.read(tid, "syscall", &mut head) else {
+                self.last_futex = Some((tid, Futex::Unreadable));
+                return None;
+            };
+            self.last_futex = Some((tid, futex_of(&head[..n])));
             return syscall_is_running(&head[..n]);
         }
         let mut head = [0u8; STAT_HEAD];
@@ -94,26 +121,29 @@ impl ThreadStates {
         running
     }
 
+    /// What the thread's `syscall` file says of a futex now: taken from the read `running`
+    /// just made of it where it was that file, read otherwise.
+    pub(crate) fn futex(&mut self, tid: i32) -> Futex {
+        if let Some((last, futex)) = self.last_futex.take() {
+            if last == tid {
+                return futex;
+            }
+        }
+        let mut head = [0u8; SYSCALL_HEAD];
+        let files = match self.source {
+            Source::Syscall => &mut self.files,
+            Source::Stat(_) => &mut self.syscalls,
+        };
+        match read_kept(files, self.pid, tid, "syscall", &mut head, &mut self.nanos) {
+            Some(n) => futex_of(&head[..n]),
+            None => Futex::Unreadable,
+        }
+    }
+
     /// The start of the file `name` of thread `tid` into `buf`, from the file kept open (or
     /// opened now); its length. None when the thread is gone or not the target's.
     fn read(&mut self, tid: i32, name: &str, buf: &mut [u8]) -> Option<usize> {
-        let file = match self.files.entry(tid) {
-            Entry::Occupied(file) => file.into_mut(),
-            Entry::Vacant(slot) => {
-                let path = format!("/proc/{}/task/{tid}/{name}", self.pid);
-                slot.insert(File::open(path).ok()?)
-            }
-        };
-        let started = Instant::now();
-        let read = file.read_at(buf, 0);
-        self.nanos += started.elapsed().as_nanos() as u64;
-        match read {
-            Ok(n) => Some(n),
-            Err(_) => {
-                self.files.remove(&tid);
-                None
-            }
-        }
+        read_kept(&mut self.files, self.pid, tid, name, buf, &mut self.nanos)
     }
 
     /// Time spent reading the files so far (ns): the kernel's share of the run states.
@@ -134,6 +164,37 @@ impl ThreadStates {
         if self.files.len() > alive.len() {
             let alive: HashSet<i32> = alive.collect();
             self.files.retain(|tid, _| alive.contains(tid));
+            self.syscalls.retain(|tid, _| alive.contains(tid));
+        }
+    }
+}
+
+/// The start of the file `name` of thread `tid` of `pid` into `buf`, from the file `files`
+/// keeps open (or opened now), timed into `nanos`; its length. None when the thread is gone or
+/// not the target's.
+fn read_kept(
+    files: &mut HashMap<i32, File, FxBuildHasher>,
+    pid: i32,
+    tid: i32,
+    name: &str,
+    buf: &mut [u8],
+    nanos: &mut u64,
+) -> Option<usize> {
+    let file = match files.entry(tid) {
+        Entry::Occupied(file) => file.into_mut(),
+        Entry::Vacant(slot) => {
+            let path = format!("/proc/{pid}/task/{tid}/{name}");
+            slot.insert(File::open(path).ok()?)
+        }
+    };
+    let started = Instant::now();
+    let read = file.read_at(buf, 0);
+    *nanos += started.elapsed().as_nanos() as u64;
+    match read {
+        Ok(n) => Some(n),
+        Err(_) => {
+            files.remove(&tid);
+            None
         }
     }
 }
@@ -153,6 +214,28 @@ fn syscall_is_running(head: &[u8]) -> Option<bool> {
         b'r' => Some(true),
         b'0'..=b'9' | b'-' => Some(false),
         _ => None,
+    }
+}
+
+/// What the start of a syscall file (`NR ARG1 ...`, or "running") says of a futex.
+fn futex_of(head: &[u8]) -> Futex {
+    let text = String::from_utf8_lossy(head);
+    let mut fields = text.split_ascii_whitespace();
+    let (Some(number), Some(first)) = (fields.next(), fields.next()) else {
+        return match head.first() {
+            Some(_) => Futex::No,
+            None => Futex::Unreadable,
+        };
+    };
+    if number.parse::<i64>().ok() != Some(libc::SYS_futex) {
+        return Futex::No;
+    }
+    match first
+        .strip_prefix("0x")
+        .and_then(|hex| usize::from_str_radix(hex, 16).ok())
+    {
+        Some(address) => Futex::At(address),
+        None => Futex::No,
     }
 }
 
@@ -180,6 +263,16 @@ mod tests {
         assert_eq!(state_is_running(b"7 (worker)"), None);
         assert_eq!(state_is_running(b"7 (worker"), None);
         assert_eq!(state_is_running(b""), None);
+    }
+
+    #[test]
+    fn a_syscall_file_names_the_futex_a_thread_sleeps_on() {
+        let futex = format!("{} 0x7f3a2c001028 0x189 0x0 0x0 0x7ffd", libc::SYS_futex);
+        assert_eq!(futex_of(futex.as_bytes()), Futex::At(0x7f3a_2c00_1028));
+        assert_eq!(futex_of(b"running\n"), Futex::No);
+        assert_eq!(futex_of(b"232 0x3 0x7ffd 0x80"), Futex::No);
+        assert_eq!(futex_of(b"-1 0x7ffe 0x4011"), Futex::No);
+        assert_eq!(futex_of(b""), Futex::Unreadable);
     }
 
     #[test]

@@ -26,6 +26,10 @@ pub struct Row {
     /// empty until the target's threading module names the thread
     thread_name: Py<PyString>,
     on_cpu: bool,
+    /// waiting for the GIL that another thread holds
+    gil: bool,
+    /// collecting garbage (the thread holds the GIL)
+    gc: bool,
     /// folded, root first
     stack: Py<PyString>,
     count: u64,
@@ -34,29 +38,36 @@ pub struct Row {
 #[pymethods]
 impl Row {
     #[new]
-    #[pyo3(signature = (*, thread_id, thread_name, on_cpu, stack, count))]
+    #[pyo3(signature = (*, thread_id, thread_name, on_cpu, stack, count, gil=false, gc=false))]
     fn new(
         thread_id: u64,
         thread_name: Py<PyString>,
         on_cpu: bool,
         stack: Py<PyString>,
         count: u64,
+        gil: bool,
+        gc: bool,
     ) -> Self {
         Row {
             thread_id,
             thread_name,
             on_cpu,
+            gil,
+            gc,
             stack,
             count,
         }
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {
+        let py_bool = |b: bool| if b { "True" } else { "False" };
         format!(
-            "Row(thread_id={}, thread_name={:?}, on_cpu={}, stack={:?}, count={})",
+            "Row(thread_id={}, thread_name={:?}, on_cpu={}, gil={}, gc={}, stack={:?}, count={})",
             self.thread_id,
             self.thread_name.bind(py).to_string(),
-            if self.on_cpu { "True" } else { "False" },
+            py_bool(self.on_cpu),
+            py_bool(self.gil),
+            py_bool(self.gc),
             self.stack.bind(py).to_string(),
             self.count
         )
@@ -75,17 +86,24 @@ fn window_to_py<'py>(py: Python<'py>, window: &Window) -> PyResult<Bound<'py, Py
         .iter()
         .map(|(&tid, name)| (tid, PyString::new(py, name).unbind()))
         .collect();
-    for (thread_id, on_cpu, text, count) in window.rows() {
+    for (thread_id, on_cpu, gil, gc, text, count) in window.rows() {
         let row = Row {
             thread_id,
             thread_name: names.get(&thread_id).unwrap_or(&unnamed).clone_ref(py),
             on_cpu,
+            gil,
+            gc,
             stack: PyString::new(py, text).unbind(),
             count,
         };
         stacks.append(Bound::new(py, row)?)?;
     }
     dict.set_item("stacks", stacks)?;
+    let holders = PyList::empty(py);
+    for row in window.holder_rows() {
+        holders.append(row)?;
+    }
+    dict.set_item("gil_holders", holders)?;
     let tasks = PyList::empty(py);
     for (stack, count) in &window.tasks {
         tasks.append((stack.as_str(), *count))?;
@@ -246,6 +264,7 @@ impl Sampler {
         dict.set_item("last_error", stats.last_error)?;
         dict.set_item("reader", stats.reader)?;
         dict.set_item("on_cpu", stats.on_cpu)?;
+        dict.set_item("gil", stats.gil)?;
         dict.set_item("clock", stats.clock)?;
         dict.set_item("task_scans", stats.task_scans)?;
         dict.set_item("task_samples", stats.task_samples)?;

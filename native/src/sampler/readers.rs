@@ -13,10 +13,12 @@ use rustc_hash::FxBuildHasher;
 use super::threadmap::OnCpu;
 use super::windows::Options;
 use crate::process::attach::{attach_spy, InitError};
-use crate::process::memory::MemoryReads;
+use crate::process::memory::{usize_at, Batch, MemoryReads};
+use crate::process::runstate::Futex;
 use crate::rules::format_frame;
-use crate::stack::{RunState, Stack, Trace};
-use crate::walker::Walker;
+use crate::stack::{GilRole, RunState, Stack, Trace};
+use crate::walker::gil::{Gil, GilRead};
+use crate::walker::{gil_source, locate_gil, Walker};
 
 /// What the walker has read of its target so far: its memory, and the run states of its
 /// threads from /proc (how many, the time they took, and the file they come from).
@@ -129,9 +131,17 @@ impl Readers {
         } else {
             (None, "py-spy (asked for)".to_string())
         };
+        // py-spy's own GIL holder comes from an offset some builds do not match: read as
+        // the walker does
+        let gil = match walker {
+            Some(_) => Err("read by the walker".to_string()),
+            None => locate_gil(&spy).map_err(|err| format!("{err:#}")),
+        };
         let readers = Readers {
             spy,
             walker,
+            gil,
+            gil_waits_read: true,
             cache,
             names: HashMap::default(),
             named: HashSet::default(),
@@ -170,6 +180,14 @@ impl Readers {
     pub(crate) fn on_cpu(&self) -> &str {
         self.os.source()
     }
+
+    /// Where the GIL's holder and waiters come from (`Stats::gil`).
+    pub(crate) fn gil(&self) -> String {
+        match &self.walker {
+            Some(walker) => walker.gil_source(),
+            None => gil_source(&self.gil, self.gil_waits_read),
+        }
+    }
 }
 
 /// The readers of one target: py-spy always (it attached, and it knows thread names), and
@@ -177,6 +195,10 @@ impl Readers {
 pub(crate) struct Readers {
     spy: PythonSpy,
     walker: Option<Walker>,
+    /// Without the walker: the target's GIL and GC state, when it can be read, and whether
+    /// the waiters' /proc files could be read.
+    gil: Result<Gil, String>,
+    gil_waits_read: bool,
     cache: FrameCache,
     names: HashMap<u64, String, FxBuildHasher>,
     /// Threads whose names were looked up (the walker does not read names).
@@ -196,9 +218,24 @@ impl Readers {
             }
             None => {
                 self.os.begin();
+                let gil = self.gil.as_ref().ok();
+                let held = gil.and_then(|gil| read_gil(self.spy.pid, gil));
                 let os = Some((&mut self.os, &run_state));
-                let traces = spy_read(&mut self.spy, &mut self.cache, &mut self.names, os)?;
+                let mut traces =
+                    spy_read(&mut self.spy, &mut self.cache, &mut self.names, os, held)?;
                 self.os.spy_read(&traces);
+                // another thread holds the GIL: an off-CPU thread may wait for it
+                if let (Some(gil), Some((read, _))) = (gil, held) {
+                    for trace in traces.iter_mut().filter(|t| read.holder != 0 && !t.active) {
+                        match (trace.gil, self.os.futex(trace.tid as i32)) {
+                            (GilRole::None, Futex::At(at)) if gil.is_gil_futex(at) => {
+                                trace.gil = GilRole::Waits;
+                            }
+                            (_, Futex::Unreadable) => self.gil_waits_read = false,
+                            _ => {}
+                        }
+                    }
+                }
                 Ok(traces)
             }
         }
@@ -217,7 +254,7 @@ impl Readers {
             return;
         }
         self.last_lookup = Some(Instant::now());
-        if spy_read(&mut self.spy, &mut self.cache, &mut self.names, None).is_ok() {
+        if spy_read(&mut self.spy, &mut self.cache, &mut self.names, None, None).is_ok() {
             if self.named.len() > 100_000 {
                 self.named.clear();
             }
@@ -226,13 +263,32 @@ impl Readers {
     }
 }
 
+/// The GIL's state now, and the holder's `pthread_t` (0 when none holds it); None when it
+/// reads torn.
+fn read_gil(pid: i32, gil: &Gil) -> Option<(GilRead, u64)> {
+    let [state, collecting] = gil.pieces();
+    let batch = Batch::read(pid, &gil.pieces());
+    let read = Gil::parse(
+        batch.get(state.0, state.1)?,
+        batch.get(collecting.0, collecting.1)?,
+    )?;
+    if read.holder == 0 {
+        return Some((read, 0));
+    }
+    let at = read.holder + gil.tstate_thread_id;
+    let holder = Batch::read(pid, &[(at, 8)]);
+    Some((read, usize_at(holder.get(at, 8)?, 0) as u64))
+}
+
 /// One read through py-spy, folded like the walker's; with `os`, thread ids and on-CPU states
-/// come from the OS where they can (`OnCpu::thread`).
+/// come from the OS where they can (`OnCpu::thread`); with `held`, the GIL's holder (by its
+/// `pthread_t`) is marked, and the collector's thread.
 fn spy_read(
     spy: &mut PythonSpy,
     cache: &mut FrameCache,
     names: &mut HashMap<u64, String, FxBuildHasher>,
     mut os: Option<(&mut OnCpu, &RunState<'_>)>,
+    held: Option<(GilRead, u64)>,
 ) -> anyhow::Result<Vec<Trace>> {
     let traces = spy.get_stack_traces()?;
     // the pthread_t of threads whose interpreter keeps no OS thread id (CPython < 3.11)
@@ -253,10 +309,14 @@ fn spy_read(
                     names.insert(tid, name.clone());
                 }
             }
+            let holds =
+                held.is_some_and(|(read, holder)| read.holder != 0 && holder == trace.thread_id);
             Trace {
                 tid,
                 active,
                 stack: (!trace.frames.is_empty()).then(|| cache.fold(trace)),
+                gil: if holds { GilRole::Holds } else { GilRole::None },
+                gc: holds && held.is_some_and(|(read, _)| read.collecting),
             }
         })
         .collect())
@@ -290,7 +350,7 @@ fn checked_walker(
     let mut names = HashMap::default();
     let mut last = String::from("no read succeeded");
     let mut agree = |spy: &mut PythonSpy, walker: &mut Walker, last: &mut String| {
-        let theirs = spy_read(spy, cache, &mut names, None);
+        let theirs = spy_read(spy, cache, &mut names, None, None);
         let ours = walker.read(RunState::Read);
         match (theirs, ours) {
             (Ok(theirs), Ok(ours)) if check_key(&theirs) == check_key(&ours) => true,

@@ -9,10 +9,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::readers::Readers;
 use super::task_ticks::TaskTicks;
-use super::windows::{End, Options, Shared, StackKey, Window};
+use super::windows::{End, HolderKey, Options, Shared, StackKey, Window};
 use crate::process::procfs::{process_alive, start_time, Liveness};
 use crate::process::runstate::ThreadStates;
-use crate::stack::{RunState, Trace};
+use crate::stack::{GilRole, RunState, Trace};
 
 /// How many times a torn read of a running target is read again within the same tick.
 const TORN_READ_RETRIES: u64 = 2;
@@ -149,6 +149,8 @@ pub(crate) struct Runner {
     python_threads: Vec<i32>,
     /// A tick's stacks by thread, kept between ticks for its room.
     folded: Vec<(u64, StackKey)>,
+    /// The sample's waits for the GIL, by who held it.
+    holders: Vec<HolderKey>,
     states: ThreadStates,
     process: Result<remoteprocess::Process, remoteprocess::Error>,
     liveness: Liveness,
@@ -172,6 +174,7 @@ impl Runner {
             next: Instant::now(),
             python_threads: Vec::new(),
             folded: Vec::new(),
+            holders: Vec::new(),
             states: ThreadStates::new(pid),
             process: remoteprocess::Process::new(pid),
             liveness: Liveness::open(pid, started),
@@ -292,20 +295,34 @@ impl Runner {
         // Fold outside the lock, so drain() never waits on it.
         let folded = &mut self.folded;
         folded.clear();
+        let holders = &mut self.holders;
+        holders.clear();
         let mut empty = 0u64;
         if let Ok(traces) = &result {
             readers.lookup_names(traces);
+            let holder = traces.iter().find(|t| t.gil == GilRole::Holds);
             for trace in traces {
                 let Some(stack) = &trace.stack else {
                     empty += 1;
                     continue;
                 };
+                let waits = trace.gil == GilRole::Waits;
                 let key = StackKey {
                     thread_id: trace.tid,
                     on_cpu: trace.active,
+                    gil: waits,
+                    gc: trace.gc,
                     stack: stack.clone(),
                 };
                 folded.push((trace.tid, key));
+                if waits {
+                    holders.push(HolderKey {
+                        waiter: trace.tid,
+                        waiter_stack: stack.clone(),
+                        holder: holder.map_or(0, |h| h.tid),
+                        holder_stack: holder.and_then(|h| h.stack.clone()),
+                    });
+                }
             }
         }
         // what the clock counts against the quarter period: up to here (the task scans'
@@ -335,6 +352,12 @@ impl Runner {
         }
         if result.is_ok() && state.stats.on_cpu != readers.on_cpu() {
             state.stats.on_cpu = readers.on_cpu().to_string();
+        }
+        if result.is_ok() {
+            let gil = readers.gil();
+            if state.stats.gil != gil {
+                state.stats.gil = gil;
+            }
         }
         state.stats.read_max = state.stats.read_max.max(read);
         if let Some(pause) = pause {
@@ -387,6 +410,9 @@ impl Runner {
                     .or_insert_with(|| name.clone());
             }
             *window.stacks.entry(key).or_insert(0) += 1;
+        }
+        for key in holders.drain(..) {
+            *window.gil_holders.entry(key).or_insert(0) += 1;
         }
         Some(took)
     }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use py_spy::StackTrace;
 
 use crate::process::memory::read_upto;
-use crate::process::runstate::ThreadStates;
+use crate::process::runstate::{Futex, ThreadStates};
 use crate::rules::is_wait;
 use crate::stack::{RunState, Trace};
 
@@ -290,6 +290,11 @@ impl OnCpu {
             RunState::Read => None,
         }
         .or_else(|| self.states.running(tid))
+    }
+
+    /// What the thread's /proc `syscall` file says of a futex now (`ThreadStates::futex`).
+    pub(crate) fn futex(&mut self, tid: i32) -> Futex {
+        self.states.futex(tid)
     }
 
     /// `Stats::on_cpu` as of the last sample: "os", or "estimated (why)"; empty before one.

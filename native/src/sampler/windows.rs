@@ -31,11 +31,30 @@ pub struct Options {
 pub struct StackKey {
     pub thread_id: u64,
     pub on_cpu: bool,
+    /// Waiting for the GIL another thread holds.
+    pub gil: bool,
+    /// Collecting garbage.
+    pub gc: bool,
     pub stack: Stack,
 }
 
-/// A window's row as handed out: thread, on CPU, folded text, samples.
-pub type Row<'a> = (u64, bool, &'a str, u64);
+/// A window's row as handed out: thread, on CPU, waiting for the GIL, collecting garbage,
+/// folded text, samples.
+pub type Row<'a> = (u64, bool, bool, bool, &'a str, u64);
+
+/// Who held the GIL while a thread waited for it: the waiter and its stack, the holder (0:
+/// none, the GIL being handed over) and its stack.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct HolderKey {
+    pub waiter: u64,
+    pub waiter_stack: Stack,
+    pub holder: u64,
+    pub holder_stack: Option<Stack>,
+}
+
+/// A window's holder row as handed out: waiter, its folded text, holder, its folded text
+/// (empty without Python frames), samples.
+pub type HolderRow<'a> = (u64, &'a str, u64, &'a str, u64);
 
 /// Unique stacks with counts over `[start, end)` (unix seconds).
 #[derive(Debug, Clone)]
@@ -46,6 +65,8 @@ pub struct Window {
     pub samples: u64,
     pub stacks: HashMap<StackKey, u64, FxBuildHasher>,
     pub thread_names: HashMap<u64, String, FxBuildHasher>,
+    /// Samples of threads waiting for the GIL, by who held it.
+    pub gil_holders: HashMap<HolderKey, u64, FxBuildHasher>,
     /// Task stacks (folded, leaf `[running]`, `[ready]` or `[waiting]`) with task-samples,
     /// and the task scans that counted them.
     pub tasks: HashMap<String, u64, FxBuildHasher>,
@@ -62,6 +83,7 @@ impl Window {
             samples: 0,
             stacks: HashMap::default(),
             thread_names: HashMap::default(),
+            gil_holders: HashMap::default(),
             tasks: HashMap::default(),
             task_scans: 0,
             task_unread: 0,
@@ -71,13 +93,29 @@ impl Window {
     /// Its counts by thread, state and folded text: keys whose stacks are twins (the same
     /// text cached twice) are one row.
     pub fn rows(&self) -> Vec<Row<'_>> {
-        let mut rows: HashMap<(u64, bool, &str), u64, FxBuildHasher> = HashMap::default();
+        let mut rows: HashMap<(u64, bool, bool, bool, &str), u64, FxBuildHasher> =
+            HashMap::default();
         for (key, &count) in &self.stacks {
-            let at = (key.thread_id, key.on_cpu, key.stack.text());
+            let at = (key.thread_id, key.on_cpu, key.gil, key.gc, key.stack.text());
             *rows.entry(at).or_insert(0) += count;
         }
         rows.into_iter()
-            .map(|((thread, on_cpu, text), count)| (thread, on_cpu, text, count))
+            .map(|((thread, on_cpu, gil, gc, text), count)| (thread, on_cpu, gil, gc, text, count))
+            .collect()
+    }
+
+    /// Its GIL holders, twins merged by text as in `rows`.
+    pub fn holder_rows(&self) -> Vec<HolderRow<'_>> {
+        let mut rows: HashMap<(u64, &str, u64, &str), u64, FxBuildHasher> = HashMap::default();
+        for (key, &count) in &self.gil_holders {
+            let holder_text = key.holder_stack.as_ref().map_or("", |s| s.text());
+            let at = (key.waiter, key.waiter_stack.text(), key.holder, holder_text);
+            *rows.entry(at).or_insert(0) += count;
+        }
+        rows.into_iter()
+            .map(|((waiter, stack, holder, holder_stack), count)| {
+                (waiter, stack, holder, holder_stack, count)
+            })
             .collect()
     }
 }
@@ -115,6 +153,8 @@ pub struct Stats {
     pub last_error: Option<String>,
     /// Which reader reads the stacks, and why when it is not the walker.
     pub reader: String,
+    /// Where the GIL's holder and waiters come from, and what is missing (`walker::gil_source`).
+    pub gil: String,
     /// Where the last sample's on-CPU states came from: "os" when all from the OS, else
     /// "estimated (why)" (py-spy's guess from the innermost frame); empty before a sample.
     pub on_cpu: String,
@@ -205,6 +245,8 @@ mod tests {
         let key = |stack: &Stack, on_cpu: bool| StackKey {
             thread_id: 7,
             on_cpu,
+            gil: false,
+            gc: false,
             stack: stack.clone(),
         };
         let mut window = Window::new(0.0, 1.0);
@@ -217,9 +259,9 @@ mod tests {
         assert_eq!(
             rows,
             vec![
-                (7, false, "main (app.py:1);work (app.py:9)", 1),
-                (7, true, "main (app.py:1)", 4),
-                (7, true, "main (app.py:1);work (app.py:9)", 5),
+                (7, false, false, false, "main (app.py:1);work (app.py:9)", 1),
+                (7, true, false, false, "main (app.py:1)", 4),
+                (7, true, false, false, "main (app.py:1);work (app.py:9)", 5),
             ]
         );
     }

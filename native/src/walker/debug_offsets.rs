@@ -7,6 +7,7 @@
 
 use anyhow::{anyhow, bail, Result};
 
+use super::gil::{At, GilTable};
 use super::layout::{GenLayout, Layout};
 use crate::process::memory::{read, usize_at};
 
@@ -130,6 +131,56 @@ impl Layout {
     }
 }
 
+impl GilTable {
+    /// Where the 3.13+ target `pid` keeps its GIL and GC state, from the `_Py_DebugOffsets` at
+    /// `runtime`.
+    pub fn read_debug_offsets(pid: i32, runtime: usize, minor: u64) -> Result<GilTable> {
+        let Some(row) = DebugRow::of(minor) else {
+            bail!("no _Py_DebugOffsets layout for Python 3.{minor}");
+        };
+        let mut raw = vec![0u8; row.words * 8];
+        read(pid, runtime, &mut raw)?;
+        Layout::parse_debug_offsets(&raw, minor)?;
+        GilTable::from_debug_offsets(&raw, minor)
+    }
+
+    /// Where a 3.13+ target keeps its GIL and GC state, from its `_Py_DebugOffsets` (`raw`,
+    /// already parsed into a `Layout`, so its cookie and version are checked): the GIL as the
+    /// interpreter's own `_gil`, whose `last_holder` and `locked` must lie where every version
+    /// has kept them; the GC state's `collecting`; 3.15's flags of a thread state.
+    pub fn from_debug_offsets(raw: &[u8], minor: u64) -> Result<GilTable> {
+        let Some(row) = DebugRow::of(minor) else {
+            bail!("no _Py_DebugOffsets layout for Python 3.{minor}");
+        };
+        let word = |i: usize| usize_at(raw, i * 8);
+        let gil = word(row.gil_runtime_state);
+        if gil == 0
+            || gil > MAX_STRUCT
+            || word(row.gil_holder) != gil + 8
+            || word(row.gil_locked) != gil + 16
+        {
+            bail!("the debug offsets place the GIL's holder and lock where no version kept them");
+        }
+        let (gc, collecting) = (word(row.gc), word(row.gc_collecting));
+        if gc == 0 || gc > MAX_STRUCT || collecting >= word(row.gc_size) {
+            bail!("the debug offsets give an implausible GC state ({gc}, {collecting})");
+        }
+        let flags = row
+            .tstate_gil_flags
+            .map(|(holds, requested)| (word(holds), word(requested)));
+        let tstate_size = word(row.tstate_size);
+        if flags.is_some_and(|(h, r)| h + 4 > tstate_size || r + 4 > tstate_size) {
+            bail!("the debug offsets place a thread's GIL flags outside its state");
+        }
+        Ok(GilTable {
+            gil: At::Interpreter(gil),
+            collecting: At::Interpreter(gc + collecting),
+            tstate_thread_id: word(row.tstate_thread_id),
+            flags,
+        })
+    }
+}
+
 /// The line a free-threaded target gets.
 pub const FREE_THREADED: &str =
     "free-threaded CPython builds (3.13t, 3.14t) are not supported: their objects and frames are laid out otherwise";
@@ -169,6 +220,16 @@ struct DebugRow {
     compact_size: Option<usize>,
     /// `gen_object`'s size (3.14+), followed by `gi_name`, `gi_iframe` and `gi_frame_state`.
     gen_object: Option<usize>,
+    /// `interpreter_state.gil_runtime_state` (the interpreter's own `_gil`), its `locked` and
+    /// `holder`; `interpreter_state.gc`, and the GC state's size and `collecting`.
+    gil_runtime_state: usize,
+    gil_locked: usize,
+    gil_holder: usize,
+    gc: usize,
+    gc_size: usize,
+    gc_collecting: usize,
+    /// `thread_state.holds_gil` and `gil_requested` (3.15+).
+    tstate_gil_flags: Option<(usize, usize)>,
 }
 
 /// A coroutine object of Python 3.`minor`: the version's row, with where its frame state and
@@ -224,6 +285,13 @@ impl DebugRow {
                 ascii_size: 70,
                 compact_size: None,
                 gen_object: None,
+                gil_runtime_state: 15,
+                gil_locked: 17,
+                gil_holder: 18,
+                gc: 10,
+                gc_size: 71,
+                gc_collecting: 72,
+                tstate_gil_flags: None,
             },
             14 => DebugRow {
                 words: 95,
@@ -255,6 +323,13 @@ impl DebugRow {
                 ascii_size: 80,
                 compact_size: None,
                 gen_object: Some(83),
+                gil_runtime_state: 16,
+                gil_locked: 18,
+                gil_holder: 19,
+                gc: 11,
+                gc_size: 81,
+                gc_collecting: 82,
+                tstate_gil_flags: None,
             },
             15 => DebugRow {
                 words: 111,
@@ -286,6 +361,13 @@ impl DebugRow {
                 ascii_size: 92,
                 compact_size: Some(93),
                 gen_object: Some(99),
+                gil_runtime_state: 16,
+                gil_locked: 18,
+                gil_holder: 19,
+                gc: 11,
+                gc_size: 94,
+                gc_collecting: 95,
+                tstate_gil_flags: Some((34, 35)),
             },
             _ => return None,
         })
@@ -375,6 +457,35 @@ mod tests {
             (l12.code_filename, l12.code_linetable),
             (l13.code_filename, l13.code_linetable)
         );
+    }
+
+    #[test]
+    fn debug_offsets_place_the_gil_and_the_collector() {
+        // as the interpreters themselves read them (tests/live/test_gil.py checks it live)
+        let g13 = GilTable::from_debug_offsets(&bytes(&DEBUG_313), 13).expect("3.13");
+        assert_eq!(
+            (g13.gil, g13.collecting, g13.tstate_thread_id, g13.flags),
+            (At::Interpreter(7752), At::Interpreter(7600), 152, None)
+        );
+        let g14 = GilTable::from_debug_offsets(&bytes(&DEBUG_314), 14).expect("3.14");
+        assert_eq!(
+            (g14.gil, g14.collecting),
+            (At::Interpreter(7784), At::Interpreter(7600))
+        );
+        let g15 = GilTable::from_debug_offsets(&bytes(&DEBUG_315), 15).expect("3.15");
+        assert_eq!(
+            (g15.gil, g15.collecting, g15.tstate_thread_id, g15.flags),
+            (
+                At::Interpreter(7736),
+                At::Interpreter(7512),
+                176,
+                Some((36, 40))
+            )
+        );
+        // a GIL whose lock moved is refused, not read at a guess
+        let mut moved = DEBUG_314;
+        moved[18] += 8;
+        assert!(GilTable::from_debug_offsets(&bytes(&moved), 14).is_err());
     }
 
     #[test]

@@ -23,6 +23,7 @@ mod ahead;
 mod compared;
 mod debug_offsets;
 mod frames;
+pub mod gil;
 mod layout;
 pub(crate) mod objects;
 mod unchanged;
@@ -34,12 +35,13 @@ use std::sync::Arc;
 use anyhow::{bail, Result};
 use py_spy::PythonSpy;
 
-use crate::process::memory::{read, usize_at, Batch, MemoryReads};
-use crate::process::runstate::ThreadStates;
-use crate::stack::{RunState, Stack, Trace};
+use crate::process::memory::{read, u32_at, usize_at, Batch, MemoryReads};
+use crate::process::runstate::{Futex, ThreadStates};
+use crate::stack::{GilRole, RunState, Stack, Trace};
 use ahead::{AheadStack, Recent};
 use compared::Compared;
 use frames::{RawFrame, WalkedFrame};
+use gil::{At, Gil, GilTable};
 pub use layout::{GenLayout, Layout};
 use objects::{Code, ShortFiles};
 use rustc_hash::FxBuildHasher;
@@ -57,8 +59,8 @@ const STACK_CACHE_BYTES: usize = 32 << 20;
 const CHURN_SAMPLES: u64 = 1000;
 
 /// A thread as read: OS thread id, where its frames (innermost first) are in the sample's
-/// list of frames.
-type RawThread = (u64, Range<usize>);
+/// list of frames, and what its state says of the GIL (the holder's, or 3.15's own flags).
+type RawThread = (u64, Range<usize>, GilRole);
 
 /// What a sample builds and lets go, kept between samples so that one allocates nothing once
 /// the walker has met the target's threads and stacks.
@@ -160,6 +162,11 @@ pub struct Walker {
     /// The last sample met a thread whose run state this sidecar cannot read (not a thread
     /// of the target as its /proc sees it: another PID namespace), counted as running.
     guessed: bool,
+    /// The target's GIL and GC state, when it can be read; else why not.
+    gil: std::result::Result<Gil, String>,
+    /// Whether the last samples could tell who waits for the GIL: false after a thread's
+    /// /proc `syscall` file could not be read while it may have waited.
+    gil_waits_read: bool,
 }
 
 impl Walker {
@@ -180,7 +187,7 @@ impl Walker {
         if interpreter == 0 {
             return Err(unsupported("no interpreter found".into()));
         }
-        let layout = match Layout::table(version.minor) {
+        let mut layout = match Layout::table(version.minor) {
             Some(layout) => layout,
             None => debug_layout(spy).map_err(|err| {
                 let reason = format!("{err:#}");
@@ -195,6 +202,11 @@ impl Walker {
                 "frames of {} bytes to read",
                 layout.frame_size
             )));
+        }
+        let gil = locate_gil(spy).map_err(|err| format!("{err:#}"));
+        if let Some((holds, requested)) = gil.as_ref().ok().and_then(|gil| gil.flags) {
+            // the thread state read covers its GIL flags
+            layout.tstate_size = layout.tstate_size.max(holds.max(requested) + 4);
         }
         Ok(Walker {
             pid: spy.pid,
@@ -223,6 +235,8 @@ impl Walker {
             churn_until: 0,
             last_folds: HashMap::default(),
             guessed: false,
+            gil,
+            gil_waits_read: true,
         })
     }
 
@@ -263,6 +277,11 @@ impl Walker {
         self.states.file()
     }
 
+    /// Where the GIL's holder and waiters come from (`Stats::gil`).
+    pub fn gil_source(&self) -> String {
+        gil_source(&self.gil, self.gil_waits_read)
+    }
+
     /// Whether the last sample guessed some thread's on-CPU state (`guessed`).
     pub fn guessed(&self) -> bool {
         self.guessed
@@ -283,6 +302,11 @@ impl Walker {
         let pieces = &mut batch.pieces;
         pieces.clear();
         pieces.push(head);
+        // the GIL's holder and the GC flag, read with the thread states
+        let gil = self.gil.as_ref().ok().copied();
+        if let Some(gil) = gil {
+            pieces.extend(gil.pieces());
+        }
         // The code objects recent samples checked: they do not change while they are read.
         // From 3.14 those checked while the count of code objects freed stood where it stands
         // now are not read: unless it moved, their headers are not needed (`check_codes`).
@@ -350,6 +374,13 @@ impl Walker {
             bail!("failed to read the interpreter's list of threads");
         };
         let mut thread = usize_at(first, 0);
+        let gil_read = gil.and_then(|gil| {
+            let [state, collecting] = gil.pieces();
+            Gil::parse(
+                batch.get(state.0, state.1)?,
+                batch.get(collecting.0, collecting.1)?,
+            )
+        });
 
         let Scratch {
             threads,
@@ -388,7 +419,19 @@ impl Walker {
             let ahead = self.previous_stacks.remove(&thread);
             let start = frames.len();
             self.frames(thread, ahead, bytes, batch, frames, outside)?;
-            threads.push((tid, start..frames.len()));
+            let role = match (gil.and_then(|g| g.flags), gil_read) {
+                // 3.15: the thread's own flags
+                (Some((holds, requested)), _) if bytes.len() >= holds.max(requested) + 4 => {
+                    match (u32_at(bytes, holds), u32_at(bytes, requested)) {
+                        (1, _) => GilRole::Holds,
+                        (0, 1) => GilRole::Waits,
+                        _ => GilRole::None,
+                    }
+                }
+                (_, Some(read)) if read.holder == thread => GilRole::Holds,
+                _ => GilRole::None,
+            };
+            threads.push((tid, start..frames.len(), role));
             thread = next;
         }
         self.previous_stacks.clear();
@@ -401,8 +444,12 @@ impl Walker {
         self.ahead_frames.seen(&scratch.outside, self.samples);
         let mut traces = Vec::with_capacity(scratch.threads.len());
         self.guessed = false;
-        for (tid, range) in &scratch.threads {
-            let tid = *tid;
+        // Another thread holds the GIL: an off-CPU thread may wait for it, which its futex
+        // tells (3.15 says so in its own flags).
+        let contended = gil_read.is_some_and(|read| read.holder != 0)
+            && gil.is_some_and(|gil| gil.flags.is_none());
+        for (tid, range, role) in &scratch.threads {
+            let (tid, mut role) = (*tid, *role);
             let frames = &scratch.frames[range.clone()];
             let (stack, waits) = self.folded(tid, frames);
             // A thread in a known wait is idle whatever the OS says: its /proc file is not read.
@@ -418,17 +465,36 @@ impl Walker {
                 }
             };
             self.guessed |= running.is_none();
+            if let (true, GilRole::None, Some(gil)) = (contended, role, gil) {
+                // a known wait too: a loop back from its poll waits for the GIL in that frame
+                let off = match running {
+                    Some(false) if waits => {
+                        self.state_reads += 1;
+                        self.states.running(tid as i32) == Some(false)
+                    }
+                    running => running == Some(false),
+                };
+                if off {
+                    match self.states.futex(tid as i32) {
+                        Futex::At(address) if gil.is_gil_futex(address) => role = GilRole::Waits,
+                        Futex::Unreadable => self.gil_waits_read = false,
+                        _ => {}
+                    }
+                }
+            }
             traces.push(Trace {
                 tid,
                 // A thread this sidecar cannot see counts as running, as in py-spy.
-                active: running.unwrap_or(true),
+                active: running.unwrap_or(true) && role != GilRole::Waits,
                 stack,
+                gil: role,
+                gc: role == GilRole::Holds && gil_read.is_some_and(|read| read.collecting),
             });
         }
         if self.last_folds.len() > scratch.threads.len() {
             let threads = &scratch.threads;
             self.last_folds
-                .retain(|tid, _| threads.iter().any(|(t, _)| t == tid));
+                .retain(|tid, _| threads.iter().any(|(t, _, _)| t == tid));
         }
         if let RunState::Read = run_state {
             self.states.keep(traces.iter().map(|t| t.tid as i32));
@@ -684,6 +750,48 @@ pub fn layout_of(spy: &PythonSpy) -> Result<Layout> {
         Some(layout) => Ok(layout),
         None => debug_layout(spy),
     }
+}
+
+/// Where a reader's GIL states come from, for `Stats::gil`: the thread states' own flags
+/// (3.15), or the holder from the GIL and the waiters from their futex; what is missing, why.
+pub fn gil_source(gil: &std::result::Result<Gil, String>, waits_read: bool) -> String {
+    match gil {
+        Ok(gil) if gil.flags.is_some() => "the thread states' flags".into(),
+        Ok(_) if waits_read => "the GIL's holder, and the waiters' futex in /proc".into(),
+        Ok(_) => "the GIL's holder only: a thread's /proc syscall file could not be read, \
+                  so waits for the GIL read as idle or blocked"
+            .into(),
+        Err(why) => format!("not read ({why})"),
+    }
+}
+
+/// Where the target `spy` attached to keeps its GIL and GC state (CPython 3.8–3.15), checked;
+/// else why it cannot be read.
+pub fn locate_gil(spy: &PythonSpy) -> Result<Gil> {
+    let minor = spy.version.minor;
+    if spy.version.major != 3 || !(8..=15).contains(&minor) {
+        bail!("Python {}", spy.version);
+    }
+    let interpreter = spy.addresses.interpreter_address;
+    if interpreter == 0 {
+        bail!("no interpreter found");
+    }
+    let table = GilTable::of(minor);
+    let needs_runtime = table.is_none_or(|t| matches!(t.gil, At::Runtime(_)));
+    let runtime = if needs_runtime {
+        let info = py_spy::python_process_info::PythonProcessInfo::new(&spy.process)?;
+        match info.get_symbol("_PyRuntime") {
+            Some(&runtime) => runtime as usize,
+            None => bail!("no _PyRuntime symbol in the interpreter's binary"),
+        }
+    } else {
+        0
+    };
+    let table = match table {
+        Some(table) => table,
+        None => GilTable::read_debug_offsets(spy.pid, runtime, minor)?,
+    };
+    Gil::locate(spy.pid, &table, runtime, interpreter)
 }
 
 /// The layout of a 3.13+ target from its own `_Py_DebugOffsets`, at the start of the
