@@ -179,6 +179,8 @@ class Sampler:
     on a common schedule: one wakeup per tick for all their targets instead of one each.
 
     ``rate_hz`` and ``window`` default to ``DEFAULT_RATE_HZ`` and ``DEFAULT_WINDOW_S``.
+    ``gil=False`` leaves out the reads of who holds and who waits for the GIL, and of the
+    collector's flag (the benchmarks compare the cost).
 
     Raises ProcessLookupError (no such process), PermissionError (the message names the fix)
     or SamplerError (anything else) when it cannot attach.
@@ -194,6 +196,7 @@ class Sampler:
         reader: Literal["auto", "py-spy"] = "auto",
         clock: Literal["own", "shared"] = "own",
         tasks_hz: float = 0.0,
+        gil: bool = True,
     ) -> Sampler: ...
     @property
     def python_version(self) -> str: ...

@@ -2,8 +2,10 @@
 
 Routes: /sleep (50 ms awaited sleep), /stages (two awaits in turn: a 30 ms fetch, a 10 ms
 store; /stages-time says how long requests spent in each so far), /hard (sequential,
-concurrent and timed-out awaits), /cpu (pure-Python classifier), /blocking (time.sleep inside
-the loop), /blocking-fetch (a synchronous HTTP call inside the loop), /health. With ``--pool N``
+concurrent and timed-out awaits), /cpu (pure-Python classifier), /executor (the classifier in
+the loop's thread pool, ``run_in_executor``: the pool's threads hold the GIL the loop needs),
+/blocking (time.sleep inside the loop), /blocking-fetch (a synchronous HTTP call inside the
+loop), /health. With ``--pool N``
 the service owns a process pool of N forked workers (multiprocessing's fork start method) and
 /offload runs the classifier there, as services offload CPU work.
 """
@@ -82,6 +84,12 @@ async def cpu_handler(request: web.Request) -> web.Response:
     return web.Response(body=classify_path(request.path, repeat))
 
 
+async def executor_handler(request: web.Request) -> web.Response:
+    repeat = int(request.query.get("repeat", "200"))
+    loop = asyncio.get_running_loop()
+    return web.Response(body=await loop.run_in_executor(None, classify_path, "/x", repeat))
+
+
 async def blocking_handler(request: web.Request) -> web.Response:
     blocking_sleep()
     return web.Response(text="blocked the loop\n")
@@ -111,6 +119,7 @@ def make_app(pool: ProcessPoolExecutor | None = None) -> web.Application:
             web.get("/stages-time", stages_time),
             web.get("/hard", hard_handler),
             web.get("/cpu", cpu_handler),
+            web.get("/executor", executor_handler),
             web.get("/blocking", blocking_handler),
             web.get("/blocking-fetch", blocking_fetch_handler),
             web.get("/health", health),

@@ -3,8 +3,9 @@
 
 Each handler of "Tornado vs Aiohttp" (Avito) comes twice: new school (``async def``/``await``)
 and old school (``@gen.coroutine``/``yield``). Routes: /sleep, /sleep-old, /hard, /hard-old, /cpu,
-/blocking, /blocking-fetch, /health; and /stages (two awaits in turn: a 30 ms fetch, a 10 ms
-store; /stages-time says how long requests spent in each so far), as the aiohttp service has.
+/executor (the classifier in the loop's thread pool), /blocking, /blocking-fetch, /health; and
+/stages (two awaits in turn: a 30 ms fetch, a 10 ms store; /stages-time says how long requests
+spent in each so far), as the aiohttp service has.
 """
 
 from __future__ import annotations
@@ -120,6 +121,13 @@ class CpuHandler(tornado.web.RequestHandler):
         self.write(classify_path(self.request.path, repeat))
 
 
+class ExecutorHandler(tornado.web.RequestHandler):
+    async def get(self) -> None:
+        repeat = int(self.get_query_argument("repeat", "200"))
+        loop = tornado.ioloop.IOLoop.current()
+        self.write(await loop.run_in_executor(None, classify_path, "/x", repeat))
+
+
 class BlockingHandler(tornado.web.RequestHandler):
     def get(self) -> None:
         blocking_sleep()
@@ -150,6 +158,7 @@ def make_app() -> tornado.web.Application:
             (r"/stages", StagesHandler),
             (r"/stages-time", StagesTimeHandler),
             (r"/cpu", CpuHandler),
+            (r"/executor", ExecutorHandler),
             (r"/blocking", BlockingHandler),
             (r"/blocking-fetch", BlockingFetchHandler, {"url": pretend.url}),
             (r"/health", HealthHandler),

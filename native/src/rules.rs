@@ -72,18 +72,41 @@ pub(crate) fn format_frame(name: &str, file: &str, line: i32) -> String {
         .collect()
 }
 
-/// One of `KNOWN_WAITS`. Names are qualified (`Condition.wait`, `EpollSelector.select`): the
-/// rule looks at the last part.
-pub(crate) fn is_wait(name: &str, file: &str) -> bool {
+/// What a frame of `KNOWN_WAITS` waits in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Wait {
+    /// Not a known wait.
+    #[default]
+    No,
+    /// An event loop's poll: a thread back from it waits for the GIL in this frame, so it is
+    /// asked whether it does.
+    Poll,
+    /// A threading primitive's `wait` (a condition, an event, a queue's get): it stays idle,
+    /// as it always read.
+    Lock,
+}
+
+/// Which of `KNOWN_WAITS` a frame is, if any. Names are qualified (`Condition.wait`,
+/// `EpollSelector.select`): the rule looks at the last part.
+pub(crate) fn wait_of(name: &str, file: &str) -> Wait {
     let bare = name.rsplit('.').next().unwrap_or(name);
-    KNOWN_WAITS
+    match KNOWN_WAITS
         .iter()
-        .any(|&(wait, in_file)| bare == wait && in_file.matches(file))
+        .find(|&&(wait, in_file)| bare == wait && in_file.matches(file))
+    {
+        None => Wait::No,
+        Some(("wait", _)) => Wait::Lock,
+        Some(_) => Wait::Poll,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn is_wait(name: &str, file: &str) -> bool {
+        wait_of(name, file) != Wait::No
+    }
 
     #[test]
     fn waits_are_recognised_by_their_qualified_names() {
@@ -105,5 +128,13 @@ mod tests {
             "/usr/lib/python3.11/threading.py"
         ));
         assert!(!is_wait("Server.wait", "/srv/app/server.py"));
+        assert_eq!(
+            wait_of("Condition.wait", "/usr/lib/python3.11/threading.py"),
+            Wait::Lock
+        );
+        assert_eq!(
+            wait_of("EpollSelector.select", "/usr/lib/python3.12/selectors.py"),
+            Wait::Poll
+        );
     }
 }

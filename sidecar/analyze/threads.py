@@ -13,8 +13,8 @@ and a process whose threads run no event loop count in no framework's shares (``
 - the top functions by self and by total time of busy loop samples;
 - the top blocking call sites: the frame right below the ``[blocked]`` leaf.
 
-Profiles without ``[idle]``/``[blocked]``/``[gil]`` leaves (plain py-spy or inferno output) are estimated
-from their frames (``classify.estimate_state``) and flagged ``estimated``.
+Profiles without ``[idle]``/``[blocked]``/``[gil]`` leaves (plain py-spy or inferno output) are
+estimated from their frames (``classify.estimate_state``) and flagged ``estimated``.
 
 No I/O happens here: the CLI and the HTTP API hand in loaded profiles.
 """
@@ -298,6 +298,26 @@ def _shares(analysis: Analysis) -> dict[str, Any]:
         "gc_share": round(analysis.gc_share, 4),
         "depth": analysis.depth.to_json(),
     }
+
+
+def _percent(part: float, whole: float) -> str:
+    return f"{100.0 * part / whole:.1f}%" if whole else "-"
+
+
+def state_line(analysis: Analysis) -> str:
+    """The loop's states in one line, as ``record`` and ``stats`` print them: each state's
+    share; with gil samples, who held the GIL most (share of the gil samples whose holder the
+    sampler saw); with samples in a collection, the garbage collector's share of busy."""
+    total = analysis.samples
+    parts = [f"{state} {_percent(analysis.states[state], total)}" for state in STATES]
+    top = analysis.top_holders(1)
+    if analysis.states["gil"] and top:
+        thread, site, _, share = top[0]
+        where = f" at {site}" if site else ""
+        parts[-1] += f" (GIL held by {thread!r}{where} {share:.0%})"
+    if analysis.gc_samples:
+        parts.append(f"gc {_percent(analysis.gc_samples, analysis.states['busy'])} of busy")
+    return " · ".join(parts)
 
 
 def stats_document(analyses: Sequence[Analysis]) -> dict[str, Any]:

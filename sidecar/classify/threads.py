@@ -92,6 +92,14 @@ def _holder_site(stack: str) -> str:
     return f"{frames[-1].name} ({frames[-1].file}:{frames[-1].line})"
 
 
+def holder_name(tid: int, names: Mapping[int, str]) -> str:
+    """How a GIL holder is named: its thread's name, else its id; a GIL being handed over
+    from one thread to another (held by none) says so."""
+    if not tid:
+        return "(none: being handed over)"
+    return names.get(tid) or f"thread {tid}"
+
+
 is_loop_stack = TextCache(_is_loop_stack)
 classify = TextCache(_classify)
 holder_site = TextCache(_holder_site)
@@ -177,8 +185,8 @@ def classify_window(window: Window) -> ClassifiedWindow:
     holders: dict[tuple[int, int, str], int] = {}
     for waiter, waiter_stack, holder, holder_stack, count in window["gil_holders"]:
         if is_loop_stack(waiter_stack):
-            at = (waiter, holder, holder_site(holder_stack))
-            holders[at] = holders.get(at, 0) + count
+            by = (waiter, holder, holder_site(holder_stack))
+            holders[by] = holders.get(by, 0) + count
     return ClassifiedWindow(
         start=float(window["start"]),
         end=float(window["end"]),

@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sidecar import _native, defaults
+from sidecar.analyze.threads import analyze, state_line
 from sidecar.commands.signals import terminate_as_interrupt
 from sidecar.errors import NoSamples, UsageError
 from sidecar.formats import pprof
 from sidecar.formats.render import FORMATS, RenderOptions, export
 from sidecar.output import percent, write_bytes, write_text
-from sidecar.rules.frames import STATES
 from sidecar.sample.record import Recording, record
 from sidecar.sample.sampler import on_cpu_source, torn_note
 from sidecar.sample.tasks import snapshot
@@ -30,8 +30,9 @@ def add_parser(sub: Any) -> None:
     parser = sub.add_parser(
         "record",
         help=HELP,
-        description=HELP + ". Off-CPU samples are kept and marked [idle] or [blocked] "
-        "unless --cpu is given. Ctrl-C stops early and keeps what was sampled.",
+        description=HELP + ". Samples off CPU are kept and marked [idle] or [blocked], and "
+        "those waiting for the GIL [gil], unless --cpu is given; samples taken during a "
+        "garbage collection carry a [gc] frame. Ctrl-C stops early and keeps what was sampled.",
     )
     parser.add_argument("--pid", type=int, required=True, help="process to sample")
     parser.add_argument(
@@ -110,14 +111,13 @@ def summary(rec: Recording) -> list[str]:
         f"errors {stats['errors']} · late {stats['late']} · missed {stats['missed']} · "
         f"retried {stats['retried']} · "
         f"lag mean {stats['lag_mean'] * 1000:.2f} ms, max {stats['lag_max'] * 1000:.2f} ms",
-        f"stacks read by {stats['reader']}, on-CPU state {on_cpu_source(stats['on_cpu'])}",
+        f"stacks read by {stats['reader']}, on-CPU state {on_cpu_source(stats['on_cpu'])}, "
+        f"GIL from {stats['gil'] or 'not read yet'}",
     ]
-    states = rec.counts.state_counts()
-    total = sum(states.values())
-    if total:
-        lines.append(
-            "event loop: " + " · ".join(f"{name} {percent(states[name], total)}" for name in STATES)
-        )
+    analysis = analyze(rec.counts.to_profile(), holders=rec.counts.holders())
+    if analysis.samples:
+        threads = "all threads" if analysis.no_loop_thread else "event loop"
+        lines.append(f"{threads}: {state_line(analysis)}")
     torn = torn_note(stats["errors"], stats["samples"] + stats["errors"], rec.blocking)
     if torn:
         lines.append(torn)

@@ -1,4 +1,5 @@
-"""``sidecar stats``: busy / idle / blocked shares, stack depth, hot and blocking spots.
+"""``sidecar stats``: busy / idle / blocked / gil shares, who held the GIL, the collector's
+share, stack depth, hot and blocking spots.
 
 Live (``--pid PID [--duration S]``) or from a profile file (folded text or a flamegraph SVG
 written by sidecar). ``--json`` prints exactly the documented shape of DESIGN.md.
@@ -14,7 +15,7 @@ from typing import Any
 
 from sidecar import defaults
 from sidecar.analyze.tasks import task_block, task_lines
-from sidecar.analyze.threads import Analysis, Ranked, analyze, stats_document
+from sidecar.analyze.threads import Analysis, Ranked, analyze, state_line, stats_document
 from sidecar.classify.tasks import InFlight
 from sidecar.commands.signals import terminate_as_interrupt
 from sidecar.discover import ProcessInfo, describe, refine
@@ -30,7 +31,10 @@ ROLE_NAMES = {
     "master": "pre-fork master: serves no requests, in no framework's shares",
     "worker": "pre-fork worker",
 }
-HELP = "event-loop shares (busy / idle / blocked), stack depth, top functions and blocking calls"
+HELP = (
+    "event-loop shares (busy / idle / blocked / gil), who held the GIL, stack depth, top "
+    "functions and blocking calls"
+)
 DEFAULT_DURATION = 10.0
 
 
@@ -39,8 +43,9 @@ def add_parser(sub: Any) -> None:
         "stats",
         help=HELP,
         description=HELP + ", of a live process (--pid) or of a profile file (folded stacks "
-        "or a flamegraph SVG written by sidecar). Profiles without [idle]/[blocked] frames "
-        "(plain py-spy) are estimated from their frames.",
+        "or a flamegraph SVG written by sidecar). Profiles without [idle]/[blocked]/[gil] "
+        "frames (plain py-spy) are estimated from their frames. Who held the GIL is known "
+        "live (--pid) only: a profile file keeps the [gil] samples, not their holders.",
     )
     parser.add_argument("profile", nargs="?", metavar="PROFILE_FILE", help="folded or SVG file")
     parser.add_argument("--pid", type=int, help="sample this process live")
@@ -72,7 +77,7 @@ def add_parser(sub: Any) -> None:
 
 def _live(
     pid: int, duration: float, tasks_hz: float
-) -> tuple[Profile, ProcessInfo, dict[str, Any] | None]:
+) -> tuple[Profile, ProcessInfo, dict[str, Any] | None, dict[tuple[str, str], int]]:
     info = describe(pid)
     if tasks_hz:
         snapshot(pid)  # a target whose tasks cannot be read is refused before sampling
@@ -107,7 +112,7 @@ def _live(
         counts = rec.counts
         flight = InFlight.of(stacks, counts.task_scans, counts.task_peak, counts.task_unread)
         tasks = task_block(stacks, flight)
-    return profile, refine(info, profile.stacks), tasks
+    return profile, refine(info, profile.stacks), tasks, rec.counts.holders()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -124,15 +129,16 @@ def run(args: argparse.Namespace) -> int:
         )
     info: ProcessInfo | None = None
     tasks: dict[str, Any] | None = None
+    holders: dict[tuple[str, str], int] = {}
     if args.pid is not None:
         rate = args.task_rate if args.tasks else 0.0
-        profile, info, tasks = _live(args.pid, args.duration or DEFAULT_DURATION, rate)
+        profile, info, tasks, holders = _live(args.pid, args.duration or DEFAULT_DURATION, rate)
     else:
         profile = load_profile(args.profile)
-    analysis = analyze(profile, info)
+    analysis = analyze(profile, info, holders)
     if analysis.estimated:
         print(
-            "sidecar: note: the profile has no [idle]/[blocked] frames (plain py-spy?): "
+            "sidecar: note: the profile has no [idle]/[blocked]/[gil] frames (plain py-spy?): "
             "the shares are estimated from its frames (the selector wait counts as idle)",
             file=sys.stderr,
         )
@@ -171,13 +177,8 @@ def table(analysis: Analysis, profile: Profile, info: ProcessInfo | None, top: i
         python = f"Python {profile.target.python_version or info.python_version}"
         lines[0] += f" · {python} · {info.cmdline[:100]}"
     threads = "all threads (no event loop seen)" if analysis.no_loop_thread else "event loop"
-    estimate = " (estimated: no [idle]/[blocked] frames)" if analysis.estimated else ""
-    lines.append(
-        f"{threads}: busy {_pct(analysis.share('busy')).strip()} · "
-        f"idle {_pct(analysis.share('idle')).strip()} · "
-        f"blocked {_pct(analysis.share('blocked')).strip()} "
-        f"of {analysis.samples:,} samples{estimate}"
-    )
+    estimate = " (estimated: no [idle]/[blocked]/[gil] frames)" if analysis.estimated else ""
+    lines.append(f"{threads}: {state_line(analysis)} of {analysis.samples:,} samples{estimate}")
     depth = analysis.depth
     if depth.mean is None:
         lines.append("stack depth: no busy samples")
@@ -202,4 +203,9 @@ def table(analysis: Analysis, profile: Profile, info: ProcessInfo | None, top: i
     lines += _ranked_rows("top functions, self time", analysis.top_self(top), "of busy")
     lines += _ranked_rows("top functions, total time", analysis.top_total(top), "of busy")
     lines += _ranked_rows("top blocking call sites", analysis.blocking_sites(top), "of blocked")
+    holders = [
+        Ranked(f"{thread!r} at {site}" if site else repr(thread), samples, share)
+        for thread, site, samples, share in analysis.top_holders(top)
+    ]
+    lines += _ranked_rows("GIL held while the loop waited, by", holders, "of gil")
     return lines

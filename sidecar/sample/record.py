@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sidecar import _native, defaults
-from sidecar.classify.threads import classify_window, state_counts
+from sidecar.classify.threads import classify_window, holder_name, state_counts
 from sidecar.discover import read_cmdline
 from sidecar.formats.pprof import Sample
 from sidecar.profile import Profile, Target
@@ -47,6 +47,8 @@ class Counts:
     task_unread: int = 0
     #: the most tasks in flight of one window ((its task-samples + unread) / its scans)
     task_peak: float = 0.0
+    #: loop samples waiting for the GIL by (holder's thread id, where it was)
+    gil_holders: dict[tuple[int, str], int] = field(default_factory=dict)
     ticks: int = 0
     start: float | None = None
     end: float | None = None
@@ -60,6 +62,9 @@ class Counts:
             key = SampleKey(thread_id, state, stack)
             self.stacks[key] = self.stacks.get(key, 0) + count
         self.thread_names.update(classified.thread_names)
+        for holder in classified.gil_holders:
+            at = (holder.holder, holder.site)
+            self.gil_holders[at] = self.gil_holders.get(at, 0) + holder.samples
         for stack, count in window.get("tasks", ()):
             self.tasks[stack] = self.tasks.get(stack, 0) + count
         scans = int(window.get("task_scans", 0))
@@ -72,11 +77,21 @@ class Counts:
             self.task_peak = max(self.task_peak, in_flight)
 
     def state_counts(self) -> dict[str, int]:
-        """busy / idle / blocked samples of the loop threads (all threads if none runs one)."""
+        """busy / idle / blocked / gil samples of the loop threads (all threads if none runs
+        one)."""
         return state_counts(self.to_profile().stacks)
 
+    def holders(self) -> dict[tuple[str, str], int]:
+        """Loop samples waiting for the GIL by (name of the thread that held it, where it
+        was), as ``analyze`` takes them."""
+        out: dict[tuple[str, str], int] = {}
+        for (tid, site), count in self.gil_holders.items():
+            name = holder_name(tid, self.thread_names)
+            out[name, site] = out.get((name, site), 0) + count
+        return out
+
     def to_profile(self, *, cpu_only: bool = False, threads: bool = False) -> Profile:
-        """Folded stacks with [idle]/[blocked] leaves (dropped with ``cpu_only``)."""
+        """Folded stacks with [idle]/[blocked]/[gil] leaves (dropped with ``cpu_only``)."""
         profile = Profile(start=self.start, end=self.end)
         for sample in self.samples(cpu_only=cpu_only, threads=threads):
             profile.add(sample.stack, sample.count)

@@ -118,4 +118,4 @@ def test_plain_py_spy_profile_is_estimated(spawn: Spawner, tmp_path: Path) -> No
     assert one["framework"] == "aiohttp" and one["blocked_share"] == 0
     assert one["idle_share"] > 0.8  # the idle server waits in the selector
     table = sidecar("stats", str(out))
-    assert "(estimated: no [idle]/[blocked] frames)" in table.stdout
+    assert "(estimated: no [idle]/[blocked]/[gil] frames)" in table.stdout

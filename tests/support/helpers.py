@@ -59,6 +59,10 @@ class Proc:
             data: bytes = response.read()
             return data
 
+    def line(self, timeout: float = 10.0) -> str:
+        """The next line it prints."""
+        return _read_line(self.popen, timeout)
+
 
 def _read_line(popen: subprocess.Popen[str], timeout: float) -> str:
     assert popen.stdout is not None

@@ -18,11 +18,24 @@ DEPTH = {
         "max": {"type": ["integer", "null"], "minimum": 0},
     },
 }
+#: Who held the GIL while the loop waited, most first: share of the loop's gil samples.
+GIL_HOLDERS = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["thread", "site", "share"],
+        "properties": {"thread": {"type": "string"}, "site": {"type": "string"}, "share": SHARE},
+    },
+}
 SHARES = {
     "samples": {"type": "integer", "minimum": 0},
     "busy_share": SHARE,
     "idle_share": SHARE,
     "blocked_share": SHARE,
+    "gil_share": SHARE,
+    "gil_holders": GIL_HOLDERS,
+    "gc_share": SHARE,
     "depth": DEPTH,
 }
 FRAMEWORK = {"enum": ["aiohttp", "tornado", "unknown"]}

@@ -31,7 +31,8 @@ thread (worker 7);work (pool.py:1);[idle] 500
 
 def test_states_depth_layers_and_sites_of_a_marked_profile() -> None:
     analysis = analyze(parse_folded(FOLDED))
-    assert analysis.states == {"busy": 20, "idle": 60, "blocked": 20, "gil": 0}  # the worker is not a loop
+    # the worker is not a loop
+    assert analysis.states == {"busy": 20, "idle": 60, "blocked": 20, "gil": 0}
     assert not analysis.estimated and not analysis.no_loop_thread
     # busy depths: 10 samples at 5 frames, 6 at 6 (json counts), 4 at 6
     assert analysis.depth == Depth(mean=5.5, p50=5, p95=6, max=6)

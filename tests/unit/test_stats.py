@@ -23,6 +23,9 @@ def test_the_schema_is_strict() -> None:
                 "busy_share": 0.1,
                 "idle_share": 0.9,
                 "blocked_share": 0.0,
+                "gil_share": 0.0,
+                "gil_holders": [],
+                "gc_share": 0.0,
                 "depth": {"mean": 3.0, "p50": 3, "p95": 3, "max": 3},
             }
         ],
@@ -32,6 +35,11 @@ def test_the_schema_is_strict() -> None:
     for bad in (
         {**good, "extra": 1},
         {"targets": [{**good["targets"][0], "estimated": True}], "frameworks": {}},  # type: ignore[index]
+        # a holder without its site
+        {
+            "targets": [{**good["targets"][0], "gil_holders": [{"thread": "t", "share": 1}]}],  # type: ignore[index]
+            "frameworks": {},
+        },
         {"targets": []},
     ):
         with pytest.raises(jsonschema.ValidationError):

@@ -76,6 +76,8 @@ pub(crate) struct ThreadStates {
     syscalls: HashMap<i32, File, FxBuildHasher>,
     /// What the last read of a `syscall` file said of a futex, and whose it was.
     last_futex: Option<(i32, Futex)>,
+    /// Reads of `syscall` files for a futex that succeeded, and that failed.
+    futex_reads: (u64, u64),
     source: Source,
     /// Time spent in the reads of the files so far, timed around each.
     nanos: u64,
@@ -88,6 +90,7 @@ impl ThreadStates {
             files: HashMap::default(),
             syscalls: HashMap::default(),
             last_futex: None,
+            futex_reads: (0, 0),
             source: Source::Stat(SYSCALL_TRIES),
             nanos: 0,
         }
@@ -124,20 +127,32 @@ impl ThreadStates {
     /// What the thread's `syscall` file says of a futex now: taken from the read `running`
     /// just made of it where it was that file, read otherwise.
     pub(crate) fn futex(&mut self, tid: i32) -> Futex {
-        if let Some((last, futex)) = self.last_futex.take() {
-            if last == tid {
-                return futex;
+        let futex = match self.last_futex.take() {
+            Some((last, futex)) if last == tid => futex,
+            _ => {
+                let mut head = [0u8; SYSCALL_HEAD];
+                let files = match self.source {
+                    Source::Syscall => &mut self.files,
+                    Source::Stat(_) => &mut self.syscalls,
+                };
+                match read_kept(files, self.pid, tid, "syscall", &mut head, &mut self.nanos) {
+                    Some(n) => futex_of(&head[..n]),
+                    None => Futex::Unreadable,
+                }
             }
-        }
-        let mut head = [0u8; SYSCALL_HEAD];
-        let files = match self.source {
-            Source::Syscall => &mut self.files,
-            Source::Stat(_) => &mut self.syscalls,
         };
-        match read_kept(files, self.pid, tid, "syscall", &mut head, &mut self.nanos) {
-            Some(n) => futex_of(&head[..n]),
-            None => Futex::Unreadable,
+        match futex {
+            Futex::Unreadable => self.futex_reads.1 += 1,
+            _ => self.futex_reads.0 += 1,
         }
+        futex
+    }
+
+    /// Whether `futex` can tell: false once its reads failed and none succeeded (a reader
+    /// without ptrace access to the target as its owner, a kernel without the file); a read
+    /// that fails because the thread just exited does not make it so.
+    pub(crate) fn futex_readable(&self) -> bool {
+        self.futex_reads.0 > 0 || self.futex_reads.1 == 0
     }
 
     /// The start of the file `name` of thread `tid` into `buf`, from the file kept open (or

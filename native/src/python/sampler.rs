@@ -123,7 +123,7 @@ pub const DEFAULT_WINDOW_S: f64 = 1.0;
 impl Sampler {
     #[new]
     #[allow(clippy::too_many_arguments)] // the Python signature: keywords with defaults
-    #[pyo3(signature = (pid, rate_hz=DEFAULT_RATE_HZ, blocking=false, window=DEFAULT_WINDOW_S, max_pending=360, reader="auto", clock="own", tasks_hz=0.0))]
+    #[pyo3(signature = (pid, rate_hz=DEFAULT_RATE_HZ, blocking=false, window=DEFAULT_WINDOW_S, max_pending=360, reader="auto", clock="own", tasks_hz=0.0, gil=true))]
     fn new(
         py: Python<'_>,
         pid: i32,
@@ -134,6 +134,7 @@ impl Sampler {
         reader: &str,
         clock: &str,
         tasks_hz: f64,
+        gil: bool,
     ) -> PyResult<Self> {
         if pid <= 0 {
             return Err(PyValueError::new_err(format!(
@@ -180,6 +181,7 @@ impl Sampler {
                 }
             },
             tasks_hz,
+            gil,
         };
         let session = py.detach(|| Session::start(options))?;
         Ok(Sampler { session })

@@ -10,12 +10,12 @@ use py_spy::config::LockingStrategy;
 use py_spy::{Config, PythonSpy, StackTrace};
 use rustc_hash::FxBuildHasher;
 
-use super::threadmap::OnCpu;
+use super::threadmap::{innermost_wait, OnCpu};
 use super::windows::Options;
 use crate::process::attach::{attach_spy, InitError};
 use crate::process::memory::{usize_at, Batch, MemoryReads};
 use crate::process::runstate::Futex;
-use crate::rules::format_frame;
+use crate::rules::{format_frame, Wait};
 use crate::stack::{GilRole, RunState, Stack, Trace};
 use crate::walker::gil::{Gil, GilRead};
 use crate::walker::{gil_source, locate_gil, Walker};
@@ -122,7 +122,7 @@ impl Readers {
         };
         let mut cache = FrameCache::default();
         let (walker, reader) = if options.walker {
-            match checked_walker(&mut spy, &mut cache) {
+            match checked_walker(&mut spy, &mut cache, options.gil) {
                 Ok(found) => found,
                 Err(reason) => {
                     return Err(InitError::Sampler(pid, reason));
@@ -134,6 +134,7 @@ impl Readers {
         // py-spy's own GIL holder comes from an offset some builds do not match: read as
         // the walker does
         let gil = match walker {
+            _ if !options.gil => Err(NOT_ASKED.to_string()),
             Some(_) => Err("read by the walker".to_string()),
             None => locate_gil(&spy).map_err(|err| format!("{err:#}")),
         };
@@ -141,7 +142,6 @@ impl Readers {
             spy,
             walker,
             gil,
-            gil_waits_read: true,
             cache,
             names: HashMap::default(),
             named: HashSet::default(),
@@ -185,7 +185,7 @@ impl Readers {
     pub(crate) fn gil(&self) -> String {
         match &self.walker {
             Some(walker) => walker.gil_source(),
-            None => gil_source(&self.gil, self.gil_waits_read),
+            None => gil_source(&self.gil, self.os.futex_readable()),
         }
     }
 }
@@ -195,10 +195,8 @@ impl Readers {
 pub(crate) struct Readers {
     spy: PythonSpy,
     walker: Option<Walker>,
-    /// Without the walker: the target's GIL and GC state, when it can be read, and whether
-    /// the waiters' /proc files could be read.
+    /// Without the walker: the target's GIL and GC state, when it can be read.
     gil: Result<Gil, String>,
-    gil_waits_read: bool,
     cache: FrameCache,
     names: HashMap<u64, String, FxBuildHasher>,
     /// Threads whose names were looked up (the walker does not read names).
@@ -219,23 +217,10 @@ impl Readers {
             None => {
                 self.os.begin();
                 let gil = self.gil.as_ref().ok();
-                let held = gil.and_then(|gil| read_gil(self.spy.pid, gil));
+                let held = gil.and_then(|gil| Some((gil, read_gil(self.spy.pid, gil)?)));
                 let os = Some((&mut self.os, &run_state));
-                let mut traces =
-                    spy_read(&mut self.spy, &mut self.cache, &mut self.names, os, held)?;
+                let traces = spy_read(&mut self.spy, &mut self.cache, &mut self.names, os, held)?;
                 self.os.spy_read(&traces);
-                // another thread holds the GIL: an off-CPU thread may wait for it
-                if let (Some(gil), Some((read, _))) = (gil, held) {
-                    for trace in traces.iter_mut().filter(|t| read.holder != 0 && !t.active) {
-                        match (trace.gil, self.os.futex(trace.tid as i32)) {
-                            (GilRole::None, Futex::At(at)) if gil.is_gil_futex(at) => {
-                                trace.gil = GilRole::Waits;
-                            }
-                            (_, Futex::Unreadable) => self.gil_waits_read = false,
-                            _ => {}
-                        }
-                    }
-                }
                 Ok(traces)
             }
         }
@@ -263,15 +248,15 @@ impl Readers {
     }
 }
 
+/// Why a sampler asked not to read the GIL does not.
+const NOT_ASKED: &str = "not asked for";
+
 /// The GIL's state now, and the holder's `pthread_t` (0 when none holds it); None when it
 /// reads torn.
 fn read_gil(pid: i32, gil: &Gil) -> Option<(GilRead, u64)> {
-    let [state, collecting] = gil.pieces();
-    let batch = Batch::read(pid, &gil.pieces());
-    let read = Gil::parse(
-        batch.get(state.0, state.1)?,
-        batch.get(collecting.0, collecting.1)?,
-    )?;
+    let pieces = gil.pieces();
+    let batch = Batch::read(pid, &pieces[..1 + usize::from(pieces[1].1 > 0)]);
+    let read = gil.parse(|(at, len)| batch.get(at, len))?;
     if read.holder == 0 {
         return Some((read, 0));
     }
@@ -282,13 +267,14 @@ fn read_gil(pid: i32, gil: &Gil) -> Option<(GilRead, u64)> {
 
 /// One read through py-spy, folded like the walker's; with `os`, thread ids and on-CPU states
 /// come from the OS where they can (`OnCpu::thread`); with `held`, the GIL's holder (by its
-/// `pthread_t`) is marked, and the collector's thread.
+/// `pthread_t`) is marked, and the collector's thread, and, while another thread holds it, an
+/// off-CPU thread outside a lock's wait whose futex lies in the GIL as waiting for it.
 fn spy_read(
     spy: &mut PythonSpy,
     cache: &mut FrameCache,
     names: &mut HashMap<u64, String, FxBuildHasher>,
     mut os: Option<(&mut OnCpu, &RunState<'_>)>,
-    held: Option<(GilRead, u64)>,
+    held: Option<(&Gil, (GilRead, u64))>,
 ) -> anyhow::Result<Vec<Trace>> {
     let traces = spy.get_stack_traces()?;
     // the pthread_t of threads whose interpreter keeps no OS thread id (CPython < 3.11)
@@ -309,14 +295,24 @@ fn spy_read(
                     names.insert(tid, name.clone());
                 }
             }
-            let holds =
-                held.is_some_and(|(read, holder)| read.holder != 0 && holder == trace.thread_id);
+            let mut role = GilRole::None;
+            if let Some((gil, (_, holder))) = held.filter(|(_, (read, _))| read.holder != 0) {
+                if holder == trace.thread_id {
+                    role = GilRole::Holds;
+                } else if !active && innermost_wait(trace) != Wait::Lock {
+                    if let Some((os, _)) = os.as_mut() {
+                        if matches!(os.futex(tid as i32), Futex::At(at) if gil.is_gil_futex(at)) {
+                            role = GilRole::Waits;
+                        }
+                    }
+                }
+            }
             Trace {
                 tid,
                 active,
                 stack: (!trace.frames.is_empty()).then(|| cache.fold(trace)),
-                gil: if holds { GilRole::Holds } else { GilRole::None },
-                gc: holds && held.is_some_and(|(read, _)| read.collecting),
+                gil: role,
+                gc: role == GilRole::Holds && held.is_some_and(|(_, (read, _))| read.collecting),
             }
         })
         .collect())
@@ -341,8 +337,9 @@ const STOPPED_CHECK_TRIES: u32 = 3;
 fn checked_walker(
     spy: &mut PythonSpy,
     cache: &mut FrameCache,
+    gil: bool,
 ) -> Result<(Option<Walker>, String), String> {
-    let mut walker = match Walker::new(spy) {
+    let mut walker = match Walker::new(spy, gil) {
         Ok(walker) => walker,
         Err(why) if why.refuse => return Err(why.reason),
         Err(why) => return Ok((None, format!("py-spy ({})", why.reason))),

@@ -18,7 +18,7 @@ use py_spy::StackTrace;
 
 use crate::process::memory::read_upto;
 use crate::process::runstate::{Futex, ThreadStates};
-use crate::rules::is_wait;
+use crate::rules::{wait_of, Wait};
 use crate::stack::{RunState, Trace};
 
 /// Bytes of each descriptor that calibration looks at.
@@ -297,6 +297,11 @@ impl OnCpu {
         self.states.futex(tid)
     }
 
+    /// Whether its futex reads can tell (`ThreadStates::futex_readable`).
+    pub(crate) fn futex_readable(&self) -> bool {
+        self.states.futex_readable()
+    }
+
     /// `Stats::on_cpu` as of the last sample: "os", or "estimated (why)"; empty before one.
     pub(crate) fn source(&self) -> &str {
         &self.source
@@ -340,12 +345,17 @@ impl OnCpu {
     }
 }
 
-/// The thread's innermost frame is a known wait (`crate::rules::is_wait`).
+/// The thread's innermost frame is a known wait (`crate::rules::wait_of`).
 fn innermost_waits(trace: &StackTrace) -> bool {
+    innermost_wait(trace) != Wait::No
+}
+
+/// Which known wait the thread's innermost frame is (`crate::rules::wait_of`).
+pub(crate) fn innermost_wait(trace: &StackTrace) -> Wait {
     trace
         .frames
         .first()
-        .is_some_and(|frame| is_wait(&frame.name, &frame.filename))
+        .map_or(Wait::No, |frame| wait_of(&frame.name, &frame.filename))
 }
 
 /// The offset of the thread id in a thread descriptor: where every one of `descriptors` holds

@@ -24,6 +24,9 @@ pub struct Options {
     pub shared_clock: bool,
     /// Task scans per second, on the same schedule as the stacks; 0 for none.
     pub tasks_hz: f64,
+    /// Read who holds and who waits for the GIL, and the collector's flag (the benchmarks
+    /// measure what that costs against samplers without).
+    pub gil: bool,
 }
 
 /// One thread's stack as seen in one sample, the aggregation key of a window.

@@ -80,6 +80,10 @@ pub struct Gil {
     pub flags: Option<(usize, usize)>,
 }
 
+/// Apart by at most this, the GIL's state and the collector's flag are read as one piece (they
+/// lie in the interpreter state 100 to 800 bytes apart from 3.12 on).
+const ONE_PIECE: usize = 1024;
+
 /// What one read of the GIL's state found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct GilRead {
@@ -121,17 +125,36 @@ impl Gil {
         Ok(gil)
     }
 
-    /// What a sample reads: the holder and the lock, and the GC flag.
+    /// What a sample reads: the holder and the lock, and the GC flag; one piece when they lie
+    /// close (the second is then empty).
     pub fn pieces(&self) -> [(usize, usize); 2] {
-        [
-            (self.gil + HOLDER, LOCKED + 4 - HOLDER),
-            (self.collecting, 4),
-        ]
+        let state = (self.gil + HOLDER, LOCKED + 4 - HOLDER);
+        let flag = (self.collecting, 4);
+        let start = state.0.min(flag.0);
+        let end = (state.0 + state.1).max(flag.0 + flag.1);
+        if end - start <= ONE_PIECE {
+            return [(start, end - start), (0, 0)];
+        }
+        [state, flag]
     }
 
-    /// The state in the bytes of `pieces` (in that order); None when they read as no real
-    /// state can (a torn or wrong read).
-    pub fn parse(state: &[u8], collecting: &[u8]) -> Option<GilRead> {
+    /// The state in what a batch read of `pieces` holds (`get` hands out a piece's bytes);
+    /// None when they are missing or read as no real state can (a torn or wrong read).
+    pub fn parse<'b>(&self, get: impl Fn((usize, usize)) -> Option<&'b [u8]>) -> Option<GilRead> {
+        let (state_at, flag_at) = (self.gil + HOLDER, self.collecting);
+        match self.pieces() {
+            [one, (0, 0)] => {
+                let bytes = get(one)?;
+                let state = bytes.get(state_at - one.0..state_at - one.0 + 12)?;
+                let flag = bytes.get(flag_at - one.0..flag_at - one.0 + 4)?;
+                Gil::parse_bytes(state, flag)
+            }
+            [state, flag] => Gil::parse_bytes(get(state)?, get(flag)?),
+        }
+    }
+
+    /// The state in the bytes of the holder and the lock, and of the GC flag.
+    fn parse_bytes(state: &[u8], collecting: &[u8]) -> Option<GilRead> {
         let holder = usize_at(state, 0);
         let read = GilRead {
             holder: match u32_at(state, LOCKED - HOLDER) {
@@ -159,16 +182,48 @@ mod tests {
         let mut state = [0u8; 12];
         state[..8].copy_from_slice(&0x5555_0000_1000usize.to_le_bytes());
         state[8] = 1;
-        let read = Gil::parse(&state, &[1, 0, 0, 0]).expect("a state");
+        let read = Gil::parse_bytes(&state, &[1, 0, 0, 0]).expect("a state");
         assert_eq!(read.holder, 0x5555_0000_1000);
         assert!(read.collecting);
         // released: last_holder stays, but nobody holds it
         state[8] = 0;
-        let read = Gil::parse(&state, &[0; 4]).expect("a state");
+        let read = Gil::parse_bytes(&state, &[0; 4]).expect("a state");
         assert_eq!((read.holder, read.collecting), (0, false));
         // a lock that reads 2 is a torn or wrong read
         state[8] = 2;
-        assert_eq!(Gil::parse(&state, &[0; 4]), None);
+        assert_eq!(Gil::parse_bytes(&state, &[0; 4]), None);
+    }
+
+    #[test]
+    fn state_and_flag_close_together_are_one_piece() {
+        // 3.14's: the collector's flag at interp+7600, the GIL at interp+7784
+        let gil = Gil {
+            gil: 0x10000 + 7784,
+            collecting: 0x10000 + 7600,
+            tstate_thread_id: 152,
+            flags: None,
+        };
+        let [one, none] = gil.pieces();
+        assert_eq!((one, none), ((0x10000 + 7600, 7784 + 20 - 7600), (0, 0)));
+        let mut bytes = vec![0u8; one.1];
+        bytes[..4].copy_from_slice(&1u32.to_le_bytes());
+        let at = 7784 + 8 - 7600;
+        bytes[at..at + 8].copy_from_slice(&0x7777usize.to_le_bytes());
+        bytes[at + 8] = 1;
+        let read = gil.parse(|piece| (piece == one).then_some(&bytes[..]));
+        assert_eq!(
+            read,
+            Some(GilRead {
+                holder: 0x7777,
+                collecting: true
+            })
+        );
+        // far apart (the runtime's GIL and the interpreter's flag, up to 3.11): two pieces
+        let apart = Gil {
+            collecting: 0x90000,
+            ..gil
+        };
+        assert_eq!(apart.pieces()[1], (0x90000, 4));
     }
 
     #[test]

@@ -37,6 +37,7 @@ use py_spy::PythonSpy;
 
 use crate::process::memory::{read, u32_at, usize_at, Batch, MemoryReads};
 use crate::process::runstate::{Futex, ThreadStates};
+use crate::rules::Wait;
 use crate::stack::{GilRole, RunState, Stack, Trace};
 use ahead::{AheadStack, Recent};
 use compared::Compared;
@@ -100,7 +101,7 @@ enum Marks<'b> {
 struct LastFold {
     frames: Vec<RawFrame>,
     stack: Option<Stack>,
-    waits: bool,
+    waits: Wait,
 }
 
 /// Why the walker does not read a target.
@@ -164,15 +165,13 @@ pub struct Walker {
     guessed: bool,
     /// The target's GIL and GC state, when it can be read; else why not.
     gil: std::result::Result<Gil, String>,
-    /// Whether the last samples could tell who waits for the GIL: false after a thread's
-    /// /proc `syscall` file could not be read while it may have waited.
-    gil_waits_read: bool,
 }
 
 impl Walker {
     /// A walker for the process `spy` attached to, when it runs a CPython version the walker
-    /// knows on a 64-bit little-endian Linux machine; else why not.
-    pub fn new(spy: &PythonSpy) -> Result<Walker, Unsupported> {
+    /// knows on a 64-bit little-endian Linux machine, reading the GIL's and the collector's
+    /// state with the stacks when `gil` says so; else why not.
+    pub fn new(spy: &PythonSpy, gil: bool) -> Result<Walker, Unsupported> {
         let unsupported = |reason: String| Unsupported {
             reason,
             refuse: false,
@@ -203,7 +202,10 @@ impl Walker {
                 layout.frame_size
             )));
         }
-        let gil = locate_gil(spy).map_err(|err| format!("{err:#}"));
+        let gil = match gil {
+            true => locate_gil(spy).map_err(|err| format!("{err:#}")),
+            false => Err("not asked for".to_string()),
+        };
         if let Some((holds, requested)) = gil.as_ref().ok().and_then(|gil| gil.flags) {
             // the thread state read covers its GIL flags
             layout.tstate_size = layout.tstate_size.max(holds.max(requested) + 4);
@@ -236,7 +238,6 @@ impl Walker {
             last_folds: HashMap::default(),
             guessed: false,
             gil,
-            gil_waits_read: true,
         })
     }
 
@@ -279,7 +280,7 @@ impl Walker {
 
     /// Where the GIL's holder and waiters come from (`Stats::gil`).
     pub fn gil_source(&self) -> String {
-        gil_source(&self.gil, self.gil_waits_read)
+        gil_source(&self.gil, self.states.futex_readable())
     }
 
     /// Whether the last sample guessed some thread's on-CPU state (`guessed`).
@@ -305,7 +306,7 @@ impl Walker {
         // the GIL's holder and the GC flag, read with the thread states
         let gil = self.gil.as_ref().ok().copied();
         if let Some(gil) = gil {
-            pieces.extend(gil.pieces());
+            pieces.extend(gil.pieces().into_iter().filter(|piece| piece.1 > 0));
         }
         // The code objects recent samples checked: they do not change while they are read.
         // From 3.14 those checked while the count of code objects freed stood where it stands
@@ -374,13 +375,7 @@ impl Walker {
             bail!("failed to read the interpreter's list of threads");
         };
         let mut thread = usize_at(first, 0);
-        let gil_read = gil.and_then(|gil| {
-            let [state, collecting] = gil.pieces();
-            Gil::parse(
-                batch.get(state.0, state.1)?,
-                batch.get(collecting.0, collecting.1)?,
-            )
-        });
+        let gil_read = gil.and_then(|gil| gil.parse(|(at, len)| batch.get(at, len)));
 
         let Scratch {
             threads,
@@ -451,7 +446,8 @@ impl Walker {
         for (tid, range, role) in &scratch.threads {
             let (tid, mut role) = (*tid, *role);
             let frames = &scratch.frames[range.clone()];
-            let (stack, waits) = self.folded(tid, frames);
+            let (stack, wait) = self.folded(tid, frames);
+            let waits = wait != Wait::No;
             // A thread in a known wait is idle whatever the OS says: its /proc file is not read.
             let running = match &run_state {
                 _ if waits => Some(false),
@@ -465,8 +461,10 @@ impl Walker {
                 }
             };
             self.guessed |= running.is_none();
-            if let (true, GilRole::None, Some(gil)) = (contended, role, gil) {
-                // a known wait too: a loop back from its poll waits for the GIL in that frame
+            // a poll too (a loop back from it waits for the GIL in its frame), not a lock's wait
+            if let (true, GilRole::None, Some(gil), false) =
+                (contended, role, gil, wait == Wait::Lock)
+            {
                 let off = match running {
                     Some(false) if waits => {
                         self.state_reads += 1;
@@ -475,10 +473,10 @@ impl Walker {
                     running => running == Some(false),
                 };
                 if off {
-                    match self.states.futex(tid as i32) {
-                        Futex::At(address) if gil.is_gil_futex(address) => role = GilRole::Waits,
-                        Futex::Unreadable => self.gil_waits_read = false,
-                        _ => {}
+                    if let Futex::At(address) = self.states.futex(tid as i32) {
+                        if gil.is_gil_futex(address) {
+                            role = GilRole::Waits;
+                        }
                     }
                 }
             }
@@ -599,7 +597,7 @@ impl Walker {
     /// trampolines are not) is a known wait. A thread whose frames are those of its last
     /// sample, no cached code object replaced since, has the stack it had: it is not folded
     /// again (a thread that waits, as most do, has the same frames sample after sample).
-    fn folded(&mut self, tid: u64, frames: &[RawFrame]) -> (Option<Stack>, bool) {
+    fn folded(&mut self, tid: u64, frames: &[RawFrame]) -> (Option<Stack>, Wait) {
         if let Some(last) = self.last_folds.get(&tid) {
             if last.frames == frames {
                 return (last.stack.clone(), last.waits);
@@ -609,7 +607,7 @@ impl Walker {
             .iter()
             .filter_map(|(code, _)| self.codes.get(code))
             .find(|code| !code.hidden)
-            .is_some_and(|code| code.waits);
+            .map_or(Wait::No, |code| code.waits);
         let stack = self.fold(frames);
         let last = self.last_folds.entry(tid).or_default();
         last.frames.clear();

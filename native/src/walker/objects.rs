@@ -9,7 +9,7 @@ use anyhow::{bail, Result};
 
 use super::layout::Layout;
 use crate::process::memory::{read, read_pieces, u32_at, usize_at};
-use crate::rules::{format_frame, is_wait};
+use crate::rules::{format_frame, wait_of, Wait};
 use rustc_hash::FxBuildHasher;
 
 /// Sanity bounds against torn or garbage reads.
@@ -33,8 +33,8 @@ pub struct Code {
     shown: String,
     first_line: i32,
     table: Vec<u8>,
-    /// The function is a known wait (`threading.wait`, `selectors.select`, ...).
-    pub waits: bool,
+    /// Whether the function is a known wait (`threading.wait`, `selectors.select`, ...).
+    pub waits: Wait,
     /// Not a frame of the program: the trampolines 3.13+ runs on entry (`<shim>`).
     pub hidden: bool,
     frames: HashMap<i64, Arc<str>, FxBuildHasher>,
@@ -91,7 +91,7 @@ impl Code {
             checked: None,
             marks_at,
             marks: again[end..].to_vec(),
-            waits: is_wait(&name, &file),
+            waits: wait_of(&name, &file),
             hidden: file.is_empty() || file == "<shim>",
             shown: files.short(&file),
             name,

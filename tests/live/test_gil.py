@@ -1,0 +1,234 @@
+"""The GIL and the garbage collector, on real interpreters 3.8 to 3.15 and real aiohttp, uvloop
+and Tornado services: a loop starved by a thread that holds the GIL reads ``gil`` with that
+thread named as holder; threads that let the GIL go cause no ``gil``; on 3.15 the share agrees
+with CPython's own remote unwinder (``_remote_debugging``'s GIL_REQUESTED flag), sampled at the
+same time; the collector's share agrees with the target's own clock of its collections.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from sidecar import _native
+from sidecar.analyze.threads import Analysis, analyze
+from sidecar.sample.record import Counts
+from tests.support.helpers import LoadDriver, Proc, Spawner
+from tests.support.procs import ROOT
+from tests.support.pythons import each_version, interpreter
+
+#: Seconds each case samples, and at what rate: 300 samples of the loop thread.
+SECONDS = 1.5
+RATE_HZ = 200
+
+
+def _sampled(pid: int, seconds: float = SECONDS) -> tuple[Analysis, _native.SamplerStats]:
+    """The loop's analysis of ``seconds`` of samples, with who held the GIL."""
+    counts = Counts()
+    with _native.Sampler(pid, rate_hz=RATE_HZ) as sampler:
+        time.sleep(seconds)
+        for window in sampler.drain(flush=True):
+            counts.add_window(window)
+        stats = sampler.stats()
+    # torn reads of threads that run on as they are read: counted, never kept
+    assert stats["errors"] <= 0.1 * stats["samples"], stats["last_error"]
+    return analyze(counts.to_profile(), holders=counts.holders()), stats
+
+
+def _gil_source(version: str) -> str:
+    if version == "3.15":
+        return "the thread states' flags"
+    return "the GIL's holder, and the waiters' futex in /proc"
+
+
+@each_version
+def test_a_loop_starved_by_a_spinning_thread_reads_gil(spawn: Spawner, version: str) -> None:
+    """Most of the loop's samples wait for the GIL, and the spinning thread holds it, in its
+    function; before, they read idle (the poll) or blocked."""
+    target = spawn.target("gil", "--holder", "spin", python=interpreter(version))
+    analysis, stats = _sampled(target.pid)
+    assert stats["gil"] == _gil_source(version)
+    assert analysis.share("gil") > 0.5, analysis.states
+    thread, site, _, _ = analysis.top_holders(1)[0]
+    assert thread == "holder"
+    assert site.startswith("spin (") and "targets/gil.py:" in site, site
+    # the holder is named for nearly all of them (none only while the GIL is handed over)
+    named = sum(n for (name, _), n in analysis.gil_holders.items() if name == "holder")
+    assert named >= 0.9 * analysis.states["gil"], analysis.gil_holders
+
+
+@each_version
+def test_a_thread_sleeping_with_the_gil_released_causes_no_wait(
+    spawn: Spawner, version: str
+) -> None:
+    """``time.sleep`` lets the GIL go: the loop beside it is idle, not waiting for it."""
+    target = spawn.target("gil", "--holder", "sleep", python=interpreter(version))
+    analysis, _ = _sampled(target.pid)
+    assert analysis.share("gil") <= 0.02, analysis.states
+    assert analysis.share("idle") > 0.8, analysis.states
+
+
+@pytest.mark.parametrize("holder", ["none", "recv"])
+def test_no_thread_or_one_in_a_socket_read_causes_no_wait(spawn: Spawner, holder: str) -> None:
+    target = spawn.target("gil", "--holder", holder)
+    analysis, _ = _sampled(target.pid)
+    assert analysis.share("gil") <= 0.02, analysis.states
+    assert not analysis.gil_holders
+
+
+@pytest.mark.parametrize(
+    ("module", "args"),
+    [("aiohttp_app", ()), ("aiohttp_app", ("--uvloop",)), ("tornado_app", ())],
+    ids=["aiohttp", "aiohttp-uvloop", "tornado"],
+)
+def test_a_service_whose_thread_pool_crunches_waits_for_the_gil(
+    spawn: Spawner, load: LoadDriver, module: str, args: tuple[str, ...]
+) -> None:
+    """Under load, /executor classifies in the loop's thread pool: the loop waits for the GIL
+    the pool's threads hold, in the classifier; /sleep alone leaves it free."""
+    service = spawn.target(module, *args)
+    load.start(f"{service.url}/executor?repeat=2000", seconds=SECONDS + 2, connections=8)
+    time.sleep(0.5)
+    analysis, _ = _sampled(service.pid)
+    assert analysis.share("gil") > 0.25, analysis.states
+    thread, site, _, _ = analysis.top_holders(1)[0]
+    assert thread.startswith(("asyncio_", "uvloop_")), thread  # the default executor's threads
+    assert "targets/handlers.py:" in site, site
+    load.close()
+    load.start(f"{service.url}/sleep", seconds=SECONDS + 2, connections=8)
+    time.sleep(0.5)
+    quiet, _ = _sampled(service.pid)
+    assert quiet.share("gil") <= 0.02, quiet.states
+
+
+#: CPython 3.15's own remote unwinder sampling the loop thread: the share of its samples with
+#: THREAD_STATUS_GIL_REQUESTED, printed at the end.
+REFERENCE = textwrap.dedent(
+    """
+    import sys, time, _remote_debugging as rd
+    pid, seconds, rate = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+    unwinder = rd.RemoteUnwinder(pid, all_threads=True)
+    waits = total = 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            interpreters = unwinder.get_stack_trace()
+        except (RuntimeError, OSError):
+            continue
+        for interpreter in interpreters:
+            for thread in interpreter.threads:
+                if thread.thread_id == pid:
+                    total += 1
+                    waits += bool(thread.status & rd.THREAD_STATUS_GIL_REQUESTED)
+        time.sleep(1 / rate)
+    print(waits / total if total else -1.0, total)
+    """
+)
+
+
+def test_the_gil_share_agrees_with_cpythons_own_flag(spawn: Spawner) -> None:
+    """On 3.15, the loop thread's gil share is within 0.1 of the share of the samples that
+    CPython's ``_remote_debugging`` flags GIL_REQUESTED, sampling the same target at once."""
+    python = interpreter("3.15")
+    target = spawn.target("gil", "--holder", "spin", python=python)
+    reference = subprocess.Popen(
+        [str(python), "-c", REFERENCE, str(target.pid), str(SECONDS), str(RATE_HZ)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    analysis, _ = _sampled(target.pid)
+    out, _ = reference.communicate(timeout=30)
+    theirs, samples = out.split()
+    assert int(samples) > 50, out
+    assert abs(analysis.share("gil") - float(theirs)) <= 0.1, (analysis.states, theirs)
+
+
+def _gc_clock(target: Proc) -> tuple[float, float]:
+    target.popen.send_signal(signal.SIGUSR1)
+    line = target.line()
+    name, seconds, clock = line.split()
+    assert name == "gc", line
+    return float(seconds), float(clock)
+
+
+@pytest.mark.parametrize("version", ["3.11", "3.15"])
+def test_the_collectors_share_agrees_with_the_targets_own_clock(
+    spawn: Spawner, version: str
+) -> None:
+    """The loop collects a large heap ten times a second and times each collection with
+    ``gc.callbacks``: the share of its samples with a [gc] frame is within 25% of that clock's
+    share of the same span."""
+    target = spawn.target("gil", "--gc", python=interpreter(version))
+    time.sleep(0.3)
+    before = _gc_clock(target)
+    analysis, _ = _sampled(target.pid, seconds=3.0)
+    after = _gc_clock(target)
+    clock = (after[0] - before[0]) / (after[1] - before[1])
+    assert clock > 0.05, clock  # the collections are a real part of the loop's time
+    assert analysis.gc_share == pytest.approx(clock, rel=0.25), (analysis.gc_samples, clock)
+    assert analysis.states["gil"] == 0
+
+
+#: A sampler of the PID in argv[1] for 1.5 s: where its GIL states came from, and the samples
+#: read as waiting for the GIL of all.
+_SAMPLE_WITH_PTRACE_ONLY = """
+import json, sys, time
+from sidecar import _native
+
+with _native.Sampler(int(sys.argv[1]), rate_hz=200) as sampler:
+    time.sleep(1.5)
+    stats = sampler.stats()
+    rows = [row for window in sampler.drain(flush=True) for row in window["stacks"]]
+print(json.dumps({
+    "gil": stats["gil"],
+    "total": sum(row.count for row in rows),
+    "waits": sum(row.count for row in rows if row.gil),
+}))
+"""
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("setpriv"),
+    reason="needs root and setpriv (util-linux) to run the target and sampler as other users",
+)
+def test_a_sampler_that_may_not_read_syscall_says_so_and_never_guesses(spawn: Spawner) -> None:
+    """As the Kubernetes manifests deploy it (the app under a user of its own, sidecar with
+    CAP_SYS_PTRACE its only capability), the target's /proc ``syscall`` files are closed to
+    the sampler: before 3.15 nothing else tells a thread waiting for the GIL, so no sample
+    reads as one, and the GIL's source says why."""
+    target = spawn.target(
+        "gil",
+        "--holder",
+        "spin",
+        prefix=("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"),
+    )
+    only_ptrace = "-all,+sys_ptrace"
+    sampled = subprocess.run(
+        [
+            "setpriv",
+            f"--inh-caps={only_ptrace}",
+            f"--ambient-caps={only_ptrace}",
+            f"--bounding-set={only_ptrace}",
+            sys.executable,
+            "-c",
+            _SAMPLE_WITH_PTRACE_ONLY,
+            str(target.pid),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert sampled.returncode == 0, sampled.stderr
+    result = json.loads(sampled.stdout)
+    assert result["gil"].startswith("the GIL's holder only: "), result
+    assert result["total"] >= 200 and result["waits"] == 0, result
