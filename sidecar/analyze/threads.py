@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sidecar.classify.threads import estimate_state, is_loop_stack
+from sidecar.classify.threads import estimate_state, holder_group, is_loop_stack
 from sidecar.discover import ProcessInfo, framework_from_frames, loop_from_frames
 from sidecar.profile import Profile
 from sidecar.rules.frames import (
@@ -167,10 +167,14 @@ class Analysis:
         return _ranked(self.site_samples, self.states["blocked"], n)
 
     def top_holders(self, n: int = 10) -> list[tuple[str, str, int, float]]:
-        """Who held the GIL while the loop waited: (thread name, site, samples, share of the
-        loop's gil samples those the sampler saw a holder of), most first."""
-        whole = sum(self.gil_holders.values())
-        ordered = sorted(self.gil_holders.items(), key=lambda item: (-item[1], item[0]))[:n]
+        """Who held the GIL while the loop waited: (thread name, the threads of a pool as one,
+        ``PREFIX_*``; site; samples; share of the loop's gil samples whose holder the sampler
+        saw), most first."""
+        grouped: Counter[tuple[str, str]] = Counter()
+        for (thread, site), count in self.gil_holders.items():
+            grouped[holder_group(thread), site] += count
+        whole = sum(grouped.values())
+        ordered = sorted(grouped.items(), key=lambda item: (-item[1], item[0]))[:n]
         return [(thread, site, count, count / whole) for (thread, site), count in ordered]
 
     @property

@@ -15,6 +15,7 @@ Classification runs once per unique stack, never per sample.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, NamedTuple, ParamSpec, TypeVar
@@ -98,6 +99,17 @@ def holder_name(tid: int, names: Mapping[int, str]) -> str:
     if not tid:
         return "(none: being handed over)"
     return names.get(tid) or f"thread {tid}"
+
+
+#: A pool's thread: ``concurrent.futures`` names them PREFIX_N (asyncio's default executor's
+#: ``asyncio_0``, uvloop's ``uvloop_0``, ``ThreadPoolExecutor-0_3``).
+POOL_THREAD = re.compile(r"^(.+)_\d+$")
+
+
+def holder_group(name: str) -> str:
+    """The threads of one pool as one holder, ``PREFIX_*``: which of its threads held the GIL
+    says little, the pool does."""
+    return POOL_THREAD.sub(r"\1_*", name)
 
 
 is_loop_stack = TextCache(_is_loop_stack)

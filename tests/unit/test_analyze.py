@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from sidecar.analyze.threads import Depth, analyze, by_framework, stats_document
+from sidecar.analyze.threads import Depth, analyze, by_framework, state_line, stats_document
 from sidecar.discover import ProcessInfo
 from sidecar.profile import parse_folded
 from sidecar.rules.layers import layer_of_file, module_of
@@ -122,3 +122,36 @@ def test_a_master_and_a_process_without_a_loop_count_in_no_framework() -> None:
     assert doc["frameworks"]["tornado"]["samples"] == worker.samples == 100
     assert doc["frameworks"]["tornado"]["idle_share"] == round(worker.share("idle"), 4)
     assert stats_document([master, idle])["frameworks"] == {}
+
+
+def test_gil_holders_and_the_collector_in_shares_lines_and_json() -> None:
+    loop = (
+        "main (app.py:1);BaseEventLoop.run_forever (asyncio/base_events.py:607)"
+        ";BaseEventLoop._run_once (asyncio/base_events.py:1884)"
+    )
+    folded = (
+        f"{loop};EpollSelector.select (selectors.py:468);[gil] 60\n"
+        f"{loop};EpollSelector.select (selectors.py:468);[idle] 20\n"
+        f"{loop};Handle._run (asyncio/events.py:80);handler (app.py:9) 15\n"
+        f"{loop};Handle._run (asyncio/events.py:80);handler (app.py:9);[gc] 5\n"
+    )
+    holders = {("asyncio_0", "crunch (jobs.py:3)"): 30, ("asyncio_1", "crunch (jobs.py:3)"): 15,
+               ("cruncher", "spin (jobs.py:9)"): 15}  # fmt: skip
+    analysis = analyze(parse_folded(folded), holders=holders)
+    assert analysis.states == {"busy": 20, "idle": 20, "blocked": 0, "gil": 60}
+    assert analysis.gc_samples == 5 and analysis.gc_share == pytest.approx(0.05)
+    # a pool's threads are one holder
+    assert analysis.top_holders() == [
+        ("asyncio_*", "crunch (jobs.py:3)", 45, 0.75),
+        ("cruncher", "spin (jobs.py:9)", 15, 0.25),
+    ]
+    assert state_line(analysis) == (
+        "busy 20.0% · idle 20.0% · blocked 0.0% · gil 60.0% "
+        "(GIL held by 'asyncio_*' at crunch (jobs.py:3) 75%) · gc 25.0% of busy"
+    )
+    target = stats_document([analysis])["targets"][0]
+    assert (target["gil_share"], target["gc_share"]) == (0.6, 0.05)
+    assert target["gil_holders"][0] == {"thread": "asyncio_*", "site": "crunch (jobs.py:3)",
+                                        "share": 0.75}  # fmt: skip
+    # a profile file keeps the [gil] samples, not who held the GIL
+    assert not analyze(parse_folded(folded)).top_holders()

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.classify.threads import classify, estimate_state, is_loop_stack, state_counts
+from sidecar import _native
+from sidecar.classify.threads import (
+    GilHolder,
+    classify,
+    classify_window,
+    estimate_state,
+    holder_group,
+    is_loop_stack,
+    state_counts,
+)
 from sidecar.rules.frames import parse_frame
 
 MAIN = "<module> (app.py:10);main (app.py:5)"
@@ -89,3 +98,46 @@ def test_estimate_without_leaves() -> None:
 def test_parse_frame(text: str, name: str, file: str, line: int) -> None:
     frame = parse_frame(text)
     assert (frame.name, frame.file, frame.line) == (name, file, line)
+
+
+def test_the_threads_of_a_pool_hold_the_gil_as_one() -> None:
+    assert holder_group("asyncio_3") == "asyncio_*"
+    assert holder_group("ThreadPoolExecutor-0_12") == "ThreadPoolExecutor-0_*"
+    assert holder_group("cruncher") == "cruncher"
+    assert holder_group("MainThread") == "MainThread"
+
+
+def test_a_window_gives_gil_samples_gc_frames_and_the_loops_holders() -> None:
+    """The sampler's flags decide gil, whatever the stack says; a collecting thread's stack
+    gains [gc] on top; holders are kept for loop threads' waits only, at the holder's
+    innermost application frame."""
+    poll = ASYNCIO + ";EpollSelector.select (selectors.py:468)"
+    crunch = WORKER + ";crunch (/srv/app/jobs.py:12);dumps (json/__init__.py:231)"
+    row = _native.Row
+    window: _native.Window = {
+        "start": 10.0,
+        "end": 11.0,
+        "samples": 5,
+        "stacks": [
+            row(thread_id=1, thread_name="MainThread", on_cpu=False, gil=True, stack=poll, count=3),
+            row(thread_id=1, thread_name="MainThread", on_cpu=False, stack=poll, count=1),
+            row(thread_id=2, thread_name="pool_0", on_cpu=True, gc=True, stack=crunch, count=4),
+            row(thread_id=3, thread_name="other", on_cpu=False, gil=True, stack=WORKER, count=2),
+        ],
+        "gil_holders": [(1, poll, 2, crunch, 3), (3, WORKER, 2, crunch, 2)],
+        "tasks": [],
+        "task_scans": 0,
+        "task_unread": 0,
+    }
+    classified = classify_window(window)
+    assert sorted(classified.rows) == sorted(
+        [
+            (poll, 1, "gil", 3),
+            (poll, 1, "idle", 1),
+            (crunch + ";[gc]", 2, "busy", 4),
+            (WORKER, 3, "gil", 2),
+        ]
+    )
+    assert classified.states == {"busy": 4, "idle": 1, "blocked": 0, "gil": 5}
+    # the waiter that runs no loop is left out; the site skips json, a standard library frame
+    assert classified.gil_holders == [GilHolder(1, 2, "crunch (/srv/app/jobs.py:12)", 3)]
