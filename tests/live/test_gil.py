@@ -9,19 +9,22 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
 from sidecar import _native
 from sidecar.analyze.threads import Analysis, analyze
 from sidecar.sample.record import Counts
-from tests.support.helpers import LoadDriver, Proc, Spawner
+from tests.support.helpers import LoadDriver, Proc, Spawner, sidecar
+from tests.support.pprof_tool import pprof, tags
 from tests.support.procs import ROOT
 from tests.support.pythons import each_version, interpreter
 
@@ -232,3 +235,35 @@ def test_a_sampler_that_may_not_read_syscall_says_so_and_never_guesses(spawn: Sp
     result = json.loads(sampled.stdout)
     assert result["gil"].startswith("the GIL's holder only: "), result
     assert result["total"] >= 200 and result["waits"] == 0, result
+
+
+def test_gil_and_gc_frames_read_back_the_same_from_every_profile_file(
+    spawn: Spawner, tmp_path: Path
+) -> None:
+    """A recording of a starved loop that collects garbage, written as folded text, SVG and
+    pprof: ``stats`` of the folded and SVG files finds the same gil and gc samples as the
+    recording, whose pprof labels the gil samples ``state=gil``."""
+    target = spawn.target("gil", "--holder", "spin", "--gc")
+    folded = tmp_path / "p.folded"
+    done = sidecar("record", "--pid", str(target.pid), "--duration", "2", "--rate", "200",
+                   "--format", "folded", "-o", str(folded))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"event loop: .* gil \d+\.\d% \(GIL held by 'holder' at spin \(", done.stderr)
+    text = folded.read_text()
+    assert ";[gil] " in text and ";[gc] " in text
+    svg = tmp_path / "p.svg"
+    assert sidecar("render", str(folded), "-o", str(svg)).returncode == 0
+    shares = [json.loads(sidecar("stats", str(path), "--json").stdout)["targets"][0]
+              for path in (folded, svg)]  # fmt: skip
+    assert shares[0]["gil_share"] > 0.3 and shares[0]["gc_share"] > 0
+    for key in ("samples", "gil_share", "gc_share", "busy_share"):
+        assert shares[0][key] == shares[1][key], key
+    # holders are known live only
+    assert shares[0]["gil_holders"] == []
+    profile = tmp_path / "p.pb.gz"
+    done = sidecar("record", "--pid", str(target.pid), "--duration", "1", "--rate", "200",
+                   "--format", "pprof", "-o", str(profile))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "gil" in tags(pprof(profile, "-tags"))["state"]
+    waits = pprof(profile, "-top", "-tagfocus=state=gil", "-nodecount=50")
+    assert "[gil]" in waits and "EpollSelector.select" in waits, waits

@@ -4,53 +4,16 @@ back by ``go tool pprof`` (Go's own reader of the format)."""
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 from sidecar.profile import parse_folded
+from sidecar.rules.frames import STATES
 from sidecar.serve.push.series import MAX_SAMPLES, OTHER, profiles
 from sidecar.store import WindowBatch
 from tests.support.helpers import LoadDriver, Spawner, sidecar, wait_until
-
-GO = shutil.which("go") or "/usr/local/go/bin/go"
-
-
-def pprof(path: Path, *args: str) -> str:
-    """``go tool pprof ARGS PATH``'s output; fails the test if Go cannot read the file."""
-    done = subprocess.run(
-        [GO, "tool", "pprof", *args, str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
-def total(top: str) -> int:
-    """The total of ``-top`` over the ``samples`` value."""
-    match = re.search(r"of (\d+) total", top)
-    assert match, top
-    return int(match[1])
-
-
-def tags(text: str) -> dict[str, dict[str, str]]:
-    """``-tags`` output as {key: {value: amount}}."""
-    out: dict[str, dict[str, str]] = {}
-    key = ""
-    for line in text.splitlines():
-        head = re.match(r"\s*(\w+): Total", line)
-        if head:
-            key = head[1]
-            out[key] = {}
-            continue
-        row = re.match(r"\s*(\S+) \(\s*[\d.]+%\): (.+)$", line)
-        if row and key:
-            out[key][row[2].strip()] = row[1]
-    return out
+from tests.support.pprof_tool import pprof, tags, total
 
 
 def test_go_tool_pprof_reads_a_recording(spawn: Spawner, load: LoadDriver, tmp_path: Path) -> None:
@@ -74,7 +37,7 @@ def test_go_tool_pprof_reads_a_recording(spawn: Spawner, load: LoadDriver, tmp_p
     assert total(counted) == int(written[1].replace(",", ""))
 
     labels = tags(pprof(out, "-tags"))
-    assert set(labels["state"]) <= {"busy", "idle", "blocked"} and "blocked" in labels["state"]
+    assert set(labels["state"]) <= set(STATES) and "blocked" in labels["state"]
     assert {"MainThread", "pretend-service"} <= set(labels["thread_name"])
     # the blocking call's samples are the blocked ones, and they run on the loop's thread
     blocked = pprof(out, "-top", "-sample_index=samples", "-tagfocus=state=blocked")
