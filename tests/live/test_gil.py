@@ -8,12 +8,9 @@ same time; the collector's share agrees with the target's own clock of its colle
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -25,7 +22,7 @@ from sidecar.analyze.threads import Analysis, analyze
 from sidecar.sample.record import Counts
 from tests.support.helpers import LoadDriver, Proc, Spawner, sidecar
 from tests.support.pprof_tool import pprof, tags
-from tests.support.procs import ROOT
+from tests.support.ptrace_only import AS_APP_USER, needs_setpriv, run_with_ptrace_only
 from tests.support.pythons import each_version, interpreter
 
 #: Seconds each case samples, and at what rate: 300 samples of the loop thread.
@@ -198,41 +195,14 @@ print(json.dumps({
 """
 
 
-@pytest.mark.skipif(
-    os.geteuid() != 0 or not shutil.which("setpriv"),
-    reason="needs root and setpriv (util-linux) to run the target and sampler as other users",
-)
+@needs_setpriv
 def test_a_sampler_that_may_not_read_syscall_says_so_and_never_guesses(spawn: Spawner) -> None:
     """As the Kubernetes manifests deploy it (the app under a user of its own, sidecar with
     CAP_SYS_PTRACE its only capability), the target's /proc ``syscall`` files are closed to
     the sampler: before 3.15 nothing else tells a thread waiting for the GIL, so no sample
     reads as one, and the GIL's source says why."""
-    target = spawn.target(
-        "gil",
-        "--holder",
-        "spin",
-        prefix=("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"),
-    )
-    only_ptrace = "-all,+sys_ptrace"
-    sampled = subprocess.run(
-        [
-            "setpriv",
-            f"--inh-caps={only_ptrace}",
-            f"--ambient-caps={only_ptrace}",
-            f"--bounding-set={only_ptrace}",
-            sys.executable,
-            "-c",
-            _SAMPLE_WITH_PTRACE_ONLY,
-            str(target.pid),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert sampled.returncode == 0, sampled.stderr
-    result = json.loads(sampled.stdout)
+    target = spawn.target("gil", "--holder", "spin", prefix=AS_APP_USER)
+    result = run_with_ptrace_only(_SAMPLE_WITH_PTRACE_ONLY, target.pid)
     assert result["gil"].startswith("the GIL's holder only: "), result
     assert result["total"] >= 200 and result["waits"] == 0, result
 

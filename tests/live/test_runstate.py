@@ -5,9 +5,6 @@ kernel without it, a reader that may not read it), ``stat`` stays."""
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -15,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from sidecar import _native
-from tests.support.helpers import PYTHON, ROOT, Spawner, wait_until
+from tests.support.helpers import Spawner, wait_until
+from tests.support.ptrace_only import AS_APP_USER, needs_setpriv, run_with_ptrace_only
 
 
 def _kernel_names_calls() -> bool:
@@ -71,8 +69,6 @@ def test_states_come_from_syscall_where_the_kernel_names_calls_and_stay_true(
     assert sleeping >= 0.95 * (total - on_cpu), [row.stack for row in off][:3]
 
 
-APP_UID = 65534
-
 #: A sampler of the PID in argv[1] for 3 s: whether this process can read the target's syscall
 #: file, where the states came from, and the samples on CPU of all.
 _SAMPLE_WITH_PTRACE_ONLY = """
@@ -100,10 +96,7 @@ print(json.dumps({
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    os.geteuid() != 0 or not shutil.which("setpriv"),
-    reason="needs root and setpriv (util-linux) to run the target and sampler as other users",
-)
+@needs_setpriv
 def test_a_sampler_that_may_not_read_syscall_keeps_stat_and_its_states_true(
     spawn: Spawner,
 ) -> None:
@@ -111,32 +104,8 @@ def test_a_sampler_that_may_not_read_syscall_keeps_stat_and_its_states_true(
     root with CAP_SYS_PTRACE its only capability. The target's ``syscall`` file is for its
     user alone (mode 0400, and no CAP_DAC_OVERRIDE), so the sampler reads ``stat``, and
     ``targets/deep.py`` on CPU half of each 20 ms reads so."""
-    target = spawn.target(
-        "deep",
-        "--busy",
-        "0.5",
-        prefix=("setpriv", f"--reuid={APP_UID}", f"--regid={APP_UID}", "--clear-groups"),
-    )
-    only_ptrace = "-all,+sys_ptrace"
-    sampled = subprocess.run(
-        [
-            "setpriv",
-            f"--inh-caps={only_ptrace}",
-            f"--ambient-caps={only_ptrace}",
-            f"--bounding-set={only_ptrace}",
-            PYTHON,
-            "-c",
-            _SAMPLE_WITH_PTRACE_ONLY,
-            str(target.pid),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert sampled.returncode == 0, sampled.stderr
-    result = json.loads(sampled.stdout)
+    target = spawn.target("deep", "--busy", "0.5", prefix=AS_APP_USER)
+    result = run_with_ptrace_only(_SAMPLE_WITH_PTRACE_ONLY, target.pid)
     assert result["syscall"] == "PermissionError", result
     assert result["state_file"] == "stat", result
     assert result["on_cpu"] == "os", result

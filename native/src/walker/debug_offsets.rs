@@ -20,12 +20,7 @@ impl Layout {
     /// The layout of a 3.13+ target from the `_Py_DebugOffsets` at `runtime` (the address of
     /// its `_PyRuntime`), checked against the version py-spy found and against itself.
     pub fn from_debug_offsets(pid: i32, runtime: usize, minor: u64) -> Result<Layout> {
-        let Some(row) = DebugRow::of(minor) else {
-            bail!("no _Py_DebugOffsets layout for Python 3.{minor}");
-        };
-        let mut raw = vec![0u8; row.words * 8];
-        read(pid, runtime, &mut raw)?;
-        Layout::parse_debug_offsets(&raw, minor)
+        Layout::parse_debug_offsets(&read_debug_offsets(pid, runtime, minor)?, minor)
     }
 
     /// The layout a 3.13+ `_Py_DebugOffsets` gives (`raw`, read from the target), checked.
@@ -135,11 +130,7 @@ impl GilTable {
     /// Where the 3.13+ target `pid` keeps its GIL and GC state, from the `_Py_DebugOffsets` at
     /// `runtime`.
     pub fn read_debug_offsets(pid: i32, runtime: usize, minor: u64) -> Result<GilTable> {
-        let Some(row) = DebugRow::of(minor) else {
-            bail!("no _Py_DebugOffsets layout for Python 3.{minor}");
-        };
-        let mut raw = vec![0u8; row.words * 8];
-        read(pid, runtime, &mut raw)?;
+        let raw = read_debug_offsets(pid, runtime, minor)?;
         Layout::parse_debug_offsets(&raw, minor)?;
         GilTable::from_debug_offsets(&raw, minor)
     }
@@ -179,6 +170,17 @@ impl GilTable {
             flags,
         })
     }
+}
+
+/// The raw `_Py_DebugOffsets` of the 3.`minor` target `pid`, at `runtime`: its version's
+/// row's words.
+fn read_debug_offsets(pid: i32, runtime: usize, minor: u64) -> Result<Vec<u8>> {
+    let Some(row) = DebugRow::of(minor) else {
+        bail!("no _Py_DebugOffsets layout for Python 3.{minor}");
+    };
+    let mut raw = vec![0u8; row.words * 8];
+    read(pid, runtime, &mut raw)?;
+    Ok(raw)
 }
 
 /// The line a free-threaded target gets.
