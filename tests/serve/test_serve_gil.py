@@ -8,10 +8,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import jsonschema
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.helpers import Spawner, wait_until
+from tests.support.stats_schema import SCHEMA
 
 STATES = ("busy", "idle", "blocked", "gil")
 #: Seconds of 1 s windows the checks read (each about 100 samples of a loop thread).
@@ -56,7 +58,9 @@ def test_a_loop_starved_of_the_gil_and_one_collecting_garbage(spawn: Spawner, se
     sites = {h["site"].rpartition(":")[0] for h in holders if h["thread"] == "cruncher"}
     assert sites == {"crunch (targets/gil_hog.py"}, holders
     assert sum(h["share"] for h in holders if h["thread"] == "cruncher") > 0.9, holders
-    merged = server.json(f"/api/stats?from={started:.0f}")["frameworks"]
+    whole = server.json(f"/api/stats?from={started:.0f}")
+    jsonschema.validate(whole, SCHEMA)
+    merged = whole["frameworks"]
     assert any(shares["gil_holders"] for shares in merged.values()), merged
 
     span = f"target={ids[starved.pid]}&from={started - 1:.0f}&to={time.time():.0f}"
