@@ -92,6 +92,7 @@ def test_a_version_7_database_gains_gil_and_keeps_its_windows(tmp_path: Path) ->
     db = tmp_path / "v7.db"
     conn = at_schema(db, 7)
     hour = (int(time.time()) // 3600 - 3) * 3600
+    conn.execute("BEGIN")  # one commit for all the rows below
     conn.execute(
         "INSERT INTO targets VALUES "
         "(1, 'python app.py', 'python app.py', 'aiohttp', 'asyncio', 1, 2, NULL)"
@@ -118,6 +119,7 @@ def test_a_version_7_database_gains_gil_and_keeps_its_windows(tmp_path: Path) ->
         (hour, counts.pack({(2, 11, busy): 2 * 360, (2, 11, idle): 3 * 360})),
     )
     conn.execute("INSERT INTO rollup_hours VALUES (?)", (hour,))
+    conn.execute("COMMIT")
     conn.close()
     span = Range(hour, hour + 3600)
     before = Reader(db).profile(1, span).stacks
