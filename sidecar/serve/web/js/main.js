@@ -402,7 +402,8 @@ async function loadFrameworks() {
     host.dataset.loading = "0";
     host.innerHTML = "";
     renderStatsTargets($("#fw-targets"), {});
-    renderGilHolders($("#gil-holders"), $("#gil-summary"), {}, null);
+    $("#gil-holders").innerHTML = "";
+    $("#gil-summary").textContent = "";
     const missing = err instanceof ApiError && err.code === "not_found";
     message(
       $("#frameworks-message"),
