@@ -97,7 +97,9 @@ class Change:
 
 @dataclass
 class Shares:
-    """Per function: self share and total share; per state its share."""
+    """Per function: self share and total share; per state its share (busy, idle, blocked,
+    gil: a stack's leaf says which; blocked and gil stacks lose their leaf, idle ones count
+    in no function)."""
 
     self_: dict[str, float] = field(default_factory=dict)
     total: dict[str, float] = field(default_factory=dict)

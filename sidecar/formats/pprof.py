@@ -1,8 +1,10 @@
 """pprof out: profiles as gzipped ``profile.proto``, the format of ``go tool pprof`` and Pyroscope.
 
-Each sample is one folded stack (its ``[idle]`` / ``[blocked]`` leaf kept as a frame, so the
-flamegraph shows where the loop waited) with a ``state`` label (busy, idle, blocked) and, where
-the sampler saw it, a ``thread_name`` label. A task sample (leaf ``[running]``, ``[ready]`` or
+Each sample is one folded stack (its ``[idle]`` / ``[blocked]`` / ``[gil]`` leaf kept as a
+frame, so the flamegraph shows where the loop waited, and a ``[gc]`` frame on top of a busy
+stack taken while the thread collected garbage) with a ``state`` label (busy, idle, blocked,
+gil: waiting for the GIL another thread held) and, where the sampler saw it, a
+``thread_name`` label. A task sample (leaf ``[running]``, ``[ready]`` or
 ``[waiting]``) has its state and a ``task`` label: ``request`` or ``background``. Frames are
 parsed here by the one frame grammar (``function (file:line)``); the message itself is built
 and compressed in the native core.

@@ -26,13 +26,15 @@ from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoin
 from sidecar import __version__
 from sidecar.analyze.diff import Change, diff_profiles, render_diff
 from sidecar.analyze.tasks import task_block
-from sidecar.analyze.threads import stats_json
+from sidecar.analyze.threads import analyze, stats_document
 from sidecar.discover import ProcessInfo
 from sidecar.errors import NoSamples, SidecarError, UsageError
 from sidecar.formats import pprof
 from sidecar.formats.render import RenderOptions, render_svg, speedscope
 from sidecar.profile import Profile
 from sidecar.rules import document as rules_document
+from sidecar.rules.frames import STATES
+from sidecar.rules.tasks import STATES as TASK_STATES
 from sidecar.serve.metrics import registry_for
 from sidecar.store.query import QueryError, Range, StoreUnavailable, UnknownTarget
 from sidecar.store.taskquery import WHICH, NoTaskScans, TaskReader
@@ -53,6 +55,9 @@ SVG_CSP = (
 
 From = Annotated[float | None, Query(alias="from", description="unix seconds; default: to - 1 h")]
 To = Annotated[float | None, Query(alias="to", description="unix seconds; default: now")]
+STATE_HELP = (
+    f"comma-separated states: {', '.join(STATES)}; with kind=tasks {', '.join(TASK_STATES)}"
+)
 TargetId = Annotated[int | None, Query(description="target id; default: all targets")]
 Kind = Annotated[
     str,
@@ -173,8 +178,8 @@ def create_app(service: Service) -> FastAPI:
 
     @app.get(
         "/api/timeline",
-        summary="busy / idle / blocked samples per time bucket, or with kind=tasks the mean "
-        "tasks in flight by state (running, ready, waiting) and of requests and background",
+        summary="busy / idle / blocked / gil samples per time bucket, or with kind=tasks the "
+        "mean tasks in flight by state (running, ready, waiting) and of requests and background",
     )
     def timeline(
         target: TargetId = None,
@@ -200,7 +205,7 @@ def create_app(service: Service) -> FastAPI:
         start: From = None,
         end: To = None,
         format: Annotated[str, Query(pattern="^(svg|folded|speedscope|pprof)$")] = "folded",
-        state: Annotated[str | None, Query(description="comma-separated states")] = None,
+        state: Annotated[str | None, Query(description=STATE_HELP)] = None,
         thread: Annotated[str | None, Query(max_length=200)] = None,
         inverted: bool = False,
         kind: Kind = "threads",
@@ -218,17 +223,23 @@ def create_app(service: Service) -> FastAPI:
         data = reader.profile(target, _span(start, end), states, thread)
         return _profile_response(data, format, _title(target), inverted)
 
-    @app.get("/api/stats", summary="Event-loop shares and stack depth per target and framework")
+    @app.get(
+        "/api/stats",
+        summary="Event-loop shares (and who held the GIL), stack depth and tasks per target "
+        "and framework",
+    )
     def stats(target: TargetId = None, start: From = None, end: To = None) -> dict[str, Any]:
         span = _span(start, end)
         rows = [reader.target(target)] if target is not None else reader.targets()
-        loaded, blocks = [], []
+        analyses, blocks = [], []
         for row in rows:
             data = reader.profile(row["id"], span)
             if data.stacks:
-                loaded.append((data, _process_info(row)))
+                # who held the GIL while its loop waited: the sampler saw it, the store kept it
+                holders = reader.gil_holders(row["id"], span)
+                analyses.append(analyze(data, _process_info(row), holders=holders))
                 blocks.append(_task_block(row["id"], span))
-        document = stats_json(loaded)
+        document = stats_document(analyses)
         for entry, block in zip(document["targets"], blocks, strict=True):
             entry["tasks"] = block
         return document

@@ -76,9 +76,16 @@ class ServiceCollector(Collector):
         )
         share = GaugeMetricFamily(
             "sidecar_loop_share",
-            "Share of the event-loop thread's samples per state over the last minute "
-            "(a pre-fork master, role master, serves no requests)",
+            "Share of the event-loop thread's samples per state (busy, idle, blocked, gil: "
+            "waiting for the GIL another thread holds) over the last minute (a pre-fork "
+            "master, role master, serves no requests)",
             labels=["pid", "framework", "loop", "role", "state"],
+        )
+        gc_share = GaugeMetricFamily(
+            "sidecar_loop_gc_share",
+            "Share of the event-loop thread's samples taken while it collected garbage over "
+            "the last minute (busy samples with a [gc] frame on top)",
+            labels=["pid", "framework", "loop", "role"],
         )
         tasks = GaugeMetricFamily(
             "sidecar_tasks",
@@ -100,13 +107,15 @@ class ServiceCollector(Collector):
             if session.tasks:
                 unread.add_metric(labels, session.tasks_unread)
             recent = list(session.recent)
-            total = sum(b + i + k for _, b, i, k in recent)
+            total = sum(sum(window.states.values()) for window in recent)
             if total:
-                for index, state in enumerate(STATES, start=1):
-                    part = sum(row[index] for row in recent)
+                for state in STATES:
+                    part = sum(window.states[state] for window in recent)
                     share.add_metric([*labels, state], part / total)
+                gc_share.add_metric(labels, sum(window.gc for window in recent) / total)
         yield lag
         yield share
+        yield gc_share
         yield tasks
         yield unread
 

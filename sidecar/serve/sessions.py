@@ -16,11 +16,11 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from sidecar import _native
 from sidecar.classify.tasks import in_flight, task_rows
-from sidecar.classify.threads import classify_window
+from sidecar.classify.threads import ClassifiedWindow, classify_window, is_loop_stack
 from sidecar.discover import (
     Selection,
     framework_and_loop,
@@ -33,9 +33,11 @@ from sidecar.discover import (
     settle_role,
 )
 from sidecar.errors import TargetError
+from sidecar.rules.frames import GC_FRAME, STATES
 from sidecar.sample.sampler import TORN_SHARE, on_cpu_source, open_sampler, torn_note
 from sidecar.serve.sinks import Gone
 from sidecar.store import ProcessRecord, WindowBatch
+from sidecar.store.records import GilHolding
 
 if TYPE_CHECKING:
     from sidecar._native import SamplerStats, Window
@@ -48,6 +50,37 @@ COUNTERS = ("samples", "errors", "retried", "late", "missed", "dropped_windows",
 #: Ticks of a session its share without a sample is judged over, for the log (10 s at 100 Hz).
 TORN_TICKS = 1000
 Describe = Callable[[int], tuple[str, str]]
+
+
+class LoopSamples(NamedTuple):
+    """One window's samples of a process's event-loop threads (of every thread where none runs
+    a loop, as the analysis counts them): per state, and the busy ones taken while the thread
+    collected garbage (a ``[gc]`` frame on top)."""
+
+    start: int
+    states: dict[str, int]
+    gc: int
+
+    @classmethod
+    def of(cls, window: ClassifiedWindow) -> LoopSamples:
+        rows = [row for row in window.rows if is_loop_stack(row[0])] or window.rows
+        states = dict.fromkeys(STATES, 0)
+        gc = 0
+        for stack, _, state, count in rows:
+            states[state] += count
+            if state == "busy" and stack.endswith(GC_FRAME):
+                gc += count
+        return cls(int(window.start), states, gc)
+
+
+def gil_holdings(window: ClassifiedWindow) -> list[GilHolding]:
+    """Who held the GIL while a loop thread of the window waited, as the store keeps it: the
+    holder named as the window names its threads ("" when it does not)."""
+    names = window.thread_names
+    return [
+        (held.waiter, held.holder, names.get(held.holder, ""), held.site, held.samples)
+        for held in window.gil_holders
+    ]
 
 
 def describe(pid: int) -> tuple[str, str]:
@@ -76,8 +109,8 @@ class Session:
     reader: str = ""
     #: Where its on-CPU states come from (the sampler's ``on_cpu`` stat), as last seen.
     on_cpu: str = ""
-    #: (window start, busy, idle, blocked) of recent windows, for the live shares in /metrics.
-    recent: deque[tuple[int, int, int, int]] = field(default_factory=lambda: deque(maxlen=6))
+    #: Its event loop's samples in recent windows, for the live shares in /metrics.
+    recent: deque[LoopSamples] = field(default_factory=lambda: deque(maxlen=6))
     #: ``master`` / ``worker`` in a pre-fork server, None alone (checked at every scan).
     role: str | None = None
     #: The role /proc suggests (``discover.prefork_role``), as read at the last scan.
@@ -332,13 +365,12 @@ class Sessions:
     def _batch(self, session: Session, window: Window) -> WindowBatch:
         classified = classify_window(window)
         start = int(classified.start)
-        states = classified.states
         tasks, scans = task_rows(window.get("tasks", [])), int(window.get("task_scans", 0))
         unread = int(window.get("task_unread", 0))
         if scans:
             session.tasks = in_flight(tasks, scans)
             session.tasks_unread = unread / scans
-        session.recent.append((start, states["busy"], states["idle"], states["blocked"]))
+        session.recent.append(LoopSamples.of(classified))
         return WindowBatch(
             process=session.key,
             start=start,
@@ -349,6 +381,7 @@ class Sessions:
             tasks=tasks,
             task_scans=scans,
             task_unread=unread,
+            gil_holders=gil_holdings(classified),
         )
 
     def _finish(self, key: Key, session: Session) -> None:

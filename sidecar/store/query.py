@@ -21,7 +21,14 @@ from sidecar.errors import SidecarError
 from sidecar.profile import Profile, Target
 from sidecar.rules.frames import STATES, leaf_for
 from sidecar.store import counts
-from sidecar.store.schema import COUNT_TABLES, HOUR, STATE_CODES, STATE_NAMES, SUM_COLUMNS
+from sidecar.store.schema import (
+    COUNT_TABLES,
+    HOLDER_TABLES,
+    HOUR,
+    STATE_CODES,
+    STATE_NAMES,
+    SUM_COLUMNS,
+)
 
 MAX_BUCKETS = 2000
 #: Stacks whose text one query rebuilds (``Reader.stack_texts``).
@@ -175,8 +182,31 @@ class Reader:
             return None
         unknown = states - set(STATES)
         if unknown:
-            raise QueryError(f"unknown state {sorted(unknown)[0]!r}; use busy, idle, blocked")
+            raise QueryError(f"unknown state {sorted(unknown)[0]!r}; use {', '.join(STATES)}")
         return {STATE_CODES[s] for s in states}
+
+    def covering(
+        self, columns: str, target: int | None, span: Range, tables: tuple[str, str]
+    ) -> list[tuple[Any, ...]]:
+        """``columns`` of the rows covering the range, of one target or all: whole hours
+        rolled up come from the hours' table of ``tables``, the rest from the windows'."""
+        windows, hour_table = tables
+        where, params = ("target_id = ?", (target,)) if target is not None else ("1", ())
+        hours = self.rolled_hours(span)
+        pieces, values = [], []
+        for start, end in _gaps(span, hours):
+            pieces.append(
+                f"SELECT {columns} FROM {windows} WHERE window >= ? AND window < ? AND {where}"
+            )
+            values += [start, end, *params]
+        if hours:
+            pieces.append(
+                f"SELECT {columns} FROM {hour_table} WHERE hour >= ? AND hour <= ? AND {where}"
+            )
+            values += [hours[0], hours[-1], *params]
+        if not pieces:
+            return []
+        return self.rows(" UNION ALL ".join(pieces), tuple(values))
 
     def blobs(
         self, target: int | None, span: Range, tables: tuple[str, str] = COUNT_TABLES[0]
@@ -184,25 +214,35 @@ class Reader:
         """(process id, packed counts) covering the range: whole hours rolled up come from
         the hours' table (``hour_counts``), the rest from the windows' (``window_counts``);
         ``tables`` names another pair (the tasks': ``COUNT_TABLES[1]``)."""
-        windows, hour_table = tables
-        where, params = ("target_id = ?", (target,)) if target is not None else ("1", ())
-        hours = self.rolled_hours(span)
-        pieces, values = [], []
-        for start, end in _gaps(span, hours):
-            pieces.append(
-                f"SELECT process_id, counts FROM {windows} "
-                f"WHERE window >= ? AND window < ? AND {where}"
+        rows = self.covering("process_id, counts", target, span, tables)
+        return [(int(process), blob) for process, blob in rows]
+
+    def gil_holders(self, target: int | None, span: Range) -> dict[tuple[str, str], int]:
+        """Samples of the event-loop threads waiting for the GIL over a range, by (name of the
+        thread that held it, where it was: ``function (file:line)`` or ""), for
+        ``analyze(..., holders=...)``. Samples with no holder (the GIL being handed over) are
+        left out; a holder the sampler had no name for is ``thread ID``."""
+        found: dict[tuple[int, str, int], int] = {}
+        for holder, name, site, samples in self.covering(
+            "holder, thread, site, samples", target, span, HOLDER_TABLES
+        ):
+            if holder:
+                key = (int(holder), str(name), int(site))
+                found[key] = found.get(key, 0) + int(samples)
+        sites = {site for _, _, site in found if site}
+        texts = dict(
+            self.rows(
+                "SELECT id, text FROM frames WHERE id IN (SELECT value FROM json_each(?))",
+                (json.dumps(sorted(sites)),),
             )
-            values += [start, end, *params]
-        if hours:
-            pieces.append(
-                f"SELECT process_id, counts FROM {hour_table} WHERE hour >= ? AND hour <= ? "
-                f"AND {where}"
-            )
-            values += [hours[0], hours[-1], *params]
-        if not pieces:
-            return []
-        return [(int(p), blob) for p, blob in self.rows(" UNION ALL ".join(pieces), tuple(values))]
+            if sites
+            else []
+        )
+        out: dict[tuple[str, str], int] = {}
+        for (holder, name, site), samples in found.items():
+            named = (name or f"thread {holder}", texts.get(site, "") if site else "")
+            out[named] = out.get(named, 0) + samples
+        return out
 
     def profile(
         self,
@@ -309,7 +349,8 @@ class Reader:
             texts[node] = ";".join(path)
 
     def timeline(self, target: int | None, span: Range, step: int | None = None) -> dict[str, Any]:
-        """busy / idle / blocked samples of the loop threads per bucket of ``step`` seconds."""
+        """busy / idle / blocked / gil samples of the loop threads per bucket of ``step``
+        seconds."""
         if step is None:
             step = max(self.window, (span.end - span.start) // 300 // self.window * self.window)
         if step <= 0:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 ProcessKey = tuple[int, int]
+#: (waiter thread id, holder thread id, holder's thread name, holder's site, samples)
+GilHolding = tuple[int, int, str, str, int]
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,8 @@ class ProcessRecord:
 class WindowBatch:
     """One window of one process: rows of (stack, thread id, state, count), and of its asyncio
     tasks (task stack without its leaf, task state, task-samples) with the scans that counted
-    them and the tasks they found past their bound."""
+    them and the tasks they found past their bound, and who held the GIL while its event-loop
+    threads waited for it."""
 
     process: ProcessKey
     start: int
@@ -50,3 +53,6 @@ class WindowBatch:
     task_scans: int = 0
     #: tasks the scans found past their bound and did not read, summed over them
     task_unread: int = 0
+    #: (waiting loop thread id, holding thread id (0: none), the holder's name, where it was:
+    #: its innermost application frame or "", samples), from ``ClassifiedWindow.gil_holders``
+    gil_holders: list[GilHolding] = field(default_factory=list)

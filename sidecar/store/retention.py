@@ -1,5 +1,7 @@
 """Retention: old windows pruned, evicted when the disk is full, merged into coarser windows,
-rolled up into hours; stacks no sample needs any more collected; the file's size on disk."""
+rolled up into hours; stacks no sample needs any more collected; the file's size on disk.
+Who held the GIL (``gil_holders``, ``gil_hour_holders``) goes, merges and rolls up with the
+counts of its windows; collection keeps the frames it names."""
 
 from __future__ import annotations
 
@@ -8,7 +10,10 @@ from contextlib import suppress
 
 from sidecar.store import counts
 from sidecar.store.file import StoreFile
-from sidecar.store.schema import COUNT_TABLES, HOUR, WINDOW_SUMS
+from sidecar.store.schema import COUNT_TABLES, HOLDER_KEY, HOLDER_TABLES, HOUR, WINDOW_SUMS
+
+#: A holder row's key, as SQL.
+_HOLDER_KEY = ", ".join(HOLDER_KEY)
 
 #: (age in seconds, window width): data older than the age is merged into windows that wide.
 DOWNSAMPLE_TIERS: tuple[tuple[int, int], ...] = ((3600, 300), (3 * 3600, 1800))
@@ -34,6 +39,9 @@ class Retention(StoreFile):
                 self.db.execute(f"DELETE FROM {table} WHERE window <= ?", (last,))
                 # an hour that lost any window is no longer whole: its rollup goes too
                 self.db.execute(f"DELETE FROM {hours} WHERE hour <= ?", (last,))
+            holders, hour_holders = HOLDER_TABLES
+            self.db.execute(f"DELETE FROM {holders} WHERE window <= ?", (last,))
+            self.db.execute(f"DELETE FROM {hour_holders} WHERE hour <= ?", (last,))
             self.db.execute("DELETE FROM windows WHERE window <= ?", (last,))
             self.db.execute("DELETE FROM rollup_hours WHERE hour <= ?", (last,))
         self._rolled = {hour for hour in self._rolled if hour > last}
@@ -77,6 +85,23 @@ class Retention(StoreFile):
             blobs.setdefault((int(target_id), int(process_id)), []).append(blob)
         return {ids: counts.merge(parts) for ids, parts in blobs.items()}
 
+    def _span_holders(self, start: int, end: int) -> list[tuple[object, ...]]:
+        """The GIL holders of the windows in [start, end), each (target, process, waiter,
+        holder, name, site) with its samples summed."""
+        return list(
+            self.db.execute(
+                f"SELECT {_HOLDER_KEY}, SUM(samples) FROM {HOLDER_TABLES[0]} "
+                f"WHERE window >= ? AND window < ? GROUP BY {_HOLDER_KEY}",
+                (start, end),
+            ).fetchall()
+        )
+
+    def _insert_holders(self, table: str, when: int, rows: list[tuple[object, ...]]) -> None:
+        self.db.conn.executemany(
+            f"INSERT INTO {table} VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [(when, *row) for row in rows],
+        )
+
     def _merge_span(self, span: int, width: int) -> None:
         end = span + width
         names = ", ".join(WINDOW_SUMS)
@@ -90,6 +115,10 @@ class Retention(StoreFile):
                     f"INSERT INTO {table} VALUES (?, ?, ?, ?)",
                     [(span, *ids, blob) for ids, blob in merged.items()],
                 )
+            holders, _ = HOLDER_TABLES
+            merged_holders = self._span_holders(span, end)
+            self.db.execute(f"DELETE FROM {holders} WHERE window >= ? AND window < ?", (span, end))
+            self._insert_holders(holders, span, merged_holders)
             sums = self.db.execute(
                 "SELECT target_id, process_id, "
                 + ", ".join(f"SUM({column})" for column in WINDOW_SUMS)
@@ -122,6 +151,7 @@ class Retention(StoreFile):
                         f"INSERT INTO {hour_table} VALUES (?, ?, ?, ?)",
                         [(hour, *ids, blob) for ids, blob in merged.items()],
                     )
+                self._insert_holders(HOLDER_TABLES[1], hour, self._span_holders(hour, hour + HOUR))
                 self.db.execute("INSERT INTO rollup_hours VALUES (?)", (hour,))
             self._rolled.add(hour)
         return len(hours)
@@ -148,7 +178,10 @@ class Retention(StoreFile):
                 DELETE FROM nodes WHERE id NOT IN (SELECT id FROM live)
                 """
             )
-            self.db.execute("DELETE FROM frames WHERE id NOT IN (SELECT DISTINCT frame FROM nodes)")
+            self.db.execute(
+                "DELETE FROM frames WHERE id NOT IN (SELECT DISTINCT frame FROM nodes) AND id NOT "
+                "IN (" + " UNION ".join(f"SELECT site FROM {t}" for t in HOLDER_TABLES) + ")"
+            )
             self.db.execute("DELETE FROM temp.live_stacks")
         self._forget()
         return cursor.rowcount

@@ -15,6 +15,8 @@ Tables:
 - ``window_counts``: the bulk of the data, one row per process and window: its
   (stack, thread, state) → count entries packed into one blob (``sidecar.store.counts``).
 - ``threads``: thread names per process.
+- ``gil_holders``: per window and process, who held the GIL while an event-loop thread waited
+  for it (``gil_hour_holders``: per hour, beside ``hour_counts``).
 - ``hour_counts``: the counts of each complete hour, per process, packed the same way, beside
   the windows, so a long range reads one blob per process and hour; ``rollup_hours`` lists
   the hours rolled up.
@@ -31,6 +33,14 @@ timeline reads: tasks in flight = task-samples / scans.
 Version 7 adds to ``windows`` the tasks its scans found past their bound and did not read
 (``task_unread``, summed over the window's scans; 0 in older rows): tasks in flight =
 (task-samples + unread) / scans.
+
+Version 8 adds the ``gil`` state (a thread waiting for the GIL another thread holds): its sums
+in ``windows`` (``gil``, ``loop_gil``; 0 in older rows, whose sampler could not tell it), and
+who held the GIL while an event-loop thread waited for it: ``gil_holders`` per window and
+``gil_hour_holders`` per hour, kept like the counts (retention, downsampling, hourly rollups),
+one row per (waiting thread, holding thread, its name, where it was) with the samples. The
+holder's place is a frame of ``frames`` (0: it had no Python frame), so collection keeps the
+frames they name; holder 0 means none held it at that instant (the GIL was handed over).
 
 Schema versions 1 to 3 kept one row per (window, process, stack, thread, state) in
 ``samples`` and per hour in ``rollups``; version 4 packs them.
@@ -221,6 +231,33 @@ V7 = """
         ALTER TABLE windows ADD COLUMN task_unread INTEGER NOT NULL DEFAULT 0;
 """
 
+V8 = """
+        ALTER TABLE windows ADD COLUMN gil INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE windows ADD COLUMN loop_gil INTEGER NOT NULL DEFAULT 0;
+        CREATE TABLE gil_holders (
+            window INTEGER NOT NULL,
+            target_id INTEGER NOT NULL,
+            process_id INTEGER NOT NULL,
+            waiter INTEGER NOT NULL,
+            holder INTEGER NOT NULL,
+            thread TEXT NOT NULL,
+            site INTEGER NOT NULL,
+            samples INTEGER NOT NULL,
+            PRIMARY KEY (window, target_id, process_id, waiter, holder, thread, site)
+        ) WITHOUT ROWID;
+        CREATE TABLE gil_hour_holders (
+            hour INTEGER NOT NULL,
+            target_id INTEGER NOT NULL,
+            process_id INTEGER NOT NULL,
+            waiter INTEGER NOT NULL,
+            holder INTEGER NOT NULL,
+            thread TEXT NOT NULL,
+            site INTEGER NOT NULL,
+            samples INTEGER NOT NULL,
+            PRIMARY KEY (hour, target_id, process_id, waiter, holder, thread, site)
+        ) WITHOUT ROWID;
+"""
+
 #: Seconds in an hour: the key of ``hour_counts`` (and ``rollup_hours``) is a multiple of it.
 HOUR = 3600
 #: The packed counts per window and per hour, of the threads and of the tasks.
@@ -228,6 +265,10 @@ COUNT_TABLES: tuple[tuple[str, str], ...] = (
     ("window_counts", "hour_counts"),
     ("task_counts", "task_hour_counts"),
 )
+#: Who held the GIL while a loop thread waited, per window and per hour.
+HOLDER_TABLES = ("gil_holders", "gil_hour_holders")
+#: The columns of a holder row besides its window (or hour) and its samples: its key.
+HOLDER_KEY = ("target_id", "process_id", "waiter", "holder", "thread", "site")
 
 
 def frame_hash(text: str) -> int:
@@ -286,6 +327,14 @@ def _pack_rows(conn: sqlite3.Connection, source: str, key: str, target: str) -> 
     conn.executemany(f"INSERT INTO {target} VALUES (?, ?, ?, ?)", out)
 
 
+#: The sums version 4 added: the states there were then (gil came with version 8).
+V4_SUM_COLUMNS = tuple(
+    (column, code, loop)
+    for column, code, loop in SUM_COLUMNS
+    if code in (STATE_CODES["busy"], STATE_CODES["idle"], STATE_CODES["blocked"])
+)
+
+
 def v4(conn: sqlite3.Connection) -> None:
     """Packs the rows of ``samples`` and ``rollups`` into blobs, fills the windows' sums, and
     finds frames by a hash of their text instead of a second copy of it."""
@@ -294,7 +343,7 @@ def v4(conn: sqlite3.Connection) -> None:
             conn.execute(statement)
     _pack_rows(conn, "samples", "window", "window_counts")
     _pack_rows(conn, "rollups", "hour", "hour_counts")
-    for column, code, loop in SUM_COLUMNS:
+    for column, code, loop in V4_SUM_COLUMNS:
         conn.execute(
             f"UPDATE windows SET {column} = (SELECT COALESCE(SUM(s.count), 0) FROM samples s "
             "JOIN stacks st ON st.id = s.stack_id WHERE s.window = windows.window AND "
@@ -314,7 +363,16 @@ def v4(conn: sqlite3.Connection) -> None:
 
 #: Migrations in order (SQL scripts, or functions of a connection in a transaction); the
 #: database's ``user_version`` counts those applied.
-MIGRATIONS: tuple[str | Callable[[sqlite3.Connection], None], ...] = (V1, V2, V3, v4, V5, V6, V7)
+MIGRATIONS: tuple[str | Callable[[sqlite3.Connection], None], ...] = (
+    V1,
+    V2,
+    V3,
+    v4,
+    V5,
+    V6,
+    V7,
+    V8,
+)
 
 
 def migrate(db: Database) -> int:

@@ -4,7 +4,9 @@ A window's stacks are interned as they are written: every frame text once (``fra
 stack as a path of nodes in a prefix tree (``nodes``), its leaf with the stack's loop flag and
 depth (``stacks``); ids already seen are cached in memory, within a bound (``CACHE_CHARS``,
 ``CACHE_ROWS``). A window's counts are packed (``sidecar.store.counts``) into one row per
-process, and added to its hour's rollup too when that hour is already rolled up.
+process, and added to its hour's rollup too when that hour is already rolled up. Who held the
+GIL while a loop thread waited goes to ``gil_holders`` (and its hour's ``gil_hour_holders``
+alike), the holder's place interned as a frame.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from sidecar.store.file import StoreFile
 from sidecar.store.records import ProcessKey, ProcessRecord, WindowBatch
 from sidecar.store.schema import (
     COUNT_TABLES,
+    HOLDER_KEY,
+    HOLDER_TABLES,
     HOUR,
     STATE_CODES,
     SUM_COLUMNS,
@@ -218,6 +222,12 @@ class WindowWriter(StoreFile):
                     self._add_counts(table, "window", (batch.start, target_id, process_id), added)
                     if hour in self._rolled:  # a late window of an hour already rolled up
                         self._add_counts(hours, "hour", (hour, target_id, process_id), added)
+                holders = self._batch_holders(batch)
+                if holders:
+                    where = (target_id, process_id)
+                    self._add_holders(HOLDER_TABLES[0], "window", batch.start, where, holders)
+                    if hour in self._rolled:
+                        self._add_holders(HOLDER_TABLES[1], "hour", hour, where, holders)
                 names = ", ".join(WINDOW_SUMS)
                 self.db.execute(
                     f"INSERT INTO windows (window, target_id, process_id, width, {names}) "
@@ -252,6 +262,33 @@ class WindowWriter(StoreFile):
                     (end, target_id),
                 )
         return orphaned
+
+    def _batch_holders(self, batch: WindowBatch) -> dict[tuple[int, int, str, int], int]:
+        """A window's GIL holders: (waiter, holder, holder's name, site's frame id or 0) →
+        samples."""
+        out: dict[tuple[int, int, str, int], int] = {}
+        for waiter, holder, name, site, samples in batch.gil_holders:
+            if samples > 0:
+                key = (waiter, holder, name, self._frame(site) if site else 0)
+                out[key] = out.get(key, 0) + samples
+        return out
+
+    def _add_holders(
+        self,
+        table: str,
+        key: str,
+        when: int,
+        where: tuple[int, int],
+        holders: dict[tuple[int, int, str, int], int],
+    ) -> None:
+        """Adds holders' samples to a window's (or an hour's) rows: new rows, or summed with
+        those stored (a window flushed in two parts, a late window of a rolled-up hour)."""
+        columns = ", ".join((key, *HOLDER_KEY, "samples"))
+        self.db.conn.executemany(
+            f"INSERT INTO {table} ({columns}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT DO UPDATE SET samples = samples + excluded.samples",
+            [(when, *where, *at, samples) for at, samples in holders.items()],
+        )
 
     def _task_entries(self, batch: WindowBatch) -> tuple[Counts, list[int]]:
         """A window's task counts, packed like a thread's (thread id 0), and its task-samples

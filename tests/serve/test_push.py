@@ -110,6 +110,44 @@ def test_windows_arrive_with_their_states_and_the_stores_counts(
     assert len(versions) == 1 and next(iter(versions)).startswith("3.")
 
 
+def test_a_loop_starved_of_the_gil_arrives_as_state_gil(
+    spawn: Spawner, pyroscope: Pyroscope, tmp_path: Path
+) -> None:
+    """A loop starved of the GIL by a crunching thread (targets/gil_hog.py): the waits for the
+    GIL arrive in ``wall`` labelled state="gil", ending in [gil], as many as the store kept,
+    most of them the loop's; a loop that collects garbage beside it sends its [gc] frames in
+    ``process_cpu``."""
+    starved = spawn.target("gil_hog")
+    collector = spawn.target("gil_hog", "--no-cruncher", "--gc")
+    db = tmp_path / "s.db"
+    server = Serve(
+        db,
+        "--window",
+        "1",
+        *("--pid", str(starved.pid), "--pid", str(collector.pid)),
+        *("--push", pyroscope.url, "--service-name", "hog"),
+    )
+    assert wait_until(lambda: health(server)["push"]["pushed_windows"] >= 8, timeout=40)
+    assert server.stop() == 0
+    start, end = stored_span(db)
+    gil = '{service_name="hog", state="gil"}'
+    waited = stored(db, start, end, {"gil"})
+    assert waited > 0
+    assert wait_pushed(lambda: pyroscope.total(WALL, gil, start, end) == waited * PERIOD_NS), (
+        pyroscope.total(WALL, gil, start, end) // PERIOD_NS,
+        waited,
+    )
+    assert "[gil]" in pyroscope.names(WALL, gil, start, end)
+    # the loops waited, and the cruncher too while a loop held the GIL
+    assert pyroscope.label_values("thread_name", gil, start, end) == {"MainThread", "cruncher"}
+    loops = Reader(db, 1).profile(None, Range(start, end), {"gil"}, "MainThread").total
+    main = '{service_name="hog", state="gil", thread_name="MainThread"}'
+    assert pyroscope.total(WALL, main, start, end) == loops * PERIOD_NS > waited * PERIOD_NS / 2
+    assert "gil" in pyroscope.label_values("state", '{service_name="hog"}', start, end)
+    cpu = pyroscope.names(CPU, '{service_name="hog"}', start, end)
+    assert "[gc]" in cpu and any(name.startswith("crunch") for name in cpu), sorted(cpu)
+
+
 def test_an_outage_is_sent_when_pyroscope_is_back(
     spawn: Spawner, pyroscope: Pyroscope, tmp_path: Path
 ) -> None:
@@ -185,6 +223,7 @@ def test_task_windows_arrive_as_asyncio_tasks_with_the_stores_counts(
         "busy",
         "idle",
         "blocked",
+        "gil",
     }
     waiting = pyroscope.total(TASKS, '{service_name="tasks", state="waiting"}', start, end)
     assert waiting == stored_tasks(states={"waiting"}) * scan_ns

@@ -1,9 +1,10 @@
 """The counts behind a comparison, written plainly in Python: the oracle the native counting
 (``sidecar.analyze.diff.compare_shares``, native/src/formats/shares.rs) is tested against.
 
-Per function: self samples (busy stacks' leaf), total samples (once per stack it is on, not
-the [idle]/[blocked] leaves; idle stacks count in no function), per caller -> callee edge the
-samples passed down, and per state its samples; shares are counts over the profile's total.
+Per function: self samples (busy stacks' leaf, a [gc] frame on top included), total samples
+(once per stack it is on, not the [idle]/[blocked]/[gil] leaves; idle stacks count in no
+function), per caller -> callee edge the samples passed down, and per state its samples;
+shares are counts over the profile's total.
 Per caller, the carriers: the callee whose edge share grew most and the one that shrank most.
 """
 
@@ -15,9 +16,9 @@ from dataclasses import dataclass, field
 
 from sidecar.analyze.diff import function_of
 from sidecar.profile import Profile
-from sidecar.rules.frames import BLOCKED_LEAF, IDLE_LEAF, state_of
+from sidecar.rules.frames import OFF_CPU_LEAVES, state_of
 
-_LEAVES = {IDLE_LEAF, BLOCKED_LEAF}
+_LEAVES = set(OFF_CPU_LEAVES)
 
 Carriers = dict[str, tuple[float, str, float, str]]
 
@@ -47,7 +48,7 @@ def counted(profile: Profile) -> Counted:
         if state == "busy":
             self_[names[-1]] += count
         else:
-            names.pop()  # the [blocked] leaf
+            names.pop()  # the [blocked] or [gil] leaf
         for name in set(names) - _LEAVES:
             whole[name] += count
         for pair in set(itertools.pairwise(names)):

@@ -322,7 +322,7 @@ def test_frameworks_panel_matches_api_stats(ui: UI) -> None:
     assert {"aiohttp", "tornado"} <= set(stats["frameworks"])
     for name, expected in stats["frameworks"].items():
         card = page.locator(f'.fw-card[data-framework="{name}"]')
-        for state in ("idle", "busy", "blocked"):
+        for state in ("idle", "busy", "blocked", "gil", "gc"):
             shown = card.locator(f'[data-share="{state}"]').inner_text()
             # the API's share shown to one decimal (JS rounds halves up, Python to even)
             assert shown.endswith("%"), shown
@@ -354,6 +354,8 @@ RULE_FRAMES = (
     "run (uvicorn/main.py:577)",
     "[idle]",
     "[blocked]",
+    "[gil]",
+    "[gc]",
     "a frame without a file",
 )
 
@@ -361,11 +363,11 @@ RULE_FRAMES = (
 def test_the_ui_reads_frames_by_the_rules_the_api_serves(ui: UI) -> None:
     """The UI keeps no copy of the leaves, the frame grammar or the layer tables: it reads each
     frame as the analysis does (analyze.layer_of_file), from GET /api/rules."""
-    from sidecar.rules.frames import BLOCKED_LEAF, IDLE_LEAF, parse_frame
+    from sidecar.rules.frames import LEAVES, parse_frame
     from sidecar.rules.layers import layer_of_file
 
     rules = ui.api("/api/rules")
-    assert rules["leaves"] == {"idle": IDLE_LEAF, "blocked": BLOCKED_LEAF}
+    assert rules["leaves"] == LEAVES and set(LEAVES) == {"idle", "blocked", "gil"}
     page = ui.open("/", "#flame")
     shown = page.evaluate(
         """async frames => {
@@ -381,10 +383,8 @@ def test_the_ui_reads_frames_by_the_rules_the_api_serves(ui: UI) -> None:
     for text, (name, file, line, layer) in zip(RULE_FRAMES, shown, strict=True):
         frame = parse_frame(text)
         assert (name, file, line) == (frame.name, frame.file, frame.line), text
-        if text == IDLE_LEAF:
-            expected = "idle"
-        elif text == BLOCKED_LEAF:
-            expected = "blocked"
+        if text in LEAVES.values():
+            expected = next(state for state, leaf in LEAVES.items() if leaf == text)
         elif not frame.file:
             expected = "other"
         else:
@@ -400,7 +400,7 @@ def test_compare_renders_a_differential_flamegraph(ui: UI) -> None:
     assert diff["kind"] == "diff" and int(diff["frames"]) > 5
     assert "samples" in page.locator("#verdict").inner_text()
     assert page.locator("#self-changes tbody tr").count() > 0
-    assert page.locator("#state-changes .state-change").count() == 3
+    assert page.locator("#state-changes .state-change").count() == 4  # busy, idle, blocked, gil
     shot(page, "compare")
 
     # two targets over the same range: aiohttp before, Tornado after

@@ -24,7 +24,7 @@ from sidecar.formats.inputs import PARALLEL_BYTES, load_profile, load_profiles
 from sidecar.formats.render import RenderOptions, render_svg
 from sidecar.formats.svg import read_flamegraph, read_svg
 from sidecar.profile import Profile, parse_folded
-from sidecar.rules.frames import BLOCKED_LEAF, IDLE_LEAF, parse_frame
+from sidecar.rules.frames import BLOCKED_LEAF, GC_FRAME, GIL_LEAF, IDLE_LEAF, parse_frame
 from tests.support.flamegraph_pl import flamegraph_pl_svg
 from tests.support.helpers import sidecar
 from tests.support.shares_oracle import carriers, counted
@@ -57,7 +57,8 @@ def test_diff_of_a_profile_with_itself_shows_no_change(
 
 
 # Frames as profilers write them: several lines of one function, state leaves (also where
-# they are no leaf), names that only look like a location, and the empty name.
+# they are no leaf), the collector's frame, names that only look like a location, and the
+# empty name.
 _FRAMES = st.sampled_from(
     [
         "main (app.py:1)",
@@ -73,7 +74,10 @@ _FRAMES = st.sampled_from(
         "é (ü.py:1)",
         IDLE_LEAF,
         BLOCKED_LEAF,
+        GIL_LEAF,
+        GC_FRAME,
         "select" + BLOCKED_LEAF,
+        "wait" + GIL_LEAF,
     ]
 )
 _DIFF_STACKS = st.dictionaries(
@@ -107,6 +111,36 @@ def test_native_counts_and_carriers_are_the_python_ones(
     assert {k: v for k, v in native_carriers.items() if v != nothing} == {
         k: v for k, v in carriers(python_a, python_b).items() if v != nothing
     }
+
+
+def test_a_loop_that_came_to_wait_for_the_gil_shows_in_the_states_line() -> None:
+    """gil stacks lose their leaf as blocked ones do: the function that waited for the GIL
+    gets no self time for it and [gil] is in no table; the states line says how the gil share
+    moved. A [gc] frame on top of a busy stack takes its self time."""
+    main, handler = "main (app.py:1)", "handler (app.py:5)"
+    poll = f"{main};select (selectors.py:1);{IDLE_LEAF}"
+    before = _profile({f"{main};{handler}": 60, poll: 40})
+    after = _profile(
+        {
+            f"{main};{handler}": 30,
+            f"{main};{handler};{GIL_LEAF}": 50,
+            f"{main};{handler};{GC_FRAME}": 10,
+            poll: 10,
+        }
+    )
+    diff = diff_profiles(before, after)
+    states = {c.frame: (c.before, c.after) for c in diff.state_changes}
+    assert states == {
+        "busy": (0.6, 0.4),
+        "idle": (0.4, 0.1),
+        "blocked": (0.0, 0.0),
+        "gil": (0.0, 0.5),
+    }
+    self_ = {c.frame: c.delta for c in diff.self_changes}
+    assert self_ == pytest.approx({"handler (app.py)": -0.3, GC_FRAME: 0.1})
+    total = {c.frame: c.delta for c in diff.total_changes}
+    assert GIL_LEAF not in total and total["handler (app.py)"] == pytest.approx(0.3)
+    assert "gil 0.0% -> 50.0% (+50.0)" in report(diff)[-2]
 
 
 def test_function_of_is_parse_frames_key() -> None:

@@ -1,6 +1,7 @@
 """``sidecar serve`` without a target: the token beyond loopback, the health rule on the
-service's own clock, a database of a newer sidecar, the push options' environment variables
-(the real process against real targets: tests/serve/test_serve.py)."""
+service's own clock, a database of a newer sidecar, the push options' environment variables,
+a starved loop's windows in /metrics and through the API in-process (the real process against
+real targets: tests/serve/test_serve.py)."""
 
 from __future__ import annotations
 
@@ -127,3 +128,138 @@ def test_push_options_default_to_their_environment_variables(
     for variable in variables.values():
         monkeypatch.setenv(variable, "")
     assert all(getattr(parsed(), dest) is None for dest in variables)
+
+
+#: A loop starved by a crunching thread, as the sampler hands a window over.
+LOOP = "main (app.py:1);BaseEventLoop.run_forever (asyncio/base_events.py:600)"
+HANDLER = f"{LOOP};handler (app.py:20)"
+CRUNCH = "Thread.run (threading.py:1010);crunch (app.py:7)"
+
+
+def starved_window() -> dict[str, object]:
+    """A window of native rows: the loop thread (11) waits for the GIL in 6 samples (5 while
+    'cruncher' (12) held it in crunch, 1 while nobody did), is busy in 2 (one of them while it
+    collected garbage) and idle in 1; the cruncher is busy in all 9."""
+    from sidecar._native import Row
+
+    def row(tid: int, name: str, stack: str, count: int, **state: bool) -> Row:
+        on_cpu = state.pop("on_cpu", False)
+        return Row(
+            thread_id=tid, thread_name=name, on_cpu=on_cpu, stack=stack, count=count, **state
+        )
+
+    return {
+        "start": 1000.0,
+        "end": 1010.0,
+        "samples": 9,
+        "stacks": [
+            row(11, "MainThread", HANDLER, 6, gil=True),
+            row(11, "MainThread", HANDLER, 1, on_cpu=True),
+            row(11, "MainThread", HANDLER, 1, on_cpu=True, gc=True),
+            row(11, "MainThread", f"{LOOP};select (selectors.py:468)", 1),
+            row(12, "cruncher", CRUNCH, 9, on_cpu=True),
+        ],
+        "gil_holders": [(11, HANDLER, 12, CRUNCH, 5), (11, HANDLER, 0, "", 1)],
+        "tasks": [],
+        "task_scans": 0,
+        "task_unread": 0,
+    }
+
+
+def test_a_starved_loop_reads_gil_in_its_metrics_and_names_who_held_the_gil(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A window as serve hands it over: the store is given who held the GIL (named as the
+    window names its threads), and /metrics the event-loop thread's shares (not the
+    cruncher's) with gil among them, and the share of them spent collecting garbage."""
+    from sidecar.classify.threads import classify_window
+    from sidecar.serve.metrics import registry_for
+    from sidecar.serve.service import ServeConfig, Service
+    from sidecar.serve.sessions import COUNTERS, LoopSamples, Session, gil_holdings
+
+    window = classify_window(starved_window())  # type: ignore[arg-type]
+    assert gil_holdings(window) == [
+        (11, 12, "cruncher", "crunch (app.py:7)", 5),
+        (11, 0, "", "", 1),
+    ]
+    loop = LoopSamples.of(window)
+    assert loop == LoopSamples(1000, {"busy": 2, "idle": 1, "blocked": 0, "gil": 6}, 1)
+
+    service = Service(ServeConfig(db=tmp_path / "m.db"))  # nothing sampled: one session given
+    session = Session((4242, 1), "python app.py", None, "aiohttp", "asyncio", 0.0)  # type: ignore[arg-type]
+    session.recent.extend([loop, loop._replace(start=1010)])
+    stats = {"lag_mean": 0.0, **dict.fromkeys(COUNTERS, 0)}
+    monkeypatch.setattr(service.sessions, "live_stats", lambda: [(session, stats)])
+    try:
+        values = {
+            (s.name, s.labels.get("state")): s.value
+            for family in registry_for(service).collect()
+            for s in family.samples
+            if s.labels.get("pid") == "4242"
+        }
+    finally:
+        service.writer.store.close()
+    assert values[("sidecar_loop_share", "gil")] == 6 / 9
+    assert values[("sidecar_loop_share", "busy")] == 2 / 9
+    assert values[("sidecar_loop_share", "idle")] == 1 / 9
+    assert values[("sidecar_loop_share", "blocked")] == 0
+    assert values[("sidecar_loop_gc_share", None)] == 1 / 9
+
+
+# the app served in-process by Starlette's test client (through httpx, which it deprecates)
+@pytest.mark.filterwarnings("ignore:Using .httpx. with .starlette.testclient.")
+def test_the_api_serves_gil_and_gc_from_the_store(tmp_path: Path) -> None:
+    """Windows of a starved loop written to a real database, read through the real app
+    (in-process): the timeline counts gil, profiles keep their [gil] leaves and [gc] frames
+    and filter by gil, and /api/stats gives the loop's gil and gc shares and who held the GIL
+    (from the stored holders) per target and framework."""
+    from fastapi.testclient import TestClient
+
+    from sidecar.classify.threads import classify_window
+    from sidecar.serve.api import create_app
+    from sidecar.serve.service import ServeConfig, Service
+    from sidecar.serve.sessions import gil_holdings
+    from sidecar.store import ProcessRecord, Store, WindowBatch
+
+    db = tmp_path / "api.db"
+    now = int(time.time()) // 10 * 10
+    window = classify_window(starved_window())  # type: ignore[arg-type]
+    store = Store(db)
+    record = ProcessRecord(4242, 1, "python app.py", now, "aiohttp", "asyncio")
+    store.attach(record)
+    for start in (now - 20, now - 10):
+        batch = WindowBatch(record.key, start, 10, window.ticks, window.rows, window.thread_names)
+        batch.gil_holders = gil_holdings(window)
+        store.write([batch])
+    store.close()
+    service = Service(ServeConfig(db=db, window=10))  # its reader; nothing sampled
+    try:
+        client = TestClient(create_app(service))
+        span = f"from={now - 20}&to={now}"
+        line = client.get(f"/api/timeline?target=1&{span}&step=10").json()
+        assert line["buckets"] == [
+            {"t": t, "busy": 2, "idle": 1, "blocked": 0, "gil": 6} for t in (now - 20, now - 10)
+        ]
+        folded = client.get(f"/api/profile?target=1&{span}").text.splitlines()
+        assert f"{HANDLER};[gil] 12" in folded and f"{HANDLER};[gc] 2" in folded
+        assert client.get(f"/api/profile?target=1&{span}&state=gil").text == (
+            f"{HANDLER};[gil] 12\n"
+        )
+        refused = client.get(f"/api/profile?target=1&{span}&state=sleepy")
+        assert refused.status_code == 400
+        assert "busy, idle, blocked, gil" in refused.json()["error"]["message"]
+        stats = client.get(f"/api/stats?{span}").json()
+        (target,) = stats["targets"]
+        merged = stats["frameworks"]["aiohttp"]
+        for shares in (target, merged):
+            assert shares["samples"] == 18
+            assert shares["gil_share"] == round(12 / 18, 4)
+            assert shares["gc_share"] == round(2 / 18, 4)
+            assert shares["gil_holders"] == [
+                {"thread": "cruncher", "site": "crunch (app.py:7)", "share": 1.0}
+            ]
+        assert sum(target[f"{s}_share"] for s in ("busy", "idle", "blocked", "gil")) == (
+            pytest.approx(1.0, abs=0.001)
+        )
+    finally:
+        service.writer.store.close()

@@ -9,6 +9,10 @@ use rustc_hash::FxBuildHasher;
 
 use crate::rules::{BLOCKED_LEAF, IDLE_LEAF};
 
+/// The leaf of a thread waiting for the GIL another thread holds (`sidecar.rules.frames.GIL_LEAF`).
+/// Here until `crate::rules` defines it beside the other leaves.
+const GIL_LEAF: &str = "[gil]";
+
 /// Counts from here on are not exact as floats.
 const EXACT: i128 = 1 << 53;
 
@@ -31,7 +35,7 @@ impl<'k> Keys<'k> {
             });
             of.insert(frame, id);
         }
-        let leaves = [IDLE_LEAF, BLOCKED_LEAF]
+        let leaves = [IDLE_LEAF, BLOCKED_LEAF, GIL_LEAF]
             .iter()
             .filter_map(|leaf| ids.get(*leaf).copied())
             .collect();
@@ -102,8 +106,8 @@ pub struct Folded {
 
 /// Counts over all stacks, as `sidecar.analyze.diff.shares` defines them: the state of a stack is its
 /// synthetic leaf (idle stacks count only there); busy stacks give their leaf function self
-/// time, blocked ones lose the leaf; each function counts once per stack in the total, but
-/// not the leaves; each distinct caller -> callee pair (of different functions) once.
+/// time, blocked and gil ones lose the leaf; each function counts once per stack in the total,
+/// but not the leaves; each distinct caller -> callee pair (of different functions) once.
 /// Err(frame) for a frame without a key.
 fn fold(stacks: &[(&str, i64)], keys: &Keys<'_>) -> Result<Folded, String> {
     let size = keys.names.len();
@@ -111,7 +115,7 @@ fn fold(stacks: &[(&str, i64)], keys: &Keys<'_>) -> Result<Folded, String> {
         self_: ByKey::new(size),
         total: ByKey::new(size),
         edges: ByEdge::default(),
-        states: Vec::with_capacity(3),
+        states: Vec::with_capacity(4),
     };
     let mut stamp = vec![usize::MAX; size];
     let mut names: Vec<u32> = Vec::with_capacity(64);
@@ -122,6 +126,8 @@ fn fold(stacks: &[(&str, i64)], keys: &Keys<'_>) -> Result<Folded, String> {
             "idle"
         } else if stack.ends_with(BLOCKED_LEAF) {
             "blocked"
+        } else if stack.ends_with(GIL_LEAF) {
+            "gil"
         } else {
             "busy"
         };

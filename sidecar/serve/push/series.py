@@ -1,8 +1,10 @@
 """Windows into Pyroscope series: the series labels, three profile types, Pyroscope's limits.
 
 Each window becomes two gzipped pprof profiles: ``process_cpu`` (the busy samples, in CPU
-nanoseconds at one period per sample) and ``wall`` (every sample, in wall nanoseconds). Every
-sample is labelled with its ``state`` and its ``thread_name`` (``sidecar.formats.pprof``). A
+nanoseconds at one period per sample, a ``[gc]`` frame on top of those taken while the thread
+collected garbage) and ``wall`` (every sample, in wall nanoseconds). Every sample is labelled
+with its ``state`` (busy, idle, blocked, gil) and its ``thread_name``
+(``sidecar.formats.pprof``). A
 window with task scans adds a third, ``asyncio_tasks``: each task-sample stands for one scan
 period of one task, in wall nanoseconds, so a stack's value is the time tasks spent in that
 await chain; its samples are labelled with the task's ``state`` (running, ready, waiting) and

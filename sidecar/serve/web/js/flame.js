@@ -12,6 +12,8 @@ const MIN_WIDTH = 1;
 const MARKS = 7; // the strip under the graph that shows where search matches are
 const FONT = '12px "DejaVu Sans", system-ui, -apple-system, "Segoe UI", sans-serif';
 const FOCUS = "#1746c6";
+/** The [gil] leaf: the loop waited for the GIL (hatched, as the timeline draws it). */
+const GIL_COLOUR = "#009e73";
 /** The leaves of task stacks, as the Tasks view's chart draws their states. */
 export const TASK_COLOURS = { running: "#e69f00", ready: "#d55e00", waiting: "#56b4e9" };
 
@@ -38,6 +40,8 @@ function layerColour(info) {
       return "#56b4e9";
     case "blocked":
       return "#c84f00";
+    case "gil":
+      return GIL_COLOUR;
     case "running":
       return TASK_COLOURS.running;
     case "ready":
@@ -89,6 +93,16 @@ export class FlameGraph {
         [-2, 10, 10, -2],
         [-2, 2, 2, -2],
         [6, 10, 10, 6],
+      ],
+    });
+
+    this.hatched = stripes(this.ctx, GIL_COLOUR, {
+      size: 8,
+      alpha: 0.3,
+      lineWidth: 1.5,
+      lines: [
+        [-1, 9, 9, -1],
+        [-1, -1, 9, 9],
       ],
     });
 
@@ -299,6 +313,9 @@ export class FlameGraph {
       if (Math.abs(d) >= 0.001) prefix = d > 0 ? "▲ " : "▼ ";
     } else if (info.layer === "blocked") {
       fill = this.stripes;
+      darkText = true;
+    } else if (info.layer === "gil") {
+      fill = this.hatched;
       darkText = true;
     } else {
       fill = layerColour(info);

@@ -1,12 +1,15 @@
-// The frameworks panel: per framework, the event loop's idle / busy / blocked shares and stack
-// depth side by side, and where the loop blocks. Shares and depth come from /api/stats as they
-// are; blocking sites are counted here from the [blocked] stacks of the same range.
+// The frameworks panel: per framework, the event loop's idle / busy / blocked / gil shares (and
+// the share of garbage collection) and stack depth side by side, and where the loop blocks; and
+// who held the GIL while a loop waited for it. Shares, depth and GIL holders come from
+// /api/stats as they are; blocking sites are counted here from the [blocked] stacks of the same
+// range.
 
 import { badges, roleBadge } from "./targets.js";
 import { count, esc, num, pct } from "./format.js";
 import { frameInfo } from "./stacks.js";
 
-const STATES = ["busy", "blocked", "idle"];
+/** The loop's states as the timeline stacks them, bottom (left) first. */
+const STATES = ["busy", "blocked", "gil", "idle"];
 
 function shareBar(s) {
   const parts = STATES.map((state) => {
@@ -73,7 +76,8 @@ export function renderFrameworks(host, stats, { targets, sites, current }) {
       const left = masters ? ` · ${masters} master${masters === 1 ? "" : "s"} left out` : "";
       return `
       <article class="fw-card${name === current ? " current" : ""}" data-framework="${esc(name)}"
-          data-idle-share="${s.idle_share}" data-busy-share="${s.busy_share}" data-blocked-share="${s.blocked_share}">
+          data-idle-share="${s.idle_share}" data-busy-share="${s.busy_share}" data-blocked-share="${s.blocked_share}"
+          data-gil-share="${s.gil_share}" data-gc-share="${s.gc_share}">
         <div class="fw-head">${badges(name, null).replace("badge", "badge fw-name")} ${loopBadges}
           <span class="muted">${n} target${n === 1 ? "" : "s"} · ${count(s.samples)} loop samples${left}</span></div>
         ${shareBar(s)}
@@ -81,7 +85,9 @@ export function renderFrameworks(host, stats, { targets, sites, current }) {
           <div class="share idle-share"><div class="label"><span class="swatch idle"></span>idle</div><div class="value" data-share="idle">${pct(s.idle_share)}</div></div>
           <div class="share"><div class="label"><span class="swatch busy"></span>busy</div><div class="value" data-share="busy">${pct(s.busy_share)}</div></div>
           <div class="share"><div class="label"><span class="swatch blocked"></span>blocked</div><div class="value" data-share="blocked">${pct(s.blocked_share)}</div></div>
+          <div class="share" title="ready to run Python, waiting for the GIL another thread held"><div class="label"><span class="swatch gil"></span>gil</div><div class="value" data-share="gil">${pct(s.gil_share)}</div></div>
         </div>
+        <p class="gc-line" title="busy samples taken while the loop's thread collected garbage (a [gc] frame on top)">busy collecting garbage: <strong data-share="gc">${pct(s.gc_share)}</strong> of loop samples</p>
         <div><h3>Stack depth</h3>${depthBlock(s.depth, nice)}</div>
         <div><h3>Top blocking call sites</h3>${sitesBlock(sites.get(name), s.samples)}</div>
       </article>`;
@@ -96,7 +102,7 @@ export function renderStatsTargets(table, stats) {
     table.innerHTML = `<tbody><tr><td class="muted">No targets sampled in this range.</td></tr></tbody>`;
     return;
   }
-  const head = ["PID", "Framework", "Samples", "Busy", "Idle", "Blocked", "Depth mean", "p95", "max"];
+  const head = ["PID", "Framework", "Samples", "Busy", "Idle", "Blocked", "GIL", "GC", "Depth mean", "p95", "max"];
   table.innerHTML = `<thead><tr>${head
     .map((h, i) => `<th scope="col" class="${i >= 2 ? "num" : ""}">${h}</th>`)
     .join("")}</tr></thead><tbody>${rows
@@ -105,7 +111,44 @@ export function renderStatsTargets(table, stats) {
       return `<tr data-role="${esc(t.role || "")}"><td class="num" style="text-align:left">${t.pid ?? "–"}</td><td>${badges(t.framework, t.loop)}${roleBadge(t.role)}</td>
         <td class="num">${count(t.samples)}</td><td class="num">${pct(t.busy_share)}</td>
         <td class="num">${pct(t.idle_share)}</td><td class="num">${pct(t.blocked_share)}</td>
+        <td class="num">${pct(t.gil_share)}</td><td class="num">${pct(t.gc_share)}</td>
         <td class="num">${num(d.mean)}</td><td class="num">${num(d.p95)}</td><td class="num">${num(d.max)}</td></tr>`;
+    })
+    .join("")}</tbody>`;
+}
+
+/**
+ * Who held the GIL while the loop waited for it: per target of the range (only the picked one,
+ * when one is), the threads that held it and where, as shares of that loop's waits.
+ */
+export function renderGilHolders(table, summary, stats, picked) {
+  const rows = (stats.targets || []).filter((t) => !picked || t.pid === picked.pid);
+  const held = rows.flatMap((t) => (t.gil_holders || []).map((h) => ({ t, h })));
+  const waited = rows.filter((t) => t.gil_share > 0);
+  summary.textContent = waited.length
+    ? waited.map((t) => `PID ${t.pid ?? "–"}: the loop waited for the GIL in ${pct(t.gil_share)} of its samples`).join(" · ")
+    : "";
+  if (!held.length) {
+    const text = waited.length
+      ? "The loop waited for the GIL, but no thread was seen holding it."
+      : "The loop never waited for the GIL in this range.";
+    table.innerHTML = `<tbody><tr><td class="muted">${text}</td></tr></tbody>`;
+    return;
+  }
+  const head = ["Target", "Thread", "Where it was", "Share of the loop's waits"];
+  table.innerHTML = `<thead><tr>${head
+    .map((h, i) => `<th scope="col" class="${i === 3 ? "num" : ""}">${h}</th>`)
+    .join("")}</tr></thead><tbody>${held
+    .map(({ t, h }) => {
+      const info = h.site ? frameInfo(h.site) : null;
+      const where = info
+        ? `<span class="fn">${esc(info.name)}</span><div class="file">${esc(info.file ? `${info.file}:${info.line}` : "")}</div>`
+        : `<span class="muted">no Python frame</span>`;
+      const width = Math.round(h.share * 60);
+      return `<tr data-pid="${t.pid ?? ""}" data-thread="${esc(h.thread)}" data-site="${esc(h.site)}" data-share="${h.share}">
+        <td>${badges(t.framework, t.loop)} <span class="num">PID ${t.pid ?? "–"}</span></td>
+        <td><code>${esc(h.thread)}</code></td><td>${where}</td>
+        <td class="num">${pct(h.share)}<span class="bar gil" style="width:${width}px"></span></td></tr>`;
     })
     .join("")}</tbody>`;
 }

@@ -5,7 +5,7 @@ import { adoptToken, ApiError, download, getJson, getText, isAbort, setToken, Sl
 import { renderChanges, renderStateChanges } from "./compare.js";
 import { FlameGraph } from "./flame.js";
 import * as fmt from "./format.js";
-import { renderFrameworks, renderStatsTargets } from "./frameworks.js";
+import { renderFrameworks, renderGilHolders, renderStatsTargets } from "./frameworks.js";
 import { renderFunctions } from "./functions.js";
 import { DEFAULTS, fromUrl, STATE_FILTERS, toUrl, VIEWS } from "./state.js";
 import {
@@ -402,6 +402,8 @@ async function loadFrameworks() {
     host.dataset.loading = "0";
     host.innerHTML = "";
     renderStatsTargets($("#fw-targets"), {});
+    $("#gil-holders").innerHTML = "";
+    $("#gil-summary").textContent = "";
     const missing = err instanceof ApiError && err.code === "not_found";
     message(
       $("#frameworks-message"),
@@ -435,6 +437,8 @@ async function loadFrameworks() {
   const current = state.target === null ? null : (targetById(state.target) || {}).framework;
   const any = renderFrameworks(host, stats, { targets, sites, current });
   renderStatsTargets($("#fw-targets"), stats);
+  const picked = state.target === null ? null : targetById(state.target);
+  renderGilHolders($("#gil-holders"), $("#gil-summary"), stats, picked);
   message($("#frameworks-message"), any ? "" : "No event-loop samples in this range.");
   host.dataset.from = String(from);
   host.dataset.to = String(to);

@@ -2,14 +2,15 @@
 //
 // Folded text is one line per unique stack, frames root first joined by ";", then a count
 // (two counts, before and after, for a differential profile). Frames read
-// "function (file:line)"; off-CPU samples end in a synthetic "[idle]" or "[blocked]" leaf, and
-// task stacks in "[running]", "[ready]" or "[waiting]".
+// "function (file:line)"; off-CPU samples end in a synthetic "[idle]", "[blocked]" or "[gil]"
+// leaf, and task stacks in "[running]", "[ready]" or "[waiting]".
 
 // How frames are read comes from the API (GET /api/rules), where the analysis defines it once:
 // the synthetic leaves, the frame grammar, and the modules of each layer. Until it has come,
 // no frame is a leaf and every frame's layer is "other".
 let IDLE = null;
 let BLOCKED = null;
+let GIL = null;
 let TASK_LEAVES = new Set();
 let FRAME = /$^/;
 let SITE = /$^/;
@@ -22,6 +23,7 @@ let STDLIB = new Set();
 export function setRules(rules) {
   IDLE = rules.leaves.idle;
   BLOCKED = rules.leaves.blocked;
+  GIL = rules.leaves.gil;
   TASK_LEAVES = new Set(rules.tasks.leaves);
   FRAME = new RegExp(rules.frame);
   SITE = new RegExp(rules.module.site);
@@ -70,6 +72,7 @@ function moduleOf(file) {
 function layerOf(name, file) {
   if (name === IDLE) return "idle";
   if (name === BLOCKED) return "blocked";
+  if (name === GIL) return "gil";
   if (TASK_LEAVES.has(name)) return name.slice(1, -1); // running, ready, waiting
   if (!file) return "other";
   if (IDLE === null) return "other";
@@ -80,7 +83,7 @@ function layerOf(name, file) {
 }
 
 export function isSynthetic(text) {
-  return text === IDLE || text === BLOCKED || TASK_LEAVES.has(text);
+  return text === IDLE || text === BLOCKED || text === GIL || TASK_LEAVES.has(text);
 }
 
 /** Folded text → rows of {frames, count, before}; `diff` reads two counts per line. */

@@ -5,7 +5,7 @@
 //   range      live window in seconds (live mode follows the present)
 //   from, to   a fixed window in unix seconds (live mode off)
 //   sel        the selected sub-range "from~to" the flamegraph and frameworks use
-//   state      all | busy | offcpu | blocked;  thread: name or id
+//   state      all | busy | offcpu | blocked | gil;  thread: name or id
 //   q          search;  fn: highlighted function;  zoom: frame path joined by ";"
 //   icicle     1 for root at the top;  sort: column-direction of the functions table
 //   cmp        ranges | targets;  a, b: compare ranges "from~to";  ta, tb: compare targets
@@ -13,7 +13,13 @@
 
 export const VIEWS = ["flame", "tasks", "frameworks", "compare"];
 export const TASK_FILTERS = ["all", "requests", "background"];
-export const STATE_FILTERS = { all: null, busy: "busy", offcpu: "idle,blocked", blocked: "blocked" };
+export const STATE_FILTERS = {
+  all: null,
+  busy: "busy",
+  offcpu: "idle,blocked,gil",
+  blocked: "blocked",
+  gil: "gil",
+};
 
 export const DEFAULTS = Object.freeze({
   view: "flame",

@@ -1,4 +1,4 @@
-// The timeline: busy / blocked / idle samples of the event loop per bucket, stacked, with a
+// The timeline: busy / blocked / gil / idle samples of the event loop per bucket, stacked, with a
 // drag-to-select range (or arrow keys), hover details and marked bands for the compare view.
 // Other series stack the same way (the Tasks view's tasks in flight by state): `series` names
 // them, bottom first, each filled plain, striped or hatched (crossed both ways).
@@ -8,11 +8,12 @@ import { clock, count, duration, esc, pct, span } from "./format.js";
 
 const PAD = { left: 48, right: 10, top: 10, bottom: 22 };
 const HEIGHT = 150;
-export const STATE_COLOURS = { busy: "#e69f00", blocked: "#c84f00", idle: "#56b4e9" };
-/** The event loop's states, bottom first; blocked is striped. */
+export const STATE_COLOURS = { busy: "#e69f00", blocked: "#c84f00", gil: "#009e73", idle: "#56b4e9" };
+/** The event loop's states, bottom first; blocked is striped, gil (waiting for the GIL) hatched. */
 const LOOP_SERIES = [
   { key: "busy", colour: STATE_COLOURS.busy },
   { key: "blocked", colour: STATE_COLOURS.blocked, striped: true },
+  { key: "gil", colour: STATE_COLOURS.gil, hatched: true },
   { key: "idle", colour: STATE_COLOURS.idle },
 ];
 /** Crossing diagonals of a 6-pixel tile: a hatched fill. */
@@ -145,7 +146,7 @@ export class Timeline {
       if (max) ctx.fillText(count(f * yMax), PAD.left - 6, y);
     }
 
-    // bars: the first series at the bottom (busy, then blocked, then idle)
+    // bars: the first series at the bottom (busy, then blocked, gil, idle)
     for (const b of buckets) {
       const x0 = this.xOf(b.t);
       const x1 = this.xOf(b.t + step);
