@@ -11,6 +11,7 @@ __all__ = [
     "BLOCKED_LEAF",
     "DEFAULT_RATE_HZ",
     "DEFAULT_WINDOW_S",
+    "GIL_LEAF",
     "IDLE_LEAF",
     "KNOWN_WAITS",
     "PRUNED_FRAME",
@@ -46,6 +47,8 @@ TASK_SCAN_BUDGET: float
 IDLE_LEAF: str
 #: The leaf of a loop thread's sample off CPU anywhere else.
 BLOCKED_LEAF: str
+#: The leaf of a thread waiting for the GIL another thread holds.
+GIL_LEAF: str
 #: The leaves of task stacks: "[running]", "[ready]", "[waiting]".
 TASK_LEAVES: tuple[str, str, str]
 #: The frame an SVG's top-level frames too narrow to draw become.
@@ -200,6 +203,11 @@ class Sampler:
     ) -> Sampler: ...
     @property
     def python_version(self) -> str: ...
+    @property
+    def gil(self) -> str:
+        """Where the GIL's holder and waiters come from, and what is missing: "the thread
+        states' flags" (3.15), "the GIL's holder, and the waiters' futex in /proc", or why
+        not; empty before the first sample."""
     @property
     def running(self) -> bool: ...
     @property

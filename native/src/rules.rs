@@ -8,6 +8,9 @@
 pub const IDLE_LEAF: &str = "[idle]";
 /// The leaf of a loop thread's sample off CPU anywhere else (`sidecar.profile.BLOCKED_LEAF`).
 pub const BLOCKED_LEAF: &str = "[blocked]";
+/// The leaf of a thread waiting for the GIL another thread holds
+/// (`sidecar.rules.frames.GIL_LEAF`).
+pub const GIL_LEAF: &str = "[gil]";
 
 /// The leaves of task stacks, one per state (`sidecar.rules.tasks.TASK_LEAVES`, in this order).
 pub const RUNNING_LEAF: &str = "[running]";

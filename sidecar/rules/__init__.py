@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from sidecar.rules.frames import FRAME as FRAME_PATTERN
-from sidecar.rules.frames import LEAVES
+from sidecar.rules.frames import GC_FRAME, LEAVES
 from sidecar.rules.layers import FRAMEWORK_MODULES, LIBDIR_PREFIX, LOOP_MODULES, SITE_PREFIX, STDLIB
 from sidecar.rules.tasks import REQUEST_ROOTS, TASK_LEAVES
 
@@ -33,6 +33,7 @@ def document() -> dict[str, Any]:
     """The leaves, the frame grammar and the layer tables, as ``GET /api/rules`` serves them."""
     return {
         "leaves": dict(LEAVES),
+        "gc_frame": GC_FRAME,
         "tasks": {"leaves": list(TASK_LEAVES), "request_roots": list(REQUEST_ROOTS)},
         "frame": _javascript(FRAME_PATTERN.pattern),
         "module": {

@@ -172,6 +172,7 @@ def create_app(service: Service) -> FastAPI:
             session = live.get(key)
             row["reader"] = session.reader if session else None
             row["on_cpu"] = (session.sampler.on_cpu or None) if session else None
+            row["gil"] = (session.sampler.gil or None) if session else None
             # too many of its recent ticks read no sample (serve's log says when, too)
             row["torn"] = session.torn if session else None
         return rows

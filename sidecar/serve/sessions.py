@@ -109,6 +109,8 @@ class Session:
     reader: str = ""
     #: Where its on-CPU states come from (the sampler's ``on_cpu`` stat), as last seen.
     on_cpu: str = ""
+    #: Where its GIL states come from (the sampler's ``gil`` stat), as last seen.
+    gil: str = ""
     #: Its event loop's samples in recent windows, for the live shares in /metrics.
     recent: deque[LoopSamples] = field(default_factory=lambda: deque(maxlen=6))
     #: ``master`` / ``worker`` in a pre-fork server, None alone (checked at every scan).
@@ -322,6 +324,11 @@ class Sessions:
             if clock != session.clock:
                 session.clock = clock
                 log.warning("PID %d: its sampler now ticks on %s", key[0], clock)
+            gil = session.sampler.gil
+            if gil and gil != session.gil:
+                # said once known, and again whenever it changes (waits found unreadable)
+                session.gil = gil
+                log.info("PID %d: GIL states from %s", key[0], gil)
             on_cpu = session.sampler.on_cpu
             if on_cpu and on_cpu != session.on_cpu:
                 # said when estimated, and when back from an estimate

@@ -113,12 +113,12 @@ def test_windows_arrive_with_their_states_and_the_stores_counts(
 def test_a_loop_starved_of_the_gil_arrives_as_state_gil(
     spawn: Spawner, pyroscope: Pyroscope, tmp_path: Path
 ) -> None:
-    """A loop starved of the GIL by a crunching thread (targets/gil_hog.py): the waits for the
+    """A loop starved of the GIL by a crunching thread (targets/gil.py): the waits for the
     GIL arrive in ``wall`` labelled state="gil", ending in [gil], as many as the store kept,
     most of them the loop's; a loop that collects garbage beside it sends its [gc] frames in
     ``process_cpu``."""
-    starved = spawn.target("gil_hog")
-    collector = spawn.target("gil_hog", "--no-cruncher", "--gc")
+    starved = spawn.target("gil", "--holder", "spin")
+    collector = spawn.target("gil", "--gc")
     db = tmp_path / "s.db"
     server = Serve(
         db,
@@ -138,14 +138,14 @@ def test_a_loop_starved_of_the_gil_arrives_as_state_gil(
         waited,
     )
     assert "[gil]" in pyroscope.names(WALL, gil, start, end)
-    # the loops waited, and the cruncher too while a loop held the GIL
-    assert pyroscope.label_values("thread_name", gil, start, end) == {"MainThread", "cruncher"}
+    # the loops waited, and the spinning thread too while a loop held the GIL
+    assert pyroscope.label_values("thread_name", gil, start, end) == {"MainThread", "holder"}
     loops = Reader(db, 1).profile(None, Range(start, end), {"gil"}, "MainThread").total
     main = '{service_name="hog", state="gil", thread_name="MainThread"}'
     assert pyroscope.total(WALL, main, start, end) == loops * PERIOD_NS > waited * PERIOD_NS / 2
     assert "gil" in pyroscope.label_values("state", '{service_name="hog"}', start, end)
     cpu = pyroscope.names(CPU, '{service_name="hog"}', start, end)
-    assert "[gc]" in cpu and any(name.startswith("crunch") for name in cpu), sorted(cpu)
+    assert "[gc]" in cpu and any(name.startswith("spin") for name in cpu), sorted(cpu)
 
 
 def test_an_outage_is_sent_when_pyroscope_is_back(

@@ -1,6 +1,6 @@
-"""``sidecar serve`` against a loop starved of the GIL (``targets/gil_hog.py``: a thread named
-``cruncher`` spins in pure Python beside it) and one that collects garbage, through the real
-HTTP API and /metrics: the loop reads ``gil``, with the cruncher named as who held the GIL and
+"""``sidecar serve`` against a loop starved of the GIL (``targets/gil.py``: a thread named
+``holder`` spins in pure Python beside it) and one that collects garbage, through the real
+HTTP API and /metrics: the loop reads ``gil``, with that thread named as who held the GIL and
 where; the collector's loop has its ``[gc]`` frames and its gc share."""
 
 from __future__ import annotations
@@ -31,12 +31,18 @@ def loop_metrics(text: str, pid: int) -> dict[tuple[str, str], float]:
 
 
 def test_a_loop_starved_of_the_gil_and_one_collecting_garbage(spawn: Spawner, serve: Any) -> None:
-    starved = spawn.target("gil_hog")
-    collector = spawn.target("gil_hog", "--no-cruncher", "--gc")
+    starved = spawn.target("gil", "--holder", "spin")
+    collector = spawn.target("gil", "--gc")
     started = time.time()
     server = serve(pids=(starved.pid, collector.pid))
     assert wait_until(lambda: len(server.targets()) == 2, timeout=20), server.targets()
     ids = {t["pid"]: t["id"] for t in server.targets()}
+    # where the GIL states of each come from, as the API and the log say
+    assert wait_until(lambda: all(t["gil"] for t in server.targets()), timeout=20)
+    assert {t["gil"] for t in server.targets()} == {
+        "the GIL's holder, and the waiters' futex in /proc"
+    }
+    assert f"PID {starved.pid}: GIL states from the GIL's holder" in server.log_text()
 
     def stats(pid: int) -> dict[str, Any]:
         now = time.time()
@@ -48,16 +54,16 @@ def test_a_loop_starved_of_the_gil_and_one_collecting_garbage(spawn: Spawner, se
         lambda: min(stats(pid)["samples"] for pid in ids) >= 100 * SECONDS, timeout=60
     ), server.log_text()[-2000:]
 
-    # the starved loop: mostly waiting for the GIL, held by the cruncher in crunch
+    # the starved loop: mostly waiting for the GIL, held by the holder thread in spin
     hog = stats(starved.pid)
     assert sum(hog[f"{state}_share"] for state in STATES) == pytest.approx(1.0, abs=0.001)
     assert hog["gil_share"] > 0.5, hog
     holders = hog["gil_holders"]
-    assert holders[0]["thread"] == "cruncher", holders
-    # crunch's lines: the loop of its loop and its body
-    sites = {h["site"].rpartition(":")[0] for h in holders if h["thread"] == "cruncher"}
-    assert sites == {"crunch (targets/gil_hog.py"}, holders
-    assert sum(h["share"] for h in holders if h["thread"] == "cruncher") > 0.9, holders
+    assert holders[0]["thread"] == "holder", holders
+    # spin's lines: the loop of its loop and its body
+    sites = {h["site"].rpartition(":")[0] for h in holders if h["thread"] == "holder"}
+    assert sites == {"spin (targets/gil.py"}, holders
+    assert sum(h["share"] for h in holders if h["thread"] == "holder") > 0.9, holders
     whole = server.json(f"/api/stats?from={started:.0f}")
     jsonschema.validate(whole, SCHEMA)
     merged = whole["frameworks"]
@@ -79,7 +85,7 @@ def test_a_loop_starved_of_the_gil_and_one_collecting_garbage(spawn: Spawner, se
     span = f"target={ids[collector.pid]}&from={started - 1:.0f}&to={time.time():.0f}"
     folded = server.request(f"/api/profile?{span}&state=busy")[1].decode()
     assert any(
-        row.rpartition(" ")[0].endswith(";[gc]") and "collect (targets/gil_hog.py:" in row
+        row.rpartition(" ")[0].endswith(";[gc]") and "collect (targets/gil.py:" in row
         for row in folded.splitlines()
     ), folded[:2000]
 

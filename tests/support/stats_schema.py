@@ -18,9 +18,11 @@ DEPTH = {
         "max": {"type": ["integer", "null"], "minimum": 0},
     },
 }
-#: Who held the GIL while the loop waited, most first: share of the loop's gil samples.
+#: Who held the GIL while the loop waited for it: most first, at most 10, each a share of the
+#: loop's gil samples.
 GIL_HOLDERS = {
     "type": "array",
+    "maxItems": 10,
     "items": {
         "type": "object",
         "additionalProperties": False,
@@ -38,20 +40,6 @@ SHARES = {
     "gc_share": SHARE,
     "depth": DEPTH,
 }
-#: Who held the GIL while the loop waited for it: most first, at most 10.
-GIL_HOLDERS = {
-    "type": "array",
-    "maxItems": 10,
-    "items": {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["thread", "site", "share"],
-        "properties": {"thread": {"type": "string"}, "site": {"type": "string"}, "share": SHARE},
-    },
-}
-#: The gil state's fields (DESIGN.md), beside SHARES; not required yet: the CLI's documents
-#: and tests/unit/test_stats.py's example follow on the sampler's branch.
-GIL = {"gil_share": SHARE, "gil_holders": GIL_HOLDERS, "gc_share": SHARE}
 FRAMEWORK = {"enum": ["aiohttp", "tornado", "unknown"]}
 IN_FLIGHT = {"type": "number", "minimum": 0}
 STATE_NAMES = ["running", "ready", "waiting"]
@@ -127,7 +115,6 @@ SCHEMA: dict[str, Any] = {
                     "framework": FRAMEWORK,
                     "loop": {"enum": ["asyncio", "uvloop", "unknown"]},
                     **SHARES,
-                    **GIL,
                     "tasks": TASKS,
                 },
             },
@@ -139,7 +126,7 @@ SCHEMA: dict[str, Any] = {
                 "type": "object",
                 "additionalProperties": False,
                 "required": list(SHARES),
-                "properties": {**SHARES, **GIL},
+                "properties": SHARES,
             },
         },
     },

@@ -1,7 +1,7 @@
-"""The UI, in real Chromium, of a loop starved of the GIL (``targets/gil_hog.py``: a thread named
-``cruncher`` spins in pure Python beside it) and of one collecting garbage: the timeline's gil
+"""The UI, in real Chromium, of a loop starved of the GIL (``targets/gil.py``: a thread named
+``holder`` spins in pure Python beside it) and of one collecting garbage: the timeline's gil
 series, the GIL filter of the flamegraph, the loop's gil and gc shares, and the table of who
-held the GIL while the loop waited, each as the API has it. A module of its own: the cruncher
+held the GIL while the loop waited, each as the API has it. A module of its own: the spinning thread
 takes a core, which the other UI tests' load should not have to share."""
 
 from __future__ import annotations
@@ -62,8 +62,8 @@ def final(server: Serve, path: str) -> Any:
 def test_the_gil_filter_timeline_shares_and_holders_show(
     browser: Browser, spawn: Spawner, serve: Callable[..., Serve], tmp_path: Path
 ) -> None:
-    starved = spawn.target("gil_hog")
-    collector = spawn.target("gil_hog", "--no-cruncher", "--gc")
+    starved = spawn.target("gil", "--holder", "spin")
+    collector = spawn.target("gil", "--gc")
     start = math.floor(time.time())
     server = serve(pids=(starved.pid, collector.pid), db=tmp_path / "gil.db")
     assert wait_until(lambda: len(server.targets()) == 2, timeout=20), server.targets()
@@ -119,10 +119,10 @@ def test_the_gil_filter_timeline_shares_and_holders_show(
     assert rows.count() == len(held) and held, held  # the collector's loop never waited
     first = rows.first
     assert first.get_attribute("data-pid") == str(starved.pid)
-    assert first.get_attribute("data-thread") == "cruncher" == held[0]["thread"]
+    assert first.get_attribute("data-thread") == "holder" == held[0]["thread"]
     assert first.get_attribute("data-site") == held[0]["site"]
-    assert held[0]["site"].startswith("crunch (targets/gil_hog.py:")
-    assert "crunch" in first.inner_text() and "cruncher" in first.inner_text()
+    assert held[0]["site"].startswith("spin (targets/gil.py:")
+    assert "spin" in first.inner_text() and "holder" in first.inner_text()
     assert float(first.get_attribute("data-share") or -1) == held[0]["share"]
     summary = page.locator("#gil-summary").inner_text()
     assert f"PID {starved.pid}: the loop waited for the GIL" in summary

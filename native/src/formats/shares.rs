@@ -7,11 +7,7 @@ use std::collections::HashMap;
 
 use rustc_hash::FxBuildHasher;
 
-use crate::rules::{BLOCKED_LEAF, IDLE_LEAF};
-
-/// The leaf of a thread waiting for the GIL another thread holds (`sidecar.rules.frames.GIL_LEAF`).
-/// Here until `crate::rules` defines it beside the other leaves.
-const GIL_LEAF: &str = "[gil]";
+use crate::rules::{BLOCKED_LEAF, GIL_LEAF, IDLE_LEAF};
 
 /// Counts from here on are not exact as floats.
 const EXACT: i128 = 1 << 53;

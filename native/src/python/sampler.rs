@@ -218,6 +218,14 @@ impl Sampler {
         self.session.on_cpu()
     }
 
+    /// Where the GIL's holder and waiters come from, and what is missing: "the thread states'
+    /// flags" (3.15), "the GIL's holder, and the waiters' futex in /proc", or why not; empty
+    /// before the first sample.
+    #[getter]
+    fn gil(&self) -> String {
+        self.session.gil()
+    }
+
     /// Completed windows since the last call, oldest first; `flush` adds the one in progress.
     #[pyo3(signature = (flush=false))]
     fn drain<'py>(&self, py: Python<'py>, flush: bool) -> PyResult<Bound<'py, PyList>> {

@@ -149,6 +149,11 @@ impl Session {
         shared.stats.on_cpu.clone()
     }
 
+    pub fn gil(&self) -> String {
+        let shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        shared.stats.gil.clone()
+    }
+
     pub fn stats(&self) -> (Stats, End) {
         let shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
         (shared.stats.clone(), shared.end.clone())

@@ -14,6 +14,8 @@ const FONT = '12px "DejaVu Sans", system-ui, -apple-system, "Segoe UI", sans-ser
 const FOCUS = "#1746c6";
 /** The [gil] leaf: the loop waited for the GIL (hatched, as the timeline draws it). */
 const GIL_COLOUR = "#009e73";
+/** The garbage collector's frame: busy time, in a purple apart from the layers' hues. */
+const GC_COLOUR = "#cc79a7";
 /** The leaves of task stacks, as the Tasks view's chart draws their states. */
 export const TASK_COLOURS = { running: "#e69f00", ready: "#d55e00", waiting: "#56b4e9" };
 
@@ -42,6 +44,8 @@ function layerColour(info) {
       return "#c84f00";
     case "gil":
       return GIL_COLOUR;
+    case "gc":
+      return GC_COLOUR;
     case "running":
       return TASK_COLOURS.running;
     case "ready":

@@ -11,6 +11,7 @@
 let IDLE = null;
 let BLOCKED = null;
 let GIL = null;
+let GC = null;
 let TASK_LEAVES = new Set();
 let FRAME = /$^/;
 let SITE = /$^/;
@@ -24,6 +25,7 @@ export function setRules(rules) {
   IDLE = rules.leaves.idle;
   BLOCKED = rules.leaves.blocked;
   GIL = rules.leaves.gil;
+  GC = rules.gc_frame;
   TASK_LEAVES = new Set(rules.tasks.leaves);
   FRAME = new RegExp(rules.frame);
   SITE = new RegExp(rules.module.site);
@@ -73,6 +75,7 @@ function layerOf(name, file) {
   if (name === IDLE) return "idle";
   if (name === BLOCKED) return "blocked";
   if (name === GIL) return "gil";
+  if (name === GC) return "gc";
   if (TASK_LEAVES.has(name)) return name.slice(1, -1); // running, ready, waiting
   if (!file) return "other";
   if (IDLE === null) return "other";
