@@ -6,7 +6,8 @@ tests/support/pythons.py); in interleaved rounds one ``Sampler`` at 100 Hz reads
 (``gil=False``) and py-spy's: the sampling thread's CPU per sample (schedstat), its reads and
 /proc run states per sample; the median round counts, set against 3.11's walker. In the same
 rounds the default reader with and without those reads on ``targets/gil.py --holder spin`` (a
-loop waiting for the GIL a spinning thread holds; one a round).
+loop waiting for the GIL a spinning thread holds; one a round), and at 1 kHz on the 3.15 target
+sidecar, py-spy's reader and CPython's own sampler, Tachyon (``profiling.sampling attach``).
 
 Then four 3.11 targets on the shared clock (as ``serve`` samples), each round followed at once by
 the machine's floor (``native/examples/floor.rs``) on the same targets: a thread that only wakes
@@ -23,24 +24,28 @@ Writes benchmarks/REPORT-versions.md and REPORT-versions.json.
 
 from __future__ import annotations
 
+import re
+import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from benchmarks import floor
-from benchmarks.common import main, measured, pythons, sampled, stamp
+from benchmarks.common import main, measured, pythons, sampled, stamp, thread_seconds
 from benchmarks.report import judged, paired_cell
-from benchmarks.table import Col, Report, med
+from benchmarks.table import Col, Report, cols, med
 from sidecar import _native
 from tests.support.procs import Child, Procs
 
 VERSIONS = ("3.11", "3.12", "3.13", "3.14", "3.15")
 #: The legs (``Sampler``'s keywords); the targets of every version (module, arguments) and the
-#: legs on each.
+#: legs on each; at 1 kHz on the 3.15 target: sidecar, Tachyon (None: a process) and py-spy's.
 LEGS: dict[str, Any] = {"auto": {}, "gil off": {"gil": False}, "py-spy": {"reader": "py-spy"}}
 TARGETS = {"deep": (("deep", "--busy", "0.1"), ("auto", "gil off", "py-spy")),
            "gil": (("gil", "--holder", "spin"), ("auto", "gil off"))}  # fmt: skip
-RATE, WARMUP = 100.0, 2.0
+TOOLS = {"sidecar": LEGS["auto"], "Tachyon": None, "py-spy": LEGS["py-spy"]}
+RATE, FAST, WARMUP = 100.0, 1000.0, 2.0
 #: Each version's walker within this much of 3.11's CPU per sample; with the GIL and GC reads
 #: within this much of the same without them.
 WITHIN, GIL_WITHIN = 1.25, 1.1
@@ -61,15 +66,34 @@ def per_tick(before: Any, after: Any, key: str) -> float:
     return spent / max(ticks(after) - ticks(before), 1)
 
 
-def leg(pid: int, seconds: float, **kw: Any) -> dict[str, Any]:
+def leg(pid: int, seconds: float, rate: float = RATE, **kw: Any) -> dict[str, Any]:
     """One sampler on ``pid`` for ``seconds`` after the warm-up: its CPU and reads per sample."""
-    with _native.Sampler(pid, rate_hz=RATE, **kw) as sampler:
+    with _native.Sampler(pid, rate_hz=rate, **kw) as sampler:
         cpu, ((a, b),) = sampled([sampler], WARMUP, seconds)
     made = max(ticks(b) - ticks(a), 1)
     return {"reader": b["reader"], "gil": b.get("gil"), "samples": made,
             "errors": b["errors"] - a["errors"], "cpu_per_sample_us": cpu / made * 1e6,
             **{k: per_tick(a, b, k) for k in ("read_calls", "read_pieces", "read_bytes",
                                                 "state_reads")}}  # fmt: skip
+
+
+def tachyon(procs: Procs, python: str, pid: int, seconds: float) -> dict[str, Any]:
+    """CPython's own sampler on ``pid`` at 1 kHz: its process's CPU (all its threads) over
+    ``seconds`` after the warm-up, per sample. It prints the samples (errors among them) of
+    its whole loop when interrupted: the window's are their share of the loop's time."""
+    child = procs.start([python, "-m", "profiling.sampling", "attach", "-r", f"{FAST:g}", "-a",
+                         "--collapsed", "-o", "/dev/null", str(pid)])  # fmt: skip
+    time.sleep(WARMUP)
+    cpu0, t0 = sum(thread_seconds(child.pid).values()), time.monotonic()
+    time.sleep(seconds)
+    cpu1, t1 = sum(thread_seconds(child.pid).values()), time.monotonic()
+    code, text = procs.stop(child, signal.SIGINT), child.stdout()
+    found = re.search(r"Captured (\d+) samples? in ([\d.]+) s.*Error rate: ([\d.]+)", text, re.S)
+    if code != 0 or found is None or float(found[2]) < t1 - t0:  # or it began inside the window
+        raise RuntimeError(f"Tachyon failed ({code}): {text[-300:]} {child.stderr()[-300:]}")
+    made = int(found[1]) * (t1 - t0) / float(found[2])
+    return {"reader": "Tachyon", "samples": made, "errors": made * float(found[3]) / 100,
+            "cpu_per_sample_us": (cpu1 - cpu0) / made * 1e6}  # fmt: skip
 
 
 def shared_leg(pids: list[int], seconds: float, reads: Path) -> dict[str, Any]:
@@ -110,6 +134,7 @@ def run(rounds: int, shared_rounds: int, seconds: float, workdir: Path) -> dict[
     interpreters = pythons(VERSIONS)
     legs: dict[str, Any] = {t: {v: {n: [] for n in names} for v in VERSIONS}
                             for t, (_, names) in TARGETS.items()}  # fmt: skip
+    fast: dict[str, list[dict[str, Any]]] = {tool: [] for tool in TOOLS}
     with Procs(workdir) as procs:
 
         def start(version: str, target: str = "deep") -> Child:
@@ -130,6 +155,11 @@ def run(rounds: int, shared_rounds: int, seconds: float, workdir: Path) -> dict[
                         legs[target][version][name].append(r := leg(pid, seconds, **LEGS[name]))
                         show(r, version, target, name)
                 procs.stop(spin)
+            for tool, kw in list(TOOLS.items())[::turn]:
+                r = (leg(targets["3.15"], seconds, FAST, **kw) if kw is not None else
+                     tachyon(procs, interpreters["3.15"], targets["3.15"], seconds))  # fmt: skip
+                fast[tool].append(r)
+                show(r, "3.15 at 1 kHz", tool)
         pids = [targets["3.11"]] + [start("3.11").pid for _ in range(SHARED_TARGETS - 1)]
         # Each shared round is followed at once by the floor with the shape that round read,
         # so that both see the machine as it is then (CPU per sample moves by a quarter
@@ -148,7 +178,7 @@ def run(rounds: int, shared_rounds: int, seconds: float, workdir: Path) -> dict[
             print(f"round {round_ + 1} shared clock: {r['cpu_per_sample_us']:.1f} µs per sample, "
                   f"own work {shared_own(r):.1f} µs ({shared_own_in_place(r):.1f} with the reads "
                   "timed in place)", flush=True)  # fmt: skip
-    return {**stamp(), "rounds": rounds, "seconds": seconds, "legs": legs,
+    return {**stamp(), "rounds": rounds, "seconds": seconds, "legs": legs, "fast": fast,
             "shared": shared}  # fmt: skip
 
 
@@ -219,7 +249,7 @@ def verdicts(what: str, ratios: dict[str, list[float]], goal: float) -> list[str
 
 
 def write_report(data: dict[str, Any], report: Report) -> None:
-    legs, seconds = data["legs"], data["seconds"]
+    legs, fast, seconds = data["legs"], data["fast"], data["seconds"]
     rows = [
         {"target": t, "version": v, "leg": name, **{k: med(r[k] for r in runs) for k in runs[0]
          if k not in ("reader", "gil")}, "reader": runs[-1]["reader"], "gil": runs[-1]["gil"],
@@ -251,6 +281,26 @@ def write_report(data: dict[str, Any], report: Report) -> None:
         "reads against the same without them (`gil=False`, the rows above)", {f"{v} on {t}":
         cpus(legs[t][v]["auto"], legs[t][v]["gil off"]) for t in TARGETS for v in VERSIONS},
         GIL_WITHIN))  # fmt: skip
+    report.add(
+        f"## CPU per sample at {FAST:g} Hz on the 3.15 target",
+        "In the same rounds, on the same `deep` target. For sidecar and py-spy's reader (in "
+        "sidecar's sampler) CPU is the sampling thread's over its ticks; for Tachyon, `python3.15 "
+        "-m profiling.sampling attach -a --collapsed`, that of all its process's threads over "
+        "the samples it says it took (errors among them): it prints those of its whole loop when "
+        f"interrupted after the {seconds:g} s window, the window's are their share of its time.",
+    )
+    report.table([
+        ("CPU per sample (µs), median round (least to most)",
+         *(paired_cell(cpus(fast[t]), "{:.1f}") for t in TOOLS)),
+        ("against sidecar's, per round",
+         *(paired_cell(cpus(fast[t], fast["sidecar"]), "{:.2f}x") for t in TOOLS)),
+        (f"samples each round of {seconds * FAST:.0f} due (errors)", *(", ".join(
+            f"{r['samples']:.0f} ({r['errors']:.0f})" for r in fast[t]) for t in TOOLS)),
+    ], cols("<", *TOOLS))  # fmt: skip
+    least = [min(TOOLS, key=lambda t: fast[t][i]["cpu_per_sample_us"])
+             for i in range(data["rounds"])]  # fmt: skip
+    report.add(f"sidecar took the least CPU per sample of the three in {least.count('sidecar')} "
+               f"of {len(least)} rounds.")  # fmt: skip
     shared = data["shared"]
     mid = sorted(shared, key=shared_own)[len(shared) // 2]  # the round of the median own work
     fl, n = mid["floor"], SHARED_TARGETS
