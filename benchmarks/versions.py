@@ -2,9 +2,12 @@
 
 ``targets/deep.py`` (~30 frames, 10 % on CPU) under 3.11-3.15 (interpreters of
 tests/support/pythons.py); in interleaved rounds one ``Sampler`` at 100 Hz reads each for
-``--seconds`` after a warm-up,
-with the default reader and with py-spy's: the sampling thread's CPU per sample (schedstat), its
-reads and /proc run states per sample; the median round counts, set against 3.11's walker.
+``--seconds`` after a warm-up, with the default reader, the same without the GIL and GC reads
+(``gil=False``) and py-spy's: the sampling thread's CPU per sample (schedstat), its reads and
+/proc run states per sample; the median round counts, set against 3.11's walker. In the same
+rounds the default reader with and without those reads on ``targets/gil.py --holder spin`` (a
+loop waiting for the GIL a spinning thread holds; one a round), and at 1 kHz on the 3.15 target
+sidecar, py-spy's reader and CPython's own sampler, Tachyon (``profiling.sampling attach``).
 
 Then four 3.11 targets on the shared clock (as ``serve`` samples), each round followed at once by
 the machine's floor (``native/examples/floor.rs``) on the same targets: a thread that only wakes
@@ -21,22 +24,31 @@ Writes benchmarks/REPORT-versions.md and REPORT-versions.json.
 
 from __future__ import annotations
 
+import re
+import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from benchmarks import floor
-from benchmarks.common import main, measured, pythons, sampled, stamp
-from benchmarks.table import Col, Report, med
+from benchmarks.common import main, measured, pythons, sampled, stamp, thread_seconds
+from benchmarks.report import judged, paired_cell
+from benchmarks.table import Col, Report, cols, med
 from sidecar import _native
-from tests.support.procs import Procs
+from tests.support.procs import Child, Procs
 
 VERSIONS = ("3.11", "3.12", "3.13", "3.14", "3.15")
-READERS = ("auto", "py-spy")
-RATE = 100.0
-WARMUP = 2.0
-#: Each version's walker within this much of 3.11's CPU per sample.
-WITHIN = 1.25
+#: The legs (``Sampler``'s keywords); the targets of every version (module, arguments) and the
+#: legs on each; at 1 kHz on the 3.15 target: sidecar, Tachyon (None: a process) and py-spy's.
+LEGS: dict[str, Any] = {"auto": {}, "gil off": {"gil": False}, "py-spy": {"reader": "py-spy"}}
+TARGETS = {"deep": (("deep", "--busy", "0.1"), ("auto", "gil off", "py-spy")),
+           "gil": (("gil", "--holder", "spin"), ("auto", "gil off"))}  # fmt: skip
+TOOLS = {"sidecar": LEGS["auto"], "Tachyon": None, "py-spy": LEGS["py-spy"]}
+RATE, FAST, WARMUP = 100.0, 1000.0, 2.0
+#: Each version's walker within this much of 3.11's CPU per sample; with the GIL and GC reads
+#: within this much of the same without them.
+WITHIN, GIL_WITHIN = 1.25, 1.1
 #: sidecar's own work per sample above the machine's floor on the shared clock, at most (µs).
 OWN_WORK_US = 8.0
 #: Targets on the shared clock, and how long their reads are recorded for the floor to replay.
@@ -54,15 +66,34 @@ def per_tick(before: Any, after: Any, key: str) -> float:
     return spent / max(ticks(after) - ticks(before), 1)
 
 
-def leg(pid: int, reader: str, seconds: float) -> dict[str, Any]:
+def leg(pid: int, seconds: float, rate: float = RATE, **kw: Any) -> dict[str, Any]:
     """One sampler on ``pid`` for ``seconds`` after the warm-up: its CPU and reads per sample."""
-    with _native.Sampler(pid, rate_hz=RATE, reader=reader) as sampler:  # type: ignore[arg-type]
+    with _native.Sampler(pid, rate_hz=rate, **kw) as sampler:
         cpu, ((a, b),) = sampled([sampler], WARMUP, seconds)
     made = max(ticks(b) - ticks(a), 1)
-    return {"reader": b["reader"], "samples": made, "errors": b["errors"] - a["errors"],
-            "cpu_per_sample_us": cpu / made * 1e6,
+    return {"reader": b["reader"], "gil": b.get("gil"), "samples": made,
+            "errors": b["errors"] - a["errors"], "cpu_per_sample_us": cpu / made * 1e6,
             **{k: per_tick(a, b, k) for k in ("read_calls", "read_pieces", "read_bytes",
                                                 "state_reads")}}  # fmt: skip
+
+
+def tachyon(procs: Procs, python: str, pid: int, seconds: float) -> dict[str, Any]:
+    """CPython's own sampler on ``pid`` at 1 kHz: its process's CPU (all its threads) over
+    ``seconds`` after the warm-up, per sample. It prints the samples (errors among them) of
+    its whole loop when interrupted: the window's are their share of the loop's time."""
+    child = procs.start([python, "-m", "profiling.sampling", "attach", "-r", f"{FAST:g}", "-a",
+                         "--collapsed", "-o", "/dev/null", str(pid)])  # fmt: skip
+    time.sleep(WARMUP)
+    cpu0, t0 = sum(thread_seconds(child.pid).values()), time.monotonic()
+    time.sleep(seconds)
+    cpu1, t1 = sum(thread_seconds(child.pid).values()), time.monotonic()
+    code, text = procs.stop(child, signal.SIGINT), child.stdout()
+    found = re.search(r"Captured (\d+) samples? in ([\d.]+) s.*Error rate: ([\d.]+)", text, re.S)
+    if code != 0 or found is None or float(found[2]) < t1 - t0:  # or it began inside the window
+        raise RuntimeError(f"Tachyon failed ({code}): {text[-300:]} {child.stderr()[-300:]}")
+    made = int(found[1]) * (t1 - t0) / float(found[2])
+    return {"reader": "Tachyon", "samples": made, "errors": made * float(found[3]) / 100,
+            "cpu_per_sample_us": (cpu1 - cpu0) / made * 1e6}  # fmt: skip
 
 
 def shared_leg(pids: list[int], seconds: float, reads: Path) -> dict[str, Any]:
@@ -101,22 +132,35 @@ def shared_leg(pids: list[int], seconds: float, reads: Path) -> dict[str, Any]:
 
 def run(rounds: int, shared_rounds: int, seconds: float, workdir: Path) -> dict[str, Any]:
     interpreters = pythons(VERSIONS)
-    legs: dict[str, dict[str, list[dict[str, Any]]]] = {v: {r: [] for r in READERS}
-                                                         for v in VERSIONS}  # fmt: skip
+    legs: dict[str, Any] = {t: {v: {n: [] for n in names} for v in VERSIONS}
+                            for t, (_, names) in TARGETS.items()}  # fmt: skip
+    fast: dict[str, list[dict[str, Any]]] = {tool: [] for tool in TOOLS}
     with Procs(workdir) as procs:
 
-        def deep(version: str) -> int:
-            return procs.target("deep", "--busy", "0.1", python=interpreters[version])[0].pid
+        def start(version: str, target: str = "deep") -> Child:
+            return procs.target(*TARGETS[target][0], python=interpreters[version])[0]
 
-        targets = {v: deep(v) for v in VERSIONS}
+        def show(r: dict[str, Any], *what: str) -> None:
+            print(f"round {round_ + 1} {' '.join(what)}: {r['cpu_per_sample_us']:.1f} µs per "
+                  f"sample ({r['reader']}; GIL states {r.get('gil')})", flush=True)  # fmt: skip
+
+        targets = {v: start(v).pid for v in VERSIONS}
         for round_ in range(rounds):
+            turn = 1 - round_ % 2 * 2  # every other round runs its legs in the other order
             for version in VERSIONS:
-                for reader in READERS:
-                    r = leg(targets[version], reader, seconds)
-                    legs[version][reader].append(r)
-                    print(f"round {round_ + 1} {version} {reader}: {r['cpu_per_sample_us']:.1f}"
-                          f" µs per sample ({r['reader']})", flush=True)  # fmt: skip
-        pids = [targets["3.11"]] + [deep("3.11") for _ in range(SHARED_TARGETS - 1)]
+                for target in TARGETS:  # the spinning target only for its own legs
+                    pid = ((spin := start(version, target)).pid if target == "gil" else
+                           targets[version])  # fmt: skip
+                    for name in TARGETS[target][1][::turn]:
+                        legs[target][version][name].append(r := leg(pid, seconds, **LEGS[name]))
+                        show(r, version, target, name)
+                procs.stop(spin)
+            for tool, kw in list(TOOLS.items())[::turn]:
+                r = (leg(targets["3.15"], seconds, FAST, **kw) if kw is not None else
+                     tachyon(procs, interpreters["3.15"], targets["3.15"], seconds))  # fmt: skip
+                fast[tool].append(r)
+                show(r, "3.15 at 1 kHz", tool)
+        pids = [targets["3.11"]] + [start("3.11").pid for _ in range(SHARED_TARGETS - 1)]
         # Each shared round is followed at once by the floor with the shape that round read,
         # so that both see the machine as it is then (CPU per sample moves by a quarter
         # between runs on a shared host, more than the own work measured).
@@ -134,7 +178,7 @@ def run(rounds: int, shared_rounds: int, seconds: float, workdir: Path) -> dict[
             print(f"round {round_ + 1} shared clock: {r['cpu_per_sample_us']:.1f} µs per sample, "
                   f"own work {shared_own(r):.1f} µs ({shared_own_in_place(r):.1f} with the reads "
                   "timed in place)", flush=True)  # fmt: skip
-    return {**stamp(), "rounds": rounds, "seconds": seconds, "legs": legs,
+    return {**stamp(), "rounds": rounds, "seconds": seconds, "legs": legs, "fast": fast,
             "shared": shared}  # fmt: skip
 
 
@@ -185,38 +229,78 @@ def own_verdict(shared: list[dict[str, Any]]) -> tuple[str, str]:
     )  # fmt: skip
 
 
+def cpus(runs: list[dict[str, Any]], base: list[dict[str, Any]] | None = None) -> list[float]:
+    """Each round's CPU per sample of ``runs``; over that of ``base`` in the same round."""
+    return [r["cpu_per_sample_us"] / (base[i]["cpu_per_sample_us"] if base else 1)
+            for i, r in enumerate(runs)]  # fmt: skip
+
+
+def verdicts(what: str, ratios: dict[str, list[float]], goal: float) -> list[str]:
+    """Points: the names of ``ratios`` by their verdict against ``goal`` (report's ``judged``),
+    with their median round (least to most); then those whose rounds lie on both sides of the
+    goal (spread wider than the median's distance to it): this run does not place them."""
+    said: dict[str, list[str]] = {}
+    for name, r in ratios.items():
+        said.setdefault(judged(r, goal, at_least=False), []).append(f"{name} {paired_cell(r)}")
+    wide = ", ".join(n for n, r in ratios.items() if min(r) <= goal < max(r))
+    return [f"{what} within {goal:g}x, per round:", "", *(f"- {v}: {', '.join(n)}" for v, n in
+            said.items()), *[f"- the rounds of {wide} lie on both sides of the goal, wider than"
+            " the median's distance to it: this run does not place them"] * bool(wide)]  # fmt: skip
+
+
 def write_report(data: dict[str, Any], report: Report) -> None:
-    legs = data["legs"]
-    base = med(r["cpu_per_sample_us"] for r in legs["3.11"]["auto"])
+    legs, fast, seconds = data["legs"], data["fast"], data["seconds"]
     rows = [
-        {"version": v, **{k: med(r[k] for r in runs) for k in runs[0] if k != "reader"},
-         "reader": runs[-1]["reader"], "runs": [r["cpu_per_sample_us"] for r in runs],
-         "errors": sum(r["errors"] for r in runs)}
-        for v in VERSIONS for runs in legs[v].values()
+        {"target": t, "version": v, "leg": name, **{k: med(r[k] for r in runs) for k in runs[0]
+         if k not in ("reader", "gil")}, "reader": runs[-1]["reader"], "gil": runs[-1]["gil"],
+         "runs": cpus(runs), "errors": sum(r["errors"] for r in runs),
+         "base": cpus(runs, legs[t]["3.11"]["auto"])}
+        for t in TARGETS for v in VERSIONS for name, runs in legs[t][v].items()
     ]  # fmt: skip
     report.add(
         "# What a sample costs under each CPython version",
-        f"{measured(data)}; {data['rounds']} interleaved rounds of "
-        f"{data['seconds']:g} s per leg at {RATE:g} Hz on `targets/deep.py` (about 30 frames, "
-        "10 % on CPU). CPU is the sampling thread's, per sample; the median round counts.",
+        f"{measured(data)}; {data['rounds']} interleaved rounds of {seconds:g} s per leg at "
+        f"{RATE:g} Hz on `targets/deep.py` (about 30 frames, 10 % on CPU, one thread) and on "
+        "`targets/gil.py --holder spin` (an asyncio loop waiting for the GIL that a thread "
+        "spinning in pure Python holds, up for its own legs only). CPU is the sampling thread's, "
+        "per sample; the median round counts; a ratio is of two legs in the same round.",
     )
     report.table(rows, [
-        Col("version", left=True), Col("reader", left=True),
+        Col("target", left=True), Col("version", left=True), Col("leg", left=True),
+        Col("reader", left=True), Col("GIL states", "gil", left=True),
         Col("CPU per sample (µs)", "cpu_per_sample_us", "{:.1f}"),
         Col("rounds, least to most (µs)", "runs", lambda v: f"{min(v):.1f}-{max(v):.1f}"),
-        Col("against 3.11's walker", lambda r: r["cpu_per_sample_us"] / base, "{:.2f}x"),
+        Col("against 3.11's default", "base", lambda v: paired_cell(v, "{:.2f}x")),
         Col("reads per sample", "read_calls", "{:.2f}"), Col("pieces", "read_pieces", "{:.1f}"),
         Col("bytes", "read_bytes", "{:.0f}"), Col("/proc run states", "state_reads", "{:.2f}"),
         Col("errors"),
     ])  # fmt: skip
-    ratios = {r["version"]: r["cpu_per_sample_us"] / base for r in rows[2::2]}
-    unmet = [f"{v} ({ratio:.2f}x)" for v, ratio in ratios.items() if ratio > WITHIN]
-    held = [v for v, ratio in ratios.items() if ratio <= WITHIN]
+    report.add(verdicts("Each version's default reader on `deep` against 3.11's walker", {
+        r["version"]: r["base"] for r in rows if r["target"] == "deep" and r["leg"] == "auto"},
+        WITHIN), "## The GIL and GC reads", verdicts("The default reader with the GIL and GC "
+        "reads against the same without them (`gil=False`, the rows above)", {f"{v} on {t}":
+        cpus(legs[t][v]["auto"], legs[t][v]["gil off"]) for t in TARGETS for v in VERSIONS},
+        GIL_WITHIN))  # fmt: skip
     report.add(
-        f"Each version's default reader within {WITHIN}x of 3.11's walker: "
-        + (f"met by {', '.join(held) or 'none'}; not by {', '.join(unmet)}." if unmet
-           else "met by every version.")
-    )  # fmt: skip
+        f"## CPU per sample at {FAST:g} Hz on the 3.15 target",
+        "In the same rounds, on the same `deep` target. For sidecar and py-spy's reader (in "
+        "sidecar's sampler) CPU is the sampling thread's over its ticks; for Tachyon, `python3.15 "
+        "-m profiling.sampling attach -a --collapsed`, that of all its process's threads over "
+        "the samples it says it took (errors among them): it prints those of its whole loop when "
+        f"interrupted after the {seconds:g} s window, the window's are their share of its time.",
+    )
+    report.table([
+        ("CPU per sample (µs), median round (least to most)",
+         *(paired_cell(cpus(fast[t]), "{:.1f}") for t in TOOLS)),
+        ("against sidecar's, per round",
+         *(paired_cell(cpus(fast[t], fast["sidecar"]), "{:.2f}x") for t in TOOLS)),
+        (f"samples each round of {seconds * FAST:.0f} due (errors)", *(", ".join(
+            f"{r['samples']:.0f} ({r['errors']:.0f})" for r in fast[t]) for t in TOOLS)),
+    ], cols("<", *TOOLS))  # fmt: skip
+    least = [min(TOOLS, key=lambda t: fast[t][i]["cpu_per_sample_us"])
+             for i in range(data["rounds"])]  # fmt: skip
+    report.add(f"sidecar took the least CPU per sample of the three in {least.count('sidecar')} "
+               f"of {len(least)} rounds.")  # fmt: skip
     shared = data["shared"]
     mid = sorted(shared, key=shared_own)[len(shared) // 2]  # the round of the median own work
     fl, n = mid["floor"], SHARED_TARGETS
