@@ -91,9 +91,11 @@ fmt: install
 
 # benchmarks/bench.py writes REPORT.md (the performance goals; its storage part a 6-minute run of
 # benchmarks/store.py's measurement); the others write their own reports
-# (REPORT-versions.md: a sample's cost under each CPython version; REPORT-push.md: what pushing
-# to Pyroscope adds to serve's CPU per target; REPORT-tasks.md: the asyncio task scan's cost per
-# task and per scan under 3.11-3.14, and with 100,000 tasks). About 40 minutes in all on two cores.
+# (REPORT-versions.md: a sample's cost under each CPython version, with the GIL's reads against
+# without them, and sidecar beside CPython 3.15's own sampler and py-spy at 1 kHz; REPORT-push.md:
+# what pushing to Pyroscope adds to serve's CPU per target; REPORT-tasks.md: the asyncio task
+# scan's cost per task and per scan under 3.11-3.14, and with 100,000 tasks). About 53 minutes in
+# all on two cores.
 bench: install
 	$(BIN)/python -m benchmarks.bench
 	$(BIN)/python -m benchmarks.sampler --rounds 2 --seconds 5
