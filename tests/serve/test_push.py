@@ -33,9 +33,13 @@ def pyroscope_binary() -> Path:
     return build()
 
 
-@pytest.fixture
-def pyroscope(pyroscope_binary: Path, tmp_path: Path) -> Iterator[Pyroscope]:
-    server = Pyroscope(pyroscope_binary, tmp_path / "pyroscope")
+@pytest.fixture(scope="module")
+def pyroscope(
+    pyroscope_binary: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Pyroscope]:
+    """One server for the module (it takes ~16 s to be ready): each test pushes under a service
+    name of its own and queries only that."""
+    server = Pyroscope(pyroscope_binary, tmp_path_factory.mktemp("pyroscope"))
     server.start()
     yield server
     server.stop()
@@ -138,8 +142,9 @@ def test_a_loop_starved_of_the_gil_arrives_as_state_gil(
         waited,
     )
     assert "[gil]" in pyroscope.names(WALL, gil, start, end)
-    # the loops waited, and the spinning thread too while a loop held the GIL
-    assert pyroscope.label_values("thread_name", gil, start, end) == {"MainThread", "holder"}
+    # the loops waited (and the spinning thread, in the instants a loop held the GIL)
+    waiters = pyroscope.label_values("thread_name", gil, start, end)
+    assert "MainThread" in waiters and waiters <= {"MainThread", "holder"}, waiters
     loops = Reader(db, 1).profile(None, Range(start, end), {"gil"}, "MainThread").total
     main = '{service_name="hog", state="gil", thread_name="MainThread"}'
     assert pyroscope.total(WALL, main, start, end) == loops * PERIOD_NS > waited * PERIOD_NS / 2

@@ -363,11 +363,12 @@ RULE_FRAMES = (
 def test_the_ui_reads_frames_by_the_rules_the_api_serves(ui: UI) -> None:
     """The UI keeps no copy of the leaves, the frame grammar or the layer tables: it reads each
     frame as the analysis does (analyze.layer_of_file), from GET /api/rules."""
-    from sidecar.rules.frames import LEAVES, parse_frame
+    from sidecar.rules.frames import GC_FRAME, LEAVES, parse_frame
     from sidecar.rules.layers import layer_of_file
 
     rules = ui.api("/api/rules")
     assert rules["leaves"] == LEAVES and set(LEAVES) == {"idle", "blocked", "gil"}
+    assert rules["gc_frame"] == GC_FRAME
     page = ui.open("/", "#flame")
     shown = page.evaluate(
         """async frames => {
@@ -385,6 +386,8 @@ def test_the_ui_reads_frames_by_the_rules_the_api_serves(ui: UI) -> None:
         assert (name, file, line) == (frame.name, frame.file, frame.line), text
         if text in LEAVES.values():
             expected = next(state for state, leaf in LEAVES.items() if leaf == text)
+        elif text == GC_FRAME:
+            expected = "gc"
         elif not frame.file:
             expected = "other"
         else:
