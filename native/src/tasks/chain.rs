@@ -232,6 +232,8 @@ const NO_LAST: u32 = u32::MAX;
 #[derive(Default)]
 pub struct FirstRead {
     pub batch: Batch,
+    /// When it was read (`timers::monotonic`, as it began).
+    pub at: f64,
     /// The types of the futures' callbacks (`tornado`).
     pub heads: Vec<(usize, usize)>,
     /// The tasks it read, and where each one's last chain is in the cache (`NO_LAST`: none).
@@ -263,6 +265,7 @@ impl FirstRead {
         self.tasks.clear();
         self.tasks.extend_from_slice(addresses);
         pieces.extend_from_slice(&self.heads);
+        self.at = super::timers::monotonic();
         self.batch.fill_merged(target.pid, &pieces, MERGE_GAP);
     }
 }

@@ -269,6 +269,7 @@ impl TaskScanner {
             Some(sets) => set_tasks(self.target.pid, &mut self.types, sets, MAX_FOUND)?,
             None => {
                 // the lists link the tasks through the tasks: the last scan's are read first
+                self.timers.read_before(&self.target, &mut self.types);
                 self.first.fill(&self.target, &self.chains, &self.found);
                 list_tasks(&self.target, MAX_FOUND, &self.first.batch)?
             }
@@ -285,6 +286,7 @@ impl TaskScanner {
         self.scans += 1;
         let unread = (found - addresses.len()) as u64;
         if self.sets.is_some() {
+            self.timers.read_before(&self.target, &mut self.types);
             self.first.fill(&self.target, &self.chains, &addresses);
         }
         let (mut raw, mut torn_tasks, read_at) = read_tasks(
@@ -302,7 +304,9 @@ impl TaskScanner {
         let ran = raw.iter().any(|t| t.state == TaskState::Running);
         torn_tasks.extend(running::add_running_chains(target, types, &mut raw));
         let known = &self.first.batch;
-        self.timers.mark_due(target, types, &mut raw, read_at);
+        let first = (&self.first.batch, self.first.at);
+        self.timers
+            .mark_due(target, types, &mut raw, read_at, first);
         gather::link_gathered(target, types, &mut raw);
         gather::link_awaiters(target, types, &mut raw, &torn_tasks);
         if unread == 0 {
