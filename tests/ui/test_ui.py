@@ -23,6 +23,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
+from tests.support.charts import PLOT_BOTTOM, PLOT_TOP, bucket_x, hover
 from tests.support.helpers import (
     CHROMIUM,
     CHROMIUM_ARGS,
@@ -40,9 +41,8 @@ LOAD_SECONDS = 240
 #: The shortest fixed range the tests look at, in seconds.
 MIN_WINDOW = 16
 
-
-#: Where timeline.js draws its plot in a chart's canvas, in CSS pixels.
-PLOT_LEFT, PLOT_RIGHT, PLOT_TOP, PLOT_BOTTOM = 48, 10, 10, 150 - 22
+#: The Tasks chart.
+TASKS_CHART = "#tasks-timeline"
 
 #: The aiohttp handler the tests look for; it runs briefly between awaits.
 HANDLER = "hard_handler (targets/aiohttp_app.py:"
@@ -577,13 +577,13 @@ def test_the_tasks_view_stacks_tasks_past_the_scans_bound_on_top(
         legend = page.locator("#tasks-unread")
         assert legend.is_visible()
         assert " ".join(legend.inner_text().split()) == "unread (past the scan's bound)"
-        x = bucket_x(page, bucket["t"] + line["step"] / 2, start, end)
+        x = bucket_x(page, TASKS_CHART, bucket["t"] + line["step"] / 2, start, end)
         colours = column_colours(page, x)
         grey = sum(colour == "grey" for colour in colours)
         drawn = sum(colour != "paper" for colour in colours)
         assert next(c for c in colours if c != "paper") == "grey", colours
         assert abs(grey / drawn - bucket["unread"] / (read + bucket["unread"])) < 0.05, colours
-        tip = hover(page, x)
+        tip = hover(page, TASKS_CHART, x)
         unread = tip.locator('[data-series="unread"]').inner_text()
         assert abs(float(unread.split()[1]) - bucket["unread"]) <= 0.05, unread
         total = tip.locator("[data-total]").inner_text()
@@ -604,7 +604,9 @@ def test_the_tasks_view_stacks_tasks_past_the_scans_bound_on_top(
     assert page.locator("#tasks-unread").is_hidden()
     assert page.eval_on_selector("#tasks-timeline", "el => el.dataset.unread") == "0"
     bucket = line["buckets"][len(line["buckets"]) // 2]
-    tip = hover(page, bucket_x(page, bucket["t"] + line["step"] / 2, start, end))
+    tip = hover(
+        page, TASKS_CHART, bucket_x(page, TASKS_CHART, bucket["t"] + line["step"] / 2, start, end)
+    )
     assert tip.locator("[data-total]").is_visible()
     assert tip.locator('[data-series="unread"]').count() == 0
     assert not page.errors  # type: ignore[attr-defined]
@@ -640,17 +642,11 @@ def final_task_timeline(
     return start, end, previous
 
 
-def bucket_x(page: Page, t: float, start: int, end: int) -> float:
-    """The x of time ``t`` in the Tasks chart's canvas, as timeline.js places it."""
-    width = page.eval_on_selector("#tasks-timeline canvas", "el => el.clientWidth")
-    return PLOT_LEFT + (t - start) / (end - start) * (width - PLOT_LEFT - PLOT_RIGHT)
-
-
 def column_colours(page: Page, x: float) -> list[str]:
     """The Tasks chart's plot at ``x``, top to bottom, one word a pixel: ``grey`` (neutral, as
     the unread band is), ``paper`` (the white background or a light grid line) or ``colour``."""
     pixels: list[list[int]] = page.eval_on_selector(
-        "#tasks-timeline canvas",
+        f"{TASKS_CHART} canvas",
         """(el, [x, top, bottom]) => {
             const dpr = el.width / el.clientWidth;
             const ctx = el.getContext("2d");
@@ -668,13 +664,3 @@ def column_colours(page: Page, x: float) -> list[str]:
         neutral = max(rgb) - min(rgb) <= 14
         words.append("colour" if not neutral else "paper" if max(rgb) > 215 else "grey")
     return words
-
-
-def hover(page: Page, x: float) -> Any:
-    """The Tasks chart's tooltip once the pointer rests at ``x`` halfway up the plot."""
-    box = page.locator("#tasks-timeline canvas").bounding_box()
-    assert box is not None
-    page.mouse.move(box["x"] + x, box["y"] + (PLOT_TOP + PLOT_BOTTOM) / 2)
-    tip = page.locator("#tasks-timeline .tooltip")
-    tip.wait_for(state="visible")
-    return tip

@@ -15,10 +15,9 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
+from tests.support.charts import bucket_x, hover
 from tests.support.helpers import CHROMIUM, CHROMIUM_ARGS, REPORTS, Serve, Spawner, wait_until
 
-#: Where timeline.js draws its plot in a chart's canvas, in CSS pixels.
-PLOT_LEFT, PLOT_RIGHT, PLOT_TOP, PLOT_BOTTOM = 48, 10, 10, 150 - 22
 #: Seconds of 1 s windows the range holds.
 SECONDS = 8
 
@@ -99,7 +98,9 @@ def test_the_gil_filter_timeline_shares_and_holders_show(
     page.locator("#search").fill("")
     # the timeline's tooltip of a bucket gives its gil samples as the API does
     bucket = max(line["buckets"], key=lambda b: b["gil"])
-    tip = hover(page, bucket_x(page, bucket["t"] + line["step"] / 2, start, end))
+    tip = hover(
+        page, "#timeline", bucket_x(page, "#timeline", bucket["t"] + line["step"] / 2, start, end)
+    )
     gil = tip.locator('[data-series="gil"]').inner_text()
     assert gil.split()[1].replace(",", "") == str(bucket["gil"]), (gil, bucket)
     page.screenshot(path=str(REPORTS / "ui-gil-flamegraph.png"), full_page=True)
@@ -135,19 +136,3 @@ def test_the_gil_filter_timeline_shares_and_holders_show(
     )
     assert "never waited for the GIL" in page.locator("#gil-holders").inner_text()
     assert not page.errors  # type: ignore[attr-defined]
-
-
-def bucket_x(page: Page, t: float, start: int, end: int) -> float:
-    """The x of time ``t`` in the event loop's chart, as timeline.js places it."""
-    width = page.eval_on_selector("#timeline canvas", "el => el.clientWidth")
-    return PLOT_LEFT + (t - start) / (end - start) * (width - PLOT_LEFT - PLOT_RIGHT)
-
-
-def hover(page: Page, x: float) -> Any:
-    """The chart's tooltip once the pointer rests at ``x`` halfway up the plot."""
-    box = page.locator("#timeline canvas").bounding_box()
-    assert box is not None
-    page.mouse.move(box["x"] + x, box["y"] + (PLOT_TOP + PLOT_BOTTOM) / 2)
-    tip = page.locator("#timeline .tooltip")
-    tip.wait_for(state="visible")
-    return tip

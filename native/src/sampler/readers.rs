@@ -18,7 +18,7 @@ use crate::process::runstate::Futex;
 use crate::rules::{format_frame, Wait};
 use crate::stack::{GilRole, RunState, Stack, Trace};
 use crate::walker::gil::{Gil, GilRead};
-use crate::walker::{gil_source, locate_gil, Walker};
+use crate::walker::{gil_of, gil_source, Walker};
 
 /// What the walker has read of its target so far: its memory, and the run states of its
 /// threads from /proc (how many, the time they took, and the file they come from).
@@ -132,12 +132,8 @@ impl Readers {
             (None, "py-spy (asked for)".to_string())
         };
         // py-spy's own GIL holder comes from an offset some builds do not match: read as
-        // the walker does
-        let gil = match walker {
-            _ if !options.gil => Err(NOT_ASKED.to_string()),
-            Some(_) => Err("read by the walker".to_string()),
-            None => locate_gil(&spy).map_err(|err| format!("{err:#}")),
-        };
+        // the walker does (None: the walker reads it)
+        let gil = walker.is_none().then(|| gil_of(&spy, options.gil));
         let readers = Readers {
             spy,
             walker,
@@ -182,10 +178,11 @@ impl Readers {
     }
 
     /// Where the GIL's holder and waiters come from (`Stats::gil`).
-    pub(crate) fn gil(&self) -> String {
-        match &self.walker {
-            Some(walker) => walker.gil_source(),
-            None => gil_source(&self.gil, self.os.futex_readable()),
+    pub(crate) fn gil(&self) -> &str {
+        match (&self.walker, &self.gil) {
+            (Some(walker), _) => walker.gil_source(),
+            (None, Some(gil)) => gil_source(gil, self.os.futex_readable()),
+            (None, None) => "not read (no reader for it)",
         }
     }
 }
@@ -195,8 +192,9 @@ impl Readers {
 pub(crate) struct Readers {
     spy: PythonSpy,
     walker: Option<Walker>,
-    /// Without the walker: the target's GIL and GC state, when it can be read.
-    gil: Result<Gil, String>,
+    /// Without the walker: the target's GIL and GC state, when it can be read (None: the
+    /// walker reads them).
+    gil: Option<Result<Gil, String>>,
     cache: FrameCache,
     names: HashMap<u64, String, FxBuildHasher>,
     /// Threads whose names were looked up (the walker does not read names).
@@ -216,7 +214,7 @@ impl Readers {
             }
             None => {
                 self.os.begin();
-                let gil = self.gil.as_ref().ok();
+                let gil = self.gil.as_ref().and_then(|gil| gil.as_ref().ok());
                 let held = gil.and_then(|gil| Some((gil, read_gil(self.spy.pid, gil)?)));
                 let os = Some((&mut self.os, &run_state));
                 let traces = spy_read(&mut self.spy, &mut self.cache, &mut self.names, os, held)?;
@@ -247,9 +245,6 @@ impl Readers {
         }
     }
 }
-
-/// Why a sampler asked not to read the GIL does not.
-const NOT_ASKED: &str = "not asked for";
 
 /// The GIL's state now, and the holder's `pthread_t` (0 when none holds it); None when it
 /// reads torn.

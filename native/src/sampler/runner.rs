@@ -353,11 +353,8 @@ impl Runner {
         if result.is_ok() && state.stats.on_cpu != readers.on_cpu() {
             state.stats.on_cpu = readers.on_cpu().to_string();
         }
-        if result.is_ok() {
-            let gil = readers.gil();
-            if state.stats.gil != gil {
-                state.stats.gil = gil;
-            }
+        if result.is_ok() && state.stats.gil != readers.gil() {
+            state.stats.gil = readers.gil().to_string();
         }
         state.stats.read_max = state.stats.read_max.max(read);
         if let Some(pause) = pause {

@@ -202,10 +202,7 @@ impl Walker {
                 layout.frame_size
             )));
         }
-        let gil = match gil {
-            true => locate_gil(spy).map_err(|err| format!("{err:#}")),
-            false => Err("not asked for".to_string()),
-        };
+        let gil = gil_of(spy, gil);
         if let Some((holds, requested)) = gil.as_ref().ok().and_then(|gil| gil.flags) {
             // the thread state read covers its GIL flags
             layout.tstate_size = layout.tstate_size.max(holds.max(requested) + 4);
@@ -279,7 +276,7 @@ impl Walker {
     }
 
     /// Where the GIL's holder and waiters come from (`Stats::gil`).
-    pub fn gil_source(&self) -> String {
+    pub fn gil_source(&self) -> &str {
         gil_source(&self.gil, self.states.futex_readable())
     }
 
@@ -751,15 +748,26 @@ pub fn layout_of(spy: &PythonSpy) -> Result<Layout> {
 }
 
 /// Where a reader's GIL states come from, for `Stats::gil`: the thread states' own flags
-/// (3.15), or the holder from the GIL and the waiters from their futex; what is missing, why.
-pub fn gil_source(gil: &std::result::Result<Gil, String>, waits_read: bool) -> String {
+/// (3.15), or the holder from the GIL and the waiters from their futex; what is missing, why
+/// (`gil_of`'s error, said as it is).
+pub fn gil_source(gil: &std::result::Result<Gil, String>, waits_read: bool) -> &str {
     match gil {
-        Ok(gil) if gil.flags.is_some() => "the thread states' flags".into(),
-        Ok(_) if waits_read => "the GIL's holder, and the waiters' futex in /proc".into(),
-        Ok(_) => "the GIL's holder only: a thread's /proc syscall file could not be read, \
-                  so waits for the GIL read as idle or blocked"
-            .into(),
-        Err(why) => format!("not read ({why})"),
+        Ok(gil) if gil.flags.is_some() => "the thread states' flags",
+        Ok(_) if waits_read => "the GIL's holder, and the waiters' futex in /proc",
+        Ok(_) => {
+            "the GIL's holder only: a thread's /proc syscall file could not be read, \
+             so waits for the GIL read as idle or blocked"
+        }
+        Err(why) => why,
+    }
+}
+
+/// The GIL of the target `spy` attached to, when `asked`; else why not, as `Stats::gil` says
+/// it ("not read (...)").
+pub fn gil_of(spy: &PythonSpy, asked: bool) -> std::result::Result<Gil, String> {
+    match asked {
+        true => locate_gil(spy).map_err(|err| format!("not read ({err:#})")),
+        false => Err("not read (not asked for)".to_string()),
     }
 }
 
