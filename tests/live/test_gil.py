@@ -13,6 +13,7 @@ import signal
 import subprocess
 import textwrap
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -30,10 +31,12 @@ SECONDS = 1.5
 RATE_HZ = 200
 
 
-def _sampled(pid: int, seconds: float = SECONDS) -> tuple[Analysis, _native.SamplerStats]:
+def _sampled(
+    pid: int, seconds: float = SECONDS, blocking: bool = False
+) -> tuple[Analysis, _native.SamplerStats]:
     """The loop's analysis of ``seconds`` of samples, with who held the GIL."""
     counts = Counts()
-    with _native.Sampler(pid, rate_hz=RATE_HZ) as sampler:
+    with _native.Sampler(pid, rate_hz=RATE_HZ, blocking=blocking) as sampler:
         time.sleep(seconds)
         for window in sampler.drain(flush=True):
             counts.add_window(window)
@@ -50,11 +53,19 @@ def _gil_source(version: str) -> str:
 
 
 @each_version
-def test_a_loop_starved_by_a_spinning_thread_reads_gil(spawn: Spawner, version: str) -> None:
-    """Most of the loop's samples wait for the GIL, and the spinning thread holds it, in its
-    function; before, they read idle (the poll) or blocked."""
-    target = spawn.target("gil", "--holder", "spin", python=interpreter(version))
-    analysis, stats = _sampled(target.pid)
+def test_a_spinning_thread_starves_the_loop_and_a_sleeping_one_does_not(
+    spawn: Spawner, version: str
+) -> None:
+    """Beside a thread spinning in Python, most of the loop's samples wait for the GIL, and
+    the spinning thread holds it, in its function (before, they read idle or blocked). Beside
+    one in ``time.sleep``, which lets the GIL go, the loop is idle, not waiting for it. The
+    two targets are sampled at the same time."""
+    python = interpreter(version)
+    starved = spawn.target("gil", "--holder", "spin", python=python)
+    beside_sleep = spawn.target("gil", "--holder", "sleep", python=python)
+    with ThreadPoolExecutor(2) as pool:
+        sampling = [pool.submit(_sampled, target.pid) for target in (starved, beside_sleep)]
+        (analysis, stats), (quiet, _) = (future.result() for future in sampling)
     assert stats["gil"] == _gil_source(version)
     assert analysis.share("gil") > 0.5, analysis.states
     thread, site, _, _ = analysis.top_holders(1)[0]
@@ -63,17 +74,20 @@ def test_a_loop_starved_by_a_spinning_thread_reads_gil(spawn: Spawner, version: 
     # the holder is named for nearly all of them (none only while the GIL is handed over)
     named = sum(n for (name, _), n in analysis.gil_holders.items() if name == "holder")
     assert named >= 0.9 * analysis.states["gil"], analysis.gil_holders
+    assert quiet.share("gil") <= 0.02, quiet.states
+    assert quiet.share("idle") > 0.8, quiet.states
 
 
-@each_version
-def test_a_thread_sleeping_with_the_gil_released_causes_no_wait(
-    spawn: Spawner, version: str
-) -> None:
-    """``time.sleep`` lets the GIL go: the loop beside it is idle, not waiting for it."""
-    target = spawn.target("gil", "--holder", "sleep", python=interpreter(version))
-    analysis, _ = _sampled(target.pid)
-    assert analysis.share("gil") <= 0.02, analysis.states
-    assert analysis.share("idle") > 0.8, analysis.states
+@pytest.mark.parametrize("version", ["3.12", "3.15"])
+def test_in_blocking_mode_a_starved_loop_reads_gil_too(spawn: Spawner, version: str) -> None:
+    """Blocking mode stops the threads before it reads them: their run states and the futex a
+    waiter sleeps in are read before the stop (a stopped thread's wait is cut short), so the
+    loop reads gil as it does without stopping it (3.12: the futex; 3.15: the flags)."""
+    target = spawn.target("gil", "--holder", "spin", python=interpreter(version))
+    analysis, stats = _sampled(target.pid, blocking=True)
+    assert stats["gil"] == _gil_source(version)
+    assert analysis.share("gil") > 0.5, analysis.states
+    assert analysis.top_holders(1)[0][0] == "holder", analysis.gil_holders
 
 
 @pytest.mark.parametrize("holder", ["none", "recv"])
