@@ -97,12 +97,14 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         (work / f"{name}.svg").write_text(render_svg(lines, RenderOptions(min_width=0)))
     svg = {name: str(work / f"{name}.svg") for name in ("before", "after")}
     cli = [sys.executable, "-m", "sidecar"]
+    # each round writes over the last one's outputs
     commands = {
         "render": [*cli, "render", str(work / "before.folded"), "--min-width", "0", "-o",
-                   str(work / "render.svg")],
-        "diff": [*cli, "diff", svg["before"], svg["after"], "-o", str(work / "diff.svg")],
+                   str(work / "render.svg"), "--force"],
+        "diff": [*cli, "diff", svg["before"], svg["after"], "-o", str(work / "diff.svg"),
+                 "--force"],
         "diff0": [*cli, "diff", svg["before"], svg["after"], "-o", str(work / "diff0.svg"),
-                  "--min-width", "0"],
+                  "--min-width", "0", "--force"],
     }  # fmt: skip
     runs: dict[str, list[tuple[float, float]]] = {key: [] for key in commands}
     for _ in range(args.rounds):

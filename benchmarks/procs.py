@@ -52,7 +52,8 @@ def parse_wrk(text: str) -> dict[str, Any]:
 
 #: The summary line of ``sidecar record``.
 RECORD_SUMMARY = re.compile(
-    r"samples ([\d,]+) in ([\d.]+) s at ([\d.]+) Hz · errors (\d+) · late (\d+) · missed (\d+)"
+    r"ticks ([\d,]+) in ([\d.]+) s at ([\d.]+) Hz \([^)]*\) · errors (\d+) · late (\d+) · "
+    r"missed (\d+)"
 )
 
 
@@ -86,7 +87,7 @@ def start_profiler(procs: Procs, tool: str, pid: int, rate: float, out: Path, *,
     """
     common = ["--pid", str(pid), "--rate", f"{rate:g}", "-o", str(out)]
     if tool.startswith("sidecar"):
-        argv = [PYTHON, "-m", "sidecar", "record", *common, "--format", "folded"]
+        argv = [PYTHON, "-m", "sidecar", "record", *common, "--format", "folded", "--force"]
         ready, stream = r"sampling PID \d+", "err"
         argv += ["--blocking"] * (tool == "sidecar-blocking")
     elif tool.startswith("py-spy"):

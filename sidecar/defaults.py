@@ -16,3 +16,15 @@ SAMPLER_WINDOW_S: float = DEFAULT_WINDOW_S
 TASK_RATE_HZ: float = 10.0
 #: Seconds per window ``serve`` stores.
 STORE_WINDOW_S: int = 10
+#: The highest sampling rate the CLI and the service take.
+MAX_RATE_HZ: float = 10_000.0
+
+
+def rate_problem(rate: float) -> str | None:
+    """What is wrong with ``--rate RATE``, said so it can be fixed; None when it is fine."""
+    if 0 < rate <= MAX_RATE_HZ:
+        return None
+    return (
+        f"--rate {rate:g}: the rate is samples per second, more than 0 and at most "
+        f"{MAX_RATE_HZ:g} (default {RATE_HZ:g})"
+    )

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 
 from sidecar import _native
 from sidecar.classify.threads import is_loop_stack
-from sidecar.errors import PermissionDenied, TargetError, TargetGone
+from sidecar.errors import TargetError, TargetGone, denied
 from sidecar.rules.frames import Frame, code_frames
 from sidecar.rules.processes import ASYNCIO_LOOP, MASTER_WAITS, POOL_CHILD, SERVER_FILES
 
@@ -70,9 +70,10 @@ def read_proc(pid: int, name: str) -> str:
     except (FileNotFoundError, ProcessLookupError) as err:
         raise TargetGone(f"no process with PID {pid}") from err
     except PermissionError as err:
-        raise PermissionDenied(
+        raise denied(
+            pid,
             f"cannot read {path}: run as the same user, as root or with "
-            "CAP_SYS_PTRACE (in Kubernetes: shareProcessNamespace and SYS_PTRACE)"
+            "CAP_SYS_PTRACE (in Kubernetes: shareProcessNamespace and SYS_PTRACE)",
         ) from err
     except OSError as err:
         raise TargetError(f"cannot read {path}: {err.strerror}") from err

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from sidecar import _native
+from sidecar.access import why_denied
 
 
 class SidecarError(Exception):
@@ -44,14 +45,21 @@ class StoreError(SidecarError):
     """The database cannot be opened or written."""
 
 
+def denied(pid: int, said: str) -> PermissionDenied:
+    """A read of ``pid`` the kernel refused: why, when this process's state and the target's
+    tell (a capability the target holds and sidecar lacks, named), else what was ``said``."""
+    why = why_denied(pid)
+    return PermissionDenied(f"not allowed to read PID {pid}: {why}" if why else said)
+
+
 @contextmanager
-def native_errors() -> Iterator[None]:
-    """The native core's errors on reading a process, as the domain errors above."""
+def native_errors(pid: int) -> Iterator[None]:
+    """The native core's errors on reading process ``pid``, as the domain errors above."""
     try:
         yield
     except ProcessLookupError as err:
         raise TargetGone(str(err)) from err
     except PermissionError as err:
-        raise PermissionDenied(str(err)) from err
+        raise denied(pid, str(err)) from err
     except _native.SamplerError as err:
         raise TargetError(str(err)) from err

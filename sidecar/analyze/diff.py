@@ -14,6 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from sidecar import _native
+from sidecar.analyze.threads import analyze
 from sidecar.errors import ProfileFormatError
 from sidecar.formats.render import RenderOptions, render_svg
 from sidecar.profile import Profile
@@ -120,6 +121,8 @@ class Diff:
     total_changes: list[Change]
     state_changes: list[Change]
     verdict: str
+    #: Whose shares ``state_changes`` are, as ``stats`` says it (``Analysis.covers``).
+    states_of: str = "all threads (no event loop seen)"
 
     @property
     def unchanged(self) -> bool:
@@ -247,11 +250,16 @@ def diff_profiles(before: Profile, after: Profile, *, normalize: bool = False) -
     ]
     total_changes = _total_changes(a_shares, b_shares, carriers)
     state_changes: list[Change] = []
+    states_of = Diff.states_of
     if before.marked and after.marked:
-        state_changes = [
-            Change(state, a_shares.states.get(state, 0.0), b_shares.states.get(state, 0.0))
-            for state in STATES
-        ]
+        # the event loop's shares, as stats gives them, where both profiles have one
+        loops = analyze(before), analyze(after)
+        if not any(a.no_loop_thread for a in loops):
+            states_of = loops[0].covers
+            shares = [{s: a.share(s) for s in STATES} for a in loops]
+        else:
+            shares = [a_shares.states, b_shares.states]
+        state_changes = [Change(s, shares[0].get(s, 0.0), shares[1].get(s, 0.0)) for s in STATES]
         if all(c.delta == 0 for c in state_changes):
             state_changes = []
     before_counts = before.stacks
@@ -273,6 +281,7 @@ def diff_profiles(before: Profile, after: Profile, *, normalize: bool = False) -
         total_changes=total_changes,
         state_changes=state_changes,
         verdict=verdict(before.total, after.total, scale),
+        states_of=states_of,
     )
 
 
@@ -316,6 +325,6 @@ def report(diff: Diff, top: int = 10) -> list[str]:
             f"{c.frame} {100 * c.before:.1f}% -> {100 * c.after:.1f}% ({100 * c.delta:+.1f})"
             for c in diff.state_changes
         )
-        out.append(f"states: {states}")
+        out.append(f"states of the {diff.states_of}: {states}")
     out.append(diff.verdict)
     return out

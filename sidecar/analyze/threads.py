@@ -135,6 +135,11 @@ class Analysis:
         not a pre-fork master, and some thread runs an event loop."""
         return self.role != "master" and not self.no_loop_thread
 
+    @property
+    def covers(self) -> str:
+        """Which threads the shares are of, as every command says it."""
+        return "all threads (no event loop seen)" if self.no_loop_thread else "event loop"
+
     def share(self, state: str) -> float:
         total = self.samples
         return self.states[state] / total if total else 0.0

@@ -12,7 +12,7 @@ from sidecar.commands.render import add_min_width
 from sidecar.errors import UsageError
 from sidecar.formats.inputs import load_profiles
 from sidecar.formats.render import RenderOptions
-from sidecar.output import write_text
+from sidecar.output import add_force, check_output, write_text
 
 HELP = "compare two profiles (flamegraph SVGs or folded stacks) in a differential flamegraph"
 
@@ -48,6 +48,7 @@ def add_parser(sub: Any) -> None:
     )
     parser.add_argument("--title", help="graph title (default: 'BEFORE -> AFTER')")
     add_min_width(parser)
+    add_force(parser)
     parser.set_defaults(run=run)
 
 
@@ -65,15 +66,19 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--top must be at least 1, not {args.top}")
     if args.output == "-" and args.folded == "-":
         raise UsageError("only one of -o and --folded can be '-' (stdout)")
+    output = args.output
+    if output is None and args.folded is None:
+        output = _default_output(args.after)
+    for path in (output, args.folded):
+        if path:
+            check_output(path, force=args.force, inputs=[args.before, args.after])
+    if output and output == args.folded and output != "-":
+        raise UsageError("-o and --folded name the same file")
     before, after = load_profiles(args.before, args.after)
     for source, profile in ((args.before, before), (args.after, after)):
         for note in profile.notes:
             print(f"sidecar: note: {source}: {note}", file=sys.stderr)
     diff = diff_profiles(before, after, normalize=args.normalize)
-
-    output = args.output
-    if output is None and args.folded is None:
-        output = _default_output(args.after)
     table = sys.stderr if "-" in (output, args.folded) else sys.stdout
     print(
         f"before: {args.before} ({before.total:,} samples, {len(before.stacks):,} stacks)",

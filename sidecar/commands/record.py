@@ -10,13 +10,15 @@ from typing import TYPE_CHECKING, Any
 
 from sidecar import _native, defaults
 from sidecar.analyze.threads import analyze, state_line
+from sidecar.commands.habits import add_answers
 from sidecar.commands.signals import terminate_as_interrupt
 from sidecar.errors import NoSamples, UsageError
 from sidecar.formats import pprof
 from sidecar.formats.render import FORMATS, RenderOptions, export
-from sidecar.output import percent, write_bytes, write_text
+from sidecar.output import add_force, check_output, percent, write_bytes, write_text
+from sidecar.sample.launch import Launched
 from sidecar.sample.record import Recording, record
-from sidecar.sample.sampler import on_cpu_source, torn_note
+from sidecar.sample.sampler import errors_note, on_cpu_source, torn_note
 from sidecar.sample.tasks import snapshot
 
 if TYPE_CHECKING:
@@ -34,11 +36,16 @@ def add_parser(sub: Any) -> None:
         "those waiting for the GIL [gil], unless --cpu is given; samples taken during a "
         "garbage collection carry a [gc] frame. Ctrl-C stops early and keeps what was sampled.",
     )
-    parser.add_argument("--pid", type=int, required=True, help="process to sample")
+    parser.add_argument("-p", "--pid", type=int, help="process to sample (or: -- COMMAND)")
     parser.add_argument(
-        "--duration", type=float, metavar="S", help="seconds to sample (default: until Ctrl-C)"
+        "-d",
+        "--duration",
+        type=float,
+        metavar="S",
+        help="seconds to sample (default: until Ctrl-C)",
     )
     parser.add_argument(
+        "-r",
         "--rate",
         type=float,
         default=defaults.RATE_HZ,
@@ -50,8 +57,13 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="pause the target for each sample (consistent stacks, small pause per sample)",
     )
+    parser.add_argument(
+        "--nonblocking",
+        action="store_true",
+        help="never pause the target (the default; py-spy's name for it)",
+    )
     parser.add_argument("--cpu", action="store_true", help="keep on-CPU samples only")
-    parser.add_argument("--threads", action="store_true", help="add a root frame per thread")
+    parser.add_argument("-t", "--threads", action="store_true", help="add a root frame per thread")
     parser.add_argument(
         "--tasks",
         action="store_true",
@@ -67,12 +79,21 @@ def add_parser(sub: Any) -> None:
         "if lower)",
     )
     parser.add_argument(
-        "--format", choices=FORMATS, default="svg", help="output format (default svg)"
+        "-f", "--format", choices=FORMATS, default="svg", help="output format (default svg)"
     )
     parser.add_argument("-o", "--output", metavar="PATH", help="output file ('-' for stdout)")
+    add_force(parser)
     parser.add_argument("--title", help="flamegraph title")
     parser.add_argument("--inverted", action="store_true", help="icicle graph (SVG only)")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress or summary")
+    add_answers(parser)
+    parser.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND ...",
+        help="instead of --pid: start COMMAND and sample it until it exits (stopped when the "
+        "recording ends first)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -92,7 +113,7 @@ class _Progress:
         self.last = now
         span = f"{elapsed:5.1f}/{self.duration:g} s" if self.duration else f"{elapsed:5.1f} s"
         line = (
-            f"\rsampling PID {self.pid}: {span} · {stats['samples']:,} samples · "
+            f"\rsampling PID {self.pid}: {span} · {stats['samples']:,} ticks · "
             f"{stats['errors']} errors · lag {stats['lag_mean'] * 1000:.1f} ms"
         )
         sys.stderr.write(line + "\x1b[K")
@@ -105,24 +126,30 @@ class _Progress:
 
 
 def summary(rec: Recording) -> list[str]:
+    """What was sampled: ticks (one read of every thread) and samples (one per thread and
+    tick), each called so, then the readers, the event loop's shares and what went wrong."""
     stats = rec.stats
+    profile = rec.counts.to_profile()
     lines = [
-        f"samples {stats['samples']:,} in {rec.elapsed:.1f} s at {rec.rate_hz:g} Hz · "
+        f"ticks {stats['samples']:,} in {rec.elapsed:.1f} s at {rec.rate_hz:g} Hz "
+        f"({profile.total:,} samples, one per thread and tick) · "
         f"errors {stats['errors']} · late {stats['late']} · missed {stats['missed']} · "
         f"retried {stats['retried']} · "
         f"lag mean {stats['lag_mean'] * 1000:.2f} ms, max {stats['lag_max'] * 1000:.2f} ms",
         f"stacks read by {stats['reader']}, on-CPU state {on_cpu_source(stats['on_cpu'])}, "
         f"GIL from {stats['gil'] or 'not read yet'}",
     ]
-    analysis = analyze(rec.counts.to_profile(), holders=rec.counts.holders())
+    analysis = analyze(profile, holders=rec.counts.holders())
     if analysis.samples:
-        threads = "all threads" if analysis.no_loop_thread else "event loop"
-        lines.append(f"{threads}: {state_line(analysis)}")
-    torn = torn_note(stats["errors"], stats["samples"] + stats["errors"], rec.blocking)
+        lines.append(f"{analysis.covers}: {state_line(analysis)} of {analysis.samples:,} samples")
+    ticks = stats["samples"] + stats["errors"]
+    torn = torn_note(stats["errors"], ticks, rec.blocking)
     if torn:
         lines.append(torn)
-    if stats.get("last_error") and stats["errors"]:
-        lines.append(f"last sampling error: {stats['last_error']}")
+        if stats.get("last_error"):
+            lines.append(f"last sampling error: {stats['last_error']}")
+    elif note := errors_note(stats["errors"], ticks, rec.blocking, stats.get("last_error") or "?"):
+        lines.append(note)
     return lines
 
 
@@ -173,20 +200,48 @@ def tasks_path(output: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if (args.pid is None) == (not command):
+        raise UsageError("give --pid PID, or -- COMMAND to start a program and sample it")
     if args.duration is not None and args.duration <= 0:
         raise UsageError("--duration must be positive")
-    if not 0 < args.rate <= 10_000:
-        raise UsageError("--rate must be between 0 and 10000 Hz")
+    if args.blocking and args.nonblocking:
+        raise UsageError("--blocking and --nonblocking: choose one")
+    if problem := defaults.rate_problem(args.rate):
+        raise UsageError(problem)
     if args.task_rate is None:
         args.task_rate = min(defaults.TASK_RATE_HZ, args.rate)
     if args.tasks and not 0 < args.task_rate <= args.rate:
         raise UsageError("--task-rate must be positive and at most --rate")
     if args.tasks and args.output == "-":
         raise UsageError("--tasks writes a second file beside the profile: give -o a file")
-    output = args.output or time.strftime(f"sidecar-{args.pid}-%Y%m%d-%H%M%S") + SUFFIXES.get(
+    name = args.pid if args.pid is not None else Path(command[0]).name
+    output = args.output or time.strftime(f"sidecar-{name}-%Y%m%d-%H%M%S") + SUFFIXES.get(
         args.format, ".svg"
     )
+    # the outputs are checked before sampling, which they would otherwise follow in vain
+    check_output(output, force=args.force)
     if args.tasks:
+        check_output(tasks_path(output), force=args.force)
+    if not command:
+        return _record(args, output, None)
+    launched = Launched(command)
+    try:
+        code = _record(args, output, launched)
+    except BaseException:
+        launched.stop()  # never left running; the error says what went wrong
+        raise
+    # stopped if it runs on, and how it ended said
+    said = launched.stop() or launched.status()
+    if not args.quiet:
+        print(said, file=sys.stderr)
+    return code
+
+
+def _record(args: argparse.Namespace, output: str, launched: Launched | None) -> int:
+    if launched is not None:
+        args.pid = launched.pid
+    elif args.tasks:
         snapshot(args.pid)  # a target whose tasks cannot be read is refused before sampling
     progress = _Progress(args.pid, args.duration, not args.quiet)
     try:
@@ -208,6 +263,7 @@ def run(args: argparse.Namespace) -> int:
                 progress=progress,
                 on_attach=attached,
                 tasks_hz=args.task_rate if args.tasks else 0.0,
+                launched=launched,
             )
     finally:
         progress.done()

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.formats.render import RenderOptions, render_svg
-from sidecar.output import read_text, write_text
+from sidecar.output import add_force, check_output, read_text, write_text
 from sidecar.profile import parse_folded
 
 HELP = "render folded stacks into a flamegraph SVG"
@@ -23,6 +23,7 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--title", default=None, help="title (default: the input's name)")
     parser.add_argument("--inverted", action="store_true", help="icicle graph: roots at the top")
     add_min_width(parser)
+    add_force(parser)
     parser.set_defaults(run=run)
 
 
@@ -49,13 +50,14 @@ def add_min_width(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    profile = parse_folded(read_text(args.folded), source=args.folded)
     if args.output:
         output = args.output
     elif args.folded == "-":
         output = "-"
     else:
         output = str(Path(args.folded).with_suffix(".svg"))
+    check_output(output, force=args.force, inputs=[args.folded])
+    profile = parse_folded(read_text(args.folded), source=args.folded)
     title = args.title or ("Flame Graph" if args.folded == "-" else Path(args.folded).name)
     options = RenderOptions(title=title, inverted=args.inverted, min_width=args.min_width)
     write_text(output, render_svg(profile.folded_lines(), options))

@@ -48,6 +48,7 @@ def add_parser(sub: Any) -> None:
     )
     parser.add_argument("--port", type=int, default=8321, help="port (default 8321)")
     parser.add_argument(
+        "-r",
         "--rate",
         type=float,
         default=defaults.RATE_HZ,
@@ -62,7 +63,12 @@ def add_parser(sub: Any) -> None:
         help=f"seconds per stored window (default {defaults.STORE_WINDOW_S})",
     )
     parser.add_argument(
-        "--pid", type=int, action="append", default=[], help="sample only this PID (repeatable)"
+        "-p",
+        "--pid",
+        type=int,
+        action="append",
+        default=[],
+        help="sample only this PID (repeatable)",
     )
     parser.add_argument(
         "--match", metavar="REGEX", help="sample only processes whose command line matches"
@@ -216,8 +222,8 @@ def run(args: argparse.Namespace) -> int:
     from sidecar.serve.push import endpoint
     from sidecar.serve.service import ServeConfig, Service
 
-    if not 0 < args.rate <= 10_000:
-        raise UsageError("--rate must be between 0 and 10000 Hz")
+    if problem := defaults.rate_problem(args.rate):
+        raise UsageError(problem)
     if not 0 <= args.port <= 65535:
         raise UsageError("--port must be between 0 and 65535 (0: any free port)")
     if args.task_rate is None:  # the default, never above the thread sampling's rate

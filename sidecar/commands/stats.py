@@ -48,8 +48,9 @@ def add_parser(sub: Any) -> None:
         "live (--pid) only: a profile file keeps the [gil] samples, not their holders.",
     )
     parser.add_argument("profile", nargs="?", metavar="PROFILE_FILE", help="folded or SVG file")
-    parser.add_argument("--pid", type=int, help="sample this process live")
+    parser.add_argument("-p", "--pid", type=int, help="sample this process live")
     parser.add_argument(
+        "-d",
         "--duration",
         type=float,
         metavar="S",
@@ -176,9 +177,9 @@ def table(analysis: Analysis, profile: Profile, info: ProcessInfo | None, top: i
     if info is not None:
         python = f"Python {profile.target.python_version or info.python_version}"
         lines[0] += f" · {python} · {info.cmdline[:100]}"
-    threads = "all threads (no event loop seen)" if analysis.no_loop_thread else "event loop"
     estimate = " (estimated: no [idle]/[blocked]/[gil] frames)" if analysis.estimated else ""
-    lines.append(f"{threads}: {state_line(analysis)} of {analysis.samples:,} samples{estimate}")
+    shares = f"{state_line(analysis)} of {analysis.samples:,} samples{estimate}"
+    lines.append(f"{analysis.covers}: {shares}")
     depth = analysis.depth
     if depth.mean is None:
         lines.append("stack depth: no busy samples")

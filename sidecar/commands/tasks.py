@@ -18,7 +18,7 @@ def add_parser(sub: Any) -> None:
         "chain, outermost coroutine first; a task that another awaits is shown under it. "
         "The target is read, never stopped.",
     )
-    parser.add_argument("--pid", type=int, required=True, help="process to read")
+    parser.add_argument("-p", "--pid", type=int, required=True, help="process to read")
     parser.set_defaults(run=run)
 
 

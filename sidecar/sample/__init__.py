@@ -1,3 +1,4 @@
 """Sampling: the native sampler opened on a process (``sampler``), a one-shot recording
-(``record``), a snapshot of its asyncio tasks (``tasks``), and whether this sidecar may trace
-at all (``permissions``). ``sidecar serve``'s long-running sessions are in ``sidecar.serve``."""
+(``record``), a program started to be recorded (``launch``), a snapshot of its asyncio tasks
+(``tasks``). Whether this sidecar may trace at all is ``sidecar.access``; ``sidecar serve``'s
+long-running sessions are in ``sidecar.serve``."""

@@ -19,6 +19,7 @@ from sidecar.discover import read_cmdline
 from sidecar.formats.pprof import Sample
 from sidecar.profile import Profile, Target
 from sidecar.rules.frames import leaf_for
+from sidecar.sample.launch import Launched
 from sidecar.sample.sampler import open_sampler
 
 if TYPE_CHECKING:
@@ -154,16 +155,22 @@ def record(
     on_attach: Callable[[str], None] | None = None,
     poll_interval: float = 0.25,
     tasks_hz: float = 0.0,
+    launched: Launched | None = None,
 ) -> Recording:
     """Samples ``pid`` for ``duration`` seconds (until Ctrl-C when None, or until it exits).
 
     ``on_attach`` is told the target's Python version once sampling runs. Ctrl-C ends the
     recording early and keeps what was sampled. ``tasks_hz`` > 0 scans the asyncio tasks
-    too, at that rate (``Counts.task_profile``).
+    too, at that rate (``Counts.task_profile``). ``launched``: ``pid`` is a program sidecar
+    just started, attached to once its interpreter can be read.
     """
+
+    def attach() -> _native.Sampler:
+        return open_sampler(pid, rate_hz=rate_hz, blocking=blocking, tasks_hz=tasks_hz)
+
+    sampler = launched.attach(attach) if launched is not None else attach()
     cmdline = read_cmdline(pid)
     started = _native.process_start_time(pid)
-    sampler = open_sampler(pid, rate_hz=rate_hz, blocking=blocking, tasks_hz=tasks_hz)
     if on_attach is not None:
         on_attach(sampler.python_version)
     counts = Counts()

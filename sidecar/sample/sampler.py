@@ -35,6 +35,18 @@ def torn_note(errors: int, ticks: int, blocking: bool) -> str | None:
     )
 
 
+def errors_note(errors: int, ticks: int, blocking: bool, last: str) -> str | None:
+    """Ticks that read no sample, put in proportion, when ``torn_note`` has nothing to say:
+    a few torn reads of a busy target are expected, and each costs one sample."""
+    if not errors or torn_note(errors, ticks, blocking):
+        return None
+    return (
+        f"{errors:,} of {ticks:,} ticks could not be read ({errors / ticks:.1%}), each a sample "
+        "missed: reads torn by stacks that changed under them are expected on a busy target "
+        f"(last: {last})"
+    )
+
+
 def open_sampler(
     pid: int,
     *,
@@ -47,7 +59,7 @@ def open_sampler(
     """Attaches to ``pid``; native errors become sidecar's domain errors. ``clock="shared"``
     ticks it on the one sampling thread of every sampler that asks for it (``serve``);
     ``tasks_hz`` > 0 scans its asyncio tasks too, at that rate."""
-    with native_errors():
+    with native_errors(pid):
         return _native.Sampler(
             pid, rate_hz=rate_hz, blocking=blocking, window=window, clock=clock, tasks_hz=tasks_hz
         )

@@ -17,7 +17,7 @@ def snapshot(pid: int) -> _native.TaskScan:
     """The tasks of ``pid`` (CPython 3.11+) as one scan read them; native errors become domain
     errors. A task that runs while it is read may tear (it is left out and counted): the scan
     is taken again, up to ``SNAPSHOT_TRIES`` times, and the one that lost fewest is kept."""
-    with native_errors():
+    with native_errors(pid):
         best = _native.scan_tasks(pid)
         for _ in range(SNAPSHOT_TRIES - 1):
             if not best["torn"]:

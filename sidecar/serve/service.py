@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from sidecar import defaults
+from sidecar.access import detect
 from sidecar.discover import Selection
-from sidecar.sample.permissions import detect
 from sidecar.serve.push import Client, Endpoint, Pusher, pod_labels
 from sidecar.serve.sessions import Sessions
 from sidecar.serve.sinks import Fanout

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from sidecar.access import CAPABILITIES as ALL_CAPABILITIES
 from tests.support.helpers import REPORTS, ROOT, Spawner
 from tests.support.pythons import in_ci
 
@@ -38,48 +39,7 @@ VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["versi
 BASE = re.search(r"^ARG PYTHON_IMAGE=(\S+)$", DOCKERFILE.read_text(), re.MULTILINE)[1]  # type: ignore[index]
 BUDGET_ABOVE_BASE = 120_000_000
 #: Every Linux capability but SYS_PTRACE (bit 19), to drop one by one.
-CAPABILITIES = [
-    "CHOWN",
-    "DAC_OVERRIDE",
-    "DAC_READ_SEARCH",
-    "FOWNER",
-    "FSETID",
-    "KILL",
-    "SETGID",
-    "SETUID",
-    "SETPCAP",
-    "LINUX_IMMUTABLE",
-    "NET_BIND_SERVICE",
-    "NET_BROADCAST",
-    "NET_ADMIN",
-    "NET_RAW",
-    "IPC_LOCK",
-    "IPC_OWNER",
-    "SYS_MODULE",
-    "SYS_RAWIO",
-    "SYS_CHROOT",
-    "SYS_PACCT",
-    "SYS_ADMIN",
-    "SYS_BOOT",
-    "SYS_NICE",
-    "SYS_RESOURCE",
-    "SYS_TIME",
-    "SYS_TTY_CONFIG",
-    "MKNOD",
-    "LEASE",
-    "AUDIT_WRITE",
-    "AUDIT_CONTROL",
-    "SETFCAP",
-    "MAC_OVERRIDE",
-    "MAC_ADMIN",
-    "SYSLOG",
-    "WAKE_ALARM",
-    "BLOCK_SUSPEND",
-    "AUDIT_READ",
-    "PERFMON",
-    "BPF",
-    "CHECKPOINT_RESTORE",
-]
+CAPABILITIES = [name for name in ALL_CAPABILITIES if name != "SYS_PTRACE"]
 ONLY_PTRACE = [f"--cap-drop=CAP_{name}" for name in CAPABILITIES] + ["--cap-add=CAP_SYS_PTRACE"]
 NO_CAPABILITY = [f"--cap-drop=CAP_{name}" for name in [*CAPABILITIES, "SYS_PTRACE"]]
 DEV_TOOLS = ("pytest", "mypy", "maturin", "playwright", "ruff", "locust", "cargo", "rustc", "gcc")

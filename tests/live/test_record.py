@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import time
@@ -141,7 +142,7 @@ def test_target_that_may_not_be_traced(spawn: Spawner, tmp_path: Path) -> None:
             "--duration",
             "1",
             "-o",
-            str(tmp_path / "x.svg"),
+            "-",  # a file under tmp_path would be refused first: 65534 may not enter it
         ],
         cwd=ROOT,
         capture_output=True,
@@ -208,7 +209,51 @@ def test_a_target_that_tears_most_reads_is_told_to_use_blocking_mode(
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "--blocking pauses it" not in result.stderr, result.stderr
-    read = re.search(r"samples ([\d,]+) in .* · errors (\d+) ·", result.stderr)
+    read = re.search(r"ticks ([\d,]+) in .* · errors (\d+) ·", result.stderr)
     assert read, result.stderr
     samples, errors = int(read[1].replace(",", "")), int(read[2])
     assert samples > 300 and errors < 0.05 * (samples + errors), result.stderr
+
+
+#: A program that spins in a function of its own for about 1.5 s, then exits.
+SPINS = (
+    "import time\ndef spin_here(end):\n    while time.time() < end: pass\n"
+    "spin_here(time.time() + 1.5)\n"
+)
+
+
+def test_record_starts_a_program_and_samples_it_until_it_exits(tmp_path: Path) -> None:
+    out = tmp_path / "run.folded"
+    result = sidecar("record", "-d", "60", "-f", "folded", "-o", str(out), "--", PYTHON, "-c",
+                     SPINS)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    profile = parse_folded(out.read_text())
+    spinning = sum(n for stack, n in profile.stacks.items() if "spin_here (<string>:" in stack)
+    assert spinning > 0.5 * profile.total, profile.stacks
+    assert re.search(
+        r"(?m)^PID \d+ exited after \d+\.\d s; wrote what was recorded$", result.stderr
+    )
+    said = shlex.join([str(PYTHON), "-c", SPINS]).replace("\n", "\\n")
+    assert result.stderr.rstrip().endswith(f"{said} exited with status 0"), result.stderr
+
+
+def test_a_started_program_that_outlives_the_recording_is_stopped(tmp_path: Path) -> None:
+    out = tmp_path / "run.folded"
+    forever = "import time\nwhile True: time.sleep(0.01)\n"
+    result = sidecar("record", "-d", "1", "-f", "folded", "-o", str(out), "--", PYTHON, "-c",
+                     forever)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    stopped = re.search(r"(?m)^stopped .* \(PID (\d+)\) as the recording ended$", result.stderr)
+    assert stopped, result.stderr
+    assert not Path(f"/proc/{stopped[1]}").exists()  # ended and reaped
+    assert out.read_text()
+
+
+def test_a_program_that_cannot_start_or_is_no_python_is_one_line(tmp_path: Path) -> None:
+    out = str(tmp_path / "x.svg")
+    line = one_error_line(sidecar("record", "-d", "5", "-o", out, "--", "/nonexistent/program"))
+    assert line == "sidecar: error: cannot start /nonexistent/program: No such file or directory"
+    # no interpreter to attach to, and it ends: said once it has
+    line = one_error_line(sidecar("record", "-d", "5", "-o", out, "--", "/bin/true"))
+    assert line == "sidecar: error: /bin/true exited with status 0 before sidecar could attach"
+    assert not Path(out).exists()

@@ -38,7 +38,8 @@ def test_wrk_summary_line() -> None:
 def test_record_and_pyspy_summaries() -> None:
     record = (
         "sampling PID 4242 (Python 3.11.7) at 100 Hz until Ctrl-C\n"
-        "samples 1,885 in 18.9 s at 100 Hz · errors 3 · late 23 · missed 5 · "
+        "ticks 1,885 in 18.9 s at 100 Hz (3,770 samples, one per thread and tick) · errors 3 · "
+        "late 23 · missed 5 · "
         "lag mean 0.12 ms, max 0.40 ms\n"
     )
     assert parse_record(record) == {

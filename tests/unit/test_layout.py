@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "sidecar"
 
 #: Stages in data-flow order; a module belongs to the first stage whose prefix it has.
 STAGES: tuple[tuple[str, ...], ...] = (
-    ("sidecar", "sidecar._native", "sidecar.errors", "sidecar.defaults"),
+    ("sidecar", "sidecar._native", "sidecar.access", "sidecar.errors", "sidecar.defaults"),
     ("sidecar.rules",),
     ("sidecar.profile",),
     ("sidecar.formats",),

@@ -1,0 +1,79 @@
+"""``record -- COMMAND``: start a program and sample it from its start, as py-spy's ``record --
+COMMAND`` and CPython's ``profiling.sampling run`` do. The program runs as sidecar's child with
+sidecar's terminal; it is attached to as soon as its interpreter can be read, and, when the
+recording ends before it does (``--duration``, Ctrl-C), stopped: SIGTERM, then SIGKILL."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from sidecar.errors import SidecarError, TargetError, TargetGone, UsageError
+
+T = TypeVar("T")
+
+#: How long a started program may take until its interpreter can be read.
+ATTACH_TIMEOUT_S = 10.0
+#: How long a program asked to end (SIGTERM) has before it is killed.
+STOP_GRACE_S = 5.0
+
+
+class Launched:
+    """A program started for a recording."""
+
+    def __init__(self, command: Sequence[str]) -> None:
+        if not command:
+            raise UsageError("-- must be followed by a command to run")
+        # on one line, as every message is (a `python -c` program has newlines in it)
+        self.text = shlex.join(command).replace("\n", "\\n")
+        try:
+            self.child = subprocess.Popen(list(command))
+        except OSError as err:
+            raise SidecarError(f"cannot start {command[0]}: {err.strerror}") from err
+
+    @property
+    def pid(self) -> int:
+        return self.child.pid
+
+    def attach(self, attempt: Callable[[], T], timeout: float = ATTACH_TIMEOUT_S) -> T:
+        """``attempt`` (an attach) again and again until it works: a program just started has
+        no interpreter to read for a moment. Refused once it exits, or after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return attempt()
+            except TargetError as err:
+                code = self.child.poll()
+                if code is not None:
+                    raise TargetGone(
+                        f"{self.text} exited with status {code} before sidecar could attach"
+                    ) from err
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise TargetError(
+                        f"{self.text}: no Python interpreter to read after {timeout:g} s "
+                        f"({err}); stopped it"
+                    ) from err
+                time.sleep(0.02)
+
+    def stop(self) -> str | None:
+        """Ends the program if it still runs; what became of it, in words (None: it had
+        ended on its own)."""
+        if self.child.poll() is not None:
+            return None
+        self.child.terminate()
+        try:
+            self.child.wait(STOP_GRACE_S)
+            return f"stopped {self.text} (PID {self.pid}) as the recording ended"
+        except subprocess.TimeoutExpired:
+            self.child.kill()
+            self.child.wait()
+            return f"killed {self.text} (PID {self.pid}): it did not end on SIGTERM"
+
+    def status(self) -> str:
+        """How the program ended, once it has."""
+        code = self.child.wait()
+        return f"{self.text} exited with status {code}"
