@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 import sys
 import tempfile
 from collections.abc import Iterable
@@ -38,6 +39,8 @@ def check_output(path: str, *, force: bool, inputs: Iterable[str] = ()) -> None:
     try:
         if target.is_dir():
             raise UsageError(f"{path} is a folder: give a file name")
+        if _is_sink(target):
+            return  # /dev/null, a pipe: written into, never replaced
         if target.exists() and not force:
             raise UsageError(f"{path} exists: pass {FORCE} to replace it")
         if not folder.is_dir():
@@ -46,6 +49,15 @@ def check_output(path: str, *, force: bool, inputs: Iterable[str] = ()) -> None:
         raise SidecarError(f"cannot write {path}: {err.strerror}") from err
     if not os.access(folder, os.W_OK | os.X_OK):
         raise SidecarError(f"cannot write {path}: the folder {folder} is not writable")
+
+
+def _is_sink(target: Path) -> bool:
+    """An existing file that is not a regular one (a device such as /dev/null, a pipe): it is
+    written into, never replaced."""
+    try:
+        return not stat.S_ISREG(target.stat().st_mode)
+    except FileNotFoundError:
+        return False
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -83,6 +95,13 @@ def write_bytes(path: str, data: bytes) -> None:
         sys.stdout.buffer.flush()
         return
     target = Path(path)
+    if _is_sink(target):
+        try:
+            with open(target, "wb") as sink:
+                sink.write(data)
+        except OSError as err:
+            raise SidecarError(f"cannot write {path}: {err.strerror}") from err
+        return
     folder = target.parent if str(target.parent) else Path(".")
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=folder)

@@ -37,6 +37,10 @@ def test_an_existing_file_an_input_a_folder_or_nowhere_to_write_are_refused(
         check_output(str(tmp_path / "missing" / "p.svg"), force=False)
     check_output("-", force=False)
     assert out.read_text() == "kept"
+    # a device is written into, never replaced, and never refused as an existing file
+    check_output(os.devnull, force=False)
+    write_bytes(os.devnull, b"into the sink")
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
 
 
 @pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
