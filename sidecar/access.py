@@ -112,20 +112,32 @@ def why_denied(pid: int) -> str | None:
             own = handle.read()
     except OSError:
         return None
-    tracing = detect()
+    return explain_denied(target, own, detect(), os.geteuid())
+
+
+def explain_denied(target: str, own: str, tracing: Tracing, euid: int) -> str | None:
+    """``why_denied`` from what it read: the target's and this process's ``/proc/PID/status``,
+    what this process may trace, and its effective UID."""
     if tracing.yama_scope == 3:
         return "Yama ptrace_scope 3 forbids all tracing on this machine"
     # "Uid:" holds the real, effective, saved and file system ids, in decimal
     real = int(next((line.split()[1] for line in target.splitlines()
                      if line.startswith("Uid:")), "-1"))  # fmt: skip
-    if not tracing.capability and real != os.geteuid():
+    if not tracing.capability and real != euid:
         return (
-            f"it runs as UID {real} and this sidecar as UID {os.geteuid()} without "
+            f"it runs as UID {real} and this sidecar as UID {euid} without "
             "CAP_SYS_PTRACE: run sidecar as root or grant it CAP_SYS_PTRACE; in Kubernetes "
             "add SYS_PTRACE to the sidecar container's securityContext.capabilities and set "
             "shareProcessNamespace: true on the pod"
         )
     missing = missing_capabilities(target, own)
+    if missing and not tracing.capability:
+        return (
+            f"it holds {len(capability_names(missing))} capabilities this sidecar lacks, and "
+            "the kernel refuses such a reader unless it holds CAP_SYS_PTRACE: grant sidecar "
+            "CAP_SYS_PTRACE; in Kubernetes add SYS_PTRACE to the sidecar container's "
+            "securityContext.capabilities and set shareProcessNamespace: true on the pod"
+        )
     if missing:
         names = ", ".join(capability_names(missing))
         return (
