@@ -16,12 +16,24 @@ CAP_SYS_PTRACE = 19
 YAMA = "/proc/sys/kernel/yama/ptrace_scope"
 
 
-def _status_field(name: str) -> str:
-    with open("/proc/self/status") as handle:
-        for line in handle:
-            if line.startswith(name + ":"):
-                return line.split(":", 1)[1].strip()
+#: How a pod grants its sidecar CAP_SYS_PTRACE and the app's processes.
+IN_KUBERNETES = (
+    "in Kubernetes add SYS_PTRACE to the sidecar container's securityContext.capabilities and "
+    "set shareProcessNamespace: true on the pod"
+)
+
+
+def _field(status: str, name: str) -> str:
+    """A field of a ``/proc/PID/status`` text ("" when it has none)."""
+    for line in status.splitlines():
+        if line.startswith(name + ":"):
+            return line.split(":", 1)[1].strip()
     return ""
+
+
+def _own_status() -> str:
+    with open("/proc/self/status") as handle:
+        return handle.read()
 
 
 @dataclass(frozen=True)
@@ -56,8 +68,10 @@ class Tracing:
         )
 
 
-def detect() -> Tracing:
-    effective = int(_status_field("CapEff") or "0", 16)
+def detect(own_status: str | None = None) -> Tracing:
+    """What this process may trace, from its ``/proc/self/status`` (read now unless given)."""
+    own = _own_status() if own_status is None else own_status
+    effective = int(_field(own, "CapEff") or "0", 16)
     try:
         with open(YAMA) as handle:
             scope: int | None = int(handle.read().strip())
@@ -77,13 +91,6 @@ CAPABILITIES = (
 )  # fmt: skip
 
 
-def _mask(status: str, name: str) -> int:
-    for line in status.splitlines():
-        if line.startswith(name + ":"):
-            return int(line.split(":", 1)[1].strip() or "0", 16)
-    return 0
-
-
 def capability_names(mask: int) -> list[str]:
     """``CAP_NAME`` of each capability in ``mask`` (``CAP_N`` for one newer than the table)."""
     return [
@@ -96,7 +103,8 @@ def capability_names(mask: int) -> list[str]:
 def missing_capabilities(target_status: str, own_status: str) -> int:
     """The capabilities a target holds (permitted) and this process does not, as a mask, from
     the two ``/proc/PID/status`` texts."""
-    return _mask(target_status, "CapPrm") & ~_mask(own_status, "CapPrm")
+    held, own = (int(_field(s, "CapPrm") or "0", 16) for s in (target_status, own_status))
+    return held & ~own
 
 
 def why_denied(pid: int) -> str | None:
@@ -108,11 +116,10 @@ def why_denied(pid: int) -> str | None:
     try:
         with open(f"/proc/{pid}/status") as handle:
             target = handle.read()
-        with open("/proc/self/status") as handle:
-            own = handle.read()
+        own = _own_status()
     except OSError:
         return None
-    return explain_denied(target, own, detect(), os.geteuid())
+    return explain_denied(target, own, detect(own), os.geteuid())
 
 
 def explain_denied(target: str, own: str, tracing: Tracing, euid: int) -> str | None:
@@ -121,22 +128,18 @@ def explain_denied(target: str, own: str, tracing: Tracing, euid: int) -> str | 
     if tracing.yama_scope == 3:
         return "Yama ptrace_scope 3 forbids all tracing on this machine"
     # "Uid:" holds the real, effective, saved and file system ids, in decimal
-    real = int(next((line.split()[1] for line in target.splitlines()
-                     if line.startswith("Uid:")), "-1"))  # fmt: skip
+    real = int((_field(target, "Uid").split() or ["-1"])[0])
     if not tracing.capability and real != euid:
         return (
-            f"it runs as UID {real} and this sidecar as UID {euid} without "
-            "CAP_SYS_PTRACE: run sidecar as root or grant it CAP_SYS_PTRACE; in Kubernetes "
-            "add SYS_PTRACE to the sidecar container's securityContext.capabilities and set "
-            "shareProcessNamespace: true on the pod"
+            f"it runs as UID {real} and this sidecar as UID {euid} without CAP_SYS_PTRACE: "
+            f"run sidecar as root or grant it CAP_SYS_PTRACE; {IN_KUBERNETES}"
         )
     missing = missing_capabilities(target, own)
     if missing and not tracing.capability:
         return (
             f"it holds {len(capability_names(missing))} capabilities this sidecar lacks, and "
-            "the kernel refuses such a reader unless it holds CAP_SYS_PTRACE: grant sidecar "
-            "CAP_SYS_PTRACE; in Kubernetes add SYS_PTRACE to the sidecar container's "
-            "securityContext.capabilities and set shareProcessNamespace: true on the pod"
+            f"the kernel refuses such a reader unless it holds CAP_SYS_PTRACE: grant sidecar "
+            f"CAP_SYS_PTRACE; {IN_KUBERNETES}"
         )
     if missing:
         names = ", ".join(capability_names(missing))

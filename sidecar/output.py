@@ -37,11 +37,12 @@ def check_output(path: str, *, force: bool, inputs: Iterable[str] = ()) -> None:
             raise UsageError(f"{path} is an input of this command: write the output elsewhere")
     folder = target.parent if str(target.parent) else Path(".")
     try:
-        if target.is_dir():
+        mode = _mode_of(target)
+        if mode is not None and stat.S_ISDIR(mode):
             raise UsageError(f"{path} is a folder: give a file name")
-        if _is_sink(target):
+        if mode is not None and not stat.S_ISREG(mode):
             return  # /dev/null, a pipe: written into, never replaced
-        if target.exists() and not force:
+        if mode is not None and not force:
             raise UsageError(f"{path} exists: pass {FORCE} to replace it")
         if not folder.is_dir():
             raise SidecarError(f"cannot write {path}: no folder {folder}")
@@ -51,13 +52,12 @@ def check_output(path: str, *, force: bool, inputs: Iterable[str] = ()) -> None:
         raise SidecarError(f"cannot write {path}: the folder {folder} is not writable")
 
 
-def _is_sink(target: Path) -> bool:
-    """An existing file that is not a regular one (a device such as /dev/null, a pipe): it is
-    written into, never replaced."""
+def _mode_of(target: Path) -> int | None:
+    """The mode of the file at ``target``; None when there is none."""
     try:
-        return not stat.S_ISREG(target.stat().st_mode)
+        return target.stat().st_mode
     except FileNotFoundError:
-        return False
+        return None
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -67,15 +67,14 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def _mode_for(target: Path) -> int:
-    """The mode a file written to ``target`` gets: the existing file's, else what the umask
+def _mode_for(existing: int | None) -> int:
+    """The mode a file written gets: the one it replaces (``existing``), else what the umask
     leaves of 0666 (as ``open`` would give)."""
-    try:
-        return target.stat().st_mode & 0o7777
-    except OSError:
-        mask = os.umask(0)
-        os.umask(mask)
-        return 0o666 & ~mask
+    if existing is not None:
+        return existing & 0o7777
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
 
 
 def write_text(path: str, text: str) -> None:
@@ -95,7 +94,11 @@ def write_bytes(path: str, data: bytes) -> None:
         sys.stdout.buffer.flush()
         return
     target = Path(path)
-    if _is_sink(target):
+    try:
+        existing = _mode_of(target)
+    except OSError as err:
+        raise SidecarError(f"cannot write {path}: {err.strerror}") from err
+    if existing is not None and not stat.S_ISREG(existing):  # /dev/null, a pipe
         try:
             with open(target, "wb") as sink:
                 sink.write(data)
@@ -110,7 +113,7 @@ def write_bytes(path: str, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
-            os.fchmod(handle.fileno(), _mode_for(target))
+            os.fchmod(handle.fileno(), _mode_for(existing))
         os.replace(tmp, target)
     except OSError as err:
         Path(tmp).unlink(missing_ok=True)
