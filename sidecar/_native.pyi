@@ -9,11 +9,15 @@ from typing import Literal, TypedDict, final
 
 __all__ = [
     "BLOCKED_LEAF",
+    "CALLBACK_RUNNERS",
     "DEFAULT_RATE_HZ",
+    "DEFAULT_STALL_MS",
     "DEFAULT_WINDOW_S",
     "GIL_LEAF",
     "IDLE_LEAF",
     "KNOWN_WAITS",
+    "LOOP_ENTRIES",
+    "LOOP_PASSES",
     "PRUNED_FRAME",
     "SEMICOLON_STANDIN",
     "TASK_LEAVES",
@@ -37,6 +41,8 @@ __all__ = [
 DEFAULT_RATE_HZ: float
 #: Seconds per window of a sampler when none is asked for.
 DEFAULT_WINDOW_S: float
+#: The shortest stall of an event loop a sampler reports when none is asked for (ms).
+DEFAULT_STALL_MS: float
 #: The share of the time task scans (on a thread of their own) may take: a longer scan puts the
 #: next off.
 TASK_SCAN_BUDGET: float
@@ -58,6 +64,11 @@ SEMICOLON_STANDIN: str
 #: The frames a running thread is idle in (py-spy's rule): (the last part of the function's
 #: qualified name, how its file is matched, the text matched) each.
 KNOWN_WAITS: tuple[tuple[str, Literal["endswith", "contains"], str], ...]
+#: The frames that enter an event loop, asyncio's runner of one callback, and asyncio's pass of
+#: its loop: (function's last name part, file suffix; "" any file) each.
+LOOP_ENTRIES: tuple[tuple[str, str], ...]
+CALLBACK_RUNNERS: tuple[tuple[str, str], ...]
+LOOP_PASSES: tuple[tuple[str, str], ...]
 
 class SamplerError(RuntimeError):
     """The sampler could not read the target (not a Python process, unsupported version, ...)."""
@@ -110,6 +121,30 @@ class Window(TypedDict):
     task_scans: int
     #: tasks those scans found past their bound (20,000 a scan) and did not read, summed
     task_unread: int
+    #: the stalls of its event loops that ended in it (at most 100, the longest), and how many
+    #: more did
+    stalls: list[Stall]
+    stalls_dropped: int
+
+class Stall(TypedDict):
+    """One callback of an event loop that kept the loop from its poll for the threshold."""
+
+    thread_id: int
+    #: its first sample's time, and that of the sample that ended it (unix seconds); for one
+    #: still running when sampling ended (``ongoing``), its last sample's
+    start: float
+    end: float
+    ongoing: bool
+    samples: int
+    #: samples taken while the thread collected garbage
+    gc: int
+    #: the loop's callback's frame, ``function (file:line)``
+    callback: str
+    #: samples by (state: "busy", "blocked" or "gil", folded stack); ``other`` past 64 stacks
+    stacks: list[tuple[str, str, int]]
+    other: int
+    #: samples waiting for the GIL by (holder's thread id (0: none), its folded stack)
+    holders: list[tuple[int, str, int]]
 
 class SamplerStats(TypedDict):
     samples: int
@@ -183,7 +218,8 @@ class Sampler:
 
     ``rate_hz`` and ``window`` default to ``DEFAULT_RATE_HZ`` and ``DEFAULT_WINDOW_S``.
     ``gil=False`` leaves out the reads of who holds and who waits for the GIL, and of the
-    collector's flag (the benchmarks compare the cost).
+    collector's flag (the benchmarks compare the cost). ``stall_ms`` (default
+    ``DEFAULT_STALL_MS``) is the shortest stall of an event loop each window reports.
 
     Raises ProcessLookupError (no such process), PermissionError (the message names the fix)
     or SamplerError (anything else) when it cannot attach.
@@ -200,6 +236,7 @@ class Sampler:
         clock: Literal["own", "shared"] = "own",
         tasks_hz: float = 0.0,
         gil: bool = True,
+        stall_ms: float = ...,
     ) -> Sampler: ...
     @property
     def python_version(self) -> str: ...

@@ -1,12 +1,13 @@
 """What sampling does when nobody says otherwise, set once for the CLI, the service and tests.
 
 The sampling rate and a sampler's window are the native sampler's own defaults
-(``_native.DEFAULT_RATE_HZ``, ``DEFAULT_WINDOW_S``); the stored window is serve's.
+(``_native.DEFAULT_RATE_HZ``, ``DEFAULT_WINDOW_S``), and so is the shortest stall reported
+(``DEFAULT_STALL_MS``); the stored window is serve's.
 """
 
 from __future__ import annotations
 
-from sidecar._native import DEFAULT_RATE_HZ, DEFAULT_WINDOW_S
+from sidecar._native import DEFAULT_RATE_HZ, DEFAULT_STALL_MS, DEFAULT_WINDOW_S
 
 #: Samples per second.
 RATE_HZ: float = DEFAULT_RATE_HZ
@@ -16,6 +17,8 @@ SAMPLER_WINDOW_S: float = DEFAULT_WINDOW_S
 TASK_RATE_HZ: float = 10.0
 #: Seconds per window ``serve`` stores.
 STORE_WINDOW_S: int = 10
+#: The shortest stall of an event loop reported (ms): asyncio's own slow_callback_duration.
+STALL_MS: float = DEFAULT_STALL_MS
 #: The highest sampling rate the CLI and the service take.
 MAX_RATE_HZ: float = 10_000.0
 
@@ -27,4 +30,14 @@ def rate_problem(rate: float) -> str | None:
     return (
         f"--rate {rate:g}: the rate is samples per second, more than 0 and at most "
         f"{MAX_RATE_HZ:g} (default {RATE_HZ:g})"
+    )
+
+
+def stall_problem(stall_ms: float) -> str | None:
+    """What is wrong with ``--stall-ms MS``, said so it can be fixed; None when it is fine."""
+    if 1 <= stall_ms <= 3_600_000:
+        return None
+    return (
+        f"--stall-ms {stall_ms:g}: the shortest stall reported, in milliseconds, from 1 to "
+        f"3600000 (default {STALL_MS:g})"
     )

@@ -30,6 +30,7 @@ from targets.handlers import (
     blocking_fetch,
     blocking_sleep,
     classify_path,
+    freeze,
 )
 
 
@@ -95,6 +96,11 @@ async def blocking_handler(request: web.Request) -> web.Response:
     return web.Response(text="blocked the loop\n")
 
 
+async def freeze_handler(request: web.Request) -> web.Response:
+    how = request.query.get("how", "sleep")
+    return web.Response(text=freeze(how, float(request.query.get("ms", "200"))))
+
+
 def make_app(pool: ProcessPoolExecutor | None = None) -> web.Application:
     pretend = PretendService()
 
@@ -121,6 +127,7 @@ def make_app(pool: ProcessPoolExecutor | None = None) -> web.Application:
             web.get("/cpu", cpu_handler),
             web.get("/executor", executor_handler),
             web.get("/blocking", blocking_handler),
+            web.get("/freeze", freeze_handler),
             web.get("/blocking-fetch", blocking_fetch_handler),
             web.get("/health", health),
             web.get("/offload", offload),

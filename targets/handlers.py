@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import gc
 import http.server
 import threading
 import time
@@ -78,6 +79,69 @@ def blocking_sleep() -> None:
     """The mistake of "Being truly asynchronous with Tornado" in its plainest form: a synchronous
     wait inside the event loop."""
     time.sleep(SLEEP_TIME)
+
+
+def freeze_sleep(ms: float) -> None:
+    """A stall of the loop of a known length, off CPU: a synchronous sleep of `ms`."""
+    time.sleep(ms / 1000)
+
+
+def freeze_spin(ms: float) -> None:
+    """A stall of the loop of a known length, on CPU: Python code that runs for `ms`."""
+    until = time.perf_counter() + ms / 1000
+    while time.perf_counter() < until:
+        pass
+
+
+def freeze_gc(ms: float) -> None:
+    """A stall of the loop in garbage collections: full collections, one after another, for
+    `ms`."""
+    until = time.perf_counter() + ms / 1000
+    while time.perf_counter() < until:
+        gc.collect()
+
+
+def _sum_rate() -> float:
+    """Seconds `sum` takes per number of a range, measured once."""
+    began = time.perf_counter()
+    sum(range(200_000))
+    return max(time.perf_counter() - began, 1e-6) / 200_000
+
+
+def hold_gil(go: threading.Event, count: int) -> None:
+    """Once `go` is set, one C call that keeps the GIL throughout: `sum` of a range of `count`
+    numbers."""
+    go.wait()
+    sum(range(count))
+
+
+def freeze_gil(ms: float) -> None:
+    """A stall of the loop by another thread that holds the GIL: a thread named ``holder`` sums
+    a range in one C call of about `ms`, while the loop goes on in Python code and, past the
+    interpreter's switch interval, waits for the GIL until the sum is done."""
+    go = threading.Event()
+    count = int(ms / 1000 / _sum_rate())
+    holder = threading.Thread(target=hold_gil, args=(go, count), name="holder", daemon=True)
+    holder.start()
+    go.set()
+    freeze_spin(20)
+    holder.join()
+
+
+#: The ways /freeze holds the loop.
+FREEZES = {"sleep": freeze_sleep, "spin": freeze_spin, "gc": freeze_gc, "gil": freeze_gil}
+
+
+def freeze(how: str, ms: float) -> str:
+    """What /freeze?how=sleep|spin|gc|gil&ms=N does: holds the loop about `ms` in one of those
+    ways (sleep: off CPU; spin: in Python code; gc: in collections; gil: waiting for the GIL
+    another thread holds)."""
+    if not 0 < ms <= 60_000:
+        raise ValueError(f"ms must be in (0, 60000], not {ms}")
+    if how not in FREEZES:
+        raise ValueError(f"how must be one of {', '.join(FREEZES)}, not {how!r}")
+    FREEZES[how](ms)
+    return f"froze the loop {ms:g} ms ({how})\n"
 
 
 class _SlowService(http.server.BaseHTTPRequestHandler):

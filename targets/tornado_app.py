@@ -35,6 +35,7 @@ from targets.handlers import (
     blocking_fetch,
     blocking_sleep,
     classify_path,
+    freeze,
 )
 
 TIMEOUT = datetime.timedelta(seconds=SLEEP_TIME / 2)
@@ -134,6 +135,12 @@ class BlockingHandler(tornado.web.RequestHandler):
         self.write("blocked the loop\n")
 
 
+class FreezeHandler(tornado.web.RequestHandler):
+    def get(self) -> None:
+        how = self.get_query_argument("how", "sleep")
+        self.write(freeze(how, float(self.get_query_argument("ms", "200"))))
+
+
 class BlockingFetchHandler(tornado.web.RequestHandler):
     def initialize(self, url: str) -> None:
         self.url = url
@@ -160,6 +167,7 @@ def make_app() -> tornado.web.Application:
             (r"/cpu", CpuHandler),
             (r"/executor", ExecutorHandler),
             (r"/blocking", BlockingHandler),
+            (r"/freeze", FreezeHandler),
             (r"/blocking-fetch", BlockingFetchHandler, {"url": pretend.url}),
             (r"/health", HealthHandler),
         ]

@@ -3,8 +3,8 @@
 //! The modules, and which may use which (`tests/test_native_rules.py` checks there is no
 //! cycle): `python` (the boundary: the only wrappers of Python types, registered here) uses
 //! `formats`, `sampler` and `tasks`; `sampler` uses `tasks` and `walker`; `tasks` uses
-//! `walker`; all of these use `process` (the target from outside) and the leaves `stack`,
-//! `rules` and `budget`, which use nothing of the crate. The rules are exported as module
+//! `walker`; all of these use `process` (the target from outside) and `stack`, which uses only
+//! the leaves `rules` and `budget`, which use nothing of the crate. The rules are exported as module
 //! attributes (`IDLE_LEAF`, ...) so the Python side can check its own against them.
 
 mod budget;
@@ -28,6 +28,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<python::sampler::Row>()?;
     m.add("DEFAULT_RATE_HZ", python::sampler::DEFAULT_RATE_HZ)?;
     m.add("DEFAULT_WINDOW_S", python::sampler::DEFAULT_WINDOW_S)?;
+    m.add("DEFAULT_STALL_MS", python::sampler::DEFAULT_STALL_MS)?;
     m.add("TASK_SCAN_BUDGET", crate::sampler::task_ticks::BUDGET)?;
     m.add("IDLE_LEAF", rules::IDLE_LEAF)?;
     m.add("BLOCKED_LEAF", rules::BLOCKED_LEAF)?;
@@ -36,6 +37,12 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("PRUNED_FRAME", rules::PRUNED_FRAME)?;
     m.add("SEMICOLON_STANDIN", rules::SEMICOLON_STANDIN)?;
     m.add("KNOWN_WAITS", python::known_waits(m.py())?)?;
+    m.add("LOOP_ENTRIES", PyTuple::new(m.py(), rules::LOOP_ENTRIES)?)?;
+    m.add(
+        "CALLBACK_RUNNERS",
+        PyTuple::new(m.py(), rules::CALLBACK_RUNNERS)?,
+    )?;
+    m.add("LOOP_PASSES", PyTuple::new(m.py(), rules::LOOP_PASSES)?)?;
     m.add("SamplerError", m.py().get_type::<SamplerError>())?;
     m.add_function(wrap_pyfunction!(python::formats::render_svg, m)?)?;
     m.add_function(wrap_pyfunction!(python::sampler::process_start_time, m)?)?;

@@ -103,9 +103,146 @@ pub(crate) fn wait_of(name: &str, file: &str) -> Wait {
     }
 }
 
+/// Frames that enter an event loop: (function, file suffix), "" matching any file; the
+/// innermost such frame of a stack is the loop's (`sidecar.rules.loops.LOOP_ENTRIES`).
+pub const LOOP_ENTRIES: [(&str, &str); 11] = [
+    ("run_forever", "asyncio/base_events.py"),
+    ("run_until_complete", "asyncio/base_events.py"),
+    ("run", "asyncio/runners.py"),
+    ("run", "uvloop/__init__.py"),
+    ("run_app", "aiohttp/web.py"),
+    // gunicorn's aiohttp workers; under uvloop no Python frame of the loop's own shows
+    ("run", "aiohttp/worker.py"),
+    ("start", "tornado/platform/asyncio.py"),
+    ("start", "tornado/ioloop.py"),
+    ("run_sync", "tornado/ioloop.py"),
+    ("run_forever", ""),
+    ("run_until_complete", ""),
+];
+
+/// The frame of asyncio's loop that runs one callback (one step of a task, or a plain
+/// callback): the frame above it is the callback's (`sidecar.rules.loops.CALLBACK_RUNNERS`).
+/// uvloop runs its callbacks from C, so there the frame above the loop's entry is.
+pub const CALLBACK_RUNNERS: [(&str, &str); 1] = [("_run", "asyncio/events.py")];
+
+/// asyncio's pass of its loop: with no callback above it, the loop is between callbacks (in
+/// its poll, or moving timers), not in one (`sidecar.rules.loops.LOOP_PASSES`).
+pub const LOOP_PASSES: [(&str, &str); 1] = [("_run_once", "asyncio/base_events.py")];
+
+/// Where a thread's stack stands in its event loop, as one sample of it says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LoopPlace {
+    /// No frame entered an event loop: not a loop's thread, as far as this stack tells.
+    #[default]
+    Outside,
+    /// In the loop but in none of its callbacks: its poll, its own bookkeeping.
+    Between,
+    /// In one callback of the loop, whose frame is the `index`th from the root; `key` tells
+    /// the stack's frames up to that one from others (a hash of their text).
+    Callback { index: u16, key: u64 },
+}
+
+/// Splits a frame written by `format_frame` into its function and file; None for frames that
+/// name no code (a synthetic leaf).
+fn name_and_file(frame: &str) -> Option<(&str, &str)> {
+    let inner = frame.strip_suffix(')')?;
+    let open = inner.rfind(" (")?;
+    let (name, rest) = (&inner[..open], &inner[open + 2..]);
+    let file = &rest[..rest.rfind(':')?];
+    (!file.is_empty()).then_some((name, file))
+}
+
+fn in_table(table: &[(&str, &str)], name: &str, file: &str) -> bool {
+    let bare = name.rsplit('.').next().unwrap_or(name);
+    table
+        .iter()
+        .any(|&(function, suffix)| bare == function && file.ends_with(suffix))
+}
+
+/// Where the folded stack `text` stands in its event loop: outside any, between callbacks,
+/// or in one callback (the frame above asyncio's callback runner, or under a loop that runs
+/// its callbacks from C, above the loop's entry). Run once per unique stack.
+pub fn loop_place(text: &str) -> LoopPlace {
+    let frames: Vec<(usize, Option<(&str, &str)>)> = text
+        .split(';')
+        .scan(0usize, |end, frame| {
+            *end += frame.len() + 1;
+            Some((*end - 1, name_and_file(frame)))
+        })
+        .collect();
+    let innermost = |table: &[(&str, &str)], from: usize| {
+        (from..frames.len()).rev().find(|&i| {
+            frames[i]
+                .1
+                .is_some_and(|(name, file)| in_table(table, name, file))
+        })
+    };
+    let Some(entry) = innermost(&LOOP_ENTRIES, 0) else {
+        return LoopPlace::Outside;
+    };
+    let callback = match innermost(&CALLBACK_RUNNERS, entry + 1) {
+        // a callback of C code (a future's callback written in C) is the runner's own frame
+        Some(runner) => (runner + 1).min(frames.len() - 1),
+        None if innermost(&LOOP_PASSES, entry + 1).is_some() => return LoopPlace::Between,
+        None => entry + 1,
+    };
+    match frames.get(callback) {
+        Some(&(end, _)) => LoopPlace::Callback {
+            index: callback.min(u16::MAX as usize) as u16,
+            key: {
+                use std::hash::{Hash, Hasher};
+                let mut hasher = std::collections::hash_map::DefaultHasher::new();
+                text[..end].hash(&mut hasher);
+                hasher.finish()
+            },
+        },
+        None => LoopPlace::Between,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stack_is_placed_in_its_loop() {
+        let base = "<module> (app.py:1);run (asyncio/runners.py:118);\
+                    BaseEventLoop.run_forever (asyncio/base_events.py:608);\
+                    BaseEventLoop._run_once (asyncio/base_events.py:1922)";
+        assert_eq!(
+            loop_place("main (app.py:3);work (app.py:9)"),
+            LoopPlace::Outside
+        );
+        assert_eq!(loop_place(base), LoopPlace::Between);
+        let poll = format!("{base};EpollSelector.select (selectors.py:468)");
+        assert_eq!(loop_place(&poll), LoopPlace::Between);
+        let handler = format!("{base};Handle._run (asyncio/events.py:84);handler (app.py:12)");
+        let deeper = format!("{handler};time.sleep (app.py:13)");
+        let (LoopPlace::Callback { index, key }, LoopPlace::Callback { index: i2, key: k2 }) =
+            (loop_place(&handler), loop_place(&deeper))
+        else {
+            panic!("not in a callback: {:?}", loop_place(&handler));
+        };
+        assert_eq!((index, i2, key), (5, 5, k2));
+        let other = format!("{base};Handle._run (asyncio/events.py:84);other (app.py:20)");
+        assert!(matches!(loop_place(&other), LoopPlace::Callback { key, .. } if key != k2));
+        // a C callback: the runner's frame is the callback's
+        let c = format!("{base};Handle._run (asyncio/events.py:84)");
+        assert!(matches!(
+            loop_place(&c),
+            LoopPlace::Callback { index: 4, .. }
+        ));
+        // uvloop: its callbacks run from C, above the loop's entry
+        let uv = "<module> (app.py:1);run (uvloop/__init__.py:105);handler (app.py:12)";
+        assert!(matches!(
+            loop_place(uv),
+            LoopPlace::Callback { index: 2, .. }
+        ));
+        assert_eq!(
+            loop_place("<module> (app.py:1);run (uvloop/__init__.py:105)"),
+            LoopPlace::Between
+        );
+    }
 
     fn is_wait(name: &str, file: &str) -> bool {
         wait_of(name, file) != Wait::No

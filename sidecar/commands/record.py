@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sidecar import _native, defaults
+from sidecar.analyze.stalls import stall_rows, summary_line
 from sidecar.analyze.threads import analyze, state_line
 from sidecar.commands.habits import add_answers
+from sidecar.commands.options import add_stall_ms
 from sidecar.commands.signals import terminate_as_interrupt
 from sidecar.errors import NoSamples, UsageError
 from sidecar.formats import pprof
@@ -26,6 +28,8 @@ if TYPE_CHECKING:
 
 HELP = "sample a running Python process and write a flamegraph or profile"
 SUFFIXES = {"folded": ".txt", "speedscope": ".json", "pprof": ".pb.gz"}
+#: The longest stalls the summary lists.
+STALL_ROWS = 5
 
 
 def add_parser(sub: Any) -> None:
@@ -62,6 +66,7 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="never pause the target (the default; py-spy's name for it)",
     )
+    add_stall_ms(parser)
     parser.add_argument("--cpu", action="store_true", help="keep on-CPU samples only")
     parser.add_argument("-t", "--threads", action="store_true", help="add a root frame per thread")
     parser.add_argument(
@@ -142,6 +147,9 @@ def summary(rec: Recording) -> list[str]:
     analysis = analyze(profile, holders=rec.counts.holders())
     if analysis.samples:
         lines.append(f"{analysis.covers}: {state_line(analysis)} of {analysis.samples:,} samples")
+    stalls = rec.counts.stalls()
+    lines.append(summary_line(stalls, rec.stall_ms, rec.counts.stalls_dropped))
+    lines += stall_rows(stalls, STALL_ROWS, 1 / rec.rate_hz)
     ticks = stats["samples"] + stats["errors"]
     torn = torn_note(stats["errors"], ticks, rec.blocking)
     if torn:
@@ -264,6 +272,7 @@ def _record(args: argparse.Namespace, output: str, launched: Launched | None) ->
                 on_attach=attached,
                 tasks_hz=args.task_rate if args.tasks else 0.0,
                 launched=launched,
+                stall_ms=args.stall_ms,
             )
     finally:
         progress.done()

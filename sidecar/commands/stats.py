@@ -10,13 +10,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sidecar import defaults
+from sidecar.analyze.stalls import stall_rows, summary_line
 from sidecar.analyze.tasks import task_block, task_lines
 from sidecar.analyze.threads import Analysis, Ranked, analyze, state_line, stats_document
+from sidecar.classify.stalls import Stall
 from sidecar.classify.tasks import InFlight
+from sidecar.commands.options import add_stall_ms
 from sidecar.commands.signals import terminate_as_interrupt
 from sidecar.discover import ProcessInfo, describe, refine
 from sidecar.errors import NoSamples, UsageError
@@ -45,7 +48,9 @@ def add_parser(sub: Any) -> None:
         description=HELP + ", of a live process (--pid) or of a profile file (folded stacks "
         "or a flamegraph SVG written by sidecar). Profiles without [idle]/[blocked]/[gil] "
         "frames (plain py-spy) are estimated from their frames. Who held the GIL is known "
-        "live (--pid) only: a profile file keeps the [gil] samples, not their holders.",
+        "live (--pid) only: a profile file keeps the [gil] samples, not their holders; so are "
+        "the stalls of the event loop (a callback that held it --stall-ms or more), which need "
+        "the samples in time order.",
     )
     parser.add_argument("profile", nargs="?", metavar="PROFILE_FILE", help="folded or SVG file")
     parser.add_argument("-p", "--pid", type=int, help="sample this process live")
@@ -69,6 +74,7 @@ def add_parser(sub: Any) -> None:
         metavar="HZ",
         help=f"task scans per second with --tasks (default {defaults.TASK_RATE_HZ:g})",
     )
+    add_stall_ms(parser)
     parser.add_argument("--json", action="store_true", help="print the stats as JSON")
     parser.add_argument(
         "--top", type=int, default=10, metavar="N", help="rows of the tables (default 10)"
@@ -76,15 +82,26 @@ def add_parser(sub: Any) -> None:
     parser.set_defaults(run=run)
 
 
+@dataclass
+class Live:
+    """What sampling a live process knows that a profile file does not: the stalls of its
+    event loops (``dropped``: those past a window's bound), at ``rate_hz``."""
+
+    stalls: list[Stall]
+    dropped: int
+    stall_ms: float
+    rate_hz: float
+
+
 def _live(
-    pid: int, duration: float, tasks_hz: float
-) -> tuple[Profile, ProcessInfo, dict[str, Any] | None, dict[tuple[str, str], int]]:
+    pid: int, duration: float, tasks_hz: float, stall_ms: float
+) -> tuple[Profile, ProcessInfo, dict[str, Any] | None, dict[tuple[str, str], int], Live]:
     info = describe(pid)
     if tasks_hz:
         snapshot(pid)  # a target whose tasks cannot be read is refused before sampling
     print(f"sampling PID {pid} for {duration:g} s", file=sys.stderr)
     with terminate_as_interrupt():
-        rec = record(pid, duration=duration, tasks_hz=tasks_hz)
+        rec = record(pid, duration=duration, tasks_hz=tasks_hz, stall_ms=stall_ms)
     profile = rec.counts.to_profile()
     profile.target = rec.target
     profile.rate_hz = rec.rate_hz
@@ -113,7 +130,8 @@ def _live(
         counts = rec.counts
         flight = InFlight.of(stacks, counts.task_scans, counts.task_peak, counts.task_unread)
         tasks = task_block(stacks, flight)
-    return profile, refine(info, profile.stacks), tasks, rec.counts.holders()
+    live = Live(rec.counts.stalls(), rec.counts.stalls_dropped, stall_ms, rec.rate_hz)
+    return profile, refine(info, profile.stacks), tasks, rec.counts.holders(), live
 
 
 def run(args: argparse.Namespace) -> int:
@@ -131,9 +149,11 @@ def run(args: argparse.Namespace) -> int:
     info: ProcessInfo | None = None
     tasks: dict[str, Any] | None = None
     holders: dict[tuple[str, str], int] = {}
+    live: Live | None = None
     if args.pid is not None:
         rate = args.task_rate if args.tasks else 0.0
-        profile, info, tasks, holders = _live(args.pid, args.duration or DEFAULT_DURATION, rate)
+        duration = args.duration or DEFAULT_DURATION
+        profile, info, tasks, holders, live = _live(args.pid, duration, rate, args.stall_ms)
     else:
         profile = load_profile(args.profile)
     analysis = analyze(profile, info, holders)
@@ -146,9 +166,16 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         document = stats_document([analysis])
         document["targets"][0]["tasks"] = tasks  # None unless scanned, as /api/stats says
+        # known live only: a profile file keeps no time order (None, as for tasks)
+        document["targets"][0]["stalls"] = (
+            None if live is None else [stall.to_json() for stall in live.stalls]
+        )
         print(json.dumps(document, indent=2))
     else:
         lines = table(analysis, profile, info, args.top)
+        if live is not None:
+            lines[2:2] = [summary_line(live.stalls, live.stall_ms, live.dropped)]
+            lines += stall_rows(live.stalls, args.top, 1 / live.rate_hz)
         if tasks is not None:
             lines += task_lines(tasks)
         print("\n".join(lines))

@@ -1,4 +1,4 @@
-"""The frames that enter an event loop and the frames of its idle wait.
+"""The frames that enter an event loop, run its callbacks, and of its idle wait.
 
 A frame matches a table row when its function's last name part is the row's function and its
 file ends with the row's suffix (function names may come qualified by their class,
@@ -26,6 +26,15 @@ LOOP_ENTRIES: tuple[tuple[str, str], ...] = (
     ("run_forever", ""),
     ("run_until_complete", ""),
 )
+
+
+#: The frame of asyncio's loop that runs one callback (a task's step or a plain callback): the
+#: frame above it is the callback's. uvloop runs its callbacks from C: there the frame above
+#: the loop's entry is.
+CALLBACK_RUNNERS: tuple[tuple[str, str], ...] = (("_run", "asyncio/events.py"),)
+
+#: asyncio's pass of its loop: with no callback above it, the loop is between callbacks.
+LOOP_PASSES: tuple[tuple[str, str], ...] = (("_run_once", "asyncio/base_events.py"),)
 
 
 #: The poll of asyncio's selector loop: an idle leaf for a loop thread.

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sidecar import _native, defaults
+from sidecar.classify.stalls import Stall, stall_of
 from sidecar.classify.threads import classify_window, holder_name, state_counts
 from sidecar.discover import read_cmdline
 from sidecar.formats.pprof import Sample
@@ -24,6 +25,7 @@ from sidecar.sample.sampler import open_sampler
 
 if TYPE_CHECKING:
     from sidecar._native import SamplerStats, Window
+    from sidecar._native import Stall as NativeStall
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,9 @@ class Counts:
     task_peak: float = 0.0
     #: loop samples waiting for the GIL by (holder's thread id, where it was)
     gil_holders: dict[tuple[int, str], int] = field(default_factory=dict)
+    #: the stalls of the event loops, as the sampler found them, and those it left out
+    native_stalls: list[NativeStall] = field(default_factory=list)
+    stalls_dropped: int = 0
     ticks: int = 0
     start: float | None = None
     end: float | None = None
@@ -66,6 +71,8 @@ class Counts:
         for holder in classified.gil_holders:
             at = (holder.holder, holder.site)
             self.gil_holders[at] = self.gil_holders.get(at, 0) + holder.samples
+        self.native_stalls += window["stalls"]
+        self.stalls_dropped += window["stalls_dropped"]
         for stack, count in window.get("tasks", ()):
             self.tasks[stack] = self.tasks.get(stack, 0) + count
         scans = int(window.get("task_scans", 0))
@@ -90,6 +97,11 @@ class Counts:
             name = holder_name(tid, self.thread_names)
             out[name, site] = out.get((name, site), 0) + count
         return out
+
+    def stalls(self) -> list[Stall]:
+        """The stalls, oldest first, with what held each."""
+        stalls = [stall_of(native, self.thread_names) for native in self.native_stalls]
+        return sorted(stalls, key=lambda s: s.start)
 
     def to_profile(self, *, cpu_only: bool = False, threads: bool = False) -> Profile:
         """Folded stacks with [idle]/[blocked]/[gil] leaves (dropped with ``cpu_only``)."""
@@ -140,6 +152,8 @@ class Recording:
     task_rate_hz: float = 0.0
     #: Whether the target was paused for each read.
     blocking: bool = False
+    #: The shortest stall reported (ms).
+    stall_ms: float = defaults.STALL_MS
 
 
 Progress = Callable[[float, "SamplerStats"], None]
@@ -156,17 +170,21 @@ def record(
     poll_interval: float = 0.25,
     tasks_hz: float = 0.0,
     launched: Launched | None = None,
+    stall_ms: float = defaults.STALL_MS,
 ) -> Recording:
     """Samples ``pid`` for ``duration`` seconds (until Ctrl-C when None, or until it exits).
 
     ``on_attach`` is told the target's Python version once sampling runs. Ctrl-C ends the
     recording early and keeps what was sampled. ``tasks_hz`` > 0 scans the asyncio tasks
-    too, at that rate (``Counts.task_profile``). ``launched``: ``pid`` is a program sidecar
+    too, at that rate (``Counts.task_profile``); stalls of ``stall_ms`` or more are kept
+    (``Counts.stalls``). ``launched``: ``pid`` is a program sidecar
     just started, attached to once its interpreter can be read.
     """
 
     def attach() -> _native.Sampler:
-        return open_sampler(pid, rate_hz=rate_hz, blocking=blocking, tasks_hz=tasks_hz)
+        return open_sampler(
+            pid, rate_hz=rate_hz, blocking=blocking, tasks_hz=tasks_hz, stall_ms=stall_ms
+        )
 
     sampler = launched.attach(attach) if launched is not None else attach()
     cmdline = read_cmdline(pid)
@@ -209,4 +227,5 @@ def record(
         elapsed=time.monotonic() - begin,
         task_rate_hz=tasks_hz,
         blocking=blocking,
+        stall_ms=stall_ms,
     )

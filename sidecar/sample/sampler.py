@@ -55,11 +55,19 @@ def open_sampler(
     window: float = defaults.SAMPLER_WINDOW_S,
     clock: Literal["own", "shared"] = "own",
     tasks_hz: float = 0.0,
+    stall_ms: float = defaults.STALL_MS,
 ) -> _native.Sampler:
     """Attaches to ``pid``; native errors become sidecar's domain errors. ``clock="shared"``
     ticks it on the one sampling thread of every sampler that asks for it (``serve``);
-    ``tasks_hz`` > 0 scans its asyncio tasks too, at that rate."""
+    ``tasks_hz`` > 0 scans its asyncio tasks too, at that rate; ``stall_ms`` is the shortest
+    stall of its event loops reported."""
     with native_errors(pid):
         return _native.Sampler(
-            pid, rate_hz=rate_hz, blocking=blocking, window=window, clock=clock, tasks_hz=tasks_hz
+            pid,
+            rate_hz=rate_hz,
+            blocking=blocking,
+            window=window,
+            clock=clock,
+            tasks_hz=tasks_hz,
+            stall_ms=stall_ms,
         )

@@ -97,6 +97,39 @@ TASKS: dict[str, Any] = {
         },
     },
 }
+#: A stall of the event loop (null for a profile file: it keeps no time order).
+STALLS: dict[str, Any] = {
+    "type": ["array", "null"],
+    "items": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": [
+            "start", "duration_s", "ongoing", "thread", "thread_id", "samples", "state",
+            "states", "site", "holder", "callback",
+        ],
+        "properties": {
+            "start": {"type": "number"},
+            "duration_s": {"type": "number", "minimum": 0},
+            "ongoing": {"type": "boolean"},
+            "thread": {"type": "string"},
+            "thread_id": {"type": "integer"},
+            "samples": {"type": "integer", "minimum": 1},
+            "state": {"enum": ["busy", "blocked", "gil", "gc"]},
+            "states": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["busy", "blocked", "gil", "gc"],
+                "properties": {
+                    name: {"type": "number", "minimum": 0}
+                    for name in ("busy", "blocked", "gil", "gc")
+                },
+            },
+            "site": {"type": "string"},
+            "holder": {"type": ["string", "null"]},
+            "callback": {"type": "string"},
+        },
+    },
+}  # fmt: skip
 #: DESIGN.md's `stats --json` shape, nothing more.
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -116,6 +149,7 @@ SCHEMA: dict[str, Any] = {
                     "loop": {"enum": ["asyncio", "uvloop", "unknown"]},
                     **SHARES,
                     "tasks": TASKS,
+                    "stalls": STALLS,
                 },
             },
         },

@@ -17,7 +17,7 @@ from sidecar.formats.svg import PRUNED_FRAME, SEMICOLON_STANDIN
 from sidecar.rules.frames import BLOCKED_LEAF, GIL_LEAF, IDLE_LEAF
 
 # The Python definitions of the shared rules: imported here only, to check the native ones.
-from sidecar.rules.loops import SELECTOR_WAITS
+from sidecar.rules.loops import CALLBACK_RUNNERS, LOOP_ENTRIES, LOOP_PASSES, SELECTOR_WAITS
 from sidecar.rules.tasks import TASK_LEAVES
 
 #: native/src, found from here up (the test may live in a tier's folder of tests/)
@@ -37,7 +37,8 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"tasks"}),
     frozenset({"walker"}),
     frozenset({"process"}),
-    frozenset({"stack", "rules", "budget"}),
+    frozenset({"stack"}),
+    frozenset({"rules", "budget"}),
 )
 
 #: The files that may hold the PyO3 attributes (#[pyfunction], #[pyclass], #[pymethods]), and
@@ -263,3 +264,10 @@ def test_the_known_waits_are_data_and_the_selectors_one_is_an_idle_poll() -> Non
     selector = [(function, text) for function, how, text in waits if text == "selectors.py"]
     assert selector, waits
     assert set(selector) <= set(SELECTOR_WAITS), (selector, SELECTOR_WAITS)
+
+
+def test_the_loop_tables_are_the_python_ones() -> None:
+    """The sampler finds stalls with them; the classifier finds loop threads with them."""
+    assert tuple(map(tuple, _native.LOOP_ENTRIES)) == LOOP_ENTRIES
+    assert tuple(map(tuple, _native.CALLBACK_RUNNERS)) == CALLBACK_RUNNERS
+    assert tuple(map(tuple, _native.LOOP_PASSES)) == LOOP_PASSES

@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 
 use crate::process::{memory, procfs};
+use crate::sampler::stalls::Stall;
 use crate::sampler::windows::{End, Options, Window};
 use crate::sampler::Session;
 use crate::tasks;
@@ -111,6 +112,35 @@ fn window_to_py<'py>(py: Python<'py>, window: &Window) -> PyResult<Bound<'py, Py
     dict.set_item("tasks", tasks)?;
     dict.set_item("task_scans", window.task_scans)?;
     dict.set_item("task_unread", window.task_unread)?;
+    let stalls = PyList::empty(py);
+    for stall in &window.stalls {
+        stalls.append(stall_to_py(py, stall)?)?;
+    }
+    dict.set_item("stalls", stalls)?;
+    dict.set_item("stalls_dropped", window.stalls_dropped)?;
+    Ok(dict)
+}
+
+fn stall_to_py<'py>(py: Python<'py>, stall: &Stall) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    dict.set_item("thread_id", stall.thread_id)?;
+    dict.set_item("start", stall.start)?;
+    dict.set_item("end", stall.end)?;
+    dict.set_item("ongoing", stall.ongoing)?;
+    dict.set_item("samples", stall.samples)?;
+    dict.set_item("gc", stall.gc)?;
+    dict.set_item("callback", stall.callback())?;
+    let stacks = PyList::empty(py);
+    for ((state, stack), count) in &stall.stacks {
+        stacks.append((state.name(), stack.text(), *count))?;
+    }
+    dict.set_item("stacks", stacks)?;
+    dict.set_item("other", stall.other)?;
+    let holders = PyList::empty(py);
+    for ((holder, stack), count) in &stall.holders {
+        holders.append((*holder, stack.as_ref().map_or("", |s| s.text()), *count))?;
+    }
+    dict.set_item("holders", holders)?;
     Ok(dict)
 }
 
@@ -118,12 +148,14 @@ fn window_to_py<'py>(py: Python<'py>, window: &Window) -> PyResult<Bound<'py, Py
 pub const DEFAULT_RATE_HZ: f64 = 100.0;
 /// Seconds per window of a sampler when none is asked for.
 pub const DEFAULT_WINDOW_S: f64 = 1.0;
+/// The shortest stall reported when none is asked for: asyncio's own `slow_callback_duration`.
+pub const DEFAULT_STALL_MS: f64 = 100.0;
 
 #[pymethods]
 impl Sampler {
     #[new]
     #[allow(clippy::too_many_arguments)] // the Python signature: keywords with defaults
-    #[pyo3(signature = (pid, rate_hz=DEFAULT_RATE_HZ, blocking=false, window=DEFAULT_WINDOW_S, max_pending=360, reader="auto", clock="own", tasks_hz=0.0, gil=true))]
+    #[pyo3(signature = (pid, rate_hz=DEFAULT_RATE_HZ, blocking=false, window=DEFAULT_WINDOW_S, max_pending=360, reader="auto", clock="own", tasks_hz=0.0, gil=true, stall_ms=DEFAULT_STALL_MS))]
     fn new(
         py: Python<'_>,
         pid: i32,
@@ -135,6 +167,7 @@ impl Sampler {
         clock: &str,
         tasks_hz: f64,
         gil: bool,
+        stall_ms: f64,
     ) -> PyResult<Self> {
         if pid <= 0 {
             return Err(PyValueError::new_err(format!(
@@ -154,6 +187,11 @@ impl Sampler {
         if !(0.01..=86_400.0).contains(&window) {
             return Err(PyValueError::new_err(format!(
                 "window must be between 0.01 and 86400 seconds, not {window}"
+            )));
+        }
+        if !(1.0..=3_600_000.0).contains(&stall_ms) {
+            return Err(PyValueError::new_err(format!(
+                "the stall threshold must be between 1 ms and an hour, not {stall_ms} ms"
             )));
         }
         let options = Options {
@@ -182,6 +220,7 @@ impl Sampler {
             },
             tasks_hz,
             gil,
+            stall_s: stall_ms / 1000.0,
         };
         let session = py.detach(|| Session::start(options))?;
         Ok(Sampler { session })

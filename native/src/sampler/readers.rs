@@ -308,6 +308,7 @@ fn spy_read(
                 stack: (!trace.frames.is_empty()).then(|| cache.fold(trace)),
                 gil: role,
                 gc: role == GilRole::Holds && held.is_some_and(|(_, (read, _))| read.collecting),
+                contexts: 0,
             }
         })
         .collect())

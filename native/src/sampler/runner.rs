@@ -8,6 +8,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::readers::Readers;
+use super::stalls::{keep_longest, Stall, Stalls};
 use super::task_ticks::TaskTicks;
 use super::windows::{End, HolderKey, Options, Shared, StackKey, Window};
 use crate::process::procfs::{process_alive, start_time, Liveness};
@@ -152,6 +153,9 @@ pub(crate) struct Runner {
     /// The sample's waits for the GIL, by who held it.
     holders: Vec<HolderKey>,
     states: ThreadStates,
+    /// The stalls of the target's event loops in progress, and those a tick ended.
+    stalls: Stalls,
+    ended: Vec<Stall>,
     process: Result<remoteprocess::Process, remoteprocess::Error>,
     liveness: Liveness,
     tasks: Option<TaskTicks>,
@@ -176,6 +180,8 @@ impl Runner {
             folded: Vec::new(),
             holders: Vec::new(),
             states: ThreadStates::new(pid),
+            stalls: Stalls::new(options.stall_s),
+            ended: Vec::new(),
             process: remoteprocess::Process::new(pid),
             liveness: Liveness::open(pid, started),
             tasks: TaskTicks::new(options.tasks_hz),
@@ -324,6 +330,7 @@ impl Runner {
                     });
                 }
             }
+            self.stalls.observe(traces, wall, &mut self.ended);
         }
         // what the clock counts against the quarter period: up to here (the task scans'
         // results handed over below, and the scan thread started now and then, are not)
@@ -411,6 +418,9 @@ impl Runner {
         for key in holders.drain(..) {
             *window.gil_holders.entry(key).or_insert(0) += 1;
         }
+        for stall in self.ended.drain(..) {
+            keep_longest(&mut window.stalls, &mut window.stalls_dropped, stall);
+        }
         Some(took)
     }
 }
@@ -418,6 +428,14 @@ impl Runner {
 impl Drop for Runner {
     fn drop(&mut self) {
         let mut state = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        // the stalls still running go with the last window
+        self.stalls.flush(&mut self.ended);
+        let state = &mut *state;
+        if let Some(window) = state.current.as_mut().or(state.pending.back_mut()) {
+            for stall in self.ended.drain(..) {
+                keep_longest(&mut window.stalls, &mut window.stalls_dropped, stall);
+            }
+        }
         if let Some(done) = state.current.take() {
             if done.samples > 0 {
                 state.pending.push_back(done);

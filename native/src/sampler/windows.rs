@@ -3,6 +3,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use super::stalls::Stall;
 use crate::process::memory::MemoryReads;
 use crate::stack::Stack;
 use rustc_hash::FxBuildHasher;
@@ -27,6 +28,8 @@ pub struct Options {
     /// Read who holds and who waits for the GIL, and the collector's flag (the benchmarks
     /// measure what that costs against samplers without).
     pub gil: bool,
+    /// The shortest stall of an event loop kept, in seconds (`super::stalls`).
+    pub stall_s: f64,
 }
 
 /// One thread's stack as seen in one sample, the aggregation key of a window.
@@ -76,6 +79,10 @@ pub struct Window {
     pub task_scans: u64,
     /// Tasks those scans found past their bound and did not read, summed over the scans.
     pub task_unread: u64,
+    /// The stalls of its event loops that ended in it (at most `super::stalls::MAX_STALLS`,
+    /// the longest), and how many more ended in it.
+    pub stalls: Vec<Stall>,
+    pub stalls_dropped: u64,
 }
 
 impl Window {
@@ -90,6 +97,8 @@ impl Window {
             tasks: HashMap::default(),
             task_scans: 0,
             task_unread: 0,
+            stalls: Vec::new(),
+            stalls_dropped: 0,
         }
     }
 

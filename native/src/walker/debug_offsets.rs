@@ -63,6 +63,7 @@ impl Layout {
             tstate_datastack_chunk: word(row.tstate_datastack_chunk),
             // not given: the top follows the chunk in every version
             tstate_datastack_top: word(row.tstate_datastack_chunk) + 8,
+            tstate_context_ver: row.context_ver,
             tstate_size: 0,
             chunk_data: 24,
             frame_code: word(row.frame_executable),
@@ -202,6 +203,9 @@ struct DebugRow {
     tstate_thread_id: usize,
     tstate_native_thread_id: usize,
     tstate_datastack_chunk: usize,
+    /// Not a word of the struct: the offset of `PyThreadState.context_ver` itself, which it
+    /// does not give (`Layout::tstate_context_ver`).
+    context_ver: usize,
     frame_size: usize,
     frame_previous: usize,
     frame_executable: usize,
@@ -268,6 +272,7 @@ impl DebugRow {
                 tstate_thread_id: 24,
                 tstate_native_thread_id: 25,
                 tstate_datastack_chunk: 26,
+                context_ver: 216,
                 frame_size: 28,
                 frame_previous: 29,
                 frame_executable: 30,
@@ -306,6 +311,7 @@ impl DebugRow {
                 tstate_thread_id: 27,
                 tstate_native_thread_id: 28,
                 tstate_datastack_chunk: 29,
+                context_ver: 216,
                 frame_size: 31,
                 frame_previous: 32,
                 frame_executable: 33,
@@ -344,6 +350,7 @@ impl DebugRow {
                 tstate_thread_id: 30,
                 tstate_native_thread_id: 31,
                 tstate_datastack_chunk: 32,
+                context_ver: 240,
                 frame_size: 39,
                 frame_previous: 40,
                 frame_executable: 41,

@@ -32,6 +32,10 @@ pub struct Layout {
     pub tstate_datastack_chunk: usize,
     pub tstate_datastack_top: usize,
     /// How much of a thread state is read: through the last field above.
+    /// `PyThreadState.context_ver`: counts the contexts the thread entered and left, two a
+    /// callback of an event loop (each runs in its context); the same in every build of a
+    /// minor version, and in no `_Py_DebugOffsets`.
+    pub tstate_context_ver: usize,
     pub tstate_size: usize,
     /// Where a `_PyStackChunk`'s frames start (after previous, size and top).
     pub chunk_data: usize,
@@ -136,6 +140,7 @@ impl Layout {
                 tstate_native_thread_id: 160,
                 tstate_datastack_chunk: 296,
                 tstate_datastack_top: 304,
+                tstate_context_ver: 232,
                 tstate_size: 0,
                 chunk_data: 24,
                 frame_code: 32,
@@ -175,6 +180,7 @@ impl Layout {
                 tstate_native_thread_id: 144,
                 tstate_datastack_chunk: 232,
                 tstate_datastack_top: 240,
+                tstate_context_ver: 216,
                 tstate_size: 0,
                 chunk_data: 24,
                 frame_code: 0,
@@ -215,6 +221,7 @@ impl Layout {
             self.tstate_native_thread_id,
             self.tstate_datastack_chunk,
             self.tstate_datastack_top,
+            self.tstate_context_ver,
         ]
         .into_iter()
         .max()

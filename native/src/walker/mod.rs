@@ -60,8 +60,9 @@ const STACK_CACHE_BYTES: usize = 32 << 20;
 const CHURN_SAMPLES: u64 = 1000;
 
 /// A thread as read: OS thread id, where its frames (innermost first) are in the sample's
-/// list of frames, and what its state says of the GIL (the holder's, or 3.15's own flags).
-type RawThread = (u64, Range<usize>, GilRole);
+/// list of frames, what its state says of the GIL (the holder's, or 3.15's own flags), and its
+/// count of contexts entered and left (`Layout::tstate_context_ver`).
+type RawThread = (u64, Range<usize>, GilRole, u64);
 
 /// What a sample builds and lets go, kept between samples so that one allocates nothing once
 /// the walker has met the target's threads and stacks.
@@ -423,7 +424,8 @@ impl Walker {
                 (_, Some(read)) if read.holder == thread => GilRole::Holds,
                 _ => GilRole::None,
             };
-            threads.push((tid, start..frames.len(), role));
+            let context_ver = usize_at(bytes, self.layout.tstate_context_ver) as u64;
+            threads.push((tid, start..frames.len(), role, context_ver));
             thread = next;
         }
         self.previous_stacks.clear();
@@ -440,7 +442,7 @@ impl Walker {
         // tells (3.15 says so in its own flags).
         let contended = gil_read.is_some_and(|read| read.holder != 0)
             && gil.is_some_and(|gil| gil.flags.is_none());
-        for (tid, range, role) in &scratch.threads {
+        for (tid, range, role, context_ver) in &scratch.threads {
             let (tid, mut role) = (*tid, *role);
             let frames = &scratch.frames[range.clone()];
             let (stack, wait) = self.folded(tid, frames);
@@ -484,12 +486,13 @@ impl Walker {
                 stack,
                 gil: role,
                 gc: role == GilRole::Holds && gil_read.is_some_and(|read| read.collecting),
+                contexts: *context_ver,
             });
         }
         if self.last_folds.len() > scratch.threads.len() {
             let threads = &scratch.threads;
             self.last_folds
-                .retain(|tid, _| threads.iter().any(|(t, _, _)| t == tid));
+                .retain(|tid, _| threads.iter().any(|(t, _, _, _)| t == tid));
         }
         if let RunState::Read = run_state {
             self.states.keep(traces.iter().map(|t| t.tid as i32));

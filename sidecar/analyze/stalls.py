@@ -1,0 +1,70 @@
+"""What a span's stalls of the event loop say: how many, the longest and what held it, the
+median, and a table of the longest (``classify.stalls`` decodes each). No I/O happens here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+
+from sidecar.classify.stalls import Stall
+
+
+def longest(stalls: Iterable[Stall], n: int) -> list[Stall]:
+    return sorted(stalls, key=lambda s: s.duration_s, reverse=True)[:n]
+
+
+def percentile(values: Sequence[float], pct: float) -> float:
+    """The nearest-rank percentile of ``values`` (not empty)."""
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * pct // 100))
+    return ordered[int(rank) - 1]
+
+
+def _ms(threshold_ms: float) -> str:
+    return f"{threshold_ms:g} ms"
+
+
+def _where(stall: Stall) -> str:
+    if stall.state == "gil" and stall.holder:
+        return f"GIL held by {stall.holder!r} at {stall.site}"
+    return f"at {stall.site}" if stall.site else ""
+
+
+def summary_line(stalls: Sequence[Stall], threshold_ms: float, dropped: int = 0) -> str:
+    """``stalls ≥ 100 ms: 6 · longest 0.41 s blocked at resize_image (app.py:12) · p50 0.25
+    s``; or that there were none."""
+    head = f"stalls ≥ {_ms(threshold_ms)}"
+    if not stalls:
+        return f"{head}: none"
+    total = len(stalls) + dropped
+    top = longest(stalls, 1)[0]
+    durations = [s.duration_s for s in stalls]
+    parts = [
+        f"{head}: {total:,}",
+        f"longest {top.duration_s:.2f} s {top.state} {_where(top)}".rstrip(),
+        f"p50 {percentile(durations, 50):.2f} s",
+    ]
+    if dropped:
+        parts.append(f"{dropped:,} not kept (past 100 a window, the shortest)")
+    return " · ".join(parts)
+
+
+def stall_rows(stalls: Sequence[Stall], top: int, period_s: float) -> list[str]:
+    """The longest stalls as a table, and the lengths' resolution."""
+    if not stalls:
+        return []
+    lines = [
+        "",
+        f"longest stalls (lengths within {1000 * period_s:g} ms, the sampling period, at "
+        "either end)",
+    ]
+    for stall in longest(stalls, top):
+        when = time.strftime("%H:%M:%S", time.localtime(stall.start))
+        when += f".{int(stall.start * 1000) % 1000:03d}"
+        length = f"{stall.duration_s:5.2f} s{'+' if stall.ongoing else ' '}"
+        lines.append(f"{length} {when}  {stall.state:<7}  {_where(stall)}")
+        lines.append(f"{'':>9}in {stall.callback} ({stall.thread})")
+    if any(s.ongoing for s in stalls):
+        lines.append("+ still stalled when sampling ended")
+    return lines

@@ -1,0 +1,118 @@
+"""Stalls: each callback of an event loop that kept the loop from its poll for at least a
+threshold (100 ms by default, asyncio's own ``slow_callback_duration``), as the sampler found
+them in a loop thread's samples in time order (``sidecar._native.Stall``).
+
+What each one was held by: the state most of its samples were in (busy, blocked, or gil:
+waiting for the GIL another thread held; gc when most were in a garbage collection), and the
+code at fault, where ``classify.threads.holder_site`` puts it (the innermost application
+frame, else the innermost): for a blocked stall the blocking call's, for a busy one the frame
+that took most of its samples, for a gil stall the GIL holder's. The sampler's period is the resolution of a stall's length: it reads within a
+period of the truth at either end.
+
+Decoded once per stall, for ``record``, ``stats`` and ``serve`` alike; ``analyze.stalls``
+sums them up.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sidecar.classify.threads import holder_name, holder_site
+
+if TYPE_CHECKING:
+    from sidecar._native import Stall as NativeStall
+
+#: The states a stall's samples are in, and the collector's share within them.
+STALL_STATES = ("busy", "blocked", "gil")
+
+
+@dataclass(frozen=True)
+class Stall:
+    """One stall of one loop thread."""
+
+    #: its first sample's time (unix seconds) and its length: to the sample that ended it, or
+    #: for one still running when sampling ended (``ongoing``), to its last sample
+    start: float
+    duration_s: float
+    ongoing: bool
+    thread_id: int
+    thread: str
+    samples: int
+    #: seconds in each of busy / blocked / gil, and in collections (within those)
+    states: dict[str, float]
+    #: the state most of its samples were in: busy, blocked or gil; gc when most were taken
+    #: in a collection (busy, collecting garbage)
+    state: str
+    #: the code that held the loop (``function (file:line)``); for a gil stall, the holder's
+    site: str
+    #: for a gil stall, the thread that held the GIL most of it
+    holder: str | None
+    #: the loop's callback: the frame of what the loop called (a task's coroutine, a handler)
+    callback: str
+
+    @property
+    def end(self) -> float:
+        return self.start + self.duration_s
+
+    def to_json(self) -> dict[str, Any]:
+        """The shape of ``stats --json`` and ``GET /api/stalls``."""
+        return {
+            "start": round(self.start, 3),
+            "duration_s": round(self.duration_s, 3),
+            "ongoing": self.ongoing,
+            "thread": self.thread,
+            "thread_id": self.thread_id,
+            "samples": self.samples,
+            "state": self.state,
+            "states": {name: round(seconds, 3) for name, seconds in self.states.items()},
+            "site": self.site,
+            "holder": self.holder,
+            "callback": self.callback,
+        }
+
+
+def _most(counts: Counter[str]) -> str:
+    """The most counted key (the first met of those tied); empty for none."""
+    return counts.most_common(1)[0][0] if counts else ""
+
+
+def stall_of(native: NativeStall, names: Mapping[int, str]) -> Stall:
+    """A sampler's stall with what held it worked out; ``names`` are thread names by id."""
+    samples = max(int(native["samples"]), 1)
+    duration = max(float(native["end"]) - float(native["start"]), 0.0)
+    by_state: Counter[str] = Counter()
+    sites: dict[str, Counter[str]] = {state: Counter() for state in STALL_STATES}
+    for state, stack, count in native["stacks"]:
+        by_state[state] += count
+        sites[state][holder_site(stack)] += count
+    state = max(STALL_STATES, key=lambda s: by_state[s])
+    holder = None
+    site = _most(sites[state])
+    if 2 * int(native["gc"]) > samples:
+        state = "gc"  # a collection is busy time, set off by the code at `site`
+    if state == "gil":
+        holders: Counter[tuple[int, str]] = Counter()
+        for tid, stack, count in native["holders"]:
+            holders[tid, holder_site(stack)] += count
+        if holders:
+            (tid, site), _ = holders.most_common(1)[0]
+            holder = holder_name(tid, names)
+    states = {name: duration * by_state[name] / samples for name in STALL_STATES}
+    states["gc"] = duration * int(native["gc"]) / samples
+    tid = int(native["thread_id"])
+    return Stall(
+        start=float(native["start"]),
+        duration_s=duration,
+        ongoing=bool(native["ongoing"]),
+        thread_id=tid,
+        thread=names.get(tid) or f"thread {tid}",
+        samples=int(native["samples"]),
+        states=states,
+        state=state,
+        site=site,
+        holder=holder,
+        callback=native["callback"],
+    )

@@ -1,0 +1,178 @@
+"""Stalls of real event loops, found by the real sampler: aiohttp (asyncio and uvloop) and
+Tornado services whose /freeze route holds the loop a known time (in ``time.sleep``, in Python
+code, in garbage collections, or waiting for the GIL another thread holds), called on a
+schedule; callbacks of the same code back to back on every version the walker reads; and the
+same through ``record`` and ``stats --json``.
+
+A stall's length is measured from the samples' own times, so it may be off by a period at
+either end (and by how late a tick was read: the sampler's own worst lag is allowed for).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+
+import jsonschema
+import pytest
+
+from sidecar.classify.stalls import Stall
+from sidecar.sample.record import Recording, record
+from tests.support.helpers import Proc, Spawner, sidecar
+from tests.support.pythons import WALKED, interpreter
+from tests.support.stats_schema import SCHEMA
+
+RATE_HZ = 100
+#: /freeze calls one after another, each (how, ms) with a pause after it; then two at once.
+SCHEDULE = (("sleep", 150), ("spin", 250), ("sleep", 350))
+AT_ONCE = ("sleep", 200)
+#: what each way of freezing reads as, and the function named at fault
+READS = {"sleep": ("blocked", "freeze_sleep"), "spin": ("busy", "freeze_spin")}
+
+
+def _recorded(target: Proc, seconds: float, drive: Callable[[], None]) -> Recording:
+    """``seconds`` of samples of ``target`` while ``drive`` runs beside, started once sampling
+    has begun."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            time.sleep(0.3)
+            drive()
+        except BaseException as error:  # handed to the test
+            errors.append(error)
+
+    driver = threading.Thread(target=run, daemon=True)
+    rec = record(target.pid, duration=seconds, rate_hz=RATE_HZ, on_attach=lambda _: driver.start())
+    driver.join(timeout=30)
+    assert not errors, errors
+    return rec
+
+
+def _tolerance(rec: Recording) -> float:
+    """Two periods, and the latest tick's lag."""
+    return 2 / RATE_HZ + rec.stats["lag_max"]
+
+
+def _freeze(target: Proc, how: str, ms: float) -> None:
+    target.get(f"/freeze?how={how}&ms={ms:g}", timeout=30)
+
+
+def _schedule(target: Proc) -> None:
+    for how, ms in SCHEDULE:
+        _freeze(target, how, ms)
+        time.sleep(0.25)
+    both = [threading.Thread(target=_freeze, args=(target, *AT_ONCE)) for _ in range(2)]
+    for thread in both:
+        thread.start()
+    for thread in both:
+        thread.join()
+    time.sleep(0.25)
+    # a loop kept busy by many short requests (a few ms each) has no stall
+    until = time.monotonic() + 0.8
+
+    def short_requests() -> None:
+        while time.monotonic() < until:
+            target.get("/cpu?repeat=100")
+
+    clients = [threading.Thread(target=short_requests) for _ in range(4)]
+    for thread in clients:
+        thread.start()
+    for thread in clients:
+        thread.join()
+
+
+@pytest.mark.parametrize(
+    ("module", "args"),
+    [("aiohttp_app", ()), ("aiohttp_app", ("--uvloop",)), ("tornado_app", ())],
+    ids=["aiohttp", "aiohttp-uvloop", "tornado"],
+)
+def test_each_freeze_of_a_schedule_is_one_stall_of_its_length(
+    spawn: Spawner, module: str, args: tuple[str, ...]
+) -> None:
+    target = spawn.target(module, *args)
+    rec = _recorded(target, 4.4, lambda: _schedule(target))
+    stalls = rec.counts.stalls()
+    expected = [*SCHEDULE, AT_ONCE, AT_ONCE]
+    found = [(s.state, round(s.duration_s, 3), s.site) for s in stalls]
+    assert len(stalls) == len(expected), found
+    for stall, (how, ms) in zip(stalls, expected, strict=True):
+        state, function = READS[how]
+        assert abs(stall.duration_s - ms / 1000) <= _tolerance(rec), (found, how, ms)
+        assert (stall.state, stall.ongoing) == (state, False), found
+        assert stall.site.startswith(f"{function} (targets/handlers.py:"), found
+        assert stall.callback and stall.thread == "MainThread", stall
+        assert stall.states[state] > 0.9 * stall.duration_s, stall
+    # the two sent at once were served one after the other: two stalls, end to start
+    first, second = stalls[-2:]
+    assert second.start - first.end < _tolerance(rec), found
+
+
+def test_a_gil_stall_names_the_holder_and_a_collection_reads_gc(spawn: Spawner) -> None:
+    target = spawn.target("aiohttp_app")
+
+    def drive() -> None:
+        _freeze(target, "gil", 300)
+        time.sleep(0.3)
+        _freeze(target, "gc", 250)
+
+    rec = _recorded(target, 2.5, drive)
+    found = [(s.state, round(s.duration_s, 3), s.site, s.holder) for s in rec.counts.stalls()]
+    assert len(found) == 2, found
+    gil, gc = rec.counts.stalls()
+    # the loop waited for the GIL most of it, held by the thread summing in one C call
+    assert gil.state == "gil" and gil.states["gil"] > 0.6 * gil.duration_s, gil
+    assert gil.site.startswith("hold_gil (targets/handlers.py:"), gil
+    assert gil.holder is not None and gil.holder != "MainThread", gil
+    assert gc.state == "gc" and gc.states["gc"] > 0.8 * gc.duration_s, gc
+    assert gc.site.startswith("freeze_gc (targets/handlers.py:"), gc
+    assert abs(gc.duration_s - 0.25) <= _tolerance(rec), gc
+
+
+@pytest.mark.parametrize("version", WALKED)
+def test_the_same_callback_twice_in_a_row_is_two_stalls(spawn: Spawner, version: str) -> None:
+    """Two plain callbacks of the same function at the same depth, with no poll between:
+    only the thread's count of contexts entered tells them apart. The idle loop before, between
+    and after the rounds has no stall."""
+    target = spawn.target("stalls", "--rounds", "2", "--ms", "150", python=interpreter(version))
+    rec = _recorded(target, 1.9, lambda: None)
+    stalls: list[Stall] = rec.counts.stalls()
+    found = [(round(s.duration_s, 3), s.site, s.callback) for s in stalls]
+    assert len(stalls) == 4, found
+    for stall in stalls:
+        assert abs(stall.duration_s - 0.15) <= _tolerance(rec), found
+        assert stall.callback.startswith("hold (targets/stalls.py:"), found
+        assert stall.state == "blocked", found
+
+
+def test_record_and_stats_say_the_stalls(spawn: Spawner, tmp_path: object) -> None:
+    target = spawn.target("aiohttp_app")
+    timer = threading.Timer(1.0, _freeze, args=(target, "sleep", 300))
+    timer.start()
+    result = sidecar("stats", "--pid", str(target.pid), "--duration", "2", "--json")
+    timer.join()
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    jsonschema.validate(doc, SCHEMA)
+    (stall,) = doc["targets"][0]["stalls"]
+    assert stall["state"] == "blocked" and abs(stall["duration_s"] - 0.3) <= 0.05, stall
+    assert stall["site"].startswith("freeze_sleep (targets/handlers.py:"), stall
+
+    timer = threading.Timer(1.0, _freeze, args=(target, "spin", 200))
+    timer.start()
+    out = f"{tmp_path}/p.svg"
+    result = sidecar("record", "--pid", str(target.pid), "-d", "2", "-o", out, "--stall-ms", "150")
+    timer.join()
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    summary = next(line for line in lines if line.startswith("stalls ≥ 150 ms: "))
+    assert summary.startswith("stalls ≥ 150 ms: 1 · longest 0.2"), summary
+    assert "busy at freeze_spin (targets/handlers.py:" in summary, summary
+    assert any(line.startswith("longest stalls (lengths within 10 ms") for line in lines), lines
+
+    # a threshold out of bounds: one line, exit 2, before any sampling
+    result = sidecar("stats", "--pid", str(target.pid), "--stall-ms", "0")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].startswith("sidecar stats: error: argument")
