@@ -219,7 +219,8 @@ class Sampler:
     ``rate_hz`` and ``window`` default to ``DEFAULT_RATE_HZ`` and ``DEFAULT_WINDOW_S``.
     ``gil=False`` leaves out the reads of who holds and who waits for the GIL, and of the
     collector's flag (the benchmarks compare the cost). ``stall_ms`` (default
-    ``DEFAULT_STALL_MS``) is the shortest stall of an event loop each window reports.
+    ``DEFAULT_STALL_MS``) is the shortest stall of an event loop each window reports; 0 looks
+    for none (the benchmarks compare the cost too).
 
     Raises ProcessLookupError (no such process), PermissionError (the message names the fix)
     or SamplerError (anything else) when it cannot attach.

@@ -189,9 +189,10 @@ impl Sampler {
                 "window must be between 0.01 and 86400 seconds, not {window}"
             )));
         }
-        if !(1.0..=3_600_000.0).contains(&stall_ms) {
+        if stall_ms != 0.0 && !(1.0..=3_600_000.0).contains(&stall_ms) {
             return Err(PyValueError::new_err(format!(
-                "the stall threshold must be between 1 ms and an hour, not {stall_ms} ms"
+                "the stall threshold must be between 1 ms and an hour (0: no stalls), not \
+                 {stall_ms} ms"
             )));
         }
         let options = Options {

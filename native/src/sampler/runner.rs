@@ -330,7 +330,9 @@ impl Runner {
                     });
                 }
             }
-            self.stalls.observe(traces, wall, &mut self.ended);
+            if options.stall_s > 0.0 {
+                self.stalls.observe(traces, wall, &mut self.ended);
+            }
         }
         // what the clock counts against the quarter period: up to here (the task scans'
         // results handed over below, and the scan thread started now and then, are not)

@@ -342,7 +342,10 @@ mod tests {
         }
         stalls.observe(&[trace(&poll, 7, false)], 0.15, &mut ended);
         assert_eq!(ended.len(), 1);
-        assert_eq!(ended[0].callback(), "EpollSelector.select (selectors.py:468)");
+        assert_eq!(
+            ended[0].callback(),
+            "EpollSelector.select (selectors.py:468)"
+        );
         assert_eq!(ended[0].stacks.keys().next().unwrap().0, StallState::Gil);
         assert!((ended[0].duration() - 0.15).abs() < 1e-9);
     }

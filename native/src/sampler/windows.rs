@@ -28,7 +28,8 @@ pub struct Options {
     /// Read who holds and who waits for the GIL, and the collector's flag (the benchmarks
     /// measure what that costs against samplers without).
     pub gil: bool,
-    /// The shortest stall of an event loop kept, in seconds (`super::stalls`).
+    /// The shortest stall of an event loop kept, in seconds (`super::stalls`); 0 looks for
+    /// none (the benchmarks measure what looking costs against samplers without).
     pub stall_s: f64,
 }
 
