@@ -1,11 +1,14 @@
 """What a span's stalls of the event loop say: how many, the longest and what held it, the
-median, and a table of the longest (``classify.stalls`` decodes each). No I/O happens here.
+median, and a table of the longest (``classify.stalls`` decodes each); and their lengths
+bucketed as ``serve``'s ``/metrics`` exposes them. No I/O happens here.
 """
 
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
+from itertools import accumulate
 
 from sidecar.classify.stalls import Stall
 
@@ -68,3 +71,36 @@ def stall_rows(stalls: Sequence[Stall], top: int, period_s: float) -> list[str]:
     if any(s.ongoing for s in stalls):
         lines.append("+ still stalled when sampling ended")
     return lines
+
+
+#: The upper bounds of ``sidecar_loop_stall_seconds``'s buckets (and +Inf).
+STALL_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class StallHistogram:
+    """The lengths of one process's stalls, bucketed as ``sidecar_loop_stall_seconds``."""
+
+    def __init__(self) -> None:
+        #: stalls per bucket (not cumulative), the last one +Inf
+        self.buckets = [0] * (len(STALL_BUCKETS) + 1)
+        self.sum = 0.0
+
+    def add(self, lengths: list[float], dropped: int = 0) -> None:
+        """Stalls of ``lengths`` seconds, and ``dropped`` more that a window did not keep (the
+        shortest of it): each counted at the shortest length kept, an upper bound of its own."""
+        for length in lengths:
+            self.buckets[bisect_left(STALL_BUCKETS, length)] += 1
+            self.sum += length
+        if dropped and lengths:
+            shortest = min(lengths)
+            self.buckets[bisect_left(STALL_BUCKETS, shortest)] += dropped
+            self.sum += shortest * dropped
+
+    @property
+    def count(self) -> int:
+        return sum(self.buckets)
+
+    def exposed(self) -> list[tuple[str, float]]:
+        """Cumulative (upper bound, count) pairs, +Inf last, as Prometheus exposes them."""
+        bounds = [f"{bound:g}" for bound in STALL_BUCKETS] + ["+Inf"]
+        return list(zip(bounds, accumulate(self.buckets), strict=True))

@@ -6,8 +6,8 @@ What each one was held by: the state most of its samples were in (busy, blocked,
 waiting for the GIL another thread held; gc when most were in a garbage collection), and the
 code at fault, where ``classify.threads.holder_site`` puts it (the innermost application
 frame, else the innermost): for a blocked stall the blocking call's, for a busy one the frame
-that took most of its samples, for a gil stall the GIL holder's. The sampler's period is the resolution of a stall's length: it reads within a
-period of the truth at either end.
+that took most of its samples, for a gil stall the GIL holder's. The sampler's period is
+the resolution of a stall's length: it reads within a period of the truth at either end.
 
 Decoded once per stall, for ``record``, ``stats`` and ``serve`` alike; ``analyze.stalls``
 sums them up.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from sidecar import defaults
 
@@ -17,14 +18,17 @@ def _stall_ms(text: str) -> float:
     return value
 
 
-def add_stall_ms(parser: argparse.ArgumentParser) -> None:
-    """``--stall-ms MS``: the shortest stall of an event loop reported."""
+def add_stall_ms(parser: argparse.ArgumentParser, variable: str | None = None) -> None:
+    """``--stall-ms MS``: the shortest stall of an event loop reported; its default comes from
+    the environment variable ``variable`` when given and set."""
+    # a string default goes through ``type``: a bad one is a usage error like the option's
+    default = (os.environ.get(variable) if variable else None) or defaults.STALL_MS
     parser.add_argument(
         "--stall-ms",
         type=_stall_ms,
-        default=defaults.STALL_MS,
+        default=default,
         metavar="MS",
         help="the shortest stall of the event loop reported: one callback that kept the loop "
         f"from its poll this long (default {defaults.STALL_MS:g}, asyncio's own "
-        "slow_callback_duration)",
+        "slow_callback_duration)" + (f" [{variable}]" if variable else ""),
     )

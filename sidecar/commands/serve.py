@@ -16,6 +16,7 @@ from types import FrameType
 from typing import Any
 
 from sidecar import defaults
+from sidecar.commands.options import add_stall_ms
 from sidecar.commands.signals import terminate_as_interrupt
 from sidecar.errors import SidecarError, UsageError
 
@@ -101,6 +102,7 @@ def add_parser(sub: Any) -> None:
         f"threads; 0 turns them off (default {defaults.TASK_RATE_HZ:g}, or --rate if lower) "
         "[SIDECAR_TASK_RATE]",
     )
+    add_stall_ms(parser, "SIDECAR_STALL_MS")
     parser.add_argument(
         "--blocking", action="store_true", help="pause each target during each read"
     )
@@ -274,6 +276,7 @@ def run(args: argparse.Namespace) -> int:
         max_db_bytes=args.max_db_size,
         blocking=args.blocking,
         task_rate_hz=args.task_rate,
+        stall_ms=args.stall_ms,
         push=push,
         service_name=args.service_name,
     )

@@ -37,6 +37,7 @@ from sidecar.rules.frames import STATES
 from sidecar.rules.tasks import STATES as TASK_STATES
 from sidecar.serve.metrics import registry_for
 from sidecar.store.query import QueryError, Range, StoreUnavailable, UnknownTarget
+from sidecar.store.stallquery import MAX_STALLS, StallReader
 from sidecar.store.taskquery import WHICH, NoTaskScans, TaskReader
 
 if TYPE_CHECKING:
@@ -114,6 +115,7 @@ def create_app(service: Service) -> FastAPI:
     registry = registry_for(service)
     reader = service.reader
     tasks = TaskReader(reader)
+    stall_reader = StallReader(reader)
 
     @app.exception_handler(SidecarError)
     async def domain_error(request: Request, err: SidecarError) -> JSONResponse:
@@ -232,18 +234,47 @@ def create_app(service: Service) -> FastAPI:
     def stats(target: TargetId = None, start: From = None, end: To = None) -> dict[str, Any]:
         span = _span(start, end)
         rows = [reader.target(target)] if target is not None else reader.targets()
-        analyses, blocks = [], []
+        analyses, blocks, rows_with_data = [], [], []
         for row in rows:
             data = reader.profile(row["id"], span)
             if data.stacks:
+                rows_with_data.append(row)
                 # who held the GIL while its loop waited: the sampler saw it, the store kept it
                 holders = reader.gil_holders(row["id"], span)
                 analyses.append(analyze(data, _process_info(row), holders=holders))
                 blocks.append(_task_block(row["id"], span))
         document = stats_document(analyses)
-        for entry, block in zip(document["targets"], blocks, strict=True):
+        for entry, block, row in zip(document["targets"], blocks, rows_with_data, strict=True):
             entry["tasks"] = block
+            # the longest of the range (all of them: /api/stalls), oldest first
+            longest, _ = stall_reader.stalls(row["id"], span, limit=STATS_STALLS, longest=True)
+            entry["stalls"] = [_without_target(stall) for stall in longest]
         return document
+
+    @app.get(
+        "/api/stalls",
+        summary="Stalls of the event loops: each callback that kept its loop from its poll for "
+        "serve's --stall-ms or more, with its length and what held it",
+    )
+    def stalls(
+        target: TargetId = None,
+        start: From = None,
+        end: To = None,
+        min_ms: Annotated[float, Query(ge=0, description="the shortest listed (ms)")] = 0.0,
+        limit: Annotated[
+            int, Query(ge=1, le=MAX_STALLS, description="the most listed: the oldest")
+        ] = 1000,
+    ) -> dict[str, Any]:
+        span = _span(start, end)
+        found, total = stall_reader.stalls(target, span, min_ms=min_ms, limit=limit)
+        return {
+            "stalls": found,
+            "total": total,
+            "dropped": stall_reader.dropped(target, span),
+            "stall_ms": service.config.stall_ms,
+            "from": span.start,
+            "to": span.end,
+        }
 
     @app.get("/api/diff", summary="Differential flamegraph of two ranges or two targets")
     def diff(
@@ -311,6 +342,15 @@ def create_app(service: Service) -> FastAPI:
         return f"sidecar: target {target}" if target is not None else "sidecar: all targets"
 
     return app
+
+
+#: The stalls of each target /api/stats lists: the range's longest.
+STATS_STALLS = 100
+
+
+def _without_target(stall: dict[str, Any]) -> dict[str, Any]:
+    """A stall as ``stats --json`` gives it, inside its target's entry."""
+    return {key: value for key, value in stall.items() if key not in ("target", "pid")}
 
 
 def _process_info(row: dict[str, Any]) -> ProcessInfo:

@@ -11,7 +11,12 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from sidecar.rules.frames import STATES
@@ -99,9 +104,17 @@ class ServiceCollector(Collector):
             "mean over the last window with task scans: in no state nor kind of sidecar_tasks",
             labels=["pid", "framework", "loop", "role"],
         )
+        stalls = HistogramMetricFamily(
+            "sidecar_loop_stall_seconds",
+            "Stalls of the event loop: callbacks that kept it from its poll for serve "
+            "--stall-ms or more (default 0.1 s), by length, since sampling of the process began",
+            labels=["pid", "framework", "loop", "role"],
+        )
         for session, stats in live:
             labels = [str(session.key[0]), session.framework, session.loop, session.role or ""]
             lag.add_metric(labels, stats["lag_mean"])
+            histogram = session.stalls
+            stalls.add_metric(labels, histogram.exposed(), histogram.sum)
             for (state, kind), mean in session.tasks.items():
                 tasks.add_metric([*labels, state, kind], mean)
             if session.tasks:
@@ -118,6 +131,7 @@ class ServiceCollector(Collector):
         yield gc_share
         yield tasks
         yield unread
+        yield stalls
 
         targets = GaugeMetricFamily(
             "sidecar_targets", "Processes by sampling state", labels=["state"]

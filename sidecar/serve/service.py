@@ -43,6 +43,8 @@ class ServeConfig:
     blocking: bool = False
     #: asyncio task scans per second of each target (``--task-rate``; 0: none).
     task_rate_hz: float = defaults.TASK_RATE_HZ
+    #: The shortest stall of an event loop kept (``--stall-ms``).
+    stall_ms: float = defaults.STALL_MS
     scan_interval: float = 2.0
     #: Where to push every window (``--push``), and the series' ``service_name``.
     push: Endpoint | None = None
@@ -75,6 +77,7 @@ class Service:
             window=config.window,
             blocking=config.blocking,
             tasks_hz=config.task_rate_hz,
+            stall_ms=config.stall_ms,
         )
         self.reader = Reader(config.db, config.window)
         self.tracing = detect()

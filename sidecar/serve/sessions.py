@@ -18,7 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
-from sidecar import _native
+from sidecar import _native, defaults
+from sidecar.analyze.stalls import StallHistogram
+from sidecar.classify.stalls import stall_of
 from sidecar.classify.tasks import in_flight, task_rows
 from sidecar.classify.threads import ClassifiedWindow, classify_window, is_loop_stack
 from sidecar.discover import (
@@ -128,6 +130,8 @@ class Session:
     #: reads stand.
     judged: tuple[int, int] = (0, 0)
     torn: str | None = None
+    #: The lengths of its event loops' stalls so far, for /metrics.
+    stalls: StallHistogram = field(default_factory=StallHistogram)
 
     def unsettled(self) -> bool:
         """Whether its stacks may still tell its role (``discover.settle_role``): a master's
@@ -179,6 +183,7 @@ class Sessions:
         blocking: bool = False,
         describe: Describe = describe,
         tasks_hz: float = 0.0,
+        stall_ms: float = defaults.STALL_MS,
     ) -> None:
         #: Where every message goes: one sink, or a ``Fanout`` over several.
         self.sink = sink
@@ -188,6 +193,8 @@ class Sessions:
         self.blocking = blocking
         #: Task scans per second of each target (0: none).
         self.tasks_hz = tasks_hz
+        #: The shortest stall of an event loop kept.
+        self.stall_ms = stall_ms
         self.describe = describe
         self.sessions: dict[Key, Session] = {}
         self.problems: dict[Key, Problem] = {}
@@ -264,6 +271,7 @@ class Sessions:
                 window=float(self.window),
                 clock="shared",
                 tasks_hz=self.tasks_hz,
+                stall_ms=self.stall_ms,
             )
         except TargetError as err:
             attempts = problem.attempts + 1 if problem else 1
@@ -378,6 +386,9 @@ class Sessions:
             session.tasks = in_flight(tasks, scans)
             session.tasks_unread = unread / scans
         session.recent.append(LoopSamples.of(classified))
+        stalls = [stall_of(stall, classified.thread_names) for stall in window["stalls"]]
+        dropped = int(window["stalls_dropped"])
+        session.stalls.add([stall.duration_s for stall in stalls], dropped)
         return WindowBatch(
             process=session.key,
             start=start,
@@ -389,6 +400,8 @@ class Sessions:
             task_scans=scans,
             task_unread=unread,
             gil_holders=gil_holdings(classified),
+            stalls=stalls,
+            stalls_dropped=dropped,
         )
 
     def _finish(self, key: Key, session: Session) -> None:

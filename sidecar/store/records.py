@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sidecar.classify.stalls import Stall
 
 ProcessKey = tuple[int, int]
 #: (waiter thread id, holder thread id, holder's thread name, holder's site, samples)
@@ -56,3 +60,6 @@ class WindowBatch:
     #: (waiting loop thread id, holding thread id (0: none), the holder's name, where it was:
     #: its innermost application frame or "", samples), from ``ClassifiedWindow.gil_holders``
     gil_holders: list[GilHolding] = field(default_factory=list)
+    #: the stalls of its event loops that ended in it, and those past the sampler's bound
+    stalls: list[Stall] = field(default_factory=list)
+    stalls_dropped: int = 0

@@ -1,7 +1,8 @@
 """Retention: old windows pruned, evicted when the disk is full, merged into coarser windows,
 rolled up into hours; stacks no sample needs any more collected; the file's size on disk.
 Who held the GIL (``gil_holders``, ``gil_hour_holders``) goes, merges and rolls up with the
-counts of its windows; collection keeps the frames it names."""
+counts of its windows; collection keeps the frames it names. A stall goes with the window it
+ended in, and moves into the coarser window that window is merged into."""
 
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ class Retention(StoreFile):
             holders, hour_holders = HOLDER_TABLES
             self.db.execute(f"DELETE FROM {holders} WHERE window <= ?", (last,))
             self.db.execute(f"DELETE FROM {hour_holders} WHERE hour <= ?", (last,))
+            self.db.execute("DELETE FROM stalls WHERE window <= ?", (last,))
             self.db.execute("DELETE FROM windows WHERE window <= ?", (last,))
             self.db.execute("DELETE FROM rollup_hours WHERE hour <= ?", (last,))
         self._rolled = {hour for hour in self._rolled if hour > last}
@@ -119,6 +121,9 @@ class Retention(StoreFile):
             merged_holders = self._span_holders(span, end)
             self.db.execute(f"DELETE FROM {holders} WHERE window >= ? AND window < ?", (span, end))
             self._insert_holders(holders, span, merged_holders)
+            self.db.execute(
+                "UPDATE stalls SET window = ? WHERE window >= ? AND window < ?", (span, span, end)
+            )
             sums = self.db.execute(
                 "SELECT target_id, process_id, "
                 + ", ".join(f"SUM({column})" for column in WINDOW_SUMS)

@@ -17,6 +17,7 @@ Tables:
 - ``threads``: thread names per process.
 - ``gil_holders``: per window and process, who held the GIL while an event-loop thread waited
   for it (``gil_hour_holders``: per hour, beside ``hour_counts``).
+- ``stalls``: each stall of an event loop, with the window it ended in.
 - ``hour_counts``: the counts of each complete hour, per process, packed the same way, beside
   the windows, so a long range reads one blob per process and hour; ``rollup_hours`` lists
   the hours rolled up.
@@ -41,6 +42,12 @@ who held the GIL while an event-loop thread waited for it: ``gil_holders`` per w
 one row per (waiting thread, holding thread, its name, where it was) with the samples. The
 holder's place is a frame of ``frames`` (0: it had no Python frame), so collection keeps the
 frames they name; holder 0 means none held it at that instant (the GIL was handed over).
+
+Version 9 adds the stalls of the event loops (``sidecar.classify.stalls``): ``stalls``, one row
+per stall, keyed by target, start, process and thread, with the stored window it ended in (it
+goes with that window: retention, downsampling), its length, states in seconds, and what held
+it as text; ``windows`` gains the stalls past the sampler's bound a window did not keep
+(``stalls_dropped``).
 
 Schema versions 1 to 3 kept one row per (window, process, stack, thread, state) in
 ``samples`` and per hour in ``rollups``; version 4 packs them.
@@ -258,6 +265,33 @@ V8 = """
         ) WITHOUT ROWID;
 """
 
+V9 = """
+        ALTER TABLE windows ADD COLUMN stalls_dropped INTEGER NOT NULL DEFAULT 0;
+        CREATE TABLE stalls (
+            window INTEGER NOT NULL,
+            target_id INTEGER NOT NULL,
+            process_id INTEGER NOT NULL,
+            thread_id INTEGER NOT NULL,
+            start REAL NOT NULL,
+            duration REAL NOT NULL,
+            ongoing INTEGER NOT NULL,
+            thread TEXT NOT NULL,
+            samples INTEGER NOT NULL,
+            state TEXT NOT NULL,
+            busy REAL NOT NULL,
+            blocked REAL NOT NULL,
+            gil REAL NOT NULL,
+            gc REAL NOT NULL,
+            site TEXT NOT NULL,
+            holder TEXT,
+            callback TEXT NOT NULL,
+            PRIMARY KEY (target_id, start, process_id, thread_id)
+        ) WITHOUT ROWID;
+        CREATE INDEX stalls_by_window ON stalls (window);
+"""
+
+#: A stall's seconds in each state, its columns of ``stalls``.
+STALL_SECONDS = ("busy", "blocked", "gil", "gc")
 #: Seconds in an hour: the key of ``hour_counts`` (and ``rollup_hours``) is a multiple of it.
 HOUR = 3600
 #: The packed counts per window and per hour, of the threads and of the tasks.
@@ -301,6 +335,7 @@ WINDOW_SUMS: tuple[str, ...] = (
     "task_scans",
     *(c for c, _, _ in TASK_COLUMNS),
     "task_unread",
+    "stalls_dropped",
 )
 
 
@@ -372,6 +407,7 @@ MIGRATIONS: tuple[str | Callable[[sqlite3.Connection], None], ...] = (
     V6,
     V7,
     V8,
+    V9,
 )
 
 

@@ -23,6 +23,7 @@ from sidecar.store.schema import (
     HOLDER_KEY,
     HOLDER_TABLES,
     HOUR,
+    STALL_SECONDS,
     STATE_CODES,
     SUM_COLUMNS,
     SUMS_OF,
@@ -244,8 +245,11 @@ class WindowWriter(StoreFile):
                         batch.task_scans,
                         *task_sums,
                         batch.task_unread,
+                        batch.stalls_dropped,
                     ),
                 )
+                if batch.stalls:
+                    self._add_stalls(batch, target_id, process_id)
                 if batch.thread_names:
                     self.db.conn.executemany(
                         "INSERT INTO threads VALUES (?, ?, ?) ON CONFLICT DO UPDATE "
@@ -262,6 +266,33 @@ class WindowWriter(StoreFile):
                     (end, target_id),
                 )
         return orphaned
+
+    def _add_stalls(self, batch: WindowBatch, target_id: int, process_id: int) -> None:
+        """A window's stalls, each once (a window flushed in two parts names none twice: a
+        stall is handed over once, by the window it ended in)."""
+        self.db.conn.executemany(
+            "INSERT INTO stalls VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT DO NOTHING",
+            [
+                (
+                    batch.start,
+                    target_id,
+                    process_id,
+                    s.thread_id,
+                    s.start,
+                    s.duration_s,
+                    int(s.ongoing),
+                    s.thread,
+                    s.samples,
+                    s.state,
+                    *(s.states[name] for name in STALL_SECONDS),
+                    s.site,
+                    s.holder,
+                    s.callback,
+                )
+                for s in batch.stalls
+            ],
+        )
 
     def _batch_holders(self, batch: WindowBatch) -> dict[tuple[int, int, str, int], int]:
         """A window's GIL holders: (waiter, holder, holder's name, site's frame id or 0) →

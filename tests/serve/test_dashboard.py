@@ -1,4 +1,5 @@
-"""The Grafana dashboard (deploy/grafana/sidecar-dashboard.json) asks only for what a real
+"""The Grafana dashboard (deploy/grafana/sidecar-dashboard.json) and the example alerting rules
+(deploy/grafana/sidecar-alerts.yaml) ask only for what a real
 ``sidecar serve --push``'s /metrics exposes: every metric it names, every label value it
 matches exactly, every label it groups by (besides those Prometheus adds when it scrapes)."""
 
@@ -9,11 +10,14 @@ import re
 from pathlib import Path
 from typing import Any
 
+import promql_parser
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.helpers import ROOT, Serve, Spawner, free_port, wait_until
 
 DASHBOARD = ROOT / "deploy" / "grafana" / "sidecar-dashboard.json"
+ALERTS = ROOT / "deploy" / "grafana" / "sidecar-alerts.yaml"
 #: Labels Prometheus's Kubernetes discovery adds to what it scrapes, not sidecar's own.
 SCRAPE_LABELS = {"namespace", "pod", "instance", "job"}
 _METRIC = re.compile(r"\b(sidecar_[a-z_]+)\b(\{[^}]*\})?")
@@ -26,6 +30,19 @@ def queries(doc: dict[str, Any]) -> list[str]:
     for variable in doc["templating"]["list"]:
         if variable["type"] == "query":
             found.append(variable["definition"])
+    return found
+
+
+def alert_queries(rules: dict[str, Any]) -> list[str]:
+    """The expressions of the example alerting rules, each rule checked for what Prometheus
+    needs of it."""
+    found = []
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            assert {"alert", "expr", "labels", "annotations"} <= set(rule), rule
+            assert rule["labels"]["severity"] in ("warning", "critical"), rule
+            assert rule["annotations"]["summary"] and rule["annotations"]["description"], rule
+            found.append(str(rule["expr"]))
     return found
 
 
@@ -45,6 +62,12 @@ def test_every_dashboard_query_names_what_metrics_exposes(spawn: Spawner, tmp_pa
     doc = json.loads(DASHBOARD.read_text())
     exprs = queries(doc)
     assert len(exprs) >= 15
+    alerts = alert_queries(yaml.safe_load(ALERTS.read_text()))
+    assert len(alerts) == 2
+    exprs += alerts
+    # each parses as PromQL, Grafana's variables given values (label_values() is Grafana's)
+    for expr in (e for e in exprs if not e.startswith("label_values(")):
+        promql_parser.parse(expr.replace("$namespace", ".*").replace("$__rate_interval", "1m"))
     target = spawn.target("tornado_app")
     # pushing to a port nobody listens on: the push metrics are there, failing
     server = Serve(
@@ -85,6 +108,13 @@ def test_every_dashboard_query_names_what_metrics_exposes(spawn: Spawner, tmp_pa
                     values = {s.get(label) for s in samples[name]}
                     assert value in values, f"{name}{{{label}={value!r}}}: only {values}"
             assert grouped - SCRAPE_LABELS <= labels | SCRAPE_LABELS, (expr, labels)
-    # the dashboard covers the loop shares, the sampler, the store and the push
-    for prefix in ("sidecar_loop_share", "sidecar_sampler_", "sidecar_store_", "sidecar_push_"):
+    # the dashboard covers the loop shares and stalls, the sampler, the store and the push
+    for prefix in (
+        "sidecar_loop_share",
+        "sidecar_loop_stall_seconds_bucket",
+        "sidecar_loop_stall_seconds_count",
+        "sidecar_sampler_",
+        "sidecar_store_",
+        "sidecar_push_",
+    ):
         assert any(name.startswith(prefix) for name in named), prefix

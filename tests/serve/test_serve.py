@@ -176,10 +176,10 @@ def test_full_database_keeps_sampling_and_recovers(
 ) -> None:
     target = spawn.target("aiohttp_app")
     load.start(target.url + "/cpu?repeat=1", seconds=120, connections=2)
-    # A cap a little over the empty database (96 KiB), and many small windows (1 s). How soon
+    # A cap a little over the empty database (112 KiB), and many small windows (1 s). How soon
     # the cap is met depends on how many stacks the windows hold: 5-10 s here under the load,
     # never within 40 s while the service idles (its few stacks fit the pages it has).
-    server = serve("--max-db-size", "112K", "--rate", "400", pids=(target.pid,))
+    server = serve("--max-db-size", "128K", "--rate", "400", pids=(target.pid,))
     assert wait_until(lambda: server.json("/healthz")["store"]["write_errors"] > 0, timeout=60), (
         server.json("/healthz")
     )

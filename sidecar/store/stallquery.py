@@ -1,0 +1,90 @@
+"""Reading the stalls of the event loops from the store (``stalls``: one row per stall, with the
+window it ended in), and the stalls past the sampler's bound that no row keeps
+(``windows.stalls_dropped``).
+
+A range holds the stalls that overlap it: one that began before the range and ran into it is
+in, as it held the loop then.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sidecar.classify.stalls import Stall
+from sidecar.store.query import QueryError, Range, Reader
+from sidecar.store.schema import STALL_SECONDS
+
+#: The most stalls one answer lists (``limit``'s bound).
+MAX_STALLS = 10_000
+_COLUMNS = (
+    "s.start, s.duration, s.ongoing, s.thread_id, s.thread, s.samples, s.state, "
+    + ", ".join(f"s.{name}" for name in STALL_SECONDS)
+    + ", s.site, s.holder, s.callback, s.target_id, p.pid"
+)
+
+
+def _stall(row: tuple[Any, ...]) -> Stall:
+    start, duration, ongoing, tid, thread, samples, state, *rest = row
+    seconds, (site, holder, callback) = rest[: len(STALL_SECONDS)], rest[len(STALL_SECONDS) : -2]
+    return Stall(
+        start=float(start),
+        duration_s=float(duration),
+        ongoing=bool(ongoing),
+        thread_id=int(tid),
+        thread=str(thread),
+        samples=int(samples),
+        states=dict(zip(STALL_SECONDS, map(float, seconds), strict=True)),
+        state=str(state),
+        site=str(site),
+        holder=holder,
+        callback=str(callback),
+    )
+
+
+class StallReader:
+    """The stalls' side of a ``Reader``: same database, same connections."""
+
+    def __init__(self, reader: Reader) -> None:
+        self.reader = reader
+
+    def stalls(
+        self,
+        target: int | None,
+        span: Range,
+        *,
+        min_ms: float = 0.0,
+        limit: int = 1000,
+        longest: bool = False,
+    ) -> tuple[list[dict[str, Any]], int]:
+        """The stalls of one target (or all) overlapping ``span``, at least ``min_ms`` long,
+        oldest first, at most ``limit`` (the longest of them with ``longest``), each with its
+        target and PID; and how many matched in all."""
+        if not 1 <= limit <= MAX_STALLS:
+            raise QueryError(f"'limit' must be between 1 and {MAX_STALLS}, not {limit}")
+        where = "s.start < ? AND s.start + s.duration > ? AND s.duration >= ?"
+        params: tuple[Any, ...] = (span.end, span.start, min_ms / 1000)
+        if target is not None:
+            self.reader.target(target)  # an unknown target is an error, not "no stalls"
+            where += " AND s.target_id = ?"
+            params += (target,)
+        base = f"FROM stalls s JOIN processes p ON p.id = s.process_id WHERE {where}"
+        ((total,),) = self.reader.rows(f"SELECT COUNT(*) {base}", params)
+        order = "s.duration DESC" if longest else "s.start"
+        sql = f"SELECT {_COLUMNS} {base} ORDER BY {order} LIMIT ?"
+        rows = self.reader.rows(sql, (*params, limit))
+        out = []
+        for row in rows:
+            entry = {"target": int(row[-2]), "pid": int(row[-1]), **_stall(row).to_json()}
+            out.append(entry)
+        out.sort(key=lambda entry: entry["start"])
+        return out, int(total)
+
+    def dropped(self, target: int | None, span: Range) -> int:
+        """Stalls of the range's windows past the sampler's bound (100 a window), not kept."""
+        where, params = ("AND target_id = ?", (target,)) if target is not None else ("", ())
+        ((dropped,),) = self.reader.rows(
+            f"SELECT COALESCE(SUM(stalls_dropped), 0) FROM windows WHERE window >= ? AND "
+            f"window < ? {where}",
+            (span.start, span.end, *params),
+        )
+        return int(dropped)

@@ -1,0 +1,100 @@
+"""Stalls through ``sidecar serve``, on a real aiohttp service whose /freeze route holds its
+loop a known time: ``GET /api/stalls`` lists them with what held each, ``/metrics``'s
+``sidecar_loop_stall_seconds`` histogram counts exactly those, ``/api/stats`` gives them per
+target, and a restart of the service keeps the stored stalls."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import jsonschema
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support.helpers import Spawner, wait_until
+from tests.support.stats_schema import SCHEMA
+
+#: (how, ms) of each /freeze, in order; the first is under --stall-ms 120 and must not show.
+FREEZES = (("sleep", 60), ("sleep", 300), ("spin", 200), ("gc", 250))
+
+
+def stall_histogram(text: str, pid: int) -> dict[str, float]:
+    """le → cumulative count, and ``count`` / ``sum``, of one process's stall histogram."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != "sidecar_loop_stall_seconds":
+            continue
+        for sample in family.samples:
+            if sample.labels.get("pid") != str(pid):
+                continue
+            if sample.name.endswith("_bucket"):
+                out[sample.labels["le"]] = sample.value
+            else:
+                out[sample.name.rsplit("_", 1)[1]] = sample.value
+    return out
+
+
+def test_stalls_are_listed_counted_and_kept(spawn: Spawner, serve: Any) -> None:
+    target = spawn.target("aiohttp_app")
+    began = time.time()
+    server = serve("--stall-ms", "120", pids=(target.pid,))
+    assert wait_until(lambda: server.targets() and server.targets()[0]["samples"] > 0, timeout=20)
+    for how, ms in FREEZES:
+        target.get(f"/freeze?how={how}&ms={ms}", timeout=30)
+        time.sleep(0.3)
+
+    def listed() -> dict[str, Any]:
+        return dict(server.json(f"/api/stalls?from={began - 1:.0f}"))
+
+    # each window is handed over once it ends (1 s windows)
+    assert wait_until(lambda: len(listed()["stalls"]) >= 3, timeout=20), listed()
+    time.sleep(1.5)
+    doc = listed()
+    stalls = doc["stalls"]
+    assert (doc["total"], doc["dropped"], doc["stall_ms"]) == (3, 0, 120), doc
+    found = [(s["state"], s["duration_s"], s["site"]) for s in stalls]
+    expected = [
+        ("blocked", 0.3, "freeze_sleep"),
+        ("busy", 0.2, "freeze_spin"),
+        ("gc", 0.25, "freeze_gc"),
+    ]
+    for stall, (state, length, function) in zip(stalls, expected, strict=True):
+        assert stall["state"] == state, found
+        assert abs(stall["duration_s"] - length) <= 0.05, found
+        assert stall["site"].startswith(f"{function} (targets/handlers.py:"), found
+        assert (stall["pid"], stall["target"]) == (target.pid, server.targets()[0]["id"]), stall
+    assert [s["start"] for s in stalls] == sorted(s["start"] for s in stalls)
+
+    # the histogram counts the same stalls, each in its bucket
+    histogram = stall_histogram(server.request("/metrics")[1].decode(), target.pid)
+    assert histogram["count"] == 3 and histogram["+Inf"] == 3, histogram
+    for bound in ("0.1", "0.25", "0.5", "1"):
+        below = sum(1 for stall in stalls if stall["duration_s"] <= float(bound))
+        assert histogram[bound] == below, (bound, histogram, found)
+    assert abs(histogram["sum"] - sum(s["duration_s"] for s in stalls)) < 0.05, histogram
+
+    # filters: the longest only, one target, a range after them
+    longest = server.json(f"/api/stalls?from={began - 1:.0f}&min_ms=260")["stalls"]
+    assert [s["state"] for s in longest] == ["blocked"], longest
+    target_id = stalls[0]["target"]
+    assert server.json(f"/api/stalls?target={target_id}&from={began - 1:.0f}")["total"] == 3
+    later = f"/api/stalls?from={time.time() + 5:.0f}&to={time.time() + 60:.0f}"
+    assert server.json(later)["stalls"] == []
+    status, body, _ = server.request(f"/api/stalls?target=999&from={began - 1:.0f}")
+    assert status == 404 and b"999" in body, body
+
+    # /api/stats gives them per target, in the stats document's shape
+    stats = server.json(f"/api/stats?target={target_id}&from={began - 1:.0f}")
+    jsonschema.validate(stats, SCHEMA)
+    assert [s["duration_s"] for s in stats["targets"][0]["stalls"]] == [
+        s["duration_s"] for s in stalls
+    ]
+
+    # a restart keeps what was stored
+    server.stop()
+    again = serve("--stall-ms", "120", pids=(target.pid,))
+    assert wait_until(lambda: bool(again.targets()), timeout=20)
+    kept = again.json(f"/api/stalls?from={began - 1:.0f}")
+    assert [(s["start"], s["duration_s"]) for s in kept["stalls"]] == [
+        (s["start"], s["duration_s"]) for s in stalls
+    ]
