@@ -1,13 +1,13 @@
 // The controller: reads the state from the URL, loads what the current view needs from the API,
 // wires the controls, and follows the present in live mode.
 
-import { adoptToken, ApiError, download, getJson, getText, isAbort, setToken, Slot } from "./api.js";
+import { adoptToken, ApiError, download, getJson, getStalls, getText, isAbort, setToken, Slot } from "./api.js";
 import { renderChanges, renderStateChanges } from "./compare.js";
 import { FlameGraph } from "./flame.js";
 import * as fmt from "./format.js";
 import { renderFrameworks, renderGilHolders, renderStatsTargets } from "./frameworks.js";
 import { renderFunctions } from "./functions.js";
-import { DEFAULTS, fromUrl, STATE_FILTERS, toUrl, VIEWS } from "./state.js";
+import { DEFAULTS, fromUrl, STATE_FILTERS, toUrl, VIEWS, wholeSeconds } from "./state.js";
 import {
   blockingSites,
   buildTree,
@@ -19,9 +19,10 @@ import {
   sandwich,
   setRules,
 } from "./stacks.js";
+import { laneSummary, markStallRows, renderStalls } from "./stalls.js";
 import { renderTargets, shortCommand } from "./targets.js";
 import { TasksView } from "./tasks.js";
-import { Timeline } from "./timeline.js";
+import { StallLane, Timeline } from "./timeline.js";
 
 const $ = (selector) => document.querySelector(selector);
 const $$ = (selector) => [...document.querySelectorAll(selector)];
@@ -32,12 +33,14 @@ adoptToken();
 let state = fromUrl(location.search, now());
 let targets = [];
 let timelineData = null;
+let stallsDoc = null; // getStalls' answer for the timeline's range, or {error}
 let profile = null; // {rows, tree, functions} of the flamegraph view
 let needsToken = false;
 
 const slots = {
   targets: new Slot(),
   timeline: new Slot(),
+  stalls: new Slot(),
   flame: new Slot(),
   frameworks: new Slot(),
   compare: new Slot(),
@@ -100,6 +103,7 @@ window.addEventListener("popstate", () => {
 // -- widgets ---------------------------------------------------------------------------------
 
 const timeline = new Timeline($("#timeline"), { onSelect: onTimelineSelect });
+const stallLane = new StallLane(timeline, { onPick: pickStall });
 const flame = new FlameGraph($("#flame"), {
   label: "Flamegraph",
   onZoom: (path) => {
@@ -225,6 +229,7 @@ async function loadTimeline() {
   const [from, to] = windowRange();
   timeline.setRange(from, to);
   renderRangeLabels();
+  const stalls = loadStalls(from, to);
   try {
     timelineData = await getJson("timeline", { target: state.target, from, to }, slots.timeline.next());
   } catch (err) {
@@ -237,6 +242,35 @@ async function loadTimeline() {
     ? `${timelineData.loop_threads_only ? "event-loop threads" : "all threads (no event-loop thread found)"} · samples per ${fmt.duration(timelineData.step)}`
     : "";
   if (state.view === "compare") updateCompareMarks();
+  await stalls;
+}
+
+/** The stalls of the timeline's range: its lane's marks and the table of the longest. */
+async function loadStalls(from, to) {
+  const table = $("#stalls");
+  table.dataset.loading = "1";
+  try {
+    stallsDoc = await getStalls({ target: state.target, from, to }, slots.stalls.next());
+  } catch (err) {
+    if (isAbort(err)) return;
+    stallsDoc = { error: err.message, stalls: [] };
+  }
+  stallLane.setStalls(stallsDoc.stalls, from, to, { sel: state.sel, summary: laneSummary(stallsDoc) });
+  $("#stall-count").textContent = laneSummary(stallsDoc);
+  renderStalls(table, $("#stalls-summary"), stallsDoc, { sel: state.sel, onPick: pickStall });
+  table.dataset.loading = "0";
+}
+
+/** A stall picked on the lane or in the table: its range becomes the selection. */
+function pickStall(stall) {
+  onTimelineSelect([stall.start, stall.start + stall.duration_s]);
+  if (state.view !== "compare" || state.cmp !== "ranges") timeline.setSelection(state.sel);
+}
+
+/** Marks the stall whose range is the selection, on the lane and in the table. */
+function markStall() {
+  stallLane.setSelection(state.sel);
+  markStallRows($("#stalls"), stallsDoc, state.sel);
 }
 
 function profileParams(format) {
@@ -590,6 +624,7 @@ function syncControls() {
   $("#search").value = state.q;
   $("#icicle").setAttribute("aria-pressed", String(state.icicle));
   timeline.setSelection(state.view === "compare" && state.cmp === "ranges" ? null : state.sel);
+  markStall();
   updateCompareMarks();
   renderRangeLabels();
   renderCompareControls();
@@ -644,7 +679,7 @@ function fillCompareTargets() {
 }
 
 function onTimelineSelect(range) {
-  const rounded = range ? [Math.floor(range[0]), Math.ceil(range[1])] : null;
+  const rounded = wholeSeconds(range);
   if (state.view === "compare" && state.cmp === "ranges") {
     if (!rounded) return;
     state[compareSlot] = rounded;
@@ -664,6 +699,7 @@ function onTimelineSelect(range) {
   state.zoom = [];
   saveUrl();
   renderRangeLabels();
+  markStall();
   loadView();
 }
 

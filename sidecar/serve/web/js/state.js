@@ -45,6 +45,11 @@ export const DEFAULTS = Object.freeze({
   tasks: "all",
 });
 
+/** A selected range as the view keeps it: whole seconds, widened to hold what was picked. */
+export function wholeSeconds(range) {
+  return range ? [Math.floor(range[0]), Math.ceil(range[1])] : null;
+}
+
 function pair(text) {
   const m = /^(\d+(?:\.\d+)?)~(\d+(?:\.\d+)?)$/.exec(text || "");
   if (!m) return null;

@@ -1,10 +1,12 @@
 // The timeline: busy / blocked / gil / idle samples of the event loop per bucket, stacked, with a
-// drag-to-select range (or arrow keys), hover details and marked bands for the compare view.
+// drag-to-select range (or arrow keys), hover details and marked bands for the compare view; over
+// the event loop's chart, a lane of its stalls (StallLane).
 // Other series stack the same way (the Tasks view's tasks in flight by state): `series` names
 // them, bottom first, each filled plain, striped or hatched (crossed both ways).
 
 import { createCanvas, fitCanvas, startPaint, stripes } from "./canvas.js";
 import { clock, count, duration, esc, pct, span } from "./format.js";
+import { isPicked, stallLabel, stallTip } from "./stalls.js";
 
 const PAD = { left: 48, right: 10, top: 10, bottom: 22 };
 const HEIGHT = 150;
@@ -349,11 +351,128 @@ export class Timeline {
       this.totalRow(b) +
       this.series.map(({ key }) => row(key)).join("");
     this.tip.hidden = false;
-    const box = this.host.getBoundingClientRect();
+    this.placeTip(x, Math.max(0, clientY - this.host.getBoundingClientRect().top - 20));
+  }
+
+  /** Puts the shown tooltip beside `x` (right of it when it fits), `top` down the host. */
+  placeTip(x, top) {
     const tw = this.tip.offsetWidth;
     let left = x + 14;
-    if (left + tw > box.width) left = x - tw - 14;
+    if (left + tw > this.host.clientWidth) left = Math.max(0, x - tw - 14);
     this.tip.style.left = `${left}px`;
-    this.tip.style.top = `${Math.max(0, clientY - box.top - 20)}px`;
+    this.tip.style.top = `${top}px`;
+  }
+}
+
+/**
+ * The stalls of a timeline's range as a lane over its plot: one mark per stall, from its start
+ * to its end on the chart's time axis (at least a few pixels wide, so a 100 ms stall shows in a
+ * day), coloured by its state as the chart colours the loop's states (gc in the flamegraph's
+ * colour of the collector). Hovering or focusing a mark tells what held the loop in the chart's
+ * tooltip; a click (or Enter) picks the stall (`onPick`). The arrow keys move between marks.
+ */
+export class StallLane {
+  constructor(timeline, { onPick = () => {} } = {}) {
+    this.timeline = timeline;
+    this.onPick = onPick;
+    this.stalls = [];
+    this.el = document.createElement("div");
+    this.el.className = "stall-lane";
+    const label = document.createElement("span");
+    label.className = "lane-label";
+    label.textContent = "stalls";
+    label.setAttribute("aria-hidden", "true");
+    this.track = document.createElement("div");
+    this.track.className = "stall-track";
+    this.track.setAttribute("role", "group");
+    this.track.style.left = `${PAD.left}px`;
+    this.track.style.right = `${PAD.right}px`;
+    this.el.append(label, this.track);
+    timeline.host.prepend(this.el);
+    this.track.addEventListener("pointerover", (e) => this.show(this.markOf(e.target)));
+    this.track.addEventListener("pointerout", (e) => {
+      if (!this.markOf(e.relatedTarget)) this.timeline.tip.hidden = true;
+    });
+    this.track.addEventListener("focusin", (e) => this.show(this.markOf(e.target)));
+    this.track.addEventListener("focusout", () => {
+      this.timeline.tip.hidden = true;
+    });
+    this.track.addEventListener("click", (e) => {
+      const mark = this.markOf(e.target);
+      if (mark) this.onPick(this.stalls[Number(mark.dataset.i)]);
+    });
+    this.track.addEventListener("keydown", (e) => this.onKey(e));
+  }
+
+  /** The stalls (oldest first) of `[from, to)` to mark; `summary` says what the marks count. */
+  setStalls(stalls, from, to, { sel = null, summary = "" } = {}) {
+    const focused = this.markOf(document.activeElement);
+    const refocus = focused && this.track.contains(focused) ? focused.dataset.start : null;
+    this.stalls = stalls;
+    this.timeline.tip.hidden = true;
+    const span = to - from || 1;
+    const marks = stalls.map((stall, i) => {
+      const f0 = Math.max(0, (stall.start - from) / span);
+      const f1 = Math.min(1, (stall.start + stall.duration_s - from) / span);
+      const mark = document.createElement("button");
+      mark.className = "stall-mark";
+      mark.dataset.i = String(i);
+      mark.dataset.state = stall.state;
+      mark.dataset.start = String(stall.start);
+      mark.dataset.duration = String(stall.duration_s);
+      mark.tabIndex = i === 0 ? 0 : -1;
+      mark.style.left = `${(f0 * 100).toFixed(4)}%`;
+      mark.style.width = `${(Math.max(0, f1 - f0) * 100).toFixed(4)}%`;
+      mark.setAttribute("aria-label", stallLabel(stall));
+      mark.setAttribute("aria-current", String(isPicked(stall, sel)));
+      return mark;
+    });
+    this.track.replaceChildren(...marks);
+    // a refresh keeps the keyboard on the stall it was on
+    const again = refocus === null ? null : marks.find((mark) => mark.dataset.start === refocus);
+    if (again) {
+      marks[0].tabIndex = -1;
+      again.tabIndex = 0;
+      again.focus();
+    }
+    this.el.dataset.count = String(marks.length);
+    this.track.setAttribute("aria-label", `Stalls of the event loop: ${summary || "none"}`);
+  }
+
+  /** Marks the picked stall: the one whose range the selection is. */
+  setSelection(sel) {
+    for (const mark of this.track.children) {
+      mark.setAttribute("aria-current", String(isPicked(this.stalls[Number(mark.dataset.i)], sel)));
+    }
+  }
+
+  markOf(node) {
+    return node && node.closest ? node.closest(".stall-mark") : null;
+  }
+
+  /** The tooltip of a mark's stall, under the lane, at the mark. */
+  show(mark) {
+    if (!mark) return;
+    const { tip, host } = this.timeline;
+    tip.innerHTML = stallTip(this.stalls[Number(mark.dataset.i)]);
+    tip.dataset.stall = mark.dataset.i;
+    tip.hidden = false;
+    const box = mark.getBoundingClientRect();
+    const x = box.left + box.width / 2 - host.getBoundingClientRect().left;
+    this.timeline.placeTip(x, this.el.offsetTop + this.el.offsetHeight + 4);
+  }
+
+  onKey(e) {
+    const marks = [...this.track.children];
+    const i = marks.indexOf(document.activeElement);
+    if (i < 0) return;
+    const last = marks.length - 1;
+    const j = { ArrowLeft: i - 1, ArrowRight: i + 1, Home: 0, End: last }[e.key];
+    if (j === undefined) return;
+    e.preventDefault();
+    const next = marks[Math.min(last, Math.max(0, j))];
+    marks[i].tabIndex = -1;
+    next.tabIndex = 0;
+    next.focus();
   }
 }
