@@ -145,6 +145,9 @@ class Stall(TypedDict):
     other: int
     #: samples waiting for the GIL by (holder's thread id (0: none), its folded stack)
     holders: list[tuple[int, str, int]]
+    #: the asyncio task a task scan found running in it (``tasks_hz`` > 0): (name, folded task
+    #: stack), or None
+    task: tuple[str, str] | None
 
 class SamplerStats(TypedDict):
     samples: int

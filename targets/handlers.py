@@ -135,13 +135,16 @@ FREEZES = {"sleep": freeze_sleep, "spin": freeze_spin, "gc": freeze_gc, "gil": f
 def freeze(how: str, ms: float) -> str:
     """What /freeze?how=sleep|spin|gc|gil&ms=N does: holds the loop about `ms` in one of those
     ways (sleep: off CPU; spin: in Python code; gc: in collections; gil: waiting for the GIL
-    another thread holds)."""
+    another thread holds). Says how long it held the loop by its own clock: on a loaded machine
+    a sleep ends late, and a thread is not run the moment it may be."""
     if not 0 < ms <= 60_000:
         raise ValueError(f"ms must be in (0, 60000], not {ms}")
     if how not in FREEZES:
         raise ValueError(f"how must be one of {', '.join(FREEZES)}, not {how!r}")
+    began = time.perf_counter()
     FREEZES[how](ms)
-    return f"froze the loop {ms:g} ms ({how})\n"
+    held = (time.perf_counter() - began) * 1000
+    return f"froze the loop {held:.1f} ms ({how} {ms:g} ms)\n"
 
 
 class _SlowService(http.server.BaseHTTPRequestHandler):

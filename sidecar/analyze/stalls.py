@@ -67,7 +67,10 @@ def stall_rows(stalls: Sequence[Stall], top: int, period_s: float) -> list[str]:
         when += f".{int(stall.start * 1000) % 1000:03d}"
         length = f"{stall.duration_s:5.2f} s{'+' if stall.ongoing else ' '}"
         lines.append(f"{length} {when}  {stall.state:<7}  {_where(stall)}")
-        lines.append(f"{'':>9}in {stall.callback} ({stall.thread})")
+        task = ""
+        if stall.task is not None:
+            task = f" · task {stall.task!r}{' (a request)' if stall.request else ''}"
+        lines.append(f"{'':>9}in {stall.callback} ({stall.thread}){task}")
     if any(s.ongoing for s in stalls):
         lines.append("+ still stalled when sampling ended")
     return lines

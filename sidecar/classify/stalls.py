@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sidecar.classify.threads import holder_name, holder_site
+from sidecar.rules.tasks import is_request
 
 if TYPE_CHECKING:
     from sidecar._native import Stall as NativeStall
@@ -52,6 +53,11 @@ class Stall:
     holder: str | None
     #: the loop's callback: the frame of what the loop called (a task's coroutine, a handler)
     callback: str
+    #: the asyncio task a task scan found running in it (``serve``, ``record --tasks``): its
+    #: name, and whether it serves a request (``rules.tasks.is_request``); None when no scan
+    #: fell in it
+    task: str | None = None
+    request: bool | None = None
 
     @property
     def end(self) -> float:
@@ -71,6 +77,7 @@ class Stall:
             "site": self.site,
             "holder": self.holder,
             "callback": self.callback,
+            "task": None if self.task is None else {"name": self.task, "request": self.request},
         }
 
 
@@ -103,6 +110,7 @@ def stall_of(native: NativeStall, names: Mapping[int, str]) -> Stall:
     states = {name: duration * by_state[name] / samples for name in STALL_STATES}
     states["gc"] = duration * int(native["gc"]) / samples
     tid = int(native["thread_id"])
+    task = native.get("task")
     return Stall(
         start=float(native["start"]),
         duration_s=duration,
@@ -115,4 +123,6 @@ def stall_of(native: NativeStall, names: Mapping[int, str]) -> Stall:
         site=site,
         holder=holder,
         callback=native["callback"],
+        task=None if task is None else task[0],
+        request=None if task is None else is_request(task[1]),
     )

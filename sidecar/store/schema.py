@@ -285,6 +285,8 @@ V9 = """
             site TEXT NOT NULL,
             holder TEXT,
             callback TEXT NOT NULL,
+            task TEXT,
+            request INTEGER,
             PRIMARY KEY (target_id, start, process_id, thread_id)
         ) WITHOUT ROWID;
         CREATE INDEX stalls_by_window ON stalls (window);

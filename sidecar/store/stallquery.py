@@ -19,13 +19,16 @@ MAX_STALLS = 10_000
 _COLUMNS = (
     "s.start, s.duration, s.ongoing, s.thread_id, s.thread, s.samples, s.state, "
     + ", ".join(f"s.{name}" for name in STALL_SECONDS)
-    + ", s.site, s.holder, s.callback, s.target_id, p.pid"
+    + ", s.site, s.holder, s.callback, s.task, s.request, s.target_id, p.pid"
 )
 
 
 def _stall(row: tuple[Any, ...]) -> Stall:
     start, duration, ongoing, tid, thread, samples, state, *rest = row
-    seconds, (site, holder, callback) = rest[: len(STALL_SECONDS)], rest[len(STALL_SECONDS) : -2]
+    seconds, (site, holder, callback, task, request) = (
+        rest[: len(STALL_SECONDS)],
+        rest[len(STALL_SECONDS) : -2],
+    )
     return Stall(
         start=float(start),
         duration_s=float(duration),
@@ -38,6 +41,8 @@ def _stall(row: tuple[Any, ...]) -> Stall:
         site=str(site),
         holder=holder,
         callback=str(callback),
+        task=task,
+        request=None if request is None else bool(request),
     )
 
 

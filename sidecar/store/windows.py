@@ -271,7 +271,7 @@ class WindowWriter(StoreFile):
         """A window's stalls, each once (a window flushed in two parts names none twice: a
         stall is handed over once, by the window it ended in)."""
         self.db.conn.executemany(
-            "INSERT INTO stalls VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "INSERT INTO stalls VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
             "ON CONFLICT DO NOTHING",
             [
                 (
@@ -289,6 +289,8 @@ class WindowWriter(StoreFile):
                     s.site,
                     s.holder,
                     s.callback,
+                    s.task,
+                    s.request,
                 )
                 for s in batch.stalls
             ],

@@ -15,7 +15,7 @@ from tests.support.helpers import Spawner, wait_until
 from tests.support.stats_schema import SCHEMA
 
 #: (how, ms) of each /freeze, in order; the first is under --stall-ms 120 and must not show.
-FREEZES = (("sleep", 60), ("sleep", 300), ("spin", 200), ("gc", 250))
+FREEZES = (("sleep", 60), ("sleep", 300), ("spin", 200), ("gc", 150))
 
 
 def stall_histogram(text: str, pid: int) -> dict[str, float]:
@@ -39,8 +39,10 @@ def test_stalls_are_listed_counted_and_kept(spawn: Spawner, serve: Any) -> None:
     began = time.time()
     server = serve("--stall-ms", "120", pids=(target.pid,))
     assert wait_until(lambda: server.targets() and server.targets()[0]["samples"] > 0, timeout=20)
+    held = []  # how long each held the loop by the target's own clock
     for how, ms in FREEZES:
-        target.get(f"/freeze?how={how}&ms={ms}", timeout=30)
+        said = target.get(f"/freeze?how={how}&ms={ms}", timeout=30).decode()
+        held.append(float(said.split()[3]) / 1000)  # "froze the loop 301.2 ms (...)"
         time.sleep(0.3)
 
     def listed() -> dict[str, Any]:
@@ -53,16 +55,16 @@ def test_stalls_are_listed_counted_and_kept(spawn: Spawner, serve: Any) -> None:
     stalls = doc["stalls"]
     assert (doc["total"], doc["dropped"], doc["stall_ms"]) == (3, 0, 120), doc
     found = [(s["state"], s["duration_s"], s["site"]) for s in stalls]
-    expected = [
-        ("blocked", 0.3, "freeze_sleep"),
-        ("busy", 0.2, "freeze_spin"),
-        ("gc", 0.25, "freeze_gc"),
-    ]
-    for stall, (state, length, function) in zip(stalls, expected, strict=True):
+    expected = [("blocked", "freeze_sleep"), ("busy", "freeze_spin"), ("gc", "freeze_gc")]
+    for stall, (state, function), length in zip(stalls, expected, held[1:], strict=True):
         assert stall["state"] == state, found
-        assert abs(stall["duration_s"] - length) <= 0.05, found
+        # within a period (10 ms) at either end, and the sampler's lag under a loaded machine
+        assert abs(stall["duration_s"] - length) <= 0.05, (found, held)
         assert stall["site"].startswith(f"{function} (targets/handlers.py:"), found
         assert (stall["pid"], stall["target"]) == (target.pid, server.targets()[0]["id"]), stall
+        # the task scans (10 Hz, one at a random instant of each 100 ms) fall in each of them:
+        # the request's task named
+        assert stall["task"]["name"].startswith("Task-") and stall["task"]["request"], stall
     assert [s["start"] for s in stalls] == sorted(s["start"] for s in stalls)
 
     # the histogram counts the same stalls, each in its bucket
@@ -74,7 +76,7 @@ def test_stalls_are_listed_counted_and_kept(spawn: Spawner, serve: Any) -> None:
     assert abs(histogram["sum"] - sum(s["duration_s"] for s in stalls)) < 0.05, histogram
 
     # filters: the longest only, one target, a range after them
-    longest = server.json(f"/api/stalls?from={began - 1:.0f}&min_ms=260")["stalls"]
+    longest = server.json(f"/api/stalls?from={began - 1:.0f}&min_ms=250")["stalls"]
     assert [s["state"] for s in longest] == ["blocked"], longest
     target_id = stalls[0]["target"]
     assert server.json(f"/api/stalls?target={target_id}&from={began - 1:.0f}")["total"] == 3

@@ -105,7 +105,7 @@ STALLS: dict[str, Any] = {
         "additionalProperties": False,
         "required": [
             "start", "duration_s", "ongoing", "thread", "thread_id", "samples", "state",
-            "states", "site", "holder", "callback",
+            "states", "site", "holder", "callback", "task",
         ],
         "properties": {
             "start": {"type": "number"},
@@ -127,6 +127,12 @@ STALLS: dict[str, Any] = {
             "site": {"type": "string"},
             "holder": {"type": ["string", "null"]},
             "callback": {"type": "string"},
+            "task": {
+                "type": ["object", "null"],
+                "additionalProperties": False,
+                "required": ["name", "request"],
+                "properties": {"name": {"type": "string"}, "request": {"type": "boolean"}},
+            },
         },
     },
 }  # fmt: skip

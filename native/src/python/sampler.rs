@@ -141,6 +141,10 @@ fn stall_to_py<'py>(py: Python<'py>, stall: &Stall) -> PyResult<Bound<'py, PyDic
         holders.append((*holder, stack.as_ref().map_or("", |s| s.text()), *count))?;
     }
     dict.set_item("holders", holders)?;
+    dict.set_item(
+        "task",
+        stall.task.as_ref().map(|(name, stack)| (name, stack)),
+    )?;
     Ok(dict)
 }
 

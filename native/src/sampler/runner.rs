@@ -342,6 +342,10 @@ impl Runner {
             (Ok(_), Some(tasks)) => tasks.collect(readers),
             _ => Vec::new(),
         };
+        for scan in task_scans.iter().flatten() {
+            self.stalls
+                .note_tasks(&scan.running, scan.at, &mut self.ended);
+        }
 
         let mut guard = self.shared.lock().unwrap_or_else(|e| e.into_inner());
         let state = &mut *guard;

@@ -72,6 +72,9 @@ pub struct Stall {
     pub other: u64,
     /// Samples waiting for the GIL by who held it: its thread (0: none) and stack.
     pub holders: HashMap<(u64, Option<Stack>), u64, FxBuildHasher>,
+    /// The asyncio task a task scan found running in it, if one did: its name and folded
+    /// stack (`crate::tasks::Counts::running`).
+    pub task: Option<(String, String)>,
     /// Its first sample's stack, and which of its frames is the callback's.
     first: Stack,
     callback_index: u16,
@@ -164,6 +167,7 @@ impl Stalls {
                             stacks: HashMap::default(),
                             other: 0,
                             holders: HashMap::default(),
+                            task: None,
                             first: stack.clone(),
                             callback_index: index,
                         },
@@ -211,6 +215,21 @@ impl Stalls {
                     self.close(open.stall, wall, ended);
                 }
             }
+        }
+    }
+
+    /// A task scan that began at `at` (unix seconds) found the tasks `running` (name, folded
+    /// stack): the one stall it fell in (in progress, or among those just `ended`), if there is
+    /// one and one task ran, ran that task. Several loops (threads) at once are not told apart:
+    /// then none is named.
+    pub fn note_tasks(&mut self, running: &[(String, String)], at: f64, ended: &mut [Stall]) {
+        let [task] = running else { return };
+        let open = self.open.values_mut().map(|open| &mut open.stall);
+        let mut within = open
+            .filter(|stall| stall.start <= at)
+            .chain(ended.iter_mut().filter(|s| s.start <= at && at <= s.end));
+        if let (Some(stall), None) = (within.next(), within.next()) {
+            stall.task.get_or_insert_with(|| task.clone());
         }
     }
 
@@ -351,6 +370,35 @@ mod tests {
     }
 
     #[test]
+    fn a_task_scan_names_the_one_stall_it_fell_in() {
+        let handler = stack(&format!(
+            "{LOOP};Handle._run (asyncio/events.py:84);handler (app.py:12)"
+        ));
+        let poll = stack(&format!("{LOOP};EpollSelector.select (selectors.py:468)"));
+        let mut stalls = Stalls::new(0.1);
+        let mut ended = Vec::new();
+        let task = vec![(
+            "Task-7".to_string(),
+            "handler (app.py:12);[running]".to_string(),
+        )];
+        for i in 0..20 {
+            stalls.observe(
+                &[trace(&handler, 3, true)],
+                1.0 + f64::from(i) * 0.01,
+                &mut ended,
+            );
+        }
+        // a scan from before the stall began names nothing; two running tasks name nothing
+        stalls.note_tasks(&task, 0.5, &mut ended);
+        stalls.note_tasks(&[task[0].clone(), task[0].clone()], 1.05, &mut ended);
+        stalls.observe(&[trace(&poll, 4, false)], 1.2, &mut ended);
+        // a scan counted only after the stall ended (in the same tick) still names it
+        stalls.note_tasks(&task, 1.1, &mut ended);
+        assert_eq!(ended.len(), 1);
+        assert_eq!(ended[0].task, Some(task[0].clone()));
+    }
+
+    #[test]
     fn a_window_keeps_the_longest() {
         let first = stack(&format!(
             "{LOOP};Handle._run (asyncio/events.py:84);h (app.py:2)"
@@ -365,6 +413,7 @@ mod tests {
             stacks: HashMap::default(),
             other: 0,
             holders: HashMap::default(),
+            task: None,
             first: first.clone(),
             callback_index: 5,
         };

@@ -91,10 +91,13 @@ pub struct Scan {
 }
 
 /// What a scan found, as a profile counts it: its distinct folded stacks with their
-/// task-samples, and the tasks it left out.
+/// task-samples, and the tasks it left out; and the task running as it began (its name and
+/// folded stack), with when that was (unix seconds), for the stalls it may have held.
 #[derive(Debug, Clone, Default)]
 pub struct Counts {
     pub stacks: Vec<(String, u64)>,
+    pub running: Vec<(String, String)>,
+    pub at: f64,
     /// Tasks left out because a read of them tore.
     pub torn: u64,
     /// Tasks past the scan's bound, not read.
@@ -236,8 +239,12 @@ impl TaskScanner {
     /// told apart by their chains' code objects and instructions, and each distinct line is
     /// written once, not once a task.
     pub fn scan_counts(&mut self) -> Result<Counts> {
+        let at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
         let (raw, torn, unread) = self.read_all()?;
         let codes = &mut self.codes;
+        let mut running = Vec::new();
         let stacks = fold_counts(
             &raw,
             |task| &task.frames,
@@ -250,12 +257,25 @@ impl TaskScanner {
                     }
                 }
                 line.push_str(task.state.leaf());
+                if task.state == TaskState::Running {
+                    running.push((task.name, line.clone()));
+                }
                 line
             },
         );
+        let target = &self.target;
+        let running = running
+            .into_iter()
+            .filter_map(|(name, line)| {
+                let name = task_name(target.pid, &target.layout, &mut self.types, name).ok()?;
+                Some((name, line))
+            })
+            .collect();
         self.chains.keep(raw);
         Ok(Counts {
             stacks,
+            running,
+            at,
             torn,
             unread,
         })
