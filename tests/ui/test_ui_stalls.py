@@ -104,6 +104,9 @@ def test_stalls_are_marked_on_the_timeline_and_listed_longest_first(
     text = tip.inner_text()
     assert f"{first['duration_s']:.2f} s stall" in text and "blocked" in text, text
     assert first["thread"] in text and first["callback"] in text, text
+    # serve's task scans fell in it: the request's task is named, as the API names it
+    assert first["task"] and first["task"]["request"], first
+    assert tip.locator("[data-task]").inner_text() == f"task {first['task']['name']} (a request)"
     page.locator(".timeline-panel").screenshot(path=str(REPORTS / "ui-stalls-tooltip.png"))
 
     # clicking it selects its range: the flamegraph shows it, and the mark says it is picked

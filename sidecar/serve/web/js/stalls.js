@@ -61,7 +61,13 @@ export function stallLabel(stall) {
   );
 }
 
-/** The tooltip of one stall: what held the loop, in what callback and thread, and when. */
+/** The asyncio task a task scan found running in a stall, in words ("" when none did). */
+function taskWords(stall) {
+  if (!stall.task) return "";
+  return `task ${stall.task.name}${stall.task.request ? " (a request)" : ""}`;
+}
+
+/** The tooltip of one stall: what held the loop, in what callback, task and thread, and when. */
 export function stallTip(stall) {
   const holder = stall.holder
     ? `<div data-holder>the GIL held by thread <strong>${esc(stall.holder)}</strong></div>`
@@ -73,6 +79,7 @@ export function stallTip(stall) {
     `<div data-site>at <strong>${esc(stall.site || "no Python frame")}</strong></div>` +
     holder +
     `<div data-callback><span class="muted">in</span> ${esc(stall.callback)}</div>` +
+    (stall.task ? `<div data-task>${esc(taskWords(stall))}</div>` : "") +
     `<div>${esc(stall.thread)} · PID ${stall.pid} · from ${stallWhen(stall.start)}${ongoing}</div>` +
     `<div class="muted">${esc(breakdown(stall))} · click to select its range</div>`
   );
@@ -135,7 +142,7 @@ export function renderStalls(table, summary, doc, { sel, onPick }) {
         <td class="num" title="${esc(stamp(s.start))}">${stallWhen(s.start)}</td>
         <td>${stateLabel(s.state)}</td>
         <td>${frameCell(s.site)}${holder}</td>
-        <td>${frameCell(s.callback)}</td>
+        <td>${frameCell(s.callback)}${s.task ? `<div class="muted" data-task>${esc(taskWords(s))}</div>` : ""}</td>
         <td><code>${esc(s.thread)}</code> <span class="muted">PID ${s.pid}</span></td>
       </tr>`;
     })
