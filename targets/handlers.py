@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import http.server
+import queue
 import threading
 import time
 import urllib.request
@@ -108,24 +109,30 @@ def _sum_rate() -> float:
     return max(time.perf_counter() - began, 1e-6) / 200_000
 
 
-def hold_gil(go: threading.Event, count: int) -> None:
-    """Once `go` is set, one C call that keeps the GIL throughout: `sum` of a range of `count`
-    numbers."""
-    go.wait()
-    sum(range(count))
+#: Work for the thread that holds the GIL (``freeze_gil``): a count to sum, and the event set
+#: once it is summed.
+_TO_HOLD: queue.SimpleQueue[tuple[int, threading.Event]] = queue.SimpleQueue()
+
+
+def hold_gil() -> None:
+    """The thread named ``holder``, as an executor's: for each count it is given, one C call
+    that keeps the GIL throughout, ``sum`` of a range of that many numbers."""
+    while True:
+        count, done = _TO_HOLD.get()
+        sum(range(count))
+        done.set()
 
 
 def freeze_gil(ms: float) -> None:
-    """A stall of the loop by another thread that holds the GIL: a thread named ``holder`` sums
-    a range in one C call of about `ms`, while the loop goes on in Python code and, past the
-    interpreter's switch interval, waits for the GIL until the sum is done."""
-    go = threading.Event()
-    count = int(ms / 1000 / _sum_rate())
-    holder = threading.Thread(target=hold_gil, args=(go, count), name="holder", daemon=True)
-    holder.start()
-    go.set()
+    """A stall of the loop by another thread that holds the GIL: the thread ``holder`` (started
+    once, and kept) sums a range in one C call of about `ms`, while the loop goes on in Python
+    code and, past the interpreter's switch interval, waits for the GIL until the sum is done."""
+    if not any(thread.name == "holder" for thread in threading.enumerate()):
+        threading.Thread(target=hold_gil, name="holder", daemon=True).start()
+    done = threading.Event()
+    _TO_HOLD.put((int(ms / 1000 / _sum_rate()), done))
     freeze_spin(20)
-    holder.join()
+    done.wait()
 
 
 #: The ways /freeze holds the loop.
