@@ -3,11 +3,13 @@
 ``targets/deep.py`` (~30 frames, 10 % on CPU) under 3.11-3.15 (interpreters of
 tests/support/pythons.py); in interleaved rounds one ``Sampler`` at 100 Hz reads each for
 ``--seconds`` after a warm-up, with the default reader, the same without the GIL and GC reads
-(``gil=False``) and py-spy's: the sampling thread's CPU per sample (schedstat), its reads and
-/proc run states per sample; the median round counts, set against 3.11's walker. In the same
-rounds the default reader with and without those reads on ``targets/gil.py --holder spin`` (a
-loop waiting for the GIL a spinning thread holds; one a round), and at 1 kHz on the 3.15 target
-sidecar, py-spy's reader and CPython's own sampler, Tachyon (``profiling.sampling attach``).
+(``gil=False``), the same without the stall detector (``stall_ms=0``; on by default, it runs on
+every sample in the sampler's thread) and py-spy's reader: the sampling thread's CPU per sample
+(schedstat), its reads and /proc run states per sample; the median round counts, set against
+3.11's walker. In the same rounds the default reader with and without those reads on
+``targets/gil.py --holder spin`` (a loop waiting for the GIL a spinning thread holds; one a
+round), and at 1 kHz on the 3.15 target sidecar, py-spy's reader and CPython's own sampler,
+Tachyon (``profiling.sampling attach``).
 
 Then four 3.11 targets on the shared clock (as ``serve`` samples), each round followed at once by
 the machine's floor (``native/examples/floor.rs``) on the same targets: a thread that only wakes
@@ -42,14 +44,16 @@ from tests.support.procs import Child, Procs
 VERSIONS = ("3.11", "3.12", "3.13", "3.14", "3.15")
 #: The legs (``Sampler``'s keywords); the targets of every version (module, arguments) and the
 #: legs on each; at 1 kHz on the 3.15 target: sidecar, Tachyon (None: a process) and py-spy's.
-LEGS: dict[str, Any] = {"auto": {}, "gil off": {"gil": False}, "py-spy": {"reader": "py-spy"}}
-TARGETS = {"deep": (("deep", "--busy", "0.1"), ("auto", "gil off", "py-spy")),
+LEGS: dict[str, Any] = {"auto": {}, "gil off": {"gil": False}, "stalls off": {"stall_ms": 0},
+                        "py-spy": {"reader": "py-spy"}}  # fmt: skip
+# "auto" between the two legs it is set against, next to each in both orders of the rounds.
+TARGETS = {"deep": (("deep", "--busy", "0.1"), ("gil off", "auto", "stalls off", "py-spy")),
            "gil": (("gil", "--holder", "spin"), ("auto", "gil off"))}  # fmt: skip
 TOOLS = {"sidecar": LEGS["auto"], "Tachyon": None, "py-spy": LEGS["py-spy"]}
 RATE, FAST, WARMUP = 100.0, 1000.0, 2.0
 #: Each version's walker within this much of 3.11's CPU per sample; with the GIL and GC reads
-#: within this much of the same without them.
-WITHIN, GIL_WITHIN = 1.25, 1.1
+#: within this much of the same without them; with the stall detector, of the same without it.
+WITHIN, GIL_WITHIN, STALLS_WITHIN = 1.25, 1.1, 1.05
 #: sidecar's own work per sample above the machine's floor on the shared clock, at most (µs).
 OWN_WORK_US = 8.0
 #: Targets on the shared clock, and how long their reads are recorded for the floor to replay.
@@ -298,7 +302,10 @@ def write_report(data: dict[str, Any], report: Report) -> None:
         WITHIN), "## The GIL and GC reads", verdicts("The default reader with the GIL and GC "
         "reads against the same without them (`gil=False`, the rows above)", {f"{v} on {t}":
         cpus(legs[t][v]["auto"], legs[t][v]["gil off"]) for t in TARGETS for v in VERSIONS},
-        GIL_WITHIN))  # fmt: skip
+        GIL_WITHIN), "## The stall detector", verdicts("The default reader on `deep`, whose "
+        "every sample is in a callback of its loop, with the stall detector against the same "
+        "without it (`stall_ms=0`, the rows above)", {v: cpus(legs["deep"][v]["auto"],
+        legs["deep"][v]["stalls off"]) for v in VERSIONS}, STALLS_WITHIN))  # fmt: skip
     report.add(
         f"## CPU per sample at {FAST:g} Hz on the 3.15 target",
         "In the same rounds, on the same `deep` target. For sidecar and py-spy's reader (in "
