@@ -79,7 +79,7 @@ def leg(pid: int, seconds: float, rate: float = RATE, **kw: Any) -> dict[str, An
     return {"reader": b["reader"], "gil": b.get("gil"), "samples": made,
             "errors": b["errors"] - a["errors"], "cpu_per_sample_us": cpu / made * 1e6,
             **{k: per_tick(a, b, k) for k in ("read_calls", "read_pieces", "read_bytes",
-                                                "state_reads")}}  # fmt: skip
+                                                "state_reads", "stall_mean")}}  # fmt: skip
 
 
 def tachyon(procs: Procs, python: str, pid: int, seconds: float) -> dict[str, Any]:
@@ -270,6 +270,20 @@ def verdicts(what: str, ratios: dict[str, list[float]], goal: float) -> list[str
             " the median's distance to it: this run does not place them"] * bool(wide)]  # fmt: skip
 
 
+def detector_work(legs: dict[str, Any]) -> str:
+    """The stall detector's own work per sample on ``deep``, timed in place, median round."""
+    parts = []
+    for v in VERSIONS:
+        on = legs["deep"][v]["auto"]
+        us = med(r["stall_mean"] * 1e6 for r in on)
+        share = med(r["stall_mean"] * 1e6 / r["cpu_per_sample_us"] for r in on)
+        parts.append(f"{v} {us:.2f} µs ({share:.2%} of its sample's CPU)")
+    return (
+        "Timed in place (around each of its calls, `stall_mean`), the detector's own work per "
+        f"sample, median round: {', '.join(parts)}."
+    )
+
+
 def write_report(data: dict[str, Any], report: Report) -> None:
     legs, fast, seconds = data["legs"], data["fast"], data["seconds"]
     rows = [
@@ -305,7 +319,8 @@ def write_report(data: dict[str, Any], report: Report) -> None:
         GIL_WITHIN), "## The stall detector", verdicts("The default reader on `deep`, whose "
         "every sample is in a callback of its loop, with the stall detector against the same "
         "without it (`stall_ms=0`, the rows above)", {v: cpus(legs["deep"][v]["auto"],
-        legs["deep"][v]["stalls off"]) for v in VERSIONS}, STALLS_WITHIN))  # fmt: skip
+        legs["deep"][v]["stalls off"]) for v in VERSIONS}, STALLS_WITHIN),
+        detector_work(legs))  # fmt: skip
     report.add(
         f"## CPU per sample at {FAST:g} Hz on the 3.15 target",
         "In the same rounds, on the same `deep` target. For sidecar and py-spy's reader (in "

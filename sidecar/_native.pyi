@@ -177,6 +177,9 @@ class SamplerStats(TypedDict):
     state_reads: float
     #: per tick, the seconds spent in those reads, timed around each
     state_reads_mean: float
+    #: per tick, the seconds the stall detector took, timed around each of its calls (0 with
+    #: ``stall_ms=0``)
+    stall_mean: float
     #: the /proc file of those run states: "stat", or "syscall" once it has named the system
     #: call of a thread that "stat" showed asleep (it costs the kernel less); "" through py-spy
     state_file: str

@@ -304,6 +304,7 @@ impl Runner {
         let holders = &mut self.holders;
         holders.clear();
         let mut empty = 0u64;
+        let mut stall_nanos = 0u64;
         if let Ok(traces) = &result {
             readers.lookup_names(traces);
             let holder = traces.iter().find(|t| t.gil == GilRole::Holds);
@@ -331,7 +332,9 @@ impl Runner {
                 }
             }
             if options.stall_s > 0.0 {
+                let began = Instant::now();
                 self.stalls.observe(traces, wall, &mut self.ended);
+                stall_nanos += began.elapsed().as_nanos() as u64;
             }
         }
         // what the clock counts against the quarter period: up to here (the task scans'
@@ -409,6 +412,7 @@ impl Runner {
         state.stats.empty += empty;
         state.stats.traces += folded.len() as u64;
         state.stats.fold_sum += fold;
+        state.stats.stall_nanos += stall_nanos;
         for scan in task_scans {
             super::task_ticks::count(scan, window, &mut state.stats);
         }

@@ -29,6 +29,8 @@ use crate::stack::{GilRole, Stack, Trace};
 /// The most distinct (state, stack) pairs a stall counts apart; samples of others count in
 /// `Stall::other`.
 const MAX_STACKS: usize = 64;
+/// Rooms of short runs kept for the next runs.
+const SPARE: usize = 4;
 /// The most stalls a window keeps: past it the longest are kept and the rest counted
 /// (`Window::stalls_dropped`).
 pub const MAX_STALLS: usize = 100;
@@ -67,8 +69,8 @@ pub struct Stall {
     pub samples: u64,
     /// Samples taken while the thread collected garbage.
     pub gc: u64,
-    /// Samples by state and stack, and those past `MAX_STACKS` stacks.
-    pub stacks: HashMap<(StallState, Stack), u64, FxBuildHasher>,
+    /// Samples by state and stack (a few, looked up in turn), and those past `MAX_STACKS`.
+    pub stacks: Vec<((StallState, Stack), u64)>,
     pub other: u64,
     /// Samples waiting for the GIL by who held it: its thread (0: none) and stack.
     pub holders: HashMap<(u64, Option<Stack>), u64, FxBuildHasher>,
@@ -109,6 +111,8 @@ pub struct Stalls {
     threshold: f64,
     open: HashMap<u64, Open, FxBuildHasher>,
     tick: u64,
+    /// The room of short runs' stacks, for the next runs.
+    spare: Vec<Vec<((StallState, Stack), u64)>>,
 }
 
 impl Stalls {
@@ -118,6 +122,7 @@ impl Stalls {
             threshold,
             open: HashMap::default(),
             tick: 0,
+            spare: Vec::new(),
         }
     }
 
@@ -149,33 +154,39 @@ impl Stalls {
                 LoopPlace::Callback { index, key } => (index, key),
             };
             let callback = (trace.contexts, key);
-            let open = match self.open.remove(&trace.tid) {
-                Some(open) if open.callback == callback => open,
-                other => {
-                    if let Some(open) = other {
-                        self.close(open.stall, wall, ended);
-                    }
+            if self.open.get(&trace.tid).map(|open| open.callback) != Some(callback) {
+                // another callback: the run in progress ends here, a new one begins
+                if let Some(open) = self.open.remove(&trace.tid) {
+                    self.close(open.stall, wall, ended);
+                }
+                let stacks = self.spare.pop().unwrap_or_default();
+                let stall = Stall {
+                    thread_id: trace.tid,
+                    start: wall,
+                    end: wall,
+                    ongoing: false,
+                    samples: 0,
+                    gc: 0,
+                    stacks,
+                    other: 0,
+                    holders: HashMap::default(),
+                    task: None,
+                    first: stack.clone(),
+                    callback_index: index,
+                };
+                let tick = self.tick;
+                self.open.insert(
+                    trace.tid,
                     Open {
                         callback,
-                        stall: Stall {
-                            thread_id: trace.tid,
-                            start: wall,
-                            end: wall,
-                            ongoing: false,
-                            samples: 0,
-                            gc: 0,
-                            stacks: HashMap::default(),
-                            other: 0,
-                            holders: HashMap::default(),
-                            task: None,
-                            first: stack.clone(),
-                            callback_index: index,
-                        },
-                        tick: 0,
-                    }
-                }
+                        stall,
+                        tick,
+                    },
+                );
+            }
+            let Some(open) = self.open.get_mut(&trace.tid) else {
+                continue;
             };
-            let mut open = open;
             open.tick = self.tick;
             let stall = &mut open.stall;
             stall.end = wall;
@@ -186,20 +197,20 @@ impl Stalls {
                 (_, true) => StallState::Busy,
                 (_, false) => StallState::Blocked,
             };
-            let at = (state, stack.clone());
             let room = stall.stacks.len() < MAX_STACKS;
-            match stall.stacks.get_mut(&at) {
-                Some(count) => *count += 1,
-                None if room => {
-                    stall.stacks.insert(at, 1);
-                }
+            match stall
+                .stacks
+                .iter_mut()
+                .find(|((s, st), _)| *s == state && st == stack)
+            {
+                Some((_, count)) => *count += 1,
+                None if room => stall.stacks.push(((state, stack.clone()), 1)),
                 None => stall.other += 1,
             }
             if state == StallState::Gil && stall.holders.len() < MAX_STACKS {
                 let by = holder.map_or((0, None), |h| (h.tid, h.stack.clone()));
                 *stall.holders.entry(by).or_insert(0) += 1;
             }
-            self.open.insert(trace.tid, open);
         }
         // a thread gone (or without Python frames now) ended its run
         if self.open.values().any(|open| open.tick != self.tick) {
@@ -246,10 +257,15 @@ impl Stalls {
         }
     }
 
-    fn close(&self, mut stall: Stall, wall: f64, ended: &mut Vec<Stall>) {
+    fn close(&mut self, mut stall: Stall, wall: f64, ended: &mut Vec<Stall>) {
         stall.end = wall;
         if stall.duration() >= self.threshold {
             ended.push(stall);
+        } else if self.spare.len() < SPARE {
+            // most runs are short: their room serves the next ones, not the allocator
+            let mut stacks = std::mem::take(&mut stall.stacks);
+            stacks.clear();
+            self.spare.push(stacks);
         }
     }
 }
@@ -334,8 +350,8 @@ mod tests {
         assert!((second.duration() - 0.15).abs() < 1e-9);
         assert_eq!((first.samples, second.samples), (15, 15));
         assert_eq!(first.callback(), "handler (app.py:12)");
-        assert_eq!(first.stacks.keys().next().unwrap().0, StallState::Blocked);
-        assert_eq!(second.stacks.keys().next().unwrap().0, StallState::Busy);
+        assert_eq!(first.stacks[0].0 .0, StallState::Blocked);
+        assert_eq!(second.stacks[0].0 .0, StallState::Busy);
         // one still running when sampling ends
         for _ in 0..20 {
             tick(&mut stalls, trace(&handler, 0xd0, true), &mut ended);
@@ -365,7 +381,7 @@ mod tests {
             ended[0].callback(),
             "EpollSelector.select (selectors.py:468)"
         );
-        assert_eq!(ended[0].stacks.keys().next().unwrap().0, StallState::Gil);
+        assert_eq!(ended[0].stacks[0].0 .0, StallState::Gil);
         assert!((ended[0].duration() - 0.15).abs() < 1e-9);
     }
 
@@ -410,7 +426,7 @@ mod tests {
             ongoing: false,
             samples: 1,
             gc: 0,
-            stacks: HashMap::default(),
+            stacks: Vec::new(),
             other: 0,
             holders: HashMap::default(),
             task: None,

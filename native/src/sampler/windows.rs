@@ -161,6 +161,9 @@ pub struct Stats {
     pub read_max: f64,
     /// Time spent folding stacks into text (seconds, summed).
     pub fold_sum: f64,
+    /// Time the stall detector took, timed around each of its calls (ns, summed): the
+    /// benchmarks' measure of its own work.
+    pub stall_nanos: u64,
     /// Blocking mode: how long the target's Python threads stayed stopped per sample.
     pub pauses: PauseStats,
     pub last_error: Option<String>,
