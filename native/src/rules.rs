@@ -104,7 +104,8 @@ pub(crate) fn wait_of(name: &str, file: &str) -> Wait {
 }
 
 /// Frames that enter an event loop: (function, file suffix), "" matching any file; the
-/// innermost such frame of a stack is the loop's (`sidecar.rules.loops.LOOP_ENTRIES`).
+/// innermost such frame of a stack is the loop's. This table, `CALLBACK_RUNNERS` and
+/// `LOOP_PASSES` are defined here only: `sidecar.rules.loops` reads them.
 pub const LOOP_ENTRIES: [(&str, &str); 11] = [
     ("run_forever", "asyncio/base_events.py"),
     ("run_until_complete", "asyncio/base_events.py"),
@@ -121,12 +122,12 @@ pub const LOOP_ENTRIES: [(&str, &str); 11] = [
 ];
 
 /// The frame of asyncio's loop that runs one callback (one step of a task, or a plain
-/// callback): the frame above it is the callback's (`sidecar.rules.loops.CALLBACK_RUNNERS`).
+/// callback): the frame above it is the callback's.
 /// uvloop runs its callbacks from C, so there the frame above the loop's entry is.
 pub const CALLBACK_RUNNERS: [(&str, &str); 1] = [("_run", "asyncio/events.py")];
 
 /// asyncio's pass of its loop: with no callback above it, the loop is between callbacks (in
-/// its poll, or moving timers), not in one (`sidecar.rules.loops.LOOP_PASSES`).
+/// its poll, or moving timers), not in one.
 pub const LOOP_PASSES: [(&str, &str); 1] = [("_run_once", "asyncio/base_events.py")];
 
 /// Where a thread's stack stands in its event loop, as one sample of it says.

@@ -9,32 +9,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from sidecar import _native
 from sidecar.rules.frames import Frame
 
+
+def _table(rows: Sequence[Sequence[str]]) -> tuple[tuple[str, str], ...]:
+    return tuple((function, suffix) for function, suffix in rows)
+
+
+# The sampler finds stalls with the three tables below, the classifier loop threads with the
+# first: each is defined once, in native/src/rules.rs, and read here.
 #: Frames that enter an event loop: (function, file suffix). A suffix of "" matches any file.
-LOOP_ENTRIES: tuple[tuple[str, str], ...] = (
-    ("run_forever", "asyncio/base_events.py"),
-    ("run_until_complete", "asyncio/base_events.py"),
-    ("run", "asyncio/runners.py"),
-    ("run", "uvloop/__init__.py"),
-    ("run_app", "aiohttp/web.py"),
-    # gunicorn's aiohttp workers; under uvloop no Python frame of the loop's own shows
-    ("run", "aiohttp/worker.py"),
-    ("start", "tornado/platform/asyncio.py"),
-    ("start", "tornado/ioloop.py"),
-    ("run_sync", "tornado/ioloop.py"),
-    ("run_forever", ""),
-    ("run_until_complete", ""),
-)
-
-
+LOOP_ENTRIES = _table(_native.LOOP_ENTRIES)
 #: The frame of asyncio's loop that runs one callback (a task's step or a plain callback): the
 #: frame above it is the callback's. uvloop runs its callbacks from C: there the frame above
 #: the loop's entry is.
-CALLBACK_RUNNERS: tuple[tuple[str, str], ...] = (("_run", "asyncio/events.py"),)
-
+CALLBACK_RUNNERS = _table(_native.CALLBACK_RUNNERS)
 #: asyncio's pass of its loop: with no callback above it, the loop is between callbacks.
-LOOP_PASSES: tuple[tuple[str, str], ...] = (("_run_once", "asyncio/base_events.py"),)
+LOOP_PASSES = _table(_native.LOOP_PASSES)
 
 
 #: The poll of asyncio's selector loop: an idle leaf for a loop thread.

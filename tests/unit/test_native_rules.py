@@ -266,8 +266,15 @@ def test_the_known_waits_are_data_and_the_selectors_one_is_an_idle_poll() -> Non
     assert set(selector) <= set(SELECTOR_WAITS), (selector, SELECTOR_WAITS)
 
 
-def test_the_loop_tables_are_the_python_ones() -> None:
-    """The sampler finds stalls with them; the classifier finds loop threads with them."""
-    assert tuple(map(tuple, _native.LOOP_ENTRIES)) == LOOP_ENTRIES
-    assert tuple(map(tuple, _native.CALLBACK_RUNNERS)) == CALLBACK_RUNNERS
-    assert tuple(map(tuple, _native.LOOP_PASSES)) == LOOP_PASSES
+def test_the_loop_tables_are_data_the_python_side_reads() -> None:
+    """The sampler finds stalls with them, the classifier loop threads with the entries: one
+    definition (native/src/rules.rs), read by sidecar.rules.loops."""
+    for native, python in (
+        (_native.LOOP_ENTRIES, LOOP_ENTRIES),
+        (_native.CALLBACK_RUNNERS, CALLBACK_RUNNERS),
+        (_native.LOOP_PASSES, LOOP_PASSES),
+    ):
+        assert native and tuple(map(tuple, native)) == python, (native, python)
+        assert all(function and "." not in function for function, _ in python), python
+    assert ("run_forever", "asyncio/base_events.py") in LOOP_ENTRIES
+    assert ("run", "uvloop/__init__.py") in LOOP_ENTRIES
