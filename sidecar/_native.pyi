@@ -180,6 +180,9 @@ class SamplerStats(TypedDict):
     #: per tick, the seconds the stall detector took, timed around each of its calls (0 with
     #: ``stall_ms=0``)
     stall_mean: float
+    #: when the oldest stall still in progress began (unix seconds): a callback that has held
+    #: its loop ``stall_ms`` or more by the last sample; None while none has
+    stalled_since: float | None
     #: the /proc file of those run states: "stat", or "syscall" once it has named the system
     #: call of a thread that "stat" showed asleep (it costs the kernel less); "" through py-spy
     state_file: str

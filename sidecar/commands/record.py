@@ -147,9 +147,10 @@ def summary(rec: Recording) -> list[str]:
     analysis = analyze(profile, holders=rec.counts.holders())
     if analysis.samples:
         lines.append(f"{analysis.covers}: {state_line(analysis)} of {analysis.samples:,} samples")
-    stalls = rec.counts.stalls()
-    lines.append(summary_line(stalls, rec.stall_ms, rec.counts.stalls_dropped))
-    lines += stall_rows(stalls, STALL_ROWS, 1 / rec.rate_hz)
+    if not analysis.no_loop_thread:  # a process without an event loop has no stall to tell
+        stalls = rec.counts.stalls()
+        lines.append(summary_line(stalls, rec.stall_ms, rec.counts.stalls_dropped))
+        lines += stall_rows(stalls, STALL_ROWS, 1 / rec.rate_hz)
     ticks = stats["samples"] + stats["errors"]
     torn = torn_note(stats["errors"], ticks, rec.blocking)
     if torn:

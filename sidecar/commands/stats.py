@@ -173,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(document, indent=2))
     else:
         lines = table(analysis, profile, info, args.top)
-        if live is not None:
+        if live is not None and not analysis.no_loop_thread:
             lines[2:2] = [summary_line(live.stalls, live.stall_ms, live.dropped)]
             lines += stall_rows(live.stalls, args.top, 1 / live.rate_hz)
         if tasks is not None:

@@ -248,6 +248,7 @@ def create_app(service: Service) -> FastAPI:
             entry["tasks"] = block
             # the longest of the range (all of them: /api/stalls), oldest first
             longest, _ = stall_reader.stalls(row["id"], span, limit=STATS_STALLS, longest=True)
+            longest.sort(key=lambda stall: stall["start"])
             entry["stalls"] = [_without_target(stall) for stall in longest]
         return document
 
@@ -261,12 +262,19 @@ def create_app(service: Service) -> FastAPI:
         start: From = None,
         end: To = None,
         min_ms: Annotated[float, Query(ge=0, description="the shortest listed (ms)")] = 0.0,
-        limit: Annotated[
-            int, Query(ge=1, le=MAX_STALLS, description="the most listed: the oldest")
-        ] = 1000,
+        limit: Annotated[int, Query(ge=1, le=MAX_STALLS, description="the most listed")] = 1000,
+        order: Annotated[
+            str,
+            Query(
+                pattern="^(start|longest)$",
+                description="start: the oldest, oldest first; longest: the longest first",
+            ),
+        ] = "start",
     ) -> dict[str, Any]:
         span = _span(start, end)
-        found, total = stall_reader.stalls(target, span, min_ms=min_ms, limit=limit)
+        found, total = stall_reader.stalls(
+            target, span, min_ms=min_ms, limit=limit, longest=order == "longest"
+        )
         return {
             "stalls": found,
             "total": total,

@@ -7,6 +7,7 @@ Labels never carry stack or function names: only PID, framework, loop, role (``m
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
@@ -110,9 +111,19 @@ class ServiceCollector(Collector):
             "--stall-ms or more (default 0.1 s), by length, since sampling of the process began",
             labels=["pid", "framework", "loop", "role"],
         )
+        stalled = GaugeMetricFamily(
+            "sidecar_loop_stalled_seconds",
+            "How long the callback the event loop is in now has held it, once that is serve "
+            "--stall-ms or more (0 otherwise): a stall in progress, before the histogram counts "
+            "it as it ends",
+            labels=["pid", "framework", "loop", "role"],
+        )
+        now = time.time()
         for session, stats in live:
             labels = [str(session.key[0]), session.framework, session.loop, session.role or ""]
             lag.add_metric(labels, stats["lag_mean"])
+            since = stats["stalled_since"]
+            stalled.add_metric(labels, 0.0 if since is None else max(0.0, now - since))
             histogram = session.stalls
             stalls.add_metric(labels, histogram.exposed(), histogram.sum)
             for (state, kind), mean in session.tasks.items():
@@ -132,6 +143,7 @@ class ServiceCollector(Collector):
         yield tasks
         yield unread
         yield stalls
+        yield stalled
 
         targets = GaugeMetricFamily(
             "sidecar_targets", "Processes by sampling state", labels=["state"]

@@ -61,9 +61,9 @@ class StallReader:
         limit: int = 1000,
         longest: bool = False,
     ) -> tuple[list[dict[str, Any]], int]:
-        """The stalls of one target (or all) overlapping ``span``, at least ``min_ms`` long,
-        oldest first, at most ``limit`` (the longest of them with ``longest``), each with its
-        target and PID; and how many matched in all."""
+        """The stalls of one target (or all) overlapping ``span``, at least ``min_ms`` long, at
+        most ``limit``: the oldest, oldest first, or with ``longest`` the longest, longest first;
+        each with its target and PID. And how many matched in all."""
         if not 1 <= limit <= MAX_STALLS:
             raise QueryError(f"'limit' must be between 1 and {MAX_STALLS}, not {limit}")
         where = "s.start < ? AND s.start + s.duration > ? AND s.duration >= ?"
@@ -74,14 +74,13 @@ class StallReader:
             params += (target,)
         base = f"FROM stalls s JOIN processes p ON p.id = s.process_id WHERE {where}"
         ((total,),) = self.reader.rows(f"SELECT COUNT(*) {base}", params)
-        order = "s.duration DESC" if longest else "s.start"
+        order = "s.duration DESC, s.start" if longest else "s.start"
         sql = f"SELECT {_COLUMNS} {base} ORDER BY {order} LIMIT ?"
         rows = self.reader.rows(sql, (*params, limit))
         out = []
         for row in rows:
             entry = {"target": int(row[-2]), "pid": int(row[-1]), **_stall(row).to_json()}
             out.append(entry)
-        out.sort(key=lambda entry: entry["start"])
         return out, int(total)
 
     def dropped(self, target: int | None, span: Range) -> int:

@@ -190,6 +190,13 @@ def test_record_and_stats_say_the_stalls(spawn: Spawner, tmp_path: object) -> No
     assert "busy at freeze_spin (targets/handlers.py:" in summary, summary
     assert any(line.startswith("longest stalls (lengths within 10 ms") for line in lines), lines
 
+    # a process without an event loop has no stall to tell, and no line says it has none
+    plain = spawn.target("spin")
+    result = sidecar("record", "--pid", str(plain.pid), "-d", "1", "-o", f"{tmp_path}/s.svg")
+    assert result.returncode == 0, result.stderr
+    assert "all threads (no event loop seen): busy" in result.stderr, result.stderr
+    assert "stalls" not in result.stderr, result.stderr
+
     # a threshold out of bounds: one line, exit 2, before any sampling
     result = sidecar("stats", "--pid", str(target.pid), "--stall-ms", "0")
     assert result.returncode == 2

@@ -63,7 +63,7 @@ def test_every_dashboard_query_names_what_metrics_exposes(spawn: Spawner, tmp_pa
     exprs = queries(doc)
     assert len(exprs) >= 15
     alerts = alert_queries(yaml.safe_load(ALERTS.read_text()))
-    assert len(alerts) == 2
+    assert len(alerts) == 3
     exprs += alerts
     # each parses as PromQL, Grafana's variables given values (label_values() is Grafana's)
     for expr in (e for e in exprs if not e.startswith("label_values(")):

@@ -5,6 +5,7 @@ target, and a restart of the service keeps the stored stalls."""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -78,6 +79,11 @@ def test_stalls_are_listed_counted_and_kept(spawn: Spawner, serve: Any) -> None:
     # filters: the longest only, one target, a range after them
     longest = server.json(f"/api/stalls?from={began - 1:.0f}&min_ms=250")["stalls"]
     assert [s["state"] for s in longest] == ["blocked"], longest
+    by_length = server.json(f"/api/stalls?from={began - 1:.0f}&order=longest&limit=2")
+    assert [s["duration_s"] for s in by_length["stalls"]] == sorted(
+        (s["duration_s"] for s in stalls), reverse=True
+    )[:2]
+    assert by_length["total"] == 3
     target_id = stalls[0]["target"]
     assert server.json(f"/api/stalls?target={target_id}&from={began - 1:.0f}")["total"] == 3
     later = f"/api/stalls?from={time.time() + 5:.0f}&to={time.time() + 60:.0f}"
@@ -92,11 +98,30 @@ def test_stalls_are_listed_counted_and_kept(spawn: Spawner, serve: Any) -> None:
         s["duration_s"] for s in stalls
     ]
 
+    # a stall in progress shows before it ends: how long the loop has been held so far
+    def stalled() -> float:
+        text = server.request("/metrics")[1].decode()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "sidecar_loop_stalled_seconds":
+                    return float(sample.value)
+        raise AssertionError("no sidecar_loop_stalled_seconds")
+
+    assert stalled() == 0.0
+    long = threading.Thread(target=target.get, args=("/freeze?how=sleep&ms=2500", 30))
+    long.start()
+    try:
+        assert wait_until(lambda: stalled() >= 1.0, timeout=10), stalled()
+        assert long.is_alive()  # seen while the loop was still held
+    finally:
+        long.join()
+    assert wait_until(lambda: stalled() == 0.0, timeout=10)
+    assert wait_until(lambda: listed()["total"] == 4, timeout=10), listed()
+
     # a restart keeps what was stored
+    stored = [(s["start"], s["duration_s"]) for s in listed()["stalls"]]
     server.stop()
     again = serve("--stall-ms", "120", pids=(target.pid,))
     assert wait_until(lambda: bool(again.targets()), timeout=20)
     kept = again.json(f"/api/stalls?from={began - 1:.0f}")
-    assert [(s["start"], s["duration_s"]) for s in kept["stalls"]] == [
-        (s["start"], s["duration_s"]) for s in stalls
-    ]
+    assert [(s["start"], s["duration_s"]) for s in kept["stalls"]] == stored

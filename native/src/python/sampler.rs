@@ -308,6 +308,7 @@ impl Sampler {
         dict.set_item("state_reads_mean", stats.state_nanos as f64 / 1e9 / ticks)?;
         dict.set_item("state_file", stats.state_file)?;
         dict.set_item("stall_mean", stats.stall_nanos as f64 / 1e9 / ticks)?;
+        dict.set_item("stalled_since", stats.stalled_since)?;
         dict.set_item("fold_mean", stats.fold_sum / (stats.samples.max(1) as f64))?;
         dict.set_item("pauses", stats.pauses.count)?;
         dict.set_item(

@@ -413,6 +413,7 @@ impl Runner {
         state.stats.traces += folded.len() as u64;
         state.stats.fold_sum += fold;
         state.stats.stall_nanos += stall_nanos;
+        state.stats.stalled_since = self.stalls.stalled_since(wall);
         for scan in task_scans {
             super::task_ticks::count(scan, window, &mut state.stats);
         }

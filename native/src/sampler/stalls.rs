@@ -244,6 +244,16 @@ impl Stalls {
         }
     }
 
+    /// When the oldest stall in progress began (unix seconds): the first sample of a run that
+    /// has lasted the threshold by `wall`; None while no loop is held that long.
+    pub fn stalled_since(&self, wall: f64) -> Option<f64> {
+        self.open
+            .values()
+            .map(|open| open.stall.start)
+            .filter(|&start| wall - start >= self.threshold)
+            .min_by(f64::total_cmp)
+    }
+
     /// The runs in progress when sampling ends, as stalls still running (those long enough).
     pub fn flush(&mut self, ended: &mut Vec<Stall>) {
         for (_, open) in self.open.drain() {

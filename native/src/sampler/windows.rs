@@ -164,6 +164,8 @@ pub struct Stats {
     /// Time the stall detector took, timed around each of its calls (ns, summed): the
     /// benchmarks' measure of its own work.
     pub stall_nanos: u64,
+    /// When the oldest stall in progress began, as of the last sample (`Stalls::stalled_since`).
+    pub stalled_since: Option<f64>,
     /// Blocking mode: how long the target's Python threads stayed stopped per sample.
     pub pauses: PauseStats,
     pub last_error: Option<String>,
