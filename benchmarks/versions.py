@@ -270,18 +270,23 @@ def verdicts(what: str, ratios: dict[str, list[float]], goal: float) -> list[str
             " the median's distance to it: this run does not place them"] * bool(wide)]  # fmt: skip
 
 
-def detector_work(legs: dict[str, Any]) -> str:
-    """The stall detector's own work per sample on ``deep``, timed in place, median round."""
-    parts = []
+def detector_work(legs: dict[str, Any]) -> list[str | list[str]]:
+    """The stall detector's own work per sample on ``deep``, timed in place: its median round,
+    and the CPU per sample with it over the same less that work, judged like the legs."""
+    parts, ratios = [], {}
     for v in VERSIONS:
         on = legs["deep"][v]["auto"]
         us = med(r["stall_mean"] * 1e6 for r in on)
         share = med(r["stall_mean"] * 1e6 / r["cpu_per_sample_us"] for r in on)
         parts.append(f"{v} {us:.2f} µs ({share:.2%} of its sample's CPU)")
-    return (
+        ratios[v] = [r["cpu_per_sample_us"] / (r["cpu_per_sample_us"] - r["stall_mean"] * 1e6)
+                     for r in on]  # fmt: skip
+    return [
         "Timed in place (around each of its calls, `stall_mean`), the detector's own work per "
-        f"sample, median round: {', '.join(parts)}."
-    )
+        f"sample, median round: {', '.join(parts)}. Two legs' ratio cannot resolve a difference "
+        "much smaller than its spread between rounds; the work timed in place can.",
+        verdicts("The CPU per sample with the detector against the same less its own work "
+                 "timed in place", ratios, STALLS_WITHIN)]  # fmt: skip
 
 
 def write_report(data: dict[str, Any], report: Report) -> None:
@@ -320,7 +325,7 @@ def write_report(data: dict[str, Any], report: Report) -> None:
         "every sample is in a callback of its loop, with the stall detector against the same "
         "without it (`stall_ms=0`, the rows above)", {v: cpus(legs["deep"][v]["auto"],
         legs["deep"][v]["stalls off"]) for v in VERSIONS}, STALLS_WITHIN),
-        detector_work(legs))  # fmt: skip
+        *detector_work(legs))  # fmt: skip
     report.add(
         f"## CPU per sample at {FAST:g} Hz on the 3.15 target",
         "In the same rounds, on the same `deep` target. For sidecar and py-spy's reader (in "
