@@ -188,7 +188,8 @@ def test_a_starved_loop_reads_gil_in_its_metrics_and_names_who_held_the_gil(
     service = Service(ServeConfig(db=tmp_path / "m.db"))  # nothing sampled: one session given
     session = Session((4242, 1), "python app.py", None, "aiohttp", "asyncio", 0.0)  # type: ignore[arg-type]
     session.recent.extend([loop, loop._replace(start=1010)])
-    stats = {"lag_mean": 0.0, **dict.fromkeys(COUNTERS, 0)}
+    # the fields of a sampler's stats() the metrics read (no stall in progress)
+    stats = {"lag_mean": 0.0, "stalled_since": None, **dict.fromkeys(COUNTERS, 0)}
     monkeypatch.setattr(service.sessions, "live_stats", lambda: [(session, stats)])
     try:
         values = {
@@ -204,6 +205,7 @@ def test_a_starved_loop_reads_gil_in_its_metrics_and_names_who_held_the_gil(
     assert values[("sidecar_loop_share", "idle")] == 1 / 9
     assert values[("sidecar_loop_share", "blocked")] == 0
     assert values[("sidecar_loop_gc_share", None)] == 1 / 9
+    assert values[("sidecar_loop_stalled_seconds", None)] == 0
 
 
 # the app served in-process by Starlette's test client (through httpx, which it deprecates)
