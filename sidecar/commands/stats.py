@@ -172,9 +172,11 @@ def run(args: argparse.Namespace) -> int:
         )
         print(json.dumps(document, indent=2))
     else:
-        lines = table(analysis, profile, info, args.top)
+        stalls: list[str] = []
         if live is not None and not analysis.no_loop_thread:
-            lines[2:2] = [summary_line(live.stalls, live.stall_ms, live.dropped)]
+            stalls = [summary_line(live.stalls, live.stall_ms, live.dropped)]
+        lines = table(analysis, profile, info, args.top, stalls)
+        if stalls and live is not None:
             lines += stall_rows(live.stalls, args.top, 1 / live.rate_hz)
         if tasks is not None:
             lines += task_lines(tasks)
@@ -195,8 +197,15 @@ def _ranked_rows(title: str, rows: list[Ranked], what: str) -> list[str]:
     return out
 
 
-def table(analysis: Analysis, profile: Profile, info: ProcessInfo | None, top: int) -> list[str]:
-    """The readable form: one block per aspect, shares as percentages."""
+def table(
+    analysis: Analysis,
+    profile: Profile,
+    info: ProcessInfo | None,
+    top: int,
+    after_shares: list[str] | None = None,
+) -> list[str]:
+    """The readable form: one block per aspect, shares as percentages; ``after_shares`` (the
+    stalls' line) follows the shares."""
     who = f"PID {analysis.pid}" if analysis.pid is not None else "profile"
     lines = [f"{who}: {analysis.framework} on {analysis.loop}"]
     if analysis.role is not None:
@@ -207,6 +216,7 @@ def table(analysis: Analysis, profile: Profile, info: ProcessInfo | None, top: i
     estimate = " (estimated: no [idle]/[blocked]/[gil] frames)" if analysis.estimated else ""
     shares = f"{state_line(analysis)} of {analysis.samples:,} samples{estimate}"
     lines.append(f"{analysis.covers}: {shares}")
+    lines += after_shares or []
     depth = analysis.depth
     if depth.mean is None:
         lines.append("stack depth: no busy samples")

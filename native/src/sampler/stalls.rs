@@ -38,6 +38,9 @@ pub const MAX_STALLS: usize = 100;
 /// What stands for the callback of a loop kept in its poll by the GIL (`Stall::callback`: the
 /// poll's frame).
 const POLL_KEY: u64 = u64::MAX;
+/// The callback index of such a stall: the innermost frame (the poll's), found as it is handed
+/// out, not on each sample.
+const INNERMOST: u16 = u16::MAX;
 
 /// What a loop thread did in one sample of a stall.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -89,11 +92,12 @@ impl Stall {
 
     /// The callback's frame, as folded text writes it.
     pub fn callback(&self) -> &str {
-        self.first
-            .text()
-            .split(';')
-            .nth(self.callback_index as usize)
-            .unwrap_or("")
+        let mut frames = self.first.text().split(';');
+        match self.callback_index {
+            INNERMOST => frames.next_back(),
+            index => frames.nth(index as usize),
+        }
+        .unwrap_or("")
     }
 }
 
@@ -135,10 +139,7 @@ impl Stalls {
             let (index, key) = match stack.place() {
                 // back from its poll but kept there by another thread's hold on the GIL: as
                 // good as a callback that holds the loop
-                LoopPlace::Between if trace.gil == GilRole::Waits => {
-                    let innermost = stack.text().matches(';').count();
-                    (innermost.min(u16::MAX as usize) as u16, POLL_KEY)
-                }
+                LoopPlace::Between if trace.gil == GilRole::Waits => (INNERMOST, POLL_KEY),
                 LoopPlace::Outside => {
                     if let Some(open) = self.open.get_mut(&trace.tid) {
                         open.tick = self.tick;
