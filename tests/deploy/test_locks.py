@@ -44,25 +44,31 @@ def pins(path: Path) -> dict[str, str]:
     return out
 
 
-def requirements_of(name: str) -> set[str]:
-    """What an installed distribution requires without extras, on this platform."""
+def requirements_of(
+    name: str, extras: frozenset[str] = frozenset()
+) -> set[tuple[str, frozenset[str]]]:
+    """What an installed distribution requires, on this platform, with the ``extras`` asked of
+    it (pip installs an extra's requirements too: textual asks for ``markdown-it-py[linkify]``):
+    (name, the extras asked of it) each."""
     found = set()
     for text in importlib.metadata.distribution(name).requires or []:
         req = Requirement(text)
-        if req.marker is None or req.marker.evaluate({"extra": ""}):
-            found.add(canonical(req.name))
-    return found - INSTALLER
+        if req.marker is None or any(
+            req.marker.evaluate({"extra": extra}) for extra in ("", *extras)
+        ):
+            found.add((canonical(req.name), frozenset(req.extras)))
+    return {(dep, asked) for dep, asked in found if dep not in INSTALLER}
 
 
 def closure(roots: set[str]) -> set[str]:
-    seen: set[str] = set()
-    todo = list(roots)
+    seen: set[tuple[str, frozenset[str]]] = set()
+    todo = [(root, frozenset[str]()) for root in roots]
     while todo:
-        name = todo.pop()
-        if name not in seen:
-            seen.add(name)
-            todo += requirements_of(name)
-    return seen
+        item = todo.pop()
+        if item not in seen:
+            seen.add(item)
+            todo += requirements_of(*item)
+    return {name for name, _ in seen}
 
 
 def test_runtime_lock_is_the_closure_of_the_package_dependencies() -> None:
