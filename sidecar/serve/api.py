@@ -39,6 +39,7 @@ from sidecar.serve.metrics import registry_for
 from sidecar.store.query import QueryError, Range, StoreUnavailable, UnknownTarget
 from sidecar.store.stallquery import MAX_STALLS, StallReader
 from sidecar.store.taskquery import WHICH, NoTaskScans, TaskReader
+from sidecar.store.threadquery import ThreadReader
 
 if TYPE_CHECKING:
     from sidecar.serve.service import Service
@@ -75,6 +76,16 @@ TasksOf = Annotated[
         description="with kind=tasks: all tasks, requests' tasks or background ones",
     ),
 ]
+#: The response header of /api/profile that says which threads its samples are of.
+THREADS_HEADER = "X-Sidecar-Threads"
+
+
+def threads_query(default: str) -> Any:
+    return Query(
+        pattern="^(loop|all)$",
+        description="loop: the samples of the event-loop threads (of every thread when no "
+        f"thread ran an event loop in the range); all: of every thread; default {default}",
+    )
 
 
 def error_response(status: int, code: str, message: str) -> JSONResponse:
@@ -116,6 +127,7 @@ def create_app(service: Service) -> FastAPI:
     reader = service.reader
     tasks = TaskReader(reader)
     stall_reader = StallReader(reader)
+    thread_reader = ThreadReader(reader)
 
     @app.exception_handler(SidecarError)
     async def domain_error(request: Request, err: SidecarError) -> JSONResponse:
@@ -191,13 +203,30 @@ def create_app(service: Service) -> FastAPI:
         step: Annotated[int | None, Query(ge=1, le=86_400)] = None,
         kind: Kind = "threads",
         tasks_of: TasksOf = "all",
+        threads: Annotated[str, threads_query("loop")] = "loop",
     ) -> dict[str, Any]:
         if kind == "tasks":
+            if threads != "loop":
+                raise QueryError("'threads' picks thread samples: kind=tasks has no threads")
             return tasks.timeline(target, _span(start, end), step, tasks_of)
         if tasks_of != "all":
             raise QueryError("'tasks' picks tasks of kind=tasks")
-        result: dict[str, Any] = reader.timeline(target, _span(start, end), step)
+        span = _span(start, end)
+        result: dict[str, Any] = reader.timeline(target, span, step, loop=threads == "loop")
         return result
+
+    @app.get(
+        "/api/threads",
+        summary="The threads with samples in a range: per thread its samples, its samples on "
+        "an event-loop stack and whether it runs an event loop",
+    )
+    def threads(target: TargetId = None, start: From = None, end: To = None) -> dict[str, Any]:
+        span = _span(start, end)
+        return {
+            "from": span.start,
+            "to": span.end,
+            "threads": thread_reader.threads(target, span),
+        }
 
     @app.get(
         "/api/profile",
@@ -213,18 +242,25 @@ def create_app(service: Service) -> FastAPI:
         inverted: bool = False,
         kind: Kind = "threads",
         tasks_of: TasksOf = "all",
+        threads: Annotated[str, threads_query("all")] = "all",
     ) -> Response:
         states = set(state.split(",")) if state else None
         if kind == "tasks":
-            if thread:
-                raise QueryError("'thread' filters thread samples: kind=tasks has no threads")
+            if thread or threads != "all":
+                raise QueryError(
+                    "'thread' and 'threads' filter thread samples: kind=tasks has none"
+                )
             data = tasks.profile(target, _span(start, end), states, tasks_of)
             title = f"{_title(target)} · asyncio tasks"
             return _profile_response(data, format, title, inverted, "task-samples")
         if tasks_of != "all":
             raise QueryError("'tasks' picks tasks of kind=tasks")
-        data = reader.profile(target, _span(start, end), states, thread)
-        return _profile_response(data, format, _title(target), inverted)
+        span = _span(start, end)
+        loop = threads == "loop" and reader.has_loop_samples(target, span)
+        data = reader.profile(target, span, states, thread, loop_only=loop)
+        response = _profile_response(data, format, _title(target), inverted)
+        response.headers[THREADS_HEADER] = "loop" if loop else "all"
+        return response
 
     @app.get(
         "/api/stats",

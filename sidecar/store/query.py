@@ -250,8 +250,10 @@ class Reader:
         span: Range,
         states: set[str] | None = None,
         thread: str | None = None,
+        loop_only: bool = False,
     ) -> Profile:
-        """Folded stacks of one target (or all) over a range, off-CPU leaves included."""
+        """Folded stacks of one target (or all) over a range, off-CPU leaves included; with
+        ``loop_only``, the samples of event-loop stacks only (the ``stacks.loop`` flag)."""
         if target is not None:
             info = self.target(target)
         codes, threads = self._states(states), self._threads(thread)
@@ -267,6 +269,9 @@ class Reader:
                     totals[(stack, state)] = totals.get((stack, state), 0) + count
         except counts.CountsError as err:
             raise StoreUnavailable(f"the database is damaged: {err}") from err
+        if loop_only:
+            loop = self.loop_stacks({stack for stack, _ in totals})
+            totals = {key: count for key, count in totals.items() if key[0] in loop}
         texts = self.stack_texts({stack for stack, _ in totals})
         profile = Profile(start=float(span.start), end=float(span.end))
         for (stack_id, state), count in totals.items():
@@ -278,6 +283,28 @@ class Reader:
                 pid=info["pid"], cmdline=info["cmdline"], python_version=info["python_version"]
             )
         return profile
+
+    def loop_stacks(self, ids: set[int]) -> set[int]:
+        """Which of these stacks run an event loop, as the writer flagged them when it stored
+        them (``sidecar.classify.threads.is_loop_stack``)."""
+        if not ids:
+            return set()
+        rows = self.rows(
+            "SELECT id FROM stacks WHERE loop = 1 AND id IN (SELECT value FROM json_each(?))",
+            (json.dumps(sorted(ids)),),
+        )
+        return {int(row[0]) for row in rows}
+
+    def has_loop_samples(self, target: int | None, span: Range) -> bool:
+        """Whether a thread ran an event loop in the range: what the loop-thread views show
+        then, and every thread otherwise (the timeline's ``loop_threads_only``)."""
+        where, params = "window >= ? AND window < ?", [span.start, span.end]
+        if target is not None:
+            where += " AND target_id = ?"
+            params.append(target)
+        loop = " + ".join(f"SUM({column})" for column, _, on_loop in SUM_COLUMNS if on_loop)
+        ((found,),) = self.rows(f"SELECT {loop} FROM windows WHERE {where}", tuple(params))
+        return bool(found)
 
     def entries(
         self, process_id: int | None = None
@@ -348,8 +375,11 @@ class Reader:
             path.reverse()
             texts[node] = ";".join(path)
 
-    def timeline(self, target: int | None, span: Range, step: int | None = None) -> dict[str, Any]:
-        """busy / idle / blocked / gil samples of the loop threads per bucket of ``step``
+    def timeline(
+        self, target: int | None, span: Range, step: int | None = None, loop: bool = True
+    ) -> dict[str, Any]:
+        """busy / idle / blocked / gil samples of the loop threads (with ``loop`` False, or
+        when no thread ran a loop in the range, of every thread) per bucket of ``step``
         seconds."""
         if step is None:
             step = max(self.window, (span.end - span.start) // 300 // self.window * self.window)
@@ -372,7 +402,7 @@ class Reader:
             (step, step, *params),
         )
         # the event loop's threads when the range has any, else every thread
-        loop_only = any(
+        loop_only = loop and any(
             row[1 + i] for row in rows for i, (_, _, loop) in enumerate(SUM_COLUMNS) if loop
         )
         chosen = [
