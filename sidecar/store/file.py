@@ -50,6 +50,11 @@ def _file_id(path: Path) -> tuple[int, int]:
     return info.st_dev, info.st_ino
 
 
+def _fd_id(fd: int) -> tuple[int, int]:
+    info = os.fstat(fd)
+    return info.st_dev, info.st_ino
+
+
 class StoreFile:
     """The connection to one sidecar database, and the lock that makes it the only writer."""
 
@@ -85,10 +90,17 @@ class StoreFile:
             self._rolled: set[int] = {
                 int(r[0]) for r in self.db.execute("SELECT hour FROM rollup_hours").fetchall()
             }
-            self.file_id = _file_id(self.path)
+            # Kept open until the connection is closed: SQLite's locks on the file are POSIX
+            # locks, which closing any descriptor of the file in this process would drop; a
+            # reader in another process closing its connection would then take this store
+            # for gone and delete the WAL it is writing to (what it wrote after that stays
+            # unseen by readers until the next checkpoint)
+            self._fd = os.open(self.path, os.O_RDONLY)
+            self.file_id = _fd_id(self._fd)
         except BaseException:
             with suppress(sqlite3.Error):
                 conn.close()
+            self._close_fd()
             raise
         # ids cached from this database: interned stacks, nodes and frames
         # (``sidecar.store.windows``), and attached processes' (target id, process id)
@@ -104,14 +116,16 @@ class StoreFile:
         a small query on a new read-only connection."""
         try:
             file_id = _file_id(self.path)
-            with open(self.path, "rb") as handle:
-                header = handle.read(len(SQLITE_HEADER))
         except FileNotFoundError:
             return DELETED
         except OSError:
             return None  # not something to start over for; writes will tell
         if file_id != self.file_id:
             return REPLACED
+        try:  # the file at the path is the one open: read through the descriptor kept open
+            header = os.pread(self._fd, len(SQLITE_HEADER), 0)
+        except OSError:
+            return None
         if header != SQLITE_HEADER:
             return f"{CORRUPT} (its SQLite header is gone)"
         if probe:  # what a new reader sees: the writer's own cache hides damage from it
@@ -134,6 +148,7 @@ class StoreFile:
         a sound database is used as it is. Known processes must be attached again."""
         with suppress(sqlite3.Error):
             self.db.conn.close()
+        self._close_fd()
         aside: Path | None = None
         if self.path.exists() and reason == REPLACED:
             try:
@@ -187,7 +202,15 @@ class StoreFile:
         with suppress(sqlite3.Error):
             self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         self.db.conn.close()
+        self._close_fd()
         self._release_lock()
+
+    def _close_fd(self) -> None:
+        """Closes the descriptor ``check_file`` reads through (after the connection: closing
+        it drops this process's locks on the file)."""
+        fd, self._fd = getattr(self, "_fd", -1), -1
+        if fd >= 0:
+            os.close(fd)
 
     @contextmanager
     def transaction(self) -> Iterator[None]:

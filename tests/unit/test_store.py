@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 import time
 import zlib
 from pathlib import Path
@@ -107,6 +109,26 @@ def test_one_writer_per_database(tmp_path: Path) -> None:
         Store(db)
     store.close()
     Store(db).close()  # free again once the first closed
+
+
+def test_readers_in_other_processes_see_each_window_once_committed(tmp_path: Path) -> None:
+    """The store's checks of its file (``check_file``) keep SQLite's locks on it: a reader
+    in another process that closes its connection never takes the store for gone and deletes
+    the WAL it writes to (writes after that went unseen until the next checkpoint)."""
+    db = tmp_path / "seen.db"
+    store, record = open_store(db)
+    count = "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); " + (
+        "print(c.execute('SELECT COUNT(*) FROM windows').fetchone()[0]); c.close()"
+    )
+    now = int(time.time())
+    for n in range(3):
+        store.write([WindowBatch(record.key, now + n, 1, 100, [("main (app.py:1)", 1, "busy", 1)])])
+        assert store.check_file(probe=True) is None
+        seen = subprocess.run(
+            [sys.executable, "-c", count, str(db)], capture_output=True, text=True, check=True
+        )
+        assert int(seen.stdout) == n + 1
+    store.close()
 
 
 def test_restarted_command_keeps_its_target_and_workers_get_their_own(tmp_path: Path) -> None:
