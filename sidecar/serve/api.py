@@ -352,6 +352,7 @@ def create_app(service: Service) -> FastAPI:
                     "self_changes": [_change(c) for c in result.self_changes[:50]],
                     "total_changes": [_change(c) for c in result.total_changes[:50]],
                     "state_changes": [_change(c) for c in result.state_changes],
+                    "states_of": result.states_of,
                 }
             )
         svg = render_diff(result, RenderOptions(title="sidecar: differential flame graph"))

@@ -199,7 +199,7 @@ def test_targets_list_shows_aiohttp_and_tornado(ui: UI) -> None:
         text = item.inner_text()
         assert framework in text and loop in text
         assert f"PID {info['pid']}" in text
-        assert "alive" in text and "samples" in text
+        assert "alive" in text and "ticks" in text
         assert f"targets.{framework}_app" in text  # the command
     page.locator(f'.target[data-id="{ui.tornado["id"]}"]').click()
     assert query(page)["target"] == str(ui.tornado["id"])
@@ -404,6 +404,7 @@ def test_compare_renders_a_differential_flamegraph(ui: UI) -> None:
     assert "samples" in page.locator("#verdict").inner_text()
     assert page.locator("#self-changes tbody tr").count() > 0
     assert page.locator("#state-changes .state-change").count() == 4  # busy, idle, blocked, gil
+    assert page.locator("#states-of").inner_text() == "the event loop's threads"
     shot(page, "compare")
 
     # two targets over the same range: aiohttp before, Tornado after

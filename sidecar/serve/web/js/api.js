@@ -73,6 +73,12 @@ export async function getText(path, params, signal) {
   return (await request(path, params, signal)).text();
 }
 
+/** A profile's folded text, and which threads the API says it counts (`loop` or `all`). */
+export async function getProfile(params, signal) {
+  const response = await request("profile", params, signal);
+  return { text: await response.text(), threads: response.headers.get("X-Sidecar-Threads") };
+}
+
 /**
  * The stalls of a range (GET /api/stalls: the oldest, as many as one answer holds), with
  * `longest`, the range's `n` longest, longest first (asked for with order=longest, so they are of

@@ -40,17 +40,40 @@ function share(v) {
   return v > 0 && v < 0.001 ? "<0.1%" : pct(v);
 }
 
+/** Blocking sites with fewer samples than this are folded into one "other" row: noise. */
+export const MIN_SITE_SAMPLES = 3;
+/** The blocking sites listed by name, at most. */
+const TOP_SITES = 5;
+
+/**
+ * The sites listed, most samples first: the TOP_SITES largest of at least `min` samples; and
+ * the rest folded into one row, `{sites, samples}` (null when nothing is left over).
+ */
+export function foldSites(sites, min = MIN_SITE_SAMPLES, top = TOP_SITES) {
+  const ranked = [...(sites || new Map()).entries()].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1));
+  const listed = ranked.filter(([, n]) => n >= min).slice(0, top);
+  const rest = ranked.slice(listed.length);
+  const other = rest.length ? { sites: rest.length, samples: rest.reduce((sum, [, n]) => sum + n, 0) } : null;
+  return { listed, other };
+}
+
 function sitesBlock(sites, loopSamples) {
   if (!sites || !sites.size) return `<p class="muted">The loop never blocked in this range.</p>`;
-  const ranked = [...sites.entries()].sort((a, b) => b[1] - a[1]).slice(0, 5);
-  return `<ol class="sites">${ranked
-    .map(([frame, n]) => {
-      const info = frameInfo(frame);
-      const where = info.file ? `${info.name} (${info.file}:${info.line})` : info.name;
-      return `<li><span class="site" title="${esc(where)}">${esc(where)}</span>
-        <span class="num">${count(n)} · ${share(n / (loopSamples || 1))} of loop time</span></li>`;
-    })
-    .join("")}</ol>`;
+  const { listed, other } = foldSites(sites);
+  const ofLoop = (n) => `${count(n)} · ${share(n / (loopSamples || 1))} of loop time`;
+  const rows = listed.map(([frame, n]) => {
+    const info = frameInfo(frame);
+    const where = info.file ? `${info.name} (${info.file}:${info.line})` : info.name;
+    return `<li><span class="site" title="${esc(where)}">${esc(where)}</span>
+        <span class="num">${ofLoop(n)}</span></li>`;
+  });
+  if (other) {
+    const what = `other: ${count(other.sites)} site${other.sites === 1 ? "" : "s"}`;
+    rows.push(`<li class="other" data-sites="${other.sites}" data-samples="${other.samples}"><span class="site muted"
+        title="sites with fewer than ${MIN_SITE_SAMPLES} samples, and those past the top ${TOP_SITES}">${what}</span>
+        <span class="num">${ofLoop(other.samples)}</span></li>`);
+  }
+  return `<ol class="sites">${rows.join("")}</ol>`;
 }
 
 export function renderFrameworks(host, stats, { targets, sites, current }) {
@@ -79,7 +102,7 @@ export function renderFrameworks(host, stats, { targets, sites, current }) {
           data-idle-share="${s.idle_share}" data-busy-share="${s.busy_share}" data-blocked-share="${s.blocked_share}"
           data-gil-share="${s.gil_share}" data-gc-share="${s.gc_share}">
         <div class="fw-head">${badges(name, null).replace("badge", "badge fw-name")} ${loopBadges}
-          <span class="muted">${n} target${n === 1 ? "" : "s"} · ${count(s.samples)} loop samples${left}</span></div>
+          <span class="muted">${n} target${n === 1 ? "" : "s"} · ${count(s.samples)} loop-thread samples${left}</span></div>
         ${shareBar(s)}
         <div class="shares">
           <div class="share idle-share"><div class="label"><span class="swatch idle"></span>idle</div><div class="value" data-share="idle">${pct(s.idle_share)}</div></div>
@@ -87,9 +110,9 @@ export function renderFrameworks(host, stats, { targets, sites, current }) {
           <div class="share"><div class="label"><span class="swatch blocked"></span>blocked</div><div class="value" data-share="blocked">${pct(s.blocked_share)}</div></div>
           <div class="share" title="ready to run Python, waiting for the GIL another thread held"><div class="label"><span class="swatch gil"></span>gil</div><div class="value" data-share="gil">${pct(s.gil_share)}</div></div>
         </div>
-        <p class="gc-line" title="busy samples taken while the loop's thread collected garbage (a [gc] frame on top)">busy collecting garbage: <strong data-share="gc">${pct(s.gc_share)}</strong> of loop samples</p>
+        <p class="gc-line" title="busy samples taken while the loop's thread collected garbage (a [gc] frame on top)">busy collecting garbage: <strong data-share="gc">${pct(s.gc_share)}</strong> of loop-thread samples</p>
         <div><h3>Stack depth</h3>${depthBlock(s.depth, nice)}</div>
-        <div><h3>Top blocking call sites</h3>${sitesBlock(sites.get(name), s.samples)}</div>
+        <div><h3>Top blocking call sites <span class="muted sites-note">sites under ${MIN_SITE_SAMPLES} samples folded into "other"</span></h3>${sitesBlock(sites.get(name), s.samples)}</div>
       </article>`;
     })
     .join("");
@@ -102,7 +125,7 @@ export function renderStatsTargets(table, stats) {
     table.innerHTML = `<tbody><tr><td class="muted">No targets sampled in this range.</td></tr></tbody>`;
     return;
   }
-  const head = ["PID", "Framework", "Samples", "Busy", "Idle", "Blocked", "GIL", "GC", "Depth mean", "p95", "max"];
+  const head = ["PID", "Framework", "Loop-thread samples", "Busy", "Idle", "Blocked", "GIL", "GC", "Depth mean", "p95", "max"];
   table.innerHTML = `<thead><tr>${head
     .map((h, i) => `<th scope="col" class="${i >= 2 ? "num" : ""}">${h}</th>`)
     .join("")}</tr></thead><tbody>${rows

@@ -1,4 +1,5 @@
-// The top functions table: self and total samples, sortable, rows that select a function.
+// The top functions table: self and total samples, sortable; a click anywhere on a row (or Enter
+// on its name) selects its function: highlighted in the flamegraph, callers and callees shown.
 
 import { count, esc, pct } from "./format.js";
 
@@ -32,7 +33,7 @@ export function renderFunctions(table, data, { sort, dir, picked, onSort, onPick
       const selfW = Math.round((r.self / maxSelf) * 60);
       const totalW = Math.round((r.total / maxTotal) * 60);
       return `<tr data-key="${esc(r.key)}" aria-selected="${r.key === picked}">
-        <td><button class="fn" data-key="${esc(r.key)}" title="Highlight in the flamegraph"><span class="swatch ${esc(r.layer)}"></span>${esc(r.name)}</button>
+        <td><button class="fn" data-key="${esc(r.key)}" title="Highlight in the flamegraph (again: clear)"><span class="swatch ${esc(r.layer)}"></span>${esc(r.name)}</button>
           <div class="file">${esc(r.file)}</div></td>
         <td class="num">${count(r.self)} <span class="muted">${pct(r.self / total)}</span><span class="bar self" style="width:${selfW}px"></span></td>
         <td class="num">${count(r.total)} <span class="muted">${pct(r.total / total)}</span><span class="bar" style="width:${totalW}px"></span></td>
@@ -44,7 +45,9 @@ export function renderFunctions(table, data, { sort, dir, picked, onSort, onPick
   for (const button of table.querySelectorAll("th button")) {
     button.addEventListener("click", () => onSort(button.dataset.sort));
   }
-  for (const button of table.querySelectorAll("button.fn")) {
-    button.addEventListener("click", () => onPick(button.dataset.key));
+  // the row, not only its name: a click on its counts selects it too (the name's button, for
+  // the keyboard, clicks through to its row)
+  for (const row of table.querySelectorAll("tbody tr[data-key]")) {
+    row.addEventListener("click", () => onPick(row.dataset.key));
   }
 }

@@ -1,7 +1,7 @@
 // The controller: reads the state from the URL, loads what the current view needs from the API,
 // wires the controls, and follows the present in live mode.
 
-import { adoptToken, ApiError, download, getJson, getStalls, getText, isAbort, setToken, Slot } from "./api.js";
+import { adoptToken, ApiError, download, getJson, getProfile, getStalls, getText, isAbort, setToken, Slot } from "./api.js";
 import { renderChanges, renderStateChanges } from "./compare.js";
 import { FlameGraph } from "./flame.js";
 import * as fmt from "./format.js";
@@ -22,11 +22,14 @@ import {
 import { laneSummary, markStallRows, renderStalls } from "./stalls.js";
 import { renderTargets, shortCommand } from "./targets.js";
 import { TasksView } from "./tasks.js";
+import { countName, renderThreadOptions, timelineCountName } from "./threads.js";
 import { StallLane, Timeline } from "./timeline.js";
 
 const $ = (selector) => document.querySelector(selector);
 const $$ = (selector) => [...document.querySelectorAll(selector)];
 const REFRESH_MS = 5000;
+/** The shortest span a live timeline fitted to a short history shows, in seconds. */
+const MIN_FIT = 30;
 const now = () => Date.now() / 1000;
 
 adoptToken();
@@ -48,12 +51,31 @@ const slots = {
 
 // -- ranges ----------------------------------------------------------------------------------
 
-function windowRange() {
+/** The range picked: the last `range` seconds in live mode, else the fixed one. */
+function pickedRange() {
   if (state.live) {
     const to = Math.ceil(now());
     return [to - state.range, to];
   }
   return [state.from, state.to];
+}
+
+/** When the shown targets were first seen, or null before the targets are known. */
+function firstSeen() {
+  const shown = state.target === null ? targets : targets.filter((t) => t.id === state.target);
+  const seen = shown.map((t) => t.first_seen).filter(Number.isFinite);
+  return seen.length ? Math.floor(Math.min(...seen)) : null;
+}
+
+/**
+ * The range the views show: the picked one, except that in live mode a history shorter than
+ * the range is shown whole rather than squeezed into the right end (at least MIN_FIT seconds).
+ */
+function windowRange() {
+  const [from, to] = pickedRange();
+  const first = state.live ? firstSeen() : null;
+  if (first === null || first <= from) return [from, to];
+  return [Math.min(first, to - MIN_FIT), to];
 }
 
 function profileRange() {
@@ -231,15 +253,19 @@ async function loadTimeline() {
   renderRangeLabels();
   const stalls = loadStalls(from, to);
   try {
-    timelineData = await getJson("timeline", { target: state.target, from, to }, slots.timeline.next());
+    const query = { target: state.target, from, to, threads: state.threads };
+    timelineData = await getJson("timeline", query, slots.timeline.next());
   } catch (err) {
     if (isAbort(err)) return;
     showBanner(err);
     timelineData = { from, to, step: 1, buckets: [], loop_threads_only: false };
   }
+  const host = $("#timeline");
+  host.dataset.from = String(from);
+  host.dataset.to = String(to);
   timeline.setData(timelineData);
   $("#timeline-scope").textContent = timelineData.buckets.length
-    ? `${timelineData.loop_threads_only ? "event-loop threads" : "all threads (no event-loop thread found)"} · samples per ${fmt.duration(timelineData.step)}`
+    ? `${timelineCountName(state.threads, timelineData.loop_threads_only)} per ${fmt.duration(timelineData.step)}`
     : "";
   if (state.view === "compare") updateCompareMarks();
   await stalls;
@@ -282,21 +308,43 @@ function profileParams(format) {
     format,
     state: STATE_FILTERS[state.state],
     thread: state.thread,
+    threads: state.threads,
   };
+}
+
+/** The thread filter lists the threads with samples in the flamegraph's range. */
+async function loadThreads({ target, from, to }, signal) {
+  const select = $("#thread");
+  select.dataset.loading = "1";
+  let threads = [];
+  try {
+    threads = (await getJson("threads", { target, from, to }, signal)).threads;
+  } catch (err) {
+    if (isAbort(err)) return;
+  }
+  renderThreadOptions(select, threads, state.thread);
+  select.dataset.loading = "0";
 }
 
 async function loadFlame() {
   const host = $("#flame");
   const params = profileParams("folded");
   host.dataset.loading = "1";
+  const signal = slots.flame.next();
+  const threadList = loadThreads(params, signal);
   let text = "";
+  let answered = null;
   let error = null;
   try {
-    text = await getText("profile", params, slots.flame.next());
+    ({ text, threads: answered } = await getProfile(params, signal));
   } catch (err) {
     if (isAbort(err)) return;
     error = err;
   }
+  await threadList;
+  const counted = countName(state.threads, answered, state.thread);
+  host.dataset.counts = counted;
+  $("#functions-scope").textContent = error ? "" : `shares of ${counted} · `;
   host.dataset.loading = "0";
   host.dataset.from = String(params.from);
   host.dataset.to = String(params.to);
@@ -337,7 +385,7 @@ async function loadFlame() {
   saveUrl();
   $("#reset-zoom").disabled = !flame.zoom;
   $("#flame-summary").textContent =
-    `${fmt.count(tree.total)} samples · ${fmt.count(rows.length)} stacks · ` +
+    `${fmt.count(tree.total)} ${counted} · ${fmt.count(rows.length)} stacks · ` +
     `${targetName(state.target)} · ${fmt.span(params.from, params.to)}`;
   renderCrumbs();
   renderTable();
@@ -543,6 +591,9 @@ async function loadCompare() {
   diffFlame.setTree(tree, "diff");
   host.dataset.loading = "0";
   $("#verdict").textContent = summary.verdict;
+  // whose states the diff compares, as `sidecar diff` says it
+  const loop = !summary.states_of || summary.states_of === "event loop";
+  $("#states-of").textContent = loop ? "the event loop's threads" : summary.states_of;
   renderStateChanges($("#state-changes"), summary.state_changes);
   renderChanges($("#self-changes"), summary.self_changes);
   renderChanges($("#total-changes"), summary.total_changes);
@@ -589,8 +640,10 @@ async function loadAll() {
 
 function renderRangeLabels() {
   const [from, to] = windowRange();
+  // a history shorter than the live range: the chart shows it whole, and says since when
+  const fitted = state.live && to - from < state.range;
   $("#range-label").textContent = state.live
-    ? `last ${fmt.duration(state.range)} · live`
+    ? `last ${fmt.duration(state.range)} · live${fitted ? ` · data since ${fmt.clock(firstSeen())}` : ""}`
     : fmt.span(from, to);
   const sel = state.sel;
   $("#selection-label").textContent = sel ? `Selected ${fmt.span(sel[0], sel[1])}` : "";
@@ -620,7 +673,12 @@ function syncControls() {
     button.setAttribute("aria-checked", String(on));
     button.tabIndex = on ? 0 : -1;
   }
-  $("#thread").value = state.thread;
+  for (const button of $$("#thread-scope button")) {
+    const on = button.dataset.threads === state.threads;
+    button.setAttribute("aria-checked", String(on));
+    button.tabIndex = on ? 0 : -1;
+  }
+  if ([...$("#thread").options].some((o) => o.value === state.thread)) $("#thread").value = state.thread;
   $("#search").value = state.q;
   $("#icicle").setAttribute("aria-pressed", String(state.icicle));
   timeline.setSelection(state.view === "compare" && state.cmp === "ranges" ? null : state.sel);
@@ -736,7 +794,7 @@ function setLive(on) {
     state.from = null;
     state.to = null;
   } else {
-    const [from, to] = windowRange();
+    const [from, to] = pickedRange();
     state.from = from;
     state.to = to;
     state.range = null;
@@ -827,13 +885,30 @@ function wire() {
   for (const button of $$("#tasks-filter button")) button.addEventListener("click", () => chooseTasks(button));
   radioKeys($("#tasks-filter"), chooseTasks);
 
-  const thread = $("#thread");
-  thread.addEventListener("change", () => {
-    const value = thread.value.trim();
-    if (value === state.thread) return;
-    state.thread = value;
+  // the event-loop threads or all of them; picking one thread shows all its samples
+  const chooseThreads = (button) => {
+    if (state.threads === button.dataset.threads && !state.thread) return;
+    state.threads = button.dataset.threads;
+    state.thread = "";
     state.zoom = [];
     saveUrl();
+    syncControls();
+    loadTimeline();
+    loadView();
+  };
+  for (const button of $$("#thread-scope button")) button.addEventListener("click", () => chooseThreads(button));
+  radioKeys($("#thread-scope"), chooseThreads);
+  const thread = $("#thread");
+  thread.addEventListener("change", () => {
+    const value = thread.value;
+    if (value === state.thread) return;
+    const widened = value && state.threads !== "all";
+    state.thread = value;
+    if (widened) state.threads = "all";
+    state.zoom = [];
+    saveUrl();
+    syncControls();
+    if (widened) loadTimeline();
     loadFlame();
   });
 

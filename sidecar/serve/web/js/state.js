@@ -6,6 +6,7 @@
 //   from, to   a fixed window in unix seconds (live mode off)
 //   sel        the selected sub-range "from~to" the flamegraph and frameworks use
 //   state      all | busy | offcpu | blocked | gil;  thread: name or id
+//   threads    loop | all: the event-loop threads (default) or every thread
 //   q          search;  fn: highlighted function;  zoom: frame path joined by ";"
 //   icicle     1 for root at the top;  sort: column-direction of the functions table
 //   cmp        ranges | targets;  a, b: compare ranges "from~to";  ta, tb: compare targets
@@ -31,6 +32,7 @@ export const DEFAULTS = Object.freeze({
   sel: null,
   state: "all",
   thread: "",
+  threads: "loop",
   q: "",
   fn: "",
   zoom: [],
@@ -87,6 +89,7 @@ export function fromUrl(search, nowSeconds) {
   s.sel = pair(p.get("sel"));
   if (Object.hasOwn(STATE_FILTERS, p.get("state"))) s.state = p.get("state");
   s.thread = p.get("thread") || "";
+  if (p.get("threads") === "all") s.threads = "all";
   s.q = p.get("q") || "";
   s.fn = p.get("fn") || "";
   s.zoom = p.get("zoom") ? p.get("zoom").split(";") : [];
@@ -116,6 +119,7 @@ export function toUrl(s) {
   if (s.sel) put("sel", `${s.sel[0]}~${s.sel[1]}`);
   if (s.state !== DEFAULTS.state) put("state", s.state);
   if (s.thread) put("thread", s.thread);
+  if (s.threads !== DEFAULTS.threads) put("threads", s.threads);
   if (s.q) put("q", s.q);
   if (s.fn) put("fn", s.fn);
   if (s.zoom.length) put("zoom", s.zoom.join(";"));

@@ -43,7 +43,7 @@ export function renderTargets(list, targets, selected, onPick) {
   items.push(`
     <li><button class="target" data-id="" aria-pressed="${selected === null}">
       <div class="t-top"><span class="badge fw-all">all</span><span class="t-title">All targets</span></div>
-      <div class="t-meta">${targets.length} target${targets.length === 1 ? "" : "s"} · ${count(total)} samples</div>
+      <div class="t-meta">${targets.length} target${targets.length === 1 ? "" : "s"} · ${count(total)} ticks</div>
     </button></li>`);
   if (!targets.length) {
     items.push(`<li class="empty">No Python process sampled yet. sidecar scans every few seconds;
@@ -54,7 +54,8 @@ export function renderTargets(list, targets, selected, onPick) {
     const problem = t.problem || (t.error && !alive ? t.error : null);
     // on-CPU states that could not come from the OS are a guess: say so beside the shares
     const estimated = t.on_cpu && t.on_cpu.startsWith("estimated") ? t.on_cpu : null;
-    const meta = [`PID ${t.pid ?? "?"}`, `${count(t.samples || 0)} samples`];
+    // a tick reads every thread of the process once (the CLI's word)
+    const meta = [`PID ${t.pid ?? "?"}`, `${count(t.samples || 0)} ticks`];
     if (t.python_version) meta.push(`Python ${esc(t.python_version)}`);
     if (t.processes > 1) meta.push(`${t.processes} processes`);
     if (t.role === "master") meta.push("serves no requests: in no framework's shares");
