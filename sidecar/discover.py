@@ -315,6 +315,21 @@ def prefork_role(pid: int) -> str | None:
     return None
 
 
+def prefork_group(pid: int) -> list[int]:
+    """The processes of ``pid``'s pre-fork group, as ``prefork_role`` tells them apart: its
+    master (``pid`` itself or the parent it was forked from without exec) first, then the
+    master's children that run its program, by PID; ``[pid]`` for a lone process."""
+    own = _program(pid)
+    if own is None:
+        return [pid]
+    master = pid
+    parent = _parent(pid)
+    if parent > 1 and _program(parent) == own:
+        master = parent
+    workers = sorted(child for child in _children(master) if _program(child) == own)
+    return [master, *workers] if workers else [pid]
+
+
 def _version_from_exe(pid: int) -> str:
     match = re.match(r"python(\d)\.(\d+)", exe_name(pid))
     return f"{match[1]}.{match[2]}" if match else ""

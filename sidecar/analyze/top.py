@@ -1,0 +1,251 @@
+"""What ``sidecar top`` shows, worked out from a sampler's windows: the last N seconds of them
+rolled forward, with the same rules as ``stats`` (no rule is defined here).
+
+Each window of each process is decoded once (``sample.record.Counts``) and analyzed once
+(``analyze.threads.analyze``: the loop's shares, who held the GIL, busy samples per function);
+a view over the last N seconds merges those analyses (``merge``), so that what a window said
+is never worked out twice. On top of them:
+
+- a history: the loop's shares per second, oldest first;
+- the functions table, py-spy's ``top`` columns: own % and total % of the loop's busy samples
+  over the span, own time and total time since ``top`` started (seconds of samples), sorted by
+  any of the four;
+- the asyncio tasks in flight by state over the span (where the sampler scans tasks);
+- the stalls of the loop that ended in the span, newest first.
+
+With several processes (a pre-fork group), the view of all of them counts those that serve
+requests, as ``stats`` does per framework (a pre-fork master serves none), or one process.
+No I/O happens here.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from sidecar.analyze.threads import Analysis, analyze, merge
+from sidecar.classify.stalls import Stall
+from sidecar.classify.tasks import InFlight
+from sidecar.discover import ProcessInfo, refine
+from sidecar.rules.frames import STATES
+from sidecar.rules.tasks import STATES as TASK_STATES
+from sidecar.sample.record import Counts
+
+if TYPE_CHECKING:
+    from sidecar._native import Window
+
+#: The spans a key cycles through, in seconds, and the one shown first.
+SPANS = (5, 10, 30, 60)
+DEFAULT_SPAN = 10
+#: The sort columns, in the order of py-spy's keys 1 to 4.
+SORTS = ("own", "total", "own_time", "total_time")
+
+
+@dataclass(frozen=True)
+class Slice:
+    """One window of one process, decoded and analyzed."""
+
+    pid: int
+    start: float
+    end: float
+    analysis: Analysis
+    stalls: list[Stall]
+    #: task stacks with their task-samples, the scans that counted them, tasks past their bound
+    tasks: dict[str, int]
+    task_scans: int
+    task_unread: int
+
+    @property
+    def in_flight(self) -> float:
+        """Tasks in flight in this window: (task-samples + unread) / scans."""
+        if not self.task_scans:
+            return 0.0
+        return (sum(self.tasks.values()) + self.task_unread) / self.task_scans
+
+
+def slice_of(window: Window, pid: int, info: ProcessInfo | None = None) -> Slice:
+    """A sampler's window of ``pid`` (``info``: what discovery knows of it; its role, as /proc
+    suggests it, settled by the window's frames as ``stats`` settles it)."""
+    counts = Counts()
+    counts.add_window(window)
+    profile = counts.to_profile()
+    if info is not None:
+        info = refine(info, profile.stacks)
+    return Slice(
+        pid=pid,
+        start=counts.start if counts.start is not None else 0.0,
+        end=counts.end if counts.end is not None else 0.0,
+        analysis=analyze(profile, info, counts.holders()),
+        stalls=counts.stalls(),
+        tasks=dict(counts.tasks),
+        task_scans=counts.task_scans,
+        task_unread=counts.task_unread,
+    )
+
+
+@dataclass(frozen=True)
+class FunctionRow:
+    """One row of the functions table: ``function (file)``, its shares of the loop's busy
+    samples over the span (innermost frame: own; anywhere above the loop's entry: total) and
+    the seconds of samples since ``top`` started."""
+
+    name: str
+    own: float
+    total: float
+    own_s: float
+    total_s: float
+
+    def key(self, sort: str) -> float:
+        return {"own": self.own, "total": self.total, "own_time": self.own_s}.get(
+            sort, self.total_s
+        )
+
+
+def sort_rows(rows: Iterable[FunctionRow], sort: str, ascending: bool = False) -> list[FunctionRow]:
+    """Rows by one of ``SORTS``, most first unless ``ascending``; ties by name."""
+    if sort not in SORTS:
+        raise ValueError(f"no sort column {sort!r}: one of {', '.join(SORTS)}")
+    sign = 1 if ascending else -1
+    return sorted(rows, key=lambda row: (sign * row.key(sort), row.name))
+
+
+@dataclass(frozen=True)
+class View:
+    """What the screen shows of the last ``span_s`` seconds (``covered_s`` of them sampled)."""
+
+    span_s: float
+    covered_s: float
+    #: the windows' analyses merged: shares, GIL holders, functions over the span
+    analysis: Analysis
+    #: each state's share of the loop's samples per second, oldest first
+    history: dict[str, list[float]]
+    #: tasks in flight over the span, None where no scan was made
+    tasks: InFlight | None
+    #: stalls that ended in the span, newest first
+    stalls: list[Stall]
+    functions: list[FunctionRow]
+    #: processes counted
+    pids: list[int]
+
+
+@dataclass
+class Rolling:
+    """The windows of the last ``keep_s`` seconds of one or more processes, and each
+    function's busy samples since the start, sampled at ``rate_hz``."""
+
+    rate_hz: float
+    keep_s: float = float(max(SPANS))
+    slices: deque[Slice] = field(default_factory=deque)
+    #: per process: busy loop samples per function since the start, own and total
+    own: dict[int, Counter[str]] = field(default_factory=dict)
+    total: dict[int, Counter[str]] = field(default_factory=dict)
+
+    def add(self, piece: Slice) -> None:
+        self.slices.append(piece)
+        self.own.setdefault(piece.pid, Counter()).update(piece.analysis.self_samples)
+        self.total.setdefault(piece.pid, Counter()).update(piece.analysis.total_samples)
+        newest = max(s.end for s in self.slices)
+        while self.slices and self.slices[0].end < newest - self.keep_s:
+            self.slices.popleft()
+
+    def add_window(self, window: Window, pid: int, info: ProcessInfo | None = None) -> None:
+        self.add(slice_of(window, pid, info))
+
+    def _counted(self, pid: int | None) -> list[Slice]:
+        """The slices of ``pid``, or of every process that serves requests (of all of them
+        when none does)."""
+        if pid is not None:
+            return [s for s in self.slices if s.pid == pid]
+        serving = [s for s in self.slices if s.analysis.serves]
+        return serving or list(self.slices)
+
+    def view(self, span_s: float, pid: int | None = None, history: int = 30) -> View:
+        """The last ``span_s`` seconds of ``pid`` (None: all, see ``_counted``), with
+        ``history`` seconds of shares."""
+        counted = self._counted(pid)
+        newest = max((s.end for s in counted), default=0.0)
+        recent = [s for s in counted if s.end > newest - span_s]
+        merged = merge(s.analysis for s in recent)
+        pids = sorted({s.pid for s in recent})
+        if len(pids) == 1:
+            merged.pid, merged.role = pids[0], recent[0].analysis.role
+        merged.framework = _most((s.analysis.framework for s in recent), "unknown")
+        covered = newest - min((s.start for s in recent), default=newest)
+        return View(
+            span_s=span_s,
+            covered_s=max(0.0, covered),
+            analysis=merged,
+            history=shares_per_second([s for s in counted if s.end > newest - history]),
+            tasks=tasks_in_flight(recent),
+            stalls=sorted((x for s in recent for x in s.stalls), key=lambda x: -x.end),
+            functions=self._functions(merged, pids),
+            pids=pids,
+        )
+
+    def _functions(self, merged: Analysis, pids: Sequence[int]) -> list[FunctionRow]:
+        busy = merged.states["busy"]
+        own: Counter[str] = Counter()
+        total: Counter[str] = Counter()
+        for pid in pids:
+            own.update(self.own.get(pid, Counter()))
+            total.update(self.total.get(pid, Counter()))
+        names = set(merged.self_samples) | set(merged.total_samples) | set(own) | set(total)
+        period = 1 / self.rate_hz
+        return [
+            FunctionRow(
+                name,
+                merged.self_samples[name] / busy if busy else 0.0,
+                merged.total_samples[name] / busy if busy else 0.0,
+                own[name] * period,
+                total[name] * period,
+            )
+            for name in names
+        ]
+
+
+def _most(values: Iterable[str], default: str) -> str:
+    known = Counter(v for v in values if v != default)
+    return known.most_common(1)[0][0] if known else default
+
+
+def shares_per_second(slices: Iterable[Slice]) -> dict[str, list[float]]:
+    """Each state's share of the loop's samples per second (by when each window ended),
+    oldest first; the processes of one second pooled."""
+    seconds: dict[int, Counter[str]] = {}
+    for piece in slices:
+        seconds.setdefault(int(piece.end), Counter()).update(piece.analysis.states)
+    out: dict[str, list[float]] = {state: [] for state in STATES}
+    for second in sorted(seconds):
+        states = seconds[second]
+        whole = sum(states.values())
+        for state in STATES:
+            out[state].append(states[state] / whole if whole else 0.0)
+    return out
+
+
+def tasks_in_flight(slices: Sequence[Slice]) -> InFlight | None:
+    """Tasks in flight over the slices, as ``stats --tasks`` pools them per process, the
+    processes added up; None when no slice holds a task scan."""
+    parts: list[InFlight] = []
+    for pid in sorted({s.pid for s in slices}):
+        own = [s for s in slices if s.pid == pid and s.task_scans]
+        if not own:
+            continue
+        stacks: Counter[str] = Counter()
+        for piece in own:
+            stacks.update(piece.tasks)
+        scans = sum(s.task_scans for s in own)
+        unread = sum(s.task_unread for s in own)
+        parts.append(InFlight.of(stacks, scans, max(s.in_flight for s in own), unread))
+    if not parts:
+        return None
+    return InFlight(
+        scans=sum(p.scans for p in parts),
+        mean=sum(p.mean for p in parts),
+        max=sum(p.max for p in parts),
+        states={state: sum(p.states[state] for p in parts) for state in TASK_STATES},
+        requests=sum(p.requests for p in parts),
+        unread=sum(p.unread for p in parts),
+    )

@@ -1,0 +1,217 @@
+"""``sidecar top``: a live view of a process's event loop in the terminal, refreshed every
+second over the last N seconds: the loop's shares with their history, who held the GIL, the
+asyncio tasks in flight, the stalls, and the functions table, sortable by keys as py-spy's
+``top``. Drawn with textual; ``--snapshots N`` prints plain text instead, for a pipe.
+
+The target is read, never stopped (the sampler is non-blocking); ``q``, Ctrl-C and SIGTERM
+stop the sampler and leave.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from sidecar import _native, defaults
+from sidecar.analyze.top import DEFAULT_SPAN, SORTS, SPANS, Rolling, View
+from sidecar.commands.options import add_stall_ms
+from sidecar.commands.signals import terminate_as_interrupt
+from sidecar.commands.top_view import Frame, screen
+from sidecar.discover import ProcessInfo, describe, prefork_group
+from sidecar.errors import TargetError, UsageError
+from sidecar.sample.sampler import open_sampler
+from sidecar.sample.tasks import snapshot
+
+HELP = "a live view of the event loop in the terminal: shares, GIL, tasks, stalls, functions"
+NOT_A_TERMINAL = (
+    "top draws in a terminal and standard output is not one; --snapshots N prints N plain "
+    "snapshots a second apart instead"
+)
+
+
+def add_parser(sub: Any) -> None:
+    parser = sub.add_parser(
+        "top",
+        help=HELP,
+        description=HELP + ". Refreshed every second over the last N seconds (key w: 5, 10, "
+        "30 or 60); keys 1-4 sort the functions table by %%Own, %%Total, OwnTime, TotalTime "
+        "(again: reversed), h shows the keys, q or Ctrl-C quits. The target is read, never "
+        "stopped.",
+    )
+    parser.add_argument("-p", "--pid", type=int, required=True, help="process to watch")
+    parser.add_argument(
+        "-r",
+        "--rate",
+        type=float,
+        default=defaults.RATE_HZ,
+        metavar="HZ",
+        help=f"samples per second (default {defaults.RATE_HZ:g})",
+    )
+    parser.add_argument(
+        "-s",
+        "--subprocesses",
+        action="store_true",
+        help="the whole pre-fork group of --pid (gunicorn's master and workers): the workers "
+        "together, or one process at a time (key p)",
+    )
+    add_stall_ms(parser)
+    parser.add_argument(
+        "--snapshots",
+        type=int,
+        metavar="N",
+        help="print N plain-text snapshots of the screen a second apart and exit (for a pipe "
+        "or a log; without it, standard output must be a terminal)",
+    )
+    parser.set_defaults(run=run)
+
+
+@dataclass
+class Watched:
+    """One process sampled: its sampler, what discovery knows of it, why its tasks are not
+    scanned (empty when they are)."""
+
+    info: ProcessInfo
+    sampler: _native.Sampler
+    tasks_note: str = ""
+
+
+@dataclass
+class Feed:
+    """The samplers of the processes watched, drained into one rolling span."""
+
+    watched: list[Watched]
+    rate_hz: float
+    stall_ms: float
+    rolling: Rolling = field(init=False)
+    #: the span shown (seconds), the process shown (None: all), the sort
+    span: float = DEFAULT_SPAN
+    pid: int | None = None
+    sort: str = "own"
+    ascending: bool = False
+    help: bool = False
+
+    def __post_init__(self) -> None:
+        self.rolling = Rolling(self.rate_hz)
+
+    def poll(self) -> None:
+        for one in self.watched:
+            for window in one.sampler.drain():
+                self.rolling.add_window(window, one.info.pid, one.info)
+
+    def stop(self) -> None:
+        for one in self.watched:
+            one.sampler.stop()
+
+    def title(self) -> str:
+        if len(self.watched) == 1:
+            return f"PID {self.watched[0].info.pid}"
+        if self.pid is None:
+            return f"{len(self.watched)} processes (serving ones together)"
+        info = next(one.info for one in self.watched if one.info.pid == self.pid)
+        return f"PID {self.pid}" + (f" ({info.role})" if info.role else "")
+
+    def note(self) -> str:
+        gone = [one.info.pid for one in self.watched if one.sampler.exited]
+        if not gone:
+            return ""
+        said = ", ".join(str(pid) for pid in gone)
+        return f"PID {said} exited" + ("" if len(gone) < len(self.watched) else "; q quits")
+
+    def frame(self) -> Frame:
+        shown = [w for w in self.watched if self.pid is None or w.info.pid == self.pid]
+        since = [s for w in shown if (s := w.sampler.stats()["stalled_since"]) is not None]
+        notes = {w.tasks_note for w in shown if w.tasks_note}
+        return Frame(
+            title=self.title(),
+            rate_hz=self.rate_hz,
+            sort=self.sort,
+            ascending=self.ascending,
+            help=self.help,
+            stalled_since=min(since) if since else None,
+            stall_ms=self.stall_ms,
+            tasks_note="; ".join(sorted(notes)),
+            note=self.note(),
+        )
+
+    def view(self, history: int) -> View:
+        return self.rolling.view(self.span, self.pid, history=history)
+
+    def lines(self, width: int, height: int) -> list[str]:
+        return screen(self.view(max(1, width - 17)), self.frame(), width, height)
+
+    # what the keys do
+    def sort_by(self, column: int) -> None:
+        chosen = SORTS[column - 1]
+        self.ascending = not self.ascending if chosen == self.sort else False
+        self.sort = chosen
+
+    def next_span(self) -> None:
+        later = [span for span in SPANS if span > self.span]
+        self.span = later[0] if later else SPANS[0]
+
+    def next_process(self) -> None:
+        order: list[int | None] = [None, *(w.info.pid for w in self.watched)]
+        if len(order) > 2:
+            self.pid = order[(order.index(self.pid) + 1) % len(order)]
+
+
+def _watch(pid: int, rate_hz: float, stall_ms: float) -> Watched:
+    info = describe(pid)
+    note = ""
+    tasks_hz = min(defaults.TASK_RATE_HZ, rate_hz)
+    try:
+        snapshot(pid)  # a target whose tasks cannot be read is sampled without task scans
+    except TargetError as err:
+        if isinstance(err.__cause__, ProcessLookupError | PermissionError):
+            raise
+        note, tasks_hz = f"not scanned: {err}", 0.0
+    sampler = open_sampler(pid, rate_hz=rate_hz, tasks_hz=tasks_hz, stall_ms=stall_ms)
+    return Watched(replace(info, python_version=sampler.python_version), sampler, note)
+
+
+def run(args: argparse.Namespace) -> int:
+    if problem := defaults.rate_problem(args.rate):
+        raise UsageError(problem)
+    if args.snapshots is not None and args.snapshots < 1:
+        raise UsageError("--snapshots must be at least 1")
+    if args.snapshots is None and not sys.stdout.isatty():
+        raise UsageError(NOT_A_TERMINAL)
+    pids = prefork_group(args.pid) if args.subprocesses else [args.pid]
+    watched: list[Watched] = []
+    try:
+        for pid in pids:
+            watched.append(_watch(pid, args.rate, args.stall_ms))
+        feed = Feed(watched, args.rate, args.stall_ms)
+        with terminate_as_interrupt():
+            if args.snapshots is not None:
+                return _snapshots(feed, args.snapshots)
+            return _live(feed)
+    finally:
+        for one in watched:
+            one.sampler.stop()
+
+
+def _snapshots(feed: Feed, count: int) -> int:
+    width = int(os.environ.get("COLUMNS", "") or 80)
+    try:
+        for number in range(count):
+            time.sleep(1.0)
+            feed.poll()
+            if number:
+                print()
+            print("\n".join(feed.lines(width, 24)), flush=True)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _live(feed: Feed) -> int:
+    from sidecar.commands.top_app import TopApp  # textual's import: for the live view only
+
+    app = TopApp(feed)
+    app.run()
+    return 0
