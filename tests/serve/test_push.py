@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import signal
 import socket
 import sqlite3
 import threading
@@ -293,6 +294,7 @@ def test_a_hanging_or_rejecting_server_holds_up_neither_sampling_nor_storing(
     hanging = _Hanging()
     rejecting = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Rejecting)
     threading.Thread(target=rejecting.serve_forever, daemon=True).start()
+    stopping: list[Serve] = []
     try:
         for name, url in (
             ("hanging", f"http://127.0.0.1:{hanging.port}"),
@@ -321,7 +323,12 @@ def test_a_hanging_or_rejecting_server_holds_up_neither_sampling_nor_storing(
             samples = stored(db, start, end)
             # each stored window holds its second of samples: sampling went on at its rate
             assert samples >= 0.5 * 100 * windows_in(db), (name, samples, windows_in(db))
-            assert server.stop() == 0
+            # a stop waits out the push under way, up to its 10 s of trying: the next server
+            # starts meanwhile, and each one's exit is checked at the end
+            server.popen.send_signal(signal.SIGTERM)
+            stopping.append(server)
+        for server in stopping:
+            assert server.popen.wait(timeout=30) == 0
     finally:
         hanging.close()
         rejecting.shutdown()
