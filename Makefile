@@ -94,8 +94,9 @@ fmt: install
 # (REPORT-versions.md: a sample's cost under each CPython version, with the GIL's reads against
 # without them, and sidecar beside CPython 3.15's own sampler and py-spy at 1 kHz; REPORT-push.md:
 # what pushing to Pyroscope adds to serve's CPU per target; REPORT-tasks.md: the asyncio task
-# scan's cost per task and per scan under 3.11-3.14, and with 100,000 tasks). About 53 minutes in
-# all on two cores.
+# scan's cost per task and per scan under 3.11-3.14, and with 100,000 tasks; REPORT-top.md: the CPU
+# `sidecar top` takes at its default rate, and its target's latency beside it). About 55 minutes
+# in all on two cores.
 bench: install
 	$(BIN)/python -m benchmarks.bench
 	$(BIN)/python -m benchmarks.sampler --rounds 2 --seconds 5
@@ -105,6 +106,7 @@ bench: install
 	$(BIN)/python -m benchmarks.versions
 	$(BIN)/python -m benchmarks.push
 	$(BIN)/python -m benchmarks.tasks
+	$(BIN)/python -m benchmarks.top
 
 clean:
 	rm -rf $(VENV) native/target out
