@@ -26,6 +26,7 @@ __all__ = [
     "Sampler",
     "SamplerError",
     "diff_shares",
+    "dump_threads",
     "encode_pprof",
     "encode_push_request",
     "frame_names",
@@ -333,6 +334,55 @@ def scan_tasks(pid: int) -> TaskScan:
 
     Raises ProcessLookupError, PermissionError or SamplerError (an older Python, no asyncio
     imported, ...) with one line that says why."""
+
+class DumpFrame(TypedDict):
+    """One frame of a dumped thread, innermost first."""
+
+    function: str
+    #: the file as shown (relative to the outermost directory that is not a package)
+    file: str
+    line: int
+    #: (name, short repr) of each bound local when locals were asked for and read, else None
+    locals: list[tuple[str, str]] | None
+    #: why this frame's locals did not read (locals asked for), else None
+    locals_error: str | None
+
+class DumpThread(TypedDict):
+    """One Python thread of a dump."""
+
+    #: the OS thread id
+    tid: int
+    #: its ``threading`` name, when it has one
+    name: str | None
+    #: on CPU and not in a known wait (as a sample reads it)
+    active: bool
+    #: what it had to do with the GIL: holds it, waits for it, or neither (or not known)
+    gil: Literal["holds", "waits", "none"]
+    #: the interpreter was collecting garbage on it
+    gc: bool
+    #: its stack folded as the sampler folds it (outermost first), None without Python frames
+    stack: str | None
+    frames: list[DumpFrame]
+
+class DumpRead(TypedDict):
+    python_version: str
+    #: which reader read it, and why
+    reader: str
+    #: reads taken: the running target is read again after each dump, and again while a
+    #: thread's stack changed between the two (a few times at most)
+    reads: int
+    #: threads whose stack changed between the dump and the read after it: they ran on
+    moving: list[int]
+    #: how long the threads were stopped (blocking), else None
+    pause: float | None
+    threads: list[DumpThread]
+
+def dump_threads(pid: int, *, blocking: bool = False, locals: int | None = None) -> DumpRead:
+    """Every Python thread of a process once, from its memory: its state, the GIL, its
+    frames; with ``locals``, each frame's locals, str and bytes cut at that many characters.
+    ``blocking`` stops the threads for the read (and lets them go).
+
+    Raises ProcessLookupError, PermissionError or SamplerError with one line that says why."""
 
 class InfernoRead(TypedDict):
     """An inferno SVG read natively: its folded stacks and what the profile's notes need."""

@@ -52,6 +52,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?)?;
     m.add_function(wrap_pyfunction!(python::sampler::record_reads, m)?)?;
     m.add_function(wrap_pyfunction!(python::sampler::scan_tasks, m)?)?;
+    m.add_function(wrap_pyfunction!(python::dump::dump_threads, m)?)?;
     m.add_function(wrap_pyfunction!(python::formats::read_svg, m)?)?;
     m.add_function(wrap_pyfunction!(python::formats::frame_names, m)?)?;
     m.add_function(wrap_pyfunction!(python::formats::diff_shares, m)?)?;

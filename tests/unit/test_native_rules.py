@@ -43,7 +43,7 @@ LAYERS: tuple[frozenset[str], ...] = (
 
 #: The files that may hold the PyO3 attributes (#[pyfunction], #[pyclass], #[pymethods]), and
 #: the folder and file that may use pyo3 at all.
-BOUNDARY_FILES = {"python/sampler.rs", "python/formats.rs"}
+BOUNDARY_FILES = {"python/sampler.rs", "python/formats.rs", "python/dump.rs"}
 PYO3_ALLOWED = ("python/", "lib.rs")
 
 

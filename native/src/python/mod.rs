@@ -2,6 +2,7 @@
 //! plain Rust types and functions of the concern modules. `lib.rs` registers it; the wrappers
 //! are here (`sampler`, `formats`), and so is how a failed attachment becomes an exception.
 
+pub mod dump;
 pub mod formats;
 pub mod sampler;
 

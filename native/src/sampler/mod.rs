@@ -5,6 +5,7 @@
 //! (`clock`), and the task scans on a thread of their own (`task_ticks`).
 
 pub mod clock;
+pub mod dump;
 pub mod readers;
 pub mod runner;
 pub mod session;

@@ -162,6 +162,11 @@ impl Readers {
         })
     }
 
+    /// The walker, where it reads this target.
+    pub(crate) fn walker_mut(&mut self) -> Option<&mut Walker> {
+        self.walker.as_mut()
+    }
+
     /// Thread names met so far.
     pub(crate) fn names(&self) -> &HashMap<u64, String, FxBuildHasher> {
         &self.names

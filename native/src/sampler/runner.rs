@@ -38,7 +38,7 @@ fn unix_now() -> f64 {
 /// Thread ids come from the interpreter and are those of the target's PID namespace; when
 /// they are not threads of the target as seen here (a target in another PID namespace), the
 /// whole process is stopped instead, so no other thread is ever touched.
-fn read_stopped(
+pub(crate) fn read_stopped(
     process: &remoteprocess::Process,
     python_threads: &mut Vec<i32>,
     states: &mut ThreadStates,

@@ -7,7 +7,7 @@
 use anyhow::{bail, Result};
 
 use crate::process::memory::usize_at;
-use crate::walker::GenLayout;
+use crate::walker::{tuple_items, GenLayout};
 
 /// Where the registry of live tasks is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,7 +104,7 @@ impl TaskLayout {
                 frame_localsplus: 72,
                 stack_top: StackTop::Index,
                 awaited_slot: 1,
-                tuple_items: 24,
+                tuple_items: tuple_items(minor),
             },
             13 => TaskLayout {
                 minor,
@@ -126,7 +126,7 @@ impl TaskLayout {
                 frame_localsplus: 72,
                 stack_top: StackTop::Index,
                 awaited_slot: 1,
-                tuple_items: 24,
+                tuple_items: tuple_items(minor),
             },
             14 | 15 => TaskLayout {
                 minor,
@@ -147,7 +147,7 @@ impl TaskLayout {
                 frame_localsplus: 80,
                 stack_top: StackTop::Pointer,
                 awaited_slot: if minor == 14 { 1 } else { 2 },
-                tuple_items: 32,
+                tuple_items: tuple_items(minor),
             },
             _ => return None,
         };

@@ -80,6 +80,10 @@ impl Layout {
             code_qualname: word(row.code_qualname),
             code_linetable: word(row.code_linetable),
             code_adaptive: word(row.code_adaptive),
+            code_localsplusnames: word(row.code_localsplusnames),
+            code_localspluskinds: word(row.code_localsplusnames + 1),
+            frame_localsplus: word(row.frame_instr_ptr + 1),
+            local_tags: if minor >= 14 { 3 } else { 0 },
             code_first: 0,
             code_size: 0,
             str_length: word(row.str_length),
@@ -98,6 +102,10 @@ impl Layout {
             && layout.frame_first + layout.frame_size <= frame_size
             && layout.code_first + layout.code_size <= code_size
             && layout.code_adaptive <= code_size
+            && layout.code_localspluskinds + 8 <= code_size
+            && layout.code_localsplusnames + 8 <= code_size
+            && layout.frame_localsplus <= frame_size
+            && layout.frame_localsplus >= layout.frame_first + layout.frame_size
             && layout.interp_threads_head < MAX_STRUCT
             && layout.interp_modules < MAX_STRUCT
             && layout
@@ -218,6 +226,9 @@ struct DebugRow {
     code_linetable: usize,
     code_firstlineno: usize,
     code_adaptive: usize,
+    /// `code_object.localsplusnames`, followed by `localspluskinds`; a frame's `localsplus`
+    /// follows its `instr_ptr` in every row.
+    code_localsplusnames: usize,
     bytes_size: usize,
     bytes_data: usize,
     str_state: usize,
@@ -285,6 +296,7 @@ impl DebugRow {
                 code_linetable: 38,
                 code_firstlineno: 39,
                 code_adaptive: 43,
+                code_localsplusnames: 41,
                 bytes_size: 65,
                 bytes_data: 66,
                 str_state: 68,
@@ -324,6 +336,7 @@ impl DebugRow {
                 code_linetable: 43,
                 code_firstlineno: 44,
                 code_adaptive: 48,
+                code_localsplusnames: 46,
                 bytes_size: 75,
                 bytes_data: 76,
                 str_state: 78,
@@ -363,6 +376,7 @@ impl DebugRow {
                 code_linetable: 51,
                 code_firstlineno: 52,
                 code_adaptive: 56,
+                code_localsplusnames: 54,
                 bytes_size: 87,
                 bytes_data: 88,
                 str_state: 90,
@@ -452,6 +466,12 @@ mod tests {
         assert_eq!(l15.interp_threads_head, 7336);
         assert_eq!(l15.interp_code_generation, Some(7944));
         assert_eq!((l15.str_ascii_data, l15.str_compact_data), (40, 56));
+        // the names of a frame's locals, and where their values lie (the C headers' offsets:
+        // 3.13's `localsplus` at 72, as 3.11's and 3.12's; 3.14 grew the frame a word)
+        for (l, localsplus, tags) in [(&l13, 72, 0), (&l14, 80, 3), (&l15, 80, 3)] {
+            assert_eq!((l.code_localsplusnames, l.code_localspluskinds), (96, 104));
+            assert_eq!((l.frame_localsplus, l.local_tags), (localsplus, tags));
+        }
         // a coroutine's frame state and frame, given from 3.14 on, agree with the rows
         assert_eq!((l14.gen.frame_state, l14.gen.iframe), (67, 72));
         assert_eq!(l15.gen, GenLayout::of(15).expect("3.15 has a row"));
@@ -465,6 +485,10 @@ mod tests {
         assert_eq!(
             (l12.code_filename, l12.code_linetable),
             (l13.code_filename, l13.code_linetable)
+        );
+        assert_eq!(
+            (l12.code_localsplusnames, l12.frame_localsplus),
+            (l13.code_localsplusnames, l13.frame_localsplus)
         );
     }
 

@@ -144,13 +144,19 @@ impl Walker {
             stack_start,
             stack,
         };
-        if self.unchanged.replay(thread, &read, batch, out, outside) {
+        // a dump walks every frame, to know where each lies
+        if self.dumped.is_none() && self.unchanged.replay(thread, &read, batch, out, outside) {
             return Ok(());
         }
         let mut walked = std::mem::take(&mut self.walked);
         walked.clear();
         let start = out.len();
         let ends = self.walk(out, current, stack, stack_start, batch, &mut walked)?;
+        if let Some(addresses) = self.dumped.as_mut() {
+            // the frames `walk` gave, in its order
+            let shown = |f: &&WalkedFrame| f.code != 0 && !layout.hides(f.owner);
+            addresses.extend(walked.iter().filter(shown).map(|f| f.frame));
+        }
         let outside_start = outside.len();
         outside.extend(walked.iter().filter(|f| !f.on_stack).map(|f| f.frame));
         // A thread's first frame is the first one pushed on its first chunk of data stack, at
@@ -361,10 +367,7 @@ impl Walker {
             };
             let previous = field(raw, layout.frame_previous);
             let owner = layout.frame_owner.map(|at| raw[at - first_at]);
-            let hidden = match (owner, layout.owner_hidden) {
-                (Some(owner), Some(hidden)) => owner >= hidden,
-                _ => false,
-            };
+            let hidden = layout.hides(owner);
             let code = field(raw, layout.frame_code) & !layout.code_tags;
             ends.first_outside |= seen == 1 && !on_stack;
             walked.push(WalkedFrame {

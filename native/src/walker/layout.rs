@@ -10,6 +10,16 @@
 /// Python 3.x minor versions the walker reads.
 pub const MINORS: std::ops::RangeInclusive<u64> = 11..=15;
 
+/// Where a tuple's first item lies: after its header (24 bytes), and from 3.14 after the hash
+/// it caches too.
+pub const fn tuple_items(minor: u64) -> usize {
+    if minor >= 14 {
+        32
+    } else {
+        24
+    }
+}
+
 /// Offsets into the target's structures, and the rules that differ by version.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
@@ -59,6 +69,15 @@ pub struct Layout {
     pub code_qualname: usize,
     pub code_linetable: usize,
     pub code_adaptive: usize,
+    /// `co_localsplusnames` (a tuple of str) and `co_localspluskinds` (bytes, a kind each):
+    /// the names of a frame's locals, cells and free variables, in the order of its
+    /// `localsplus`, which lies at `frame_localsplus` in the frame (`crate::walker::values`).
+    pub code_localsplusnames: usize,
+    pub code_localspluskinds: usize,
+    pub frame_localsplus: usize,
+    /// Bits of a local's slot that are tags, not address: 3.14+ keeps `_PyStackRef`s there,
+    /// whose low two bits say how it is counted, or (both set) that it is a small int itself.
+    pub local_tags: usize,
     /// The part of a code object checked every sample: from `code_first`, `code_size` bytes,
     /// fields that never change during a code object's life, so equal bytes mean the same code.
     pub code_first: usize,
@@ -157,6 +176,10 @@ impl Layout {
                 code_qualname: 128,
                 code_linetable: 136,
                 code_adaptive: 184,
+                code_localsplusnames: 96,
+                code_localspluskinds: 104,
+                frame_localsplus: 72,
+                local_tags: 0,
                 code_first: 0,
                 code_size: 0,
                 str_length: 16,
@@ -197,6 +220,10 @@ impl Layout {
                 code_qualname: 128,
                 code_linetable: 136,
                 code_adaptive: 192,
+                code_localsplusnames: 96,
+                code_localspluskinds: 104,
+                frame_localsplus: 72,
+                local_tags: 0,
                 code_first: 0,
                 code_size: 0,
                 str_length: 16,
@@ -210,6 +237,14 @@ impl Layout {
             _ => return None,
         };
         Some(layout.finish())
+    }
+
+    /// Whether a frame of this owner is not one of the program's (`owner_hidden`).
+    pub fn hides(&self, owner: Option<u8>) -> bool {
+        match (owner, self.owner_hidden) {
+            (Some(owner), Some(hidden)) => owner >= hidden,
+            _ => false,
+        }
     }
 
     /// Derives the parts read from the fields.

@@ -22,11 +22,13 @@
 mod ahead;
 mod compared;
 mod debug_offsets;
+mod dump;
 mod frames;
 pub mod gil;
 mod layout;
 pub(crate) mod objects;
 mod unchanged;
+mod values;
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -41,9 +43,10 @@ use crate::rules::Wait;
 use crate::stack::{GilRole, RunState, Stack, Trace};
 use ahead::{AheadStack, Recent};
 use compared::Compared;
+pub use dump::{DumpedFrame, DumpedThread};
 use frames::{RawFrame, WalkedFrame};
 use gil::{At, Gil, GilTable};
-pub use layout::{GenLayout, Layout};
+pub use layout::{tuple_items, GenLayout, Layout};
 use objects::{Code, ShortFiles};
 use rustc_hash::FxBuildHasher;
 
@@ -166,6 +169,9 @@ pub struct Walker {
     guessed: bool,
     /// The target's GIL and GC state, when it can be read; else why not.
     gil: std::result::Result<Gil, String>,
+    /// While a read for a dump runs (`dump`): the address of each frame it walks, in the
+    /// order of the sample's frames.
+    dumped: Option<Vec<usize>>,
 }
 
 impl Walker {
@@ -236,6 +242,7 @@ impl Walker {
             last_folds: HashMap::default(),
             guessed: false,
             gil,
+            dumped: None,
         })
     }
 

@@ -114,6 +114,12 @@ impl Code {
         text
     }
 
+    /// Its function's name, its file as shown and the line at an instruction offset.
+    pub fn parts(&self, offset: i64) -> (&str, &str, i32) {
+        let line = line_number(&self.table, self.first_line, offset);
+        (&self.name, &self.shown, line)
+    }
+
     /// About what the code costs in memory, for the cache's bound.
     pub fn cost(&self) -> usize {
         self.name.len() + self.shown.len() + self.table.len() + self.header.len() + 256
@@ -178,7 +184,7 @@ pub(crate) fn string(pid: i32, layout: &Layout, address: usize) -> Result<String
 }
 
 /// A `bytes` object's contents.
-fn bytes(pid: i32, layout: &Layout, address: usize) -> Result<Vec<u8>> {
+pub(crate) fn bytes(pid: i32, layout: &Layout, address: usize) -> Result<Vec<u8>> {
     if address == 0 {
         bail!("a null bytes object");
     }
