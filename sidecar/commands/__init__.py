@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from sidecar.commands import demo, diff, record, render, serve, stats, tasks, top
+from sidecar.commands import demo, diff, dump, record, render, serve, stats, tasks, top
 
 #: Registered in this order in ``sidecar --help``.
-COMMANDS: tuple[ModuleType, ...] = (record, tasks, top, render, stats, serve, diff, demo)
+COMMANDS: tuple[ModuleType, ...] = (
+    record, top, dump, tasks, render, stats, serve, diff, demo,
+)  # fmt: skip

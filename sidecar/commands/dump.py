@@ -1,0 +1,199 @@
+"""``sidecar dump``: every Python thread of a running process, once: its state, whether it
+holds the GIL, its stack (innermost frame first, as py-spy prints it), with ``--locals`` each
+frame's local variables, with ``--tasks`` the asyncio task tree after the threads (what
+``sidecar tasks`` prints: one implementation), with ``--subprocesses`` each process of a
+pre-fork group in turn, and with ``--json`` all of it as one document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from sidecar import _native
+from sidecar.commands.signals import terminate_as_interrupt
+from sidecar.discover import prefork_group
+from sidecar.errors import SidecarError, TargetError, UsageError
+from sidecar.sample.dump import DEFAULT_LOCALS_CHARS, ProcessDump, ThreadDump, read_dump
+from sidecar.sample.tasks import snapshot, summary_line, tree_lines
+
+HELP = "print every Python thread of a running process once: its state, the GIL, its stack"
+
+
+def add_parser(sub: Any) -> None:
+    parser = sub.add_parser(
+        "dump",
+        help=HELP,
+        description=HELP + " (innermost frame first), read from its memory. The target runs "
+        "on (--nonblocking, the default): each thread is read again after the dump, and a "
+        "thread whose stack changed meanwhile is said to have run on; --blocking stops the "
+        "threads for the read (a fraction of a millisecond) and lets them go. Nothing runs "
+        "in the target: --locals shows what each frame's variables hold without calling repr.",
+    )
+    parser.add_argument("-p", "--pid", type=int, required=True, help="process to read")
+    parser.add_argument(
+        "-l",
+        "--locals",
+        action="store_true",
+        help="each frame's local variables: None, bool, int, float, str and bytes by value, "
+        "containers by type and length, other objects by type and address",
+    )
+    parser.add_argument(
+        "--locals-chars",
+        type=int,
+        default=DEFAULT_LOCALS_CHARS,
+        metavar="N",
+        help=f"characters of a str or bytes value shown before it is cut (default "
+        f"{DEFAULT_LOCALS_CHARS})",
+    )
+    parser.add_argument(
+        "--tasks",
+        action="store_true",
+        help="the asyncio task tree after the threads (CPython 3.11+), as `sidecar tasks`",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument(
+        "--blocking",
+        action="store_true",
+        help="stop the target's threads for the read (consistent stacks and locals)",
+    )
+    parser.add_argument(
+        "--nonblocking",
+        action="store_true",
+        help="never stop the target (the default; py-spy's name for it)",
+    )
+    parser.add_argument(
+        "-s",
+        "--subprocesses",
+        action="store_true",
+        help="each process of PID's pre-fork group (a gunicorn master and its workers), in turn",
+    )
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.blocking and args.nonblocking:
+        raise UsageError("--blocking and --nonblocking: choose one")
+    if args.locals_chars < 1:
+        raise UsageError(f"--locals-chars must be 1 or more, not {args.locals_chars}")
+    pids = prefork_group(args.pid) if args.subprocesses else [args.pid]
+    documents: list[dict[str, Any]] = []
+    with terminate_as_interrupt():
+        for n, pid in enumerate(pids):
+            try:
+                dump = read_dump(
+                    pid,
+                    blocking=args.blocking,
+                    locals_chars=args.locals_chars if args.locals else None,
+                )
+            except SidecarError as err:
+                if pid == args.pid:
+                    raise
+                # a worker of the group that exited or cannot be read: said, and the next one
+                print(f"sidecar: PID {pid} of the group not read: {err}", file=sys.stderr)
+                continue
+            tasks = _tasks(pid) if args.tasks else None
+            if args.json:
+                documents.append(document(dump, tasks))
+                continue
+            if n:
+                print()
+            for line in text_lines(dump, show_locals=args.locals):
+                print(line)
+            if tasks is not None:
+                print()
+                print(*_task_lines(pid, tasks), sep="\n")
+    if args.json:
+        print(json.dumps(documents if args.subprocesses else documents[0], indent=2))
+    return 0
+
+
+def _tasks(pid: int) -> _native.TaskScan | str:
+    """The task scan of ``pid``, or why it could not be read (an older Python, no asyncio)."""
+    try:
+        return snapshot(pid)
+    except TargetError as err:
+        return str(err)
+
+
+def _task_lines(pid: int, tasks: _native.TaskScan | str) -> list[str]:
+    if isinstance(tasks, str):
+        return [f"asyncio tasks: not read: {tasks}"]
+    return [f"asyncio tasks of {summary_line(pid, tasks)}", *tree_lines(tasks)]
+
+
+def thread_header(thread: ThreadDump) -> str:
+    name = f' "{thread.name}"' if thread.name else ""
+    parts = [f"Thread {thread.tid}{name}", thread.state]
+    if thread.holds_gil:
+        parts.append("holds the GIL")
+    if thread.gc:
+        parts.append("collecting garbage")
+    if thread.moving:
+        parts.append("ran on as it was read: its frames are one read of it")
+    return " · ".join(parts)
+
+
+def text_lines(dump: ProcessDump, *, show_locals: bool) -> list[str]:
+    """The dump as py-spy prints one: a header, then each thread and its frames."""
+    how = (
+        f"threads stopped {dump.pause * 1000:.1f} ms for the read"
+        if dump.pause is not None
+        else "target not stopped"
+    )
+    lines = [
+        f"Process {dump.pid} · Python {dump.python_version} · {how}",
+        f"read by {dump.reader}",
+    ]
+    for thread in dump.threads:
+        lines += ["", thread_header(thread)]
+        if not thread.frames:
+            lines.append("    (no Python frames)")
+        for frame in thread.frames:
+            lines.append(f"    {frame.where}")
+            if not show_locals:
+                continue
+            if frame.locals_error is not None:
+                lines.append(f"        (locals not read: {frame.locals_error})")
+            for name, value in frame.locals or ():
+                lines.append(f"        {name} = {value}")
+    return lines
+
+
+def document(dump: ProcessDump, tasks: _native.TaskScan | str | None) -> dict[str, Any]:
+    """The dump as JSON: ``{pid, python_version, reader, reads, pause_s, threads, tasks?}``."""
+    doc: dict[str, Any] = {
+        "pid": dump.pid,
+        "python_version": dump.python_version,
+        "reader": dump.reader,
+        "reads": dump.reads,
+        "pause_s": dump.pause,
+        "threads": [_thread_document(thread) for thread in dump.threads],
+    }
+    if isinstance(tasks, str):
+        doc["tasks"], doc["tasks_error"] = None, tasks
+    elif tasks is not None:
+        doc["tasks"] = tasks["tasks"]
+    return doc
+
+
+def _thread_document(thread: ThreadDump) -> dict[str, Any]:
+    frames: list[dict[str, Any]] = []
+    for frame in thread.frames:
+        row: dict[str, Any] = {"function": frame.function, "file": frame.file, "line": frame.line}
+        if frame.locals is not None:
+            row["locals"] = dict(frame.locals)
+        if frame.locals_error is not None:
+            row["locals_error"] = frame.locals_error
+        frames.append(row)
+    return {
+        "name": thread.name,
+        "tid": thread.tid,
+        "state": thread.state,
+        "holds_gil": thread.holds_gil,
+        "gc": thread.gc,
+        "moving": thread.moving,
+        "frames": frames,
+    }
