@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from sidecar import _native
+from sidecar.commands.options import add_blocking, check_blocking
 from sidecar.commands.signals import terminate_as_interrupt
 from sidecar.discover import prefork_group
 from sidecar.errors import SidecarError, TargetError, UsageError
@@ -54,16 +55,7 @@ def add_parser(sub: Any) -> None:
         help="the asyncio task tree after the threads (CPython 3.11+), as `sidecar tasks`",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
-    parser.add_argument(
-        "--blocking",
-        action="store_true",
-        help="stop the target's threads for the read (consistent stacks and locals)",
-    )
-    parser.add_argument(
-        "--nonblocking",
-        action="store_true",
-        help="never stop the target (the default; py-spy's name for it)",
-    )
+    add_blocking(parser, "stop the target's threads for the read (consistent stacks and locals)")
     parser.add_argument(
         "-s",
         "--subprocesses",
@@ -74,8 +66,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.blocking and args.nonblocking:
-        raise UsageError("--blocking and --nonblocking: choose one")
+    check_blocking(args)
     if args.locals_chars < 1:
         raise UsageError(f"--locals-chars must be 1 or more, not {args.locals_chars}")
     pids = prefork_group(args.pid) if args.subprocesses else [args.pid]

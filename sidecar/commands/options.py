@@ -6,6 +6,7 @@ import argparse
 import os
 
 from sidecar import defaults
+from sidecar.errors import UsageError
 
 
 def _stall_ms(text: str) -> float:
@@ -32,3 +33,31 @@ def add_stall_ms(parser: argparse.ArgumentParser, variable: str | None = None) -
         f"from its poll this long (default {defaults.STALL_MS:g}, asyncio's own "
         "slow_callback_duration)" + (f" [{variable}]" if variable else ""),
     )
+
+
+def add_rate(parser: argparse.ArgumentParser, per: str = "") -> None:
+    """``-r HZ``, ``--rate HZ``: samples per second (``per`` says of what, for ``serve``)."""
+    parser.add_argument(
+        "-r",
+        "--rate",
+        type=float,
+        default=defaults.RATE_HZ,
+        metavar="HZ",
+        help=f"samples per second{per} (default {defaults.RATE_HZ:g})",
+    )
+
+
+def add_blocking(parser: argparse.ArgumentParser, pause: str) -> None:
+    """``--blocking`` (``pause`` says what it stops, and for how long) and py-spy's
+    ``--nonblocking``, the default; ``check_blocking`` refuses both at once."""
+    parser.add_argument("--blocking", action="store_true", help=pause)
+    parser.add_argument(
+        "--nonblocking",
+        action="store_true",
+        help="never stop the target (the default; py-spy's name for it)",
+    )
+
+
+def check_blocking(args: argparse.Namespace) -> None:
+    if args.blocking and args.nonblocking:
+        raise UsageError("--blocking and --nonblocking: choose one")

@@ -12,7 +12,7 @@ from sidecar import _native, defaults
 from sidecar.analyze.stalls import stall_rows, summary_line
 from sidecar.analyze.threads import analyze, state_line
 from sidecar.commands.habits import add_answers
-from sidecar.commands.options import add_stall_ms
+from sidecar.commands.options import add_blocking, add_rate, add_stall_ms, check_blocking
 from sidecar.commands.signals import terminate_as_interrupt
 from sidecar.errors import NoSamples, UsageError
 from sidecar.formats import pprof
@@ -48,23 +48,9 @@ def add_parser(sub: Any) -> None:
         metavar="S",
         help="seconds to sample (default: until Ctrl-C)",
     )
-    parser.add_argument(
-        "-r",
-        "--rate",
-        type=float,
-        default=defaults.RATE_HZ,
-        metavar="HZ",
-        help=f"samples per second (default {defaults.RATE_HZ:g})",
-    )
-    parser.add_argument(
-        "--blocking",
-        action="store_true",
-        help="pause the target for each sample (consistent stacks, small pause per sample)",
-    )
-    parser.add_argument(
-        "--nonblocking",
-        action="store_true",
-        help="never pause the target (the default; py-spy's name for it)",
+    add_rate(parser)
+    add_blocking(
+        parser, "pause the target for each sample (consistent stacks, small pause per sample)"
     )
     add_stall_ms(parser)
     parser.add_argument("--cpu", action="store_true", help="keep on-CPU samples only")
@@ -214,8 +200,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("give --pid PID, or -- COMMAND to start a program and sample it")
     if args.duration is not None and args.duration <= 0:
         raise UsageError("--duration must be positive")
-    if args.blocking and args.nonblocking:
-        raise UsageError("--blocking and --nonblocking: choose one")
+    check_blocking(args)
     if problem := defaults.rate_problem(args.rate):
         raise UsageError(problem)
     if args.task_rate is None:

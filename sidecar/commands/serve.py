@@ -16,7 +16,7 @@ from types import FrameType
 from typing import Any
 
 from sidecar import defaults
-from sidecar.commands.options import add_stall_ms
+from sidecar.commands.options import add_rate, add_stall_ms
 from sidecar.commands.signals import terminate_as_interrupt
 from sidecar.errors import SidecarError, UsageError
 
@@ -48,14 +48,7 @@ def add_parser(sub: Any) -> None:
         "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
     )
     parser.add_argument("--port", type=int, default=8321, help="port (default 8321)")
-    parser.add_argument(
-        "-r",
-        "--rate",
-        type=float,
-        default=defaults.RATE_HZ,
-        metavar="HZ",
-        help=f"samples per second per process (default {defaults.RATE_HZ:g})",
-    )
+    add_rate(parser, " per process")
     parser.add_argument(
         "--window",
         type=int,

@@ -18,7 +18,7 @@ from typing import Any
 
 from sidecar import _native, defaults
 from sidecar.analyze.top import DEFAULT_SPAN, SORTS, SPANS, Rolling, View
-from sidecar.commands.options import add_stall_ms
+from sidecar.commands.options import add_rate, add_stall_ms
 from sidecar.commands.signals import terminate_as_interrupt
 from sidecar.commands.top_view import Frame, screen
 from sidecar.discover import ProcessInfo, describe, prefork_group
@@ -43,14 +43,7 @@ def add_parser(sub: Any) -> None:
         "stopped.",
     )
     parser.add_argument("-p", "--pid", type=int, required=True, help="process to watch")
-    parser.add_argument(
-        "-r",
-        "--rate",
-        type=float,
-        default=defaults.RATE_HZ,
-        metavar="HZ",
-        help=f"samples per second (default {defaults.RATE_HZ:g})",
-    )
+    add_rate(parser)
     parser.add_argument(
         "-s",
         "--subprocesses",
