@@ -21,18 +21,6 @@ def folded_total(server: Serve, query: str) -> tuple[int, str]:
     return total, headers["x-sidecar-threads"]
 
 
-def final(server: Serve, path: str) -> Any:
-    """The API's answer once the windows of its range are all written (it stops changing)."""
-    previous = None
-    for _ in range(20):
-        current = server.json(path)
-        if current == previous:
-            return current
-        previous = current
-        time.sleep(0.3)
-    return previous
-
-
 def test_threads_are_listed_with_their_samples_and_loop_flag(spawn: Spawner, serve: Any) -> None:
     target = spawn.target("aiohttp_app")
     start = math.floor(time.time())
@@ -46,7 +34,7 @@ def test_threads_are_listed_with_their_samples_and_loop_flag(spawn: Spawner, ser
     end = math.floor(time.time())
     span = f"from={start}&to={end}"
     (row,) = server.targets()
-    doc = final(server, f"/api/threads?target={row['id']}&{span}")
+    doc = server.settled(f"/api/threads?target={row['id']}&{span}", tries=20, pause=0.3)
     assert (doc["from"], doc["to"]) == (start, end), doc
     by_name = {t["name"]: t for t in doc["threads"]}
     main, helper = by_name["MainThread"], by_name["pretend-service"]

@@ -10,6 +10,7 @@ import select
 import shutil
 import signal
 import subprocess
+import time
 import urllib.error
 import urllib.request
 from collections import Counter
@@ -247,6 +248,18 @@ class Serve(Proc):
         status, body, _ = self.request(path, timeout=timeout)
         assert status == 200, (path, status, body[:500])
         return json.loads(body)
+
+    def settled(self, path: str, tries: int = 40, pause: float = 0.5) -> Any:
+        """The API's answer once the windows of its range are all written: the first that
+        equals the one before it (else the last of ``tries``)."""
+        previous = None
+        for _ in range(tries):
+            current = self.json(path)
+            if current == previous:
+                return current
+            previous = current
+            time.sleep(pause)
+        return previous
 
     def targets(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self.json("/api/targets")

@@ -10,7 +10,6 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
@@ -46,18 +45,6 @@ def open_page(browser: Browser, url: str, loaded: str) -> Page:
     return page
 
 
-def final(server: Serve, path: str) -> Any:
-    """The API's answer once the windows of its range are all written (it stops changing)."""
-    previous = None
-    for _ in range(40):
-        current = server.json(path)
-        if current == previous:
-            return current
-        previous = current
-        time.sleep(0.5)
-    return previous
-
-
 def test_the_gil_filter_timeline_shares_and_holders_show(
     browser: Browser, spawn: Spawner, serve: Callable[..., Serve], tmp_path: Path
 ) -> None:
@@ -71,8 +58,8 @@ def test_the_gil_filter_timeline_shares_and_holders_show(
     time.sleep(SECONDS + 2)
     end = math.floor(time.time()) - 2
     span = f"from={start}&to={end}"
-    line = final(server, f"/api/timeline?target={hog}&{span}")
-    stats = final(server, f"/api/stats?{span}")
+    line = server.settled(f"/api/timeline?target={hog}&{span}")
+    stats = server.settled(f"/api/stats?{span}")
     by_pid = {t["pid"]: t for t in stats["targets"]}
     assert by_pid[starved.pid]["gil_share"] > 0.5, by_pid
 
