@@ -175,8 +175,9 @@ class Pusher:
                 return True
             self._expire()
             items = [self._queue.popleft() for _ in range(min(self.per_request, len(self._queue)))]
-            self.health.backlog = len(self._queue)
+            # a window in a request under way is not pushed yet: it counts in the backlog
             self._in_flight = len(items)
+            self.health.backlog = len(self._queue) + self._in_flight
         if not items:
             return False
         try:
@@ -184,6 +185,7 @@ class Pusher:
         finally:
             with self._cond:
                 self._in_flight = 0  # settled below, or by an unexpected error
+                self.health.backlog = len(self._queue)
 
     def _push(self, items: list[_Item]) -> bool:
         """Encodes and sends ``items``; True when ``stop`` gave up on them meanwhile."""
