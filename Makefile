@@ -54,10 +54,13 @@ pyroscope:
 demo: install
 	$(BIN)/sidecar demo
 
-# Everything: the Rust tests, then every tier of tests/ (tests/__init__.py lists them).
+# Everything: the Rust tests, the unit tier as test-fast runs it (one pytest per core: it times
+# nothing), then every other tier of tests/ in one pytest, alone on the machine (they start
+# timed targets, servers and a browser). tests/__init__.py lists the tiers.
 test: install
 	cargo test --manifest-path native/Cargo.toml --release --quiet
-	$(BIN)/pytest
+	@$(MAKE) --no-print-directory test-fast
+	$(BIN)/pytest --ignore=tests/unit
 
 # The unit tier alone (tests/unit: no target process, server or browser), in one pytest per
 # core, each with its share of the tests (--shard, tests/conftest.py); their outputs follow one
