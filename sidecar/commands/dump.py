@@ -30,7 +30,8 @@ def add_parser(sub: Any) -> None:
         description=HELP + " (innermost frame first), read from its memory. The target runs "
         "on (--nonblocking, the default): each thread is read again after the dump, and a "
         "thread whose stack changed meanwhile is said to have run on; --blocking stops the "
-        "threads for the read (a fraction of a millisecond) and lets them go. Nothing runs "
+        "threads for the read (about a millisecond, more with --locals on deep stacks) and "
+        "lets them go. Nothing runs "
         "in the target: --locals shows what each frame's variables hold without calling repr.",
     )
     parser.add_argument("-p", "--pid", type=int, required=True, help="process to read")
