@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import faultkit
+from tests.support import faultkit, helpers
 from tests.support.helpers import REPORTS, LoadDriver, Serve, Servers, Spawner
 
 
@@ -31,6 +31,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     others = [item for n, item in enumerate(items) if n % count != index - 1]
     config.hook.pytest_deselected(items=others)
     items[:] = [item for n, item in enumerate(items) if n % count == index - 1]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """A ``sidecar serve`` a test started itself never outlives it, even when the test fails
+    before it stops it (servers of fixtures live as long as their fixture)."""
+    before = len(helpers.STARTED)
+    try:
+        return (yield)
+    finally:
+        for server in helpers.STARTED[before:]:
+            server.kill()
+        del helpers.STARTED[before:]
 
 
 @pytest.fixture

@@ -176,6 +176,11 @@ class LoadDriver:
             run.stop()
 
 
+#: Every ``Serve`` started, in order: a test's own are killed once it ends, however it ended
+#: (``tests/conftest.py``), those of fixtures when the fixture ends.
+STARTED: list[Serve] = []
+
+
 class Serve(Proc):
     """``sidecar serve`` as a real process on a free loopback port; stderr goes to a file, so a
     long run never blocks on a full pipe. ``env`` replaces the environment it inherits."""
@@ -201,6 +206,7 @@ class Serve(Proc):
             self.popen = subprocess.Popen(
                 self.argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=handle, text=True
             )
+        STARTED.append(self)
         if wait:
             assert wait_until(self.up, timeout=30), self.log_text()
 
