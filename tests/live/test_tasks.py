@@ -257,7 +257,8 @@ def test_a_task_read_across_its_step_is_never_taken_for_a_parked_one(
                 r";stage \([^;]+\);sleep \(asyncio/tasks\.py:\d+\);\[waiting\]$", stack
             ):
                 bad[stack] = count
-    assert waiting > 10_000, waiting
+    # enough waiting task-samples to look at: 14,800-24,200 here, 9,197 once in a CI run
+    assert waiting > 5_000, waiting
     assert not bad, (bad, waiting, result.stderr)
 
 

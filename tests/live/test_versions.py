@@ -288,7 +288,9 @@ def test_code_headers_are_read_while_code_objects_may_have_been_freed(
     # pieces per sample over the two seconds
     ticks, _calls, pieces, _size = (b - a for a, b in zip(before, memory_reads(stats), strict=True))
     pieces /= ticks
+    # measured: 13.6-15.1 pieces a sample on 3.14 and 3.15, 29-32.5 on 3.11-3.13 (a header a
+    # code object more); the line between them lies halfway
     if _version_tuple(version) >= (3, 14):
-        assert pieces < 15, pieces
+        assert pieces < 22, pieces
     else:
-        assert pieces > 20, pieces
+        assert pieces > 22, pieces
