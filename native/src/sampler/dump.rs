@@ -23,7 +23,7 @@ use crate::process::procfs::start_time;
 use crate::process::runstate::ThreadStates;
 use crate::rules::format_frame;
 use crate::stack::{RunState, Stack, Trace};
-use crate::walker::{DumpedFrame, DumpedThread, Walker};
+use crate::walker::{DumpedFrame, DumpedThread, Walker, UNREADABLE};
 
 /// Reads tried before a dump gives up.
 const TRIES: u32 = 5;
@@ -88,41 +88,44 @@ pub fn dump(pid: i32, blocking: bool, locals: Option<usize>) -> Result<Dump, Ini
 
 type Read = (Vec<DumpedThread>, u32, Vec<u64>, Option<f64>);
 
-/// The target running: a dump, then a read to see which threads ran on; again while one did
-/// and tries are left (a thread that waits reads the same twice at once; a busy one may
-/// never), keeping the read with the fewest threads that moved.
+/// The target running: a dump, then a read to see which threads ran on.
 fn running(pid: i32, walker: &mut Walker, locals: Option<usize>) -> Result<Read, InitError> {
-    let mut best: Option<(Vec<DumpedThread>, Vec<u64>)> = None;
-    let mut last = String::new();
-    let mut reads = 0;
-    while reads < TRIES {
-        reads += 1;
-        let dumped = match walker.read_dump(RunState::Read, locals) {
-            Ok(dumped) => dumped,
-            Err(err) => {
-                last = format!("{err:#}");
-                continue;
-            }
-        };
-        let after = match walker.read(RunState::Read) {
-            Ok(after) => after,
-            Err(err) => {
-                last = format!("{err:#}");
-                continue;
-            }
-        };
-        let moving: Vec<u64> = dumped
+    fewest_moving(pid, || {
+        let dumped = walker.read_dump(RunState::Read, locals)?;
+        let after = walker.read(RunState::Read)?;
+        let moving = dumped
             .iter()
             .map(|t| &t.trace)
             .filter(|t| !after.iter().any(|a| a.tid == t.tid && text(a) == text(t)))
             .map(|t| t.tid)
             .collect();
-        let still = moving.is_empty();
-        if best.as_ref().is_none_or(|(_, m)| moving.len() < m.len()) {
-            best = Some((dumped, moving));
-        }
-        if still {
-            break;
+        Ok((dumped, moving))
+    })
+}
+
+/// Reads (`read`: the threads, and those that ran on as they were read) again while a thread
+/// ran on and tries are left (a thread that waits reads the same twice at once; a busy one
+/// may never), keeping the read with the fewest threads that moved.
+fn fewest_moving(
+    pid: i32,
+    mut read: impl FnMut() -> anyhow::Result<(Vec<DumpedThread>, Vec<u64>)>,
+) -> Result<Read, InitError> {
+    let mut best: Option<(Vec<DumpedThread>, Vec<u64>)> = None;
+    let mut last = String::new();
+    let mut reads = 0;
+    while reads < TRIES {
+        reads += 1;
+        match read() {
+            Ok((threads, moving)) => {
+                let still = moving.is_empty();
+                if best.as_ref().is_none_or(|(_, m)| moving.len() < m.len()) {
+                    best = Some((threads, moving));
+                }
+                if still {
+                    break;
+                }
+            }
+            Err(err) => last = format!("{err:#}"),
         }
     }
     match best {
@@ -199,28 +202,7 @@ fn spy_dump(
     if blocking {
         return stopped(pid, |known| both(known).map(|(threads, _)| threads));
     }
-    let mut best: Option<(Vec<DumpedThread>, Vec<u64>)> = None;
-    let mut last = String::new();
-    let mut reads = 0;
-    while reads < TRIES {
-        reads += 1;
-        match both(RunState::Read) {
-            Ok((threads, moving)) => {
-                let still = moving.is_empty();
-                if best.as_ref().is_none_or(|(_, m)| moving.len() < m.len()) {
-                    best = Some((threads, moving));
-                }
-                if still {
-                    break;
-                }
-            }
-            Err(err) => last = format!("{err:#}"),
-        }
-    }
-    match best {
-        Some((threads, moving)) => Ok((threads, reads, moving, None)),
-        None => Err(unread(pid, reads, &last)),
-    }
+    fewest_moving(pid, || both(RunState::Read))
 }
 
 /// A thread as the sampler read it, with py-spy's frames of it (and their locals).
@@ -237,7 +219,7 @@ fn spy_thread(trace: Trace, spy_trace: &StackTrace) -> DumpedThread {
                 Ok(locals
                     .iter()
                     .map(|l| {
-                        let repr = l.repr.clone().unwrap_or_else(|| "<unreadable>".into());
+                        let repr = l.repr.clone().unwrap_or_else(|| UNREADABLE.into());
                         (l.name.clone(), repr)
                     })
                     .collect())

@@ -49,6 +49,7 @@ use gil::{At, Gil, GilTable};
 pub use layout::{tuple_items, GenLayout, Layout};
 use objects::{Code, ShortFiles};
 use rustc_hash::FxBuildHasher;
+pub use values::UNREADABLE;
 
 use crate::budget::{self, Charge};
 

@@ -291,7 +291,7 @@ enum Slot {
     Object(usize),
 }
 
-const UNREADABLE: &str = "<unreadable>";
+pub const UNREADABLE: &str = "<unreadable>";
 
 /// A container by its type and length.
 fn sized(kind: &str, length: usize) -> Result<String> {
