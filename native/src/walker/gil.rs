@@ -5,7 +5,8 @@
 //!   in `_PyRuntime.ceval.gil` up to 3.11, behind the interpreter's `ceval.gil` from 3.12 (the
 //!   main interpreter's own `_gil`, whose place 3.13+ publish in `_Py_DebugOffsets`). py-spy's
 //!   `--gil` reads the same. 3.15 also keeps `holds_gil` in each thread state.
-//! - The waiters: 3.15 keeps `gil_requested` in each thread state. Before it nothing in memory
+//! - The waiters: 3.15 keeps `gil_requested` in each thread state (a waiter when another thread
+//!   holds the GIL; taken uncontended, it is requested for an instant). Before it nothing in memory
 //!   tells, but the kernel does: a thread waiting for the GIL sleeps in `futex` on one of the
 //!   GIL's own condition variables or mutexes, which lie inside `_gil_runtime_state`, and its
 //!   /proc `syscall` file names the futex's address. A lock's `acquire` or a condition's

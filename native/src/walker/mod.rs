@@ -421,11 +421,14 @@ impl Walker {
             let start = frames.len();
             self.frames(thread, ahead, bytes, batch, frames, outside)?;
             let role = match (gil.and_then(|g| g.flags), gil_read) {
-                // 3.15: the thread's own flags
-                (Some((holds, requested)), _) if bytes.len() >= holds.max(requested) + 4 => {
+                // 3.15: the thread's own flags. A request waits only for a GIL another thread
+                // holds: one taken uncontended (a loop back from its poll with no other thread)
+                // is requested for an instant, and is no wait.
+                (Some((holds, requested)), read) if bytes.len() >= holds.max(requested) + 4 => {
+                    let held_by_another = read.is_none_or(|r| r.holder != 0 && r.holder != thread);
                     match (u32_at(bytes, holds), u32_at(bytes, requested)) {
                         (1, _) => GilRole::Holds,
-                        (0, 1) => GilRole::Waits,
+                        (0, 1) if held_by_another => GilRole::Waits,
                         _ => GilRole::None,
                     }
                 }
