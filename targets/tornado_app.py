@@ -182,6 +182,12 @@ def main() -> None:
     parser.add_argument(
         "--processes", type=int, default=1, help="worker processes forked from this one"
     )
+    parser.add_argument(
+        "--max-restarts",
+        type=int,
+        default=0,
+        help="workers that die the parent forks again (tornado's max_restarts)",
+    )
     args = parser.parse_args()
     new_loop = asyncio.new_event_loop
     if args.uvloop:
@@ -191,8 +197,9 @@ def main() -> None:
     sockets = tornado.netutil.bind_sockets(args.port, args.host)
     announce("tornado", sockets[0].getsockname()[1], args.uvloop)
     if args.processes > 1:
-        # the parent waits here on its workers, and ends when one dies; each worker returns
-        tornado.process.fork_processes(args.processes, max_restarts=0)
+        # the parent waits here on its workers and forks again for one that dies, up to
+        # --max-restarts times, then ends; each worker returns
+        tornado.process.fork_processes(args.processes, max_restarts=args.max_restarts)
     asyncio.set_event_loop(new_loop())
     server = HTTPServer(make_app())
     server.add_sockets(sockets)

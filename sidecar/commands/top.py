@@ -27,6 +27,8 @@ from sidecar.sample.sampler import open_sampler
 from sidecar.sample.tasks import snapshot
 
 HELP = "a live view of the event loop in the terminal: shares, GIL, tasks, stalls, functions"
+#: how often --subprocesses looks for workers that joined the group or left it (seconds)
+REGROUP_S = 2.0
 NOT_A_TERMINAL = (
     "top draws in a terminal and standard output is not one; --snapshots N prints N plain "
     "snapshots a second apart instead"
@@ -86,6 +88,15 @@ class Feed:
     sort: str = "own"
     ascending: bool = False
     help: bool = False
+    #: with --subprocesses, the PID the group was found from: looked at again every
+    #: REGROUP_S, since a master replaces the workers that exit
+    group: int | None = None
+    #: workers that left the group and ones that joined it since the start, in order
+    left: list[int] = field(default_factory=list)
+    joined: list[int] = field(default_factory=list)
+    #: workers that joined but could not be read (not tried again)
+    refused: set[int] = field(default_factory=set)
+    regrouped: float = field(default_factory=time.monotonic)
 
     def __post_init__(self) -> None:
         self.rolling = Rolling(self.rate_hz)
@@ -94,10 +105,31 @@ class Feed:
         for one in self.watched:
             for window in one.sampler.drain():
                 self.rolling.add_window(window, one.info.pid, one.info)
+        if self.group is not None and time.monotonic() - self.regrouped >= REGROUP_S:
+            self.regroup(self.group)
 
-    def stop(self) -> None:
-        for one in self.watched:
+    def regroup(self, group: int) -> None:
+        """Follow the group's changes: a worker that exited (its last samples drained) leaves
+        the list, one its master started since (gunicorn and Tornado replace a worker that
+        dies or, in gunicorn, served its ``max_requests``) is watched from now on."""
+        self.regrouped = time.monotonic()
+        pids = prefork_group(group)  # the master alone once it is gone
+        for one in [w for w in self.watched if w.sampler.exited and w.info.pid not in pids]:
             one.sampler.stop()
+            self.watched.remove(one)
+            self.left.append(one.info.pid)
+            if self.pid == one.info.pid:
+                self.pid = None
+        known = {w.info.pid for w in self.watched} | self.refused | set(self.left)
+        for pid in pids:
+            if pid in known:
+                continue
+            try:
+                self.watched.append(_watch(pid, self.rate_hz, self.stall_ms))
+            except (TargetError, OSError):
+                self.refused.add(pid)  # gone already, or not readable: said in the note
+            else:
+                self.joined.append(pid)
 
     def title(self) -> str:
         if len(self.watched) == 1:
@@ -108,11 +140,17 @@ class Feed:
         return f"PID {self.pid}" + (f" ({info.role})" if info.role else "")
 
     def note(self) -> str:
-        gone = [one.info.pid for one in self.watched if one.sampler.exited]
-        if not gone:
-            return ""
-        said = ", ".join(str(pid) for pid in gone)
-        return f"PID {said} exited" + ("" if len(gone) < len(self.watched) else "; q quits")
+        gone = [*self.left, *(one.info.pid for one in self.watched if one.sampler.exited)]
+        parts = []
+        if gone:
+            parts.append(f"PID {_pids(gone)} exited")
+        if self.joined:
+            parts.append(f"PID {_pids(self.joined)} joined")
+        if self.refused:
+            parts.append(f"PID {_pids(sorted(self.refused))} not readable")
+        if all(one.sampler.exited for one in self.watched):
+            parts.append("q quits")
+        return "; ".join(parts) if gone or self.joined or self.refused else ""
 
     def frame(self) -> Frame:
         shown = [w for w in self.watched if self.pid is None or w.info.pid == self.pid]
@@ -152,6 +190,12 @@ class Feed:
             self.pid = order[(order.index(self.pid) + 1) % len(order)]
 
 
+def _pids(pids: list[int]) -> str:
+    """The last few of ``pids`` (a group that restarts its workers often piles them up)."""
+    shown = ", ".join(str(pid) for pid in pids[-3:])
+    return shown if len(pids) <= 3 else f"{shown} and {len(pids) - 3} more"
+
+
 def _watch(pid: int, rate_hz: float, stall_ms: float) -> Watched:
     info = describe(pid)
     note = ""
@@ -178,7 +222,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         for pid in pids:
             watched.append(_watch(pid, args.rate, args.stall_ms))
-        feed = Feed(watched, args.rate, args.stall_ms)
+        feed = Feed(
+            watched, args.rate, args.stall_ms, group=args.pid if args.subprocesses else None
+        )
         with terminate_as_interrupt():
             if args.snapshots is not None:
                 return _snapshots(feed, args.snapshots)

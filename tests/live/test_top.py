@@ -6,9 +6,11 @@ text instead. Every wait is bounded; nothing is timed."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -18,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.helpers import PYTHON, ROOT, Proc, Spawner, proc_status, sidecar
+from tests.support.helpers import PYTHON, ROOT, Proc, Spawner, proc_status, sidecar, wait_until
 
 #: The function the load keeps busy (targets/handlers.py, under /cpu).
 HOT = "classify_path (targets/handlers.py)"
@@ -127,3 +129,37 @@ def test_top_without_a_terminal_says_so_or_prints_snapshots(loaded: Proc) -> Non
     assert "event loop" in shot.stdout and re.search(r"^busy\s+\d+\.\d%", shot.stdout, re.M)
     assert all(len(line) <= 80 for line in shot.stdout.splitlines())
     assert loaded.get("/health") == b"ok\n"
+
+
+def test_top_follows_a_group_whose_master_replaces_a_worker(spawn: Spawner) -> None:
+    """``--subprocesses``: a worker killed and forked again by its master is said to have
+    exited, and its replacement joins the view."""
+    parent = spawn.target("tornado_app", "--processes", "2", "--max-restarts", "1")
+    children = lambda: [  # noqa: E731
+        int(p) for p in Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text().split()
+    ]
+    assert wait_until(lambda: len(children()) == 2, timeout=30)
+    first = children()
+    top = subprocess.Popen(
+        [str(PYTHON), "-m", "sidecar", "top", "-p", str(parent.pid), "-s", "--snapshots", "8"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert top.stdout is not None
+        assert "3 processes" in top.stdout.readline()  # the first snapshot's title
+        os.kill(first[0], signal.SIGKILL)
+        assert wait_until(lambda: len(set(children()) - set(first)) == 1, timeout=15)
+        (replacement,) = set(children()) - set(first)
+        out, err = top.communicate(timeout=60)
+        assert top.returncode == 0, err
+        # the last snapshot: from its title on
+        last = out[out.rfind("\n", 0, out.rindex(" processes (serving ones together)")) + 1 :]
+        assert last.startswith("3 processes"), out
+        assert f"PID {first[0]} exited; PID {replacement} joined" in last, out
+    finally:
+        top.kill()
+        for pid in children():
+            os.kill(pid, signal.SIGTERM)
