@@ -76,7 +76,7 @@ TasksOf = Annotated[
         description="with kind=tasks: all tasks, requests' tasks or background ones",
     ),
 ]
-#: The response header of /api/profile that says which threads its samples are of.
+#: The response header of /api/profile and /api/diff that says which threads their samples are of.
 THREADS_HEADER = "X-Sidecar-Threads"
 
 
@@ -330,34 +330,46 @@ def create_app(service: Service) -> FastAPI:
         end_b: Annotated[float | None, Query(alias="to_b")] = None,
         format: Annotated[str, Query(pattern="^(svg|folded|json)$")] = "svg",
         normalize: bool = True,
+        threads: Annotated[str, threads_query("all")] = "all",
     ) -> Response:
         if target_b is None and start_b is None and end_b is None:
             raise QueryError("give target_b or from_b/to_b: what to compare with")
-        before = reader.profile(target, _span(start, end))
-        after = reader.profile(
-            target if target_b is None else target_b,
-            _span(start if start_b is None else start_b, end if end_b is None else end_b),
-        )
+        sides = [
+            (target, _span(start, end)),
+            (
+                target if target_b is None else target_b,
+                _span(start if start_b is None else start_b, end if end_b is None else end_b),
+            ),
+        ]
+        # the event-loop threads when both sides have some, as /api/profile says it
+        loop = threads == "loop" and all(reader.has_loop_samples(*side) for side in sides)
+        before, after = (reader.profile(*side, loop_only=loop) for side in sides)
         if not before.stacks or not after.stacks:
             raise NoSamples("one of the two ranges has no samples")
         result = diff_profiles(before, after, normalize=normalize)
+        scope = {THREADS_HEADER: "loop" if loop else "all"}
         if format == "folded":
-            return PlainTextResponse("".join(line + "\n" for line in result.lines))
+            text = "".join(line + "\n" for line in result.lines)
+            return PlainTextResponse(text, headers=scope)
         if format == "json":
             return JSONResponse(
                 {
                     "verdict": result.verdict,
+                    "threads": scope[THREADS_HEADER],
                     "before_samples": before.total,
                     "after_samples": after.total,
                     "self_changes": [_change(c) for c in result.self_changes[:50]],
                     "total_changes": [_change(c) for c in result.total_changes[:50]],
                     "state_changes": [_change(c) for c in result.state_changes],
                     "states_of": result.states_of,
-                }
+                },
+                headers=scope,
             )
         svg = render_diff(result, RenderOptions(title="sidecar: differential flame graph"))
         return Response(
-            svg, media_type="image/svg+xml", headers={"Content-Security-Policy": SVG_CSP}
+            svg,
+            media_type="image/svg+xml",
+            headers={"Content-Security-Policy": SVG_CSP, **scope},
         )
 
     if isinstance(WEB, Path) and WEB.is_dir():  # installed as files, not inside an archive

@@ -202,3 +202,57 @@ def test_blocking_sites_under_the_threshold_fold_into_other(browser: Browser, ru
     assert rendered["other"] == {"sites": "2", "samples": "3"}
     wait_loaded(page, "#frameworks")
     assert not page.errors  # type: ignore[attr-defined]
+
+
+def test_compare_counts_the_threads_the_flamegraph_counts(browser: Browser, run: Run) -> None:
+    """Compare diffs the event-loop threads' samples by default, as /api/diff?threads=loop
+    does, says so, and all threads are one click away there too."""
+    start, end = (int(part.split("=")[1]) for part in run.span.split("&"))
+    # two halves of where the range has samples: from the first window sampled on
+    mid = (max(start, math.floor(run.first_seen)) + end + 1) // 2
+    ranges = f"target={run.target}&from={start}&to={mid}&from_b={mid}&to_b={end}"
+
+    def diffed(threads: str) -> dict[str, Any]:
+        doc: dict[str, Any] = run.server.json(f"/api/diff?{ranges}&format=json&threads={threads}")
+        return doc
+
+    def samples(span: str, threads: str) -> int:
+        status, body, _ = run.server.request(
+            f"/api/profile?target={run.target}&{span}&format=folded&threads={threads}"
+        )
+        assert status == 200, body
+        return sum(int(row.rpartition(" ")[2]) for row in body.decode().splitlines())
+
+    assert samples(f"from={start}&to={mid}", "loop") > 0, (start, mid, run.first_seen)
+    assert samples(f"from={mid}&to={end}", "loop") > 0, (mid, end)
+    loop, every = diffed("loop"), diffed("all")
+    assert (loop["threads"], every["threads"]) == ("loop", "all")
+    for doc, threads in ((loop, "loop"), (every, "all")):
+        assert doc["before_samples"] == samples(f"from={start}&to={mid}", threads), doc
+        assert doc["after_samples"] == samples(f"from={mid}&to={end}", threads), doc
+    assert loop["after_samples"] < every["after_samples"]
+    headers = run.server.request(f"/api/diff?{ranges}&format=folded&threads=loop")[2]
+    assert headers["x-sidecar-threads"] == "loop"
+
+    page = open_page(
+        browser,
+        f"{run.server.url}/?view=compare&target={run.target}&{run.span}"
+        f"&a={start}~{mid}&b={mid}~{end}",
+        "#diff-flame",
+    )
+    checked = page.locator('#compare-scope button[aria-checked="true"]')
+    assert checked.inner_text() == "Event-loop threads"
+    assert page.locator("#compare-counts").inner_text() == "· loop-thread samples"
+    assert page.locator("#frames-of").inner_text() == "loop-thread samples"
+    diff = page.eval_on_selector("#diff-flame", "el => ({...el.dataset})")
+    assert int(diff["samples"]) == loop["after_samples"], diff
+    page.locator('#compare-scope button[data-threads="all"]').click()
+    page.wait_for_function(
+        "n => document.querySelector('#diff-flame').dataset.loading === '0'"
+        " && document.querySelector('#diff-flame').dataset.samples === String(n)",
+        arg=every["after_samples"],
+    )
+    assert query(page)["threads"] == "all"
+    assert page.locator("#compare-counts").inner_text() == "· all-thread samples"
+    assert page.locator("#frames-of").inner_text() == "all-thread samples"
+    assert not page.errors  # type: ignore[attr-defined]

@@ -531,10 +531,10 @@ function compareParams(format) {
   if (state.cmp === "targets") {
     const [from, to] = profileRange();
     const [ta, tb] = compareTargets();
-    return { target: ta, from, to, target_b: tb, from_b: from, to_b: to, format };
+    return { target: ta, from, to, target_b: tb, from_b: from, to_b: to, format, threads: state.threads };
   }
   const [a, b] = compareRanges();
-  return { target: state.target, from: a[0], to: a[1], from_b: b[0], to_b: b[1], format };
+  return { target: state.target, from: a[0], to: a[1], from_b: b[0], to_b: b[1], format, threads: state.threads };
 }
 
 function compareTargets() {
@@ -572,6 +572,7 @@ async function loadCompare() {
     host.dataset.loading = "0";
     diffFlame.clear();
     $("#verdict").textContent = "";
+    $("#compare-counts").textContent = "";
     renderStateChanges($("#state-changes"), []);
     renderChanges($("#self-changes"), []);
     renderChanges($("#total-changes"), []);
@@ -591,6 +592,9 @@ async function loadCompare() {
   diffFlame.setTree(tree, "diff");
   host.dataset.loading = "0";
   $("#verdict").textContent = summary.verdict;
+  const counted = countName(state.threads, summary.threads, "");
+  $("#compare-counts").textContent = `· ${counted}`;
+  $("#frames-of").textContent = counted;
   // whose states the diff compares, as `sidecar diff` says it
   const loop = !summary.states_of || summary.states_of === "event loop";
   $("#states-of").textContent = loop ? "the event loop's threads" : summary.states_of;
@@ -673,7 +677,7 @@ function syncControls() {
     button.setAttribute("aria-checked", String(on));
     button.tabIndex = on ? 0 : -1;
   }
-  for (const button of $$("#thread-scope button")) {
+  for (const button of $$("#thread-scope button, #compare-scope button")) {
     const on = button.dataset.threads === state.threads;
     button.setAttribute("aria-checked", String(on));
     button.tabIndex = on ? 0 : -1;
@@ -896,8 +900,10 @@ function wire() {
     loadTimeline();
     loadView();
   };
-  for (const button of $$("#thread-scope button")) button.addEventListener("click", () => chooseThreads(button));
-  radioKeys($("#thread-scope"), chooseThreads);
+  for (const group of ["#thread-scope", "#compare-scope"]) {
+    for (const button of $$(`${group} button`)) button.addEventListener("click", () => chooseThreads(button));
+    radioKeys($(group), chooseThreads);
+  }
   const thread = $("#thread");
   thread.addEventListener("change", () => {
     const value = thread.value;
