@@ -148,7 +148,12 @@ export class Timeline {
       if (max) ctx.fillText(count(f * yMax), PAD.left - 6, y);
     }
 
-    // bars: the first series at the bottom (busy, then blocked, gil, idle)
+    // bars: the first series at the bottom (busy, then blocked, gil, idle), clipped to the plot
+    // (a bucket that began before the range would cover the y labels)
+    ctx.save();
+    ctx.beginPath();
+    ctx.rect(PAD.left, PAD.top, this.plotWidth, plotH);
+    ctx.clip();
     for (const b of buckets) {
       const x0 = this.xOf(b.t);
       const x1 = this.xOf(b.t + step);
@@ -163,6 +168,7 @@ export class Timeline {
         y -= h;
       }
     }
+    ctx.restore();
 
     // x axis ticks
     const seconds = this.to - this.from;
