@@ -54,26 +54,32 @@ pyroscope:
 demo: install
 	$(BIN)/sidecar demo
 
-# Everything: the Rust tests, the unit tier as test-fast runs it (one pytest per core: it times
-# nothing), then every other tier of tests/ in one pytest, alone on the machine (they start
-# timed targets, servers and a browser). tests/__init__.py lists the tiers.
+# Everything: the Rust tests; then the tiers that time nothing side by side: the unit tier as
+# test-fast runs it (one pytest per core) and the deploy tier beside it (the wheel, the images,
+# the manifests, a pod: builds and packaging, waits on its own processes); then every other tier
+# in one pytest, alone on the machine (they start timed targets, servers and a browser).
+# tests/__init__.py lists the tiers.
 test: install
 	cargo test --manifest-path native/Cargo.toml --release --quiet
-	@$(MAKE) --no-print-directory test-fast
-	$(BIN)/pytest --ignore=tests/unit
+	@$(MAKE) --no-print-directory test-fast BESIDE=tests/deploy
+	$(BIN)/pytest --ignore=tests/unit --ignore=tests/deploy
 
 # The unit tier alone (tests/unit: no target process, server or browser), in one pytest per
-# core, each with its share of the tests (--shard, tests/conftest.py); their outputs follow one
-# another at the end. About a minute of CPU in all.
+# core, each with its share of the tests (--shard, tests/conftest.py), and the tier BESIDE names
+# (none unless given) in one more pytest at the same time; their outputs follow one another at
+# the end. About a minute of CPU for the unit tier.
 FAST_JOBS ?= $(shell nproc 2>/dev/null || echo 1)
+BESIDE ?=
 
 test-fast: install
 	@out=$$(mktemp -d); pids=; \
 	for i in $$(seq $(FAST_JOBS)); do \
 	  $(BIN)/pytest -q tests/unit --shard $$i/$(FAST_JOBS) >$$out/$$i 2>&1 & pids="$$pids $$!"; \
 	done; \
+	if [ -n "$(BESIDE)" ]; then $(BIN)/pytest $(BESIDE) >$$out/beside 2>&1 & pids="$$pids $$!"; fi; \
 	status=0; for pid in $$pids; do wait $$pid || status=1; done; \
 	for i in $$(seq $(FAST_JOBS)); do cat $$out/$$i; done; \
+	if [ -n "$(BESIDE)" ]; then cat $$out/beside; fi; \
 	rm -rf $$out; exit $$status
 
 # Ten minutes of sidecar + two targets under load (make test runs two); report in tests/reports/soak.md
