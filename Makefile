@@ -54,14 +54,16 @@ pyroscope:
 demo: install
 	$(BIN)/sidecar demo
 
-# Everything: the Rust tests; then the tiers that time nothing side by side: the unit tier as
-# test-fast runs it (one pytest per core) and the deploy tier beside it (the wheel, the images,
-# the manifests, a pod: builds and packaging, waits on its own processes); then every other tier
-# in one pytest, alone on the machine (they start timed targets, servers and a browser).
-# tests/__init__.py lists the tiers.
+# Everything. First what times nothing, side by side: the Rust tests, the unit tier as test-fast
+# runs it (one pytest per core) and the deploy tier (the wheel, the images, the manifests, a pod:
+# builds and packaging, waiting on its own processes); the Rust tests' output comes last. Then
+# every other tier in one pytest, alone on the machine (they start timed targets, servers and a
+# browser). tests/__init__.py lists the tiers.
 test: install
-	cargo test --manifest-path native/Cargo.toml --release --quiet
-	@$(MAKE) --no-print-directory test-fast BESIDE=tests/deploy
+	@out=$$(mktemp); \
+	cargo test --manifest-path native/Cargo.toml --release --quiet >$$out 2>&1 & rust=$$!; \
+	$(MAKE) --no-print-directory test-fast BESIDE=tests/deploy; status=$$?; \
+	wait $$rust || status=1; cat $$out; rm -f $$out; exit $$status
 	$(BIN)/pytest --ignore=tests/unit --ignore=tests/deploy
 
 # The unit tier alone (tests/unit: no target process, server or browser), in one pytest per
