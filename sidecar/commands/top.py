@@ -150,7 +150,7 @@ class Feed:
             parts.append(f"PID {_pids(sorted(self.refused))} not readable")
         if all(one.sampler.exited for one in self.watched):
             parts.append("q quits")
-        return "; ".join(parts) if gone or self.joined or self.refused else ""
+        return "; ".join(parts)
 
     def frame(self) -> Frame:
         shown = [w for w in self.watched if self.pid is None or w.info.pid == self.pid]

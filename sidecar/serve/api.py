@@ -256,7 +256,7 @@ def create_app(service: Service) -> FastAPI:
         if tasks_of != "all":
             raise QueryError("'tasks' picks tasks of kind=tasks")
         span = _span(start, end)
-        loop = threads == "loop" and reader.has_loop_samples(target, span)
+        loop = _loop_only(threads, [(target, span)])
         data = reader.profile(target, span, states, thread, loop_only=loop)
         response = _profile_response(data, format, _title(target), inverted)
         response.headers[THREADS_HEADER] = "loop" if loop else "all"
@@ -341,8 +341,7 @@ def create_app(service: Service) -> FastAPI:
                 _span(start if start_b is None else start_b, end if end_b is None else end_b),
             ),
         ]
-        # the event-loop threads when both sides have some, as /api/profile says it
-        loop = threads == "loop" and all(reader.has_loop_samples(*side) for side in sides)
+        loop = _loop_only(threads, sides)
         before, after = (reader.profile(*side, loop_only=loop) for side in sides)
         if not before.stacks or not after.stacks:
             raise NoSamples("one of the two ranges has no samples")
@@ -383,6 +382,11 @@ def create_app(service: Service) -> FastAPI:
                 "<p>API: <a href='/api/targets'>/api/targets</a>, "
                 "<a href='/openapi.json'>/openapi.json</a></p>"
             )
+
+    def _loop_only(threads: str, sides: list[tuple[int | None, Range]]) -> bool:
+        """Whether ``threads`` asks for the event-loop threads' samples and each side (target,
+        range) has some: otherwise every thread's are counted."""
+        return threads == "loop" and all(reader.has_loop_samples(*side) for side in sides)
 
     def _span(start: float | None, end: float | None) -> Range:
         return Range.aligned(start, end, service.config.window)

@@ -36,10 +36,10 @@ class Run:
     span: str
     threads: list[dict[str, Any]]
 
-    def samples(self, query: str) -> int:
-        """Samples of /api/profile over the range with ``query``."""
+    def samples(self, query: str, span: str | None = None) -> int:
+        """Samples of /api/profile over the range (or ``span``) with ``query``."""
         status, body, _ = self.server.request(
-            f"/api/profile?target={self.target}&{self.span}&format=folded&{query}"
+            f"/api/profile?target={self.target}&{span or self.span}&format=folded&{query}"
         )
         assert status == 200, body
         return sum(int(row.rpartition(" ")[2]) for row in body.decode().splitlines())
@@ -217,11 +217,7 @@ def test_compare_counts_the_threads_the_flamegraph_counts(browser: Browser, run:
         return doc
 
     def samples(span: str, threads: str) -> int:
-        status, body, _ = run.server.request(
-            f"/api/profile?target={run.target}&{span}&format=folded&threads={threads}"
-        )
-        assert status == 200, body
-        return sum(int(row.rpartition(" ")[2]) for row in body.decode().splitlines())
+        return run.samples(f"threads={threads}", span)
 
     assert samples(f"from={start}&to={mid}", "loop") > 0, (start, mid, run.first_seen)
     assert samples(f"from={mid}&to={end}", "loop") > 0, (mid, end)
