@@ -22,8 +22,9 @@ use std::collections::HashMap;
 use anyhow::{bail, Result};
 use rustc_hash::FxBuildHasher as FxBuild;
 
+use super::clock::monotonic;
 use super::layout::{StackTop, TaskLayout, YieldFrom};
-use super::objects::{Kind, Types, FUT_CALLBACK0, FUT_LOOP};
+use super::objects::{Kind, Types, FUT_CALLBACK0, FUT_LOOP, MERGE_GAP};
 use super::Target;
 use crate::process::memory::{read_pieces, usize_at, Batch, Reads};
 use crate::rules::{READY_LEAF, RUNNING_LEAF, WAITING_LEAF};
@@ -34,10 +35,6 @@ const MAX_CHAIN: usize = 256;
 const MAX_STACK_SLOTS: usize = 1 << 16;
 /// What of an awaited object is read: its type, and a future iterator's future.
 const AWAITED_HEAD: usize = 24;
-/// Pieces closer than this are read as one (see `Batch::read_merged`): objects of the same
-/// pool then cost one remote piece.
-pub const MERGE_GAP: usize = 1024;
-
 /// A task's state in one scan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TaskState {
@@ -232,7 +229,7 @@ const NO_LAST: u32 = u32::MAX;
 #[derive(Default)]
 pub struct FirstRead {
     pub batch: Batch,
-    /// When it was read (`timers::monotonic`, as it began).
+    /// When it was read (`clock::monotonic`, as it began).
     pub at: f64,
     /// The types of the futures' callbacks (`tornado`).
     pub heads: Vec<(usize, usize)>,
@@ -265,7 +262,7 @@ impl FirstRead {
         self.tasks.clear();
         self.tasks.extend_from_slice(addresses);
         pieces.extend_from_slice(&self.heads);
-        self.at = super::timers::monotonic();
+        self.at = monotonic();
         self.batch.fill_merged(target.pid, &pieces, MERGE_GAP);
     }
 }
@@ -305,7 +302,7 @@ impl Cursor {
 
 /// Reads the tasks at `addresses`: the live ones (pending) with their chains, how many were
 /// left out because a read tore (their addresses), and when the last of the futures they wait
-/// on were read (`timers::monotonic`; most come with the tasks, a little before). What `first`
+/// on were read (`clock::monotonic`; most come with the tasks, a little before). What `first`
 /// holds is taken from it; tasks it did not read (new since the last scan, in the lists of
 /// 3.14+) are read now.
 pub fn read_tasks(
@@ -420,7 +417,7 @@ pub fn read_tasks(
         .filter(|t| t.state != TaskState::Running && t.waiter != 0)
         .map(|t| (t.waiter, waiter_size))
         .collect();
-    let read_at = super::timers::monotonic();
+    let read_at = monotonic();
     let waiters = Reads::read(pid, batch, &pieces, MERGE_GAP);
     out.retain_mut(|task| match state(pid, tl, types, &waiters, task) {
         Ok((TaskState::Waiting, _, _)) if task.unawaited => {

@@ -11,8 +11,10 @@ use std::collections::HashMap;
 use anyhow::{bail, Result};
 use rustc_hash::FxBuildHasher as FxBuild;
 
-use super::chain::{awaited_by_of, RawTask, TaskState, MERGE_GAP};
-use super::objects::{dict_get, Kind, Types, FUT_CALLBACK0, LIST_ITEMS, LIST_SIZE, METHOD_SELF};
+use super::chain::{awaited_by_of, RawTask, TaskState};
+use super::objects::{
+    dict_get, Kind, Types, FUT_CALLBACK0, LIST_ITEMS, LIST_SIZE, MERGE_GAP, METHOD_SELF,
+};
 use super::registry::first_attribute;
 use super::Target;
 use crate::process::memory::{read, usize_at, Batch};

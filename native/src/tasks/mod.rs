@@ -10,11 +10,13 @@
 //! scan to the next while unchanged), `running` (the coroutines a running task is in, from its
 //! thread's frames), `gather` (the tasks a `gather` or a `TaskGroup` waits for, on 3.11–3.13,
 //! whose tasks do not say which task awaits them), `timers` (tasks whose sleep is over, due
-//! to run while the loop is busy elsewhere). Code objects and frames are formatted by the
-//! walker's `objects`, so a task's frames read like a thread's. A sampler's scans on a thread
-//! of their own are `crate::sampler::task_ticks`.
+//! to run while the loop is busy elsewhere), `clock` (the clock of the loops' timers, which the
+//! scan times its reads by). Code objects and frames are formatted by the walker's `objects`,
+//! so a task's frames read like a thread's. A sampler's scans on a thread of their own are
+//! `crate::sampler::task_ticks`.
 
 mod chain;
+mod clock;
 mod gather;
 mod layout;
 mod objects;
@@ -380,7 +382,7 @@ impl TaskScanner {
         codes.dedup();
         let mut unreadable = Vec::new();
         let pieces: Vec<(usize, usize)> = codes.iter().map(|&c| (c + first, size)).collect();
-        let batch = Batch::read_merged(self.target.pid, &pieces, chain::MERGE_GAP);
+        let batch = Batch::read_merged(self.target.pid, &pieces, objects::MERGE_GAP);
         for (&code, &(at, len)) in codes.iter().zip(&pieces) {
             let Some(header) = batch.get(at, len) else {
                 continue; // freed: its frames read "? (?:0)" only if it is not cached

@@ -11,6 +11,9 @@ use crate::walker::objects::string;
 use crate::walker::Layout;
 use rustc_hash::FxBuildHasher as FxBuild;
 
+/// Pieces closer than this are read as one (see `Batch::read_merged`): objects of the same
+/// pool then cost one remote piece.
+pub const MERGE_GAP: usize = 1024;
 /// Sanity bounds against torn or garbage reads.
 const MAX_DICT_ENTRIES: usize = 1 << 17;
 const MAX_SET_SLOTS: usize = 1 << 22;

@@ -6,9 +6,10 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 
-use super::chain::MERGE_GAP;
 use super::layout::{Registry, ASYNCIO_DEBUG_WORDS};
-use super::objects::{dict_get, hashed_address, sets_entries, Kind, SetTable, TypeInfo, Types};
+use super::objects::{
+    dict_get, hashed_address, sets_entries, Kind, SetTable, TypeInfo, Types, MERGE_GAP,
+};
 use super::Target;
 use crate::process::memory::{read, read_pieces, usize_at, Batch};
 use crate::walker::Layout;

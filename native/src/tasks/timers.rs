@@ -32,12 +32,13 @@ use std::collections::HashMap;
 
 use anyhow::{bail, Result};
 
-use super::chain::{RawTask, TaskState, MERGE_GAP};
+use super::chain::{RawTask, TaskState};
+use super::clock::monotonic;
 use super::layout::TaskLayout;
 use super::objects::{
     Kind, Types, BLOCK_DATA, BLOCK_ITEMS, BLOCK_NEXT, DEQUE_HEAD, DEQUE_LEFT_BLOCK,
     DEQUE_LEFT_INDEX, DEQUE_RIGHT_BLOCK, DEQUE_RIGHT_INDEX, DEQUE_SIZE, FLOAT_VALUE, LIST_ITEMS,
-    LIST_SIZE, METHOD_SELF, TUPLE_SIZE,
+    LIST_SIZE, MERGE_GAP, METHOD_SELF, TUPLE_SIZE,
 };
 use super::registry::{find_attribute, Slot, SLOT_READ};
 use super::Target;
@@ -469,18 +470,6 @@ fn futures_of(
         }
     }
     Ok(futures)
-}
-
-/// Now on `CLOCK_MONOTONIC`, in seconds: the clock of `loop.time()`, the same for every
-/// process of the machine.
-pub fn monotonic() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec for the call to write into.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
 #[cfg(test)]

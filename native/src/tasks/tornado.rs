@@ -7,9 +7,9 @@
 
 use anyhow::{bail, Result};
 
-use super::chain::{read_gen, RawTask, MERGE_GAP};
+use super::chain::{read_gen, RawTask};
 use super::layout::TaskLayout;
-use super::objects::{Kind, Types, CELL_REF, FUNC_CLOSURE, FUT_CALLBACK0};
+use super::objects::{Kind, Types, CELL_REF, FUNC_CLOSURE, FUT_CALLBACK0, MERGE_GAP};
 use super::registry::{find_attribute, first_attribute};
 use super::Target;
 use crate::process::memory::{read, usize_at, Batch, Reads};

@@ -22,7 +22,7 @@ use anyhow::{bail, Result};
 
 use super::ahead::AheadStack;
 use super::unchanged::Read;
-use super::Walker;
+use super::{RawFrame, Walker};
 use crate::process::memory::{read, read_pieces, usize_at, Batch};
 
 /// Sanity bound against torn or garbage reads.
@@ -35,9 +35,6 @@ pub const MAX_FRAME_READ: usize = 256;
 /// How much of the top of a thread's data stack (where the frames of plain calls live) is
 /// read in one piece with the current frame's address.
 const DATASTACK_READ: usize = 16 << 10;
-
-/// A frame as walked: its code object and the instruction offset in it.
-pub type RawFrame = (usize, i64);
 
 /// A frame as the walk read it: what the check of a walk that does not end at the thread's
 /// first frame compares with.

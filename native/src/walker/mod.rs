@@ -44,7 +44,7 @@ use crate::stack::{GilRole, RunState, Stack, Trace};
 use ahead::{AheadStack, Recent};
 use compared::Compared;
 pub use dump::{DumpedFrame, DumpedThread};
-use frames::{RawFrame, WalkedFrame};
+use frames::WalkedFrame;
 use gil::{At, Gil, GilTable};
 pub use layout::{tuple_items, GenLayout, Layout};
 use objects::{Code, ShortFiles};
@@ -62,6 +62,9 @@ const STACK_CACHE_BYTES: usize = 32 << 20;
 /// For how many samples after a cached code object was found changed the names of cached
 /// ones are checked too (`Walker::churning`).
 const CHURN_SAMPLES: u64 = 1000;
+
+/// A frame as walked: its code object and the instruction offset in it.
+type RawFrame = (usize, i64);
 
 /// A thread as read: OS thread id, where its frames (innermost first) are in the sample's
 /// list of frames, what its state says of the GIL (the holder's, or 3.15's own flags), and its

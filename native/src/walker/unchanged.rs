@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 use rustc_hash::FxBuildHasher;
 
-use super::frames::RawFrame;
+use super::RawFrame;
 use crate::process::memory::Batch;
 
 /// What one thread's kept walk read and found.
