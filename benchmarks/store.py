@@ -26,6 +26,7 @@ from benchmarks.common import cpu_seconds, serve
 from sidecar.store import ProcessRecord, Store, WindowBatch
 from sidecar.store.query import Range, Reader
 from targets.demo import start_loads
+from tests.support.batches import window_batch
 from tests.support.procs import Procs
 
 WINDOW = 10
@@ -122,7 +123,7 @@ def build_day(source: Path, day_db: Path) -> int:
     for step, window in enumerate(range(start, now, WINDOW)):
         for key, cycle in keys:
             rows = cycle[step % len(cycle)]
-            batches.append(WindowBatch(key, window, WINDOW, 1000, rows))
+            batches.append(window_batch(key, window, WINDOW, 1000, rows))
         if len(batches) >= 200:
             store.write(batches)
             batches = []

@@ -27,8 +27,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sidecar.classify.process import ProcessInfo, framework_from_frames, loop_from_frames
 from sidecar.classify.threads import estimate_state, holder_group, is_loop_stack
-from sidecar.discover import ProcessInfo, framework_from_frames, loop_from_frames
 from sidecar.profile import Profile
 from sidecar.rules.frames import (
     GC_FRAME,
@@ -296,19 +296,6 @@ def by_framework(analyses: Sequence[Analysis]) -> dict[str, Analysis]:
     }
 
 
-def _shares(analysis: Analysis) -> dict[str, Any]:
-    return {
-        "samples": analysis.samples,
-        **{f"{state}_share": round(analysis.share(state), 4) for state in STATES},
-        "gil_holders": [
-            {"thread": thread, "site": site, "share": round(share, 4)}
-            for thread, site, _, share in analysis.top_holders()
-        ],
-        "gc_share": round(analysis.gc_share, 4),
-        "depth": analysis.depth.to_json(),
-    }
-
-
 def _percent(part: float, whole: float) -> str:
     return f"{100.0 * part / whole:.1f}%" if whole else "-"
 
@@ -327,26 +314,3 @@ def state_line(analysis: Analysis) -> str:
     if analysis.gc_samples:
         parts.append(f"gc {_percent(analysis.gc_samples, analysis.states['busy'])} of busy")
     return " · ".join(parts)
-
-
-def stats_document(analyses: Sequence[Analysis]) -> dict[str, Any]:
-    """Exactly the ``stats --json`` / ``GET /api/stats`` shape of DESIGN.md."""
-    return {
-        "targets": [
-            {
-                "pid": one.pid,
-                "role": one.role,
-                "framework": one.framework,
-                "loop": one.loop,
-                **_shares(one),
-            }
-            for one in analyses
-        ],
-        "frameworks": {name: _shares(merged) for name, merged in by_framework(analyses).items()},
-    }
-
-
-def stats_json(targets: Iterable[tuple[Profile, ProcessInfo | None]]) -> dict[str, Any]:
-    """The stats document for loaded profiles, each with what discovery knows of its process
-    (None for a profile read from a file)."""
-    return stats_document([analyze(profile, info) for profile, info in targets])

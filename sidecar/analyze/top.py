@@ -1,7 +1,7 @@
 """What ``sidecar top`` shows, worked out from a sampler's windows: the last N seconds of them
 rolled forward, with the same rules as ``stats`` (no rule is defined here).
 
-Each window of each process is decoded once (``sample.record.Counts``) and analyzed once
+Each window of each process is decoded once (``classify.window``) and analyzed once
 (``analyze.threads.analyze``: the loop's shares, who held the GIL, busy samples per function);
 a view over the last N seconds merges those analyses (``merge``), so that what a window said
 is never worked out twice. On top of them:
@@ -23,18 +23,15 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from sidecar.analyze.threads import Analysis, analyze, merge
+from sidecar.classify.process import ProcessInfo, refine
 from sidecar.classify.stalls import Stall
 from sidecar.classify.tasks import InFlight
-from sidecar.discover import ProcessInfo, refine
+from sidecar.classify.window import Window
 from sidecar.rules.frames import STATES
 from sidecar.rules.tasks import STATES as TASK_STATES
-from sidecar.sample.record import Counts
-
-if TYPE_CHECKING:
-    from sidecar._native import Window
+from sidecar.sample.record import Tally
 
 #: The spans a key cycles through, in seconds, and the one shown first.
 SPANS = (5, 10, 30, 60)
@@ -45,44 +42,42 @@ SORTS = ("own", "total", "own_time", "total_time")
 
 @dataclass(frozen=True)
 class Slice:
-    """One window of one process, decoded and analyzed."""
+    """One window of one process, and its analysis."""
 
     pid: int
-    start: float
-    end: float
+    window: Window
     analysis: Analysis
-    stalls: list[Stall]
-    #: task stacks with their task-samples, the scans that counted them, tasks past their bound
-    tasks: dict[str, int]
-    task_scans: int
-    task_unread: int
 
     @property
-    def in_flight(self) -> float:
-        """Tasks in flight in this window: (task-samples + unread) / scans."""
-        if not self.task_scans:
-            return 0.0
-        return (sum(self.tasks.values()) + self.task_unread) / self.task_scans
+    def start(self) -> float:
+        return self.window.start
+
+    @property
+    def end(self) -> float:
+        return self.window.end
+
+    @classmethod
+    def of(cls, window: Window, pid: int, info: ProcessInfo | None = None) -> Slice:
+        """``window`` of ``pid`` analyzed (``info``: what discovery knows of it; its role, as
+        /proc suggests it, settled by the window's frames as ``stats`` settles it)."""
+        counts = Tally()
+        counts.add(window)
+        profile = counts.to_profile()
+        if info is not None:
+            info = refine(info, profile.stacks)
+        return cls(pid, window, analyze(profile, info, counts.holders()))
 
 
-def slice_of(window: Window, pid: int, info: ProcessInfo | None = None) -> Slice:
-    """A sampler's window of ``pid`` (``info``: what discovery knows of it; its role, as /proc
-    suggests it, settled by the window's frames as ``stats`` settles it)."""
-    counts = Counts()
-    counts.add_window(window)
-    profile = counts.to_profile()
-    if info is not None:
-        info = refine(info, profile.stacks)
-    return Slice(
-        pid=pid,
-        start=counts.start if counts.start is not None else 0.0,
-        end=counts.end if counts.end is not None else 0.0,
-        analysis=analyze(profile, info, counts.holders()),
-        stalls=counts.stalls(),
-        tasks=dict(counts.tasks),
-        task_scans=counts.task_scans,
-        task_unread=counts.task_unread,
-    )
+@dataclass
+class ProcessFeed:
+    """One process's windows into a ``Rolling`` view (a ``Consumer``)."""
+
+    rolling: Rolling
+    pid: int
+    info: ProcessInfo | None = None
+
+    def add(self, window: Window) -> None:
+        self.rolling.add(Slice.of(window, self.pid, self.info))
 
 
 @dataclass(frozen=True)
@@ -150,8 +145,9 @@ class Rolling:
         while self.slices and self.slices[0].end < newest - self.keep_s:
             self.slices.popleft()
 
-    def add_window(self, window: Window, pid: int, info: ProcessInfo | None = None) -> None:
-        self.add(slice_of(window, pid, info))
+    def feed(self, pid: int, info: ProcessInfo | None = None) -> ProcessFeed:
+        """Where the windows of ``pid`` go."""
+        return ProcessFeed(self, pid, info)
 
     def _counted(self, pid: int | None) -> list[Slice]:
         """The slices of ``pid``, or of every process that serves requests (of all of them
@@ -179,7 +175,7 @@ class Rolling:
             analysis=merged,
             history=shares_per_second([s for s in counted if s.end > newest - history]),
             tasks=tasks_in_flight(recent),
-            stalls=sorted((x for s in recent for x in s.stalls), key=lambda x: -x.end),
+            stalls=sorted((x for s in recent for x in s.window.stalls), key=lambda x: -x.end),
             functions=self._functions(merged, pids),
             pids=pids,
         )
@@ -230,15 +226,13 @@ def tasks_in_flight(slices: Sequence[Slice]) -> InFlight | None:
     processes added up; None when no slice holds a task scan."""
     parts: list[InFlight] = []
     for pid in sorted({s.pid for s in slices}):
-        own = [s for s in slices if s.pid == pid and s.task_scans]
+        own = [s.window for s in slices if s.pid == pid and s.window.task_scans]
         if not own:
             continue
-        stacks: Counter[str] = Counter()
-        for piece in own:
-            stacks.update(piece.tasks)
-        scans = sum(s.task_scans for s in own)
-        unread = sum(s.task_unread for s in own)
-        parts.append(InFlight.of(stacks, scans, max(s.in_flight for s in own), unread))
+        rows = [row for window in own for row in window.tasks]
+        scans = sum(w.task_scans for w in own)
+        unread = sum(w.task_unread for w in own)
+        parts.append(InFlight.of_rows(rows, scans, max(w.in_flight for w in own), unread))
     if not parts:
         return None
     return InFlight(

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from sidecar.rules.tasks import STATES, is_request, split_leaf, task_kind
 
 
-def task_rows(stacks: list[tuple[str, int]]) -> list[tuple[str, str, int]]:
+def task_rows(stacks: list[tuple[str, int]], strict: bool = False) -> list[tuple[str, str, int]]:
     """A window's task stacks as the store keeps them: (stack without its leaf, state,
-    task-samples); a stack without a state's leaf (never from the native scan) is left out."""
+    task-samples); a stack without a state's leaf (never from the native scan) is left out,
+    or with ``strict`` a ``ValueError``."""
     rows: list[tuple[str, str, int]] = []
     for stack, count in stacks:
         try:
             body, state = split_leaf(stack)
         except ValueError:
+            if strict:
+                raise
             continue
         rows.append((body, state, count))
     return rows
@@ -56,10 +59,17 @@ class InFlight:
     def of(cls, stacks: Mapping[str, int], scans: int, peak: float, unread: int = 0) -> InFlight:
         """Pooled over ``scans`` scans of these task stacks (a recording's), which found
         ``unread`` tasks past their bound in all."""
+        return cls.of_rows(task_rows(list(stacks.items()), strict=True), scans, peak, unread)
+
+    @classmethod
+    def of_rows(
+        cls, rows: Iterable[tuple[str, str, int]], scans: int, peak: float, unread: int = 0
+    ) -> InFlight:
+        """Pooled over ``scans`` scans of these task rows (``task_rows``), which found
+        ``unread`` tasks past their bound in all."""
         states = dict.fromkeys(STATES, 0.0)
         requests = 0
-        for stack, count in stacks.items():
-            body, state = split_leaf(stack)
+        for body, state, count in rows:
             states[state] += count
             requests += count if is_request(body) else 0
         per = 1 / scans if scans else 0.0

@@ -10,22 +10,19 @@
   so, and which thread held it (``GilHolder``).
 
 A sample taken while its thread collected garbage gets a ``[gc]`` frame on top (it is busy).
-Classification runs once per unique stack, never per sample.
+Classification runs once per unique stack, never per sample; ``classify.window`` applies it
+to a sampler's window.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, NamedTuple, ParamSpec, TypeVar
+from typing import Generic, NamedTuple, ParamSpec, TypeVar
 
-from sidecar.rules.frames import GC_FRAME, STATES, Frame, code_frames, state_of
+from sidecar.rules.frames import STATES, Frame, code_frames, state_of
 from sidecar.rules.layers import layer_of_file
 from sidecar.rules.loops import is_selector_wait, loop_entry_index
-
-if TYPE_CHECKING:
-    from sidecar._native import Window
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -161,50 +158,3 @@ class GilHolder(NamedTuple):
     #: where the holder was (``holder_site``)
     site: str
     samples: int
-
-
-@dataclass(frozen=True)
-class ClassifiedWindow:
-    """A sampler's window decoded once, for ``record`` and ``serve`` alike: its rows with
-    their state, summed per (folded stack, thread id, state)."""
-
-    start: float
-    end: float
-    ticks: int
-    #: (folded stack, thread id, state, samples): the store's rows
-    rows: list[tuple[str, int, str, int]]
-    thread_names: dict[int, str]
-    #: busy / idle / blocked / gil samples of every thread
-    states: dict[str, int]
-    #: who held the GIL while an event-loop thread waited for it
-    gil_holders: list[GilHolder]
-
-
-def classify_window(window: Window) -> ClassifiedWindow:
-    """Each row of ``window`` classified (once per unique stack), with a ``[gc]`` frame on
-    samples taken during a collection, and who held the GIL while a loop thread waited."""
-    counts: dict[tuple[str, int, str], int] = {}
-    states = dict.fromkeys(STATES, 0)
-    names: dict[int, str] = {}
-    for row in window["stacks"]:
-        state = classify(row.stack, row.on_cpu, row.gil)
-        stack = f"{row.stack};{GC_FRAME}" if row.gc else row.stack
-        at = (stack, row.thread_id, state)
-        counts[at] = counts.get(at, 0) + row.count
-        states[state] += row.count
-        if row.thread_name:
-            names[row.thread_id] = row.thread_name
-    holders: dict[tuple[int, int, str], int] = {}
-    for waiter, waiter_stack, holder, holder_stack, count in window["gil_holders"]:
-        if is_loop_stack(waiter_stack):
-            by = (waiter, holder, holder_site(holder_stack))
-            holders[by] = holders.get(by, 0) + count
-    return ClassifiedWindow(
-        start=float(window["start"]),
-        end=float(window["end"]),
-        ticks=int(window["samples"]),
-        rows=[(stack, tid, state, count) for (stack, tid, state), count in counts.items()],
-        thread_names=names,
-        states=states,
-        gil_holders=[GilHolder(*at, count) for at, count in holders.items()],
-    )

@@ -15,9 +15,9 @@ from sidecar.commands.habits import add_answers
 from sidecar.commands.options import add_blocking, add_rate, add_stall_ms, check_blocking
 from sidecar.commands.signals import terminate_as_interrupt
 from sidecar.errors import NoSamples, UsageError
-from sidecar.formats import pprof
-from sidecar.formats.render import FORMATS, RenderOptions, export
-from sidecar.output import add_force, check_output, percent, write_bytes, write_text
+from sidecar.formats.export import FORMATS, NAMES, export
+from sidecar.formats.render import RenderOptions
+from sidecar.output import add_force, check_output, percent, write_bytes
 from sidecar.sample.launch import Launched
 from sidecar.sample.record import Recording, record
 from sidecar.sample.sampler import errors_note, on_cpu_source, torn_note
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from sidecar._native import SamplerStats
 
 HELP = "sample a running Python process and write a flamegraph or profile"
-SUFFIXES = {"folded": ".txt", "speedscope": ".json", "pprof": ".pb.gz"}
 #: The longest stalls the summary lists.
 STALL_ROWS = 5
 
@@ -70,7 +69,7 @@ def add_parser(sub: Any) -> None:
         "if lower)",
     )
     parser.add_argument(
-        "-f", "--format", choices=FORMATS, default="svg", help="output format (default svg)"
+        "-f", "--format", choices=NAMES, default="svg", help="output format (default svg)"
     )
     parser.add_argument("-o", "--output", metavar="PATH", help="output file ('-' for stdout)")
     add_force(parser)
@@ -188,7 +187,8 @@ def tasks_path(output: str) -> str:
     """Where the task profile goes: beside the profile, ``NAME.tasks.EXT``; a compound
     suffix of the formats (``.pb.gz``) stays whole, so ``p.pb.gz`` gives ``p.tasks.pb.gz``."""
     path = Path(output)
-    suffix = next((s for s in SUFFIXES.values() if path.name.endswith(s) and path.name != s), "")
+    suffixes = (f.suffix for f in FORMATS.values())
+    suffix = next((s for s in suffixes if path.name.endswith(s) and path.name != s), "")
     if not suffix or len(suffix) <= len(path.suffix):
         suffix = path.suffix
     return str(path.with_name(f"{path.name[: len(path.name) - len(suffix)]}.tasks{suffix}"))
@@ -210,8 +210,8 @@ def run(args: argparse.Namespace) -> int:
     if args.tasks and args.output == "-":
         raise UsageError("--tasks writes a second file beside the profile: give -o a file")
     name = args.pid if args.pid is not None else Path(command[0]).name
-    output = args.output or time.strftime(f"sidecar-{name}-%Y%m%d-%H%M%S") + SUFFIXES.get(
-        args.format, ".svg"
+    output = args.output or time.strftime(f"sidecar-{name}-%Y%m%d-%H%M%S") + (
+        FORMATS[args.format].suffix
     )
     # the outputs are checked before sampling, which they would otherwise follow in vain
     check_output(output, force=args.force)
@@ -269,20 +269,12 @@ def _record(args: argparse.Namespace, output: str, launched: Launched | None) ->
         why = f"PID {args.pid} exited before a sample was taken" if rec.exited else "no samples"
         raise NoSamples(f"{why}; nothing written")
     title = args.title or f"sidecar: PID {args.pid} {rec.target.cmdline[:80]}".rstrip()
-    if args.format == "pprof":
+    samples = None
+    if FORMATS[args.format].labelled:
         # per thread: each sample carries its thread's name and its state as labels
         samples = rec.counts.samples(cpu_only=args.cpu, threads=args.threads)
-        data = pprof.encode(
-            samples,
-            rate_hz=rec.rate_hz,
-            start=rec.counts.start,
-            end=rec.counts.end,
-            comments=[title],
-        )
-        write_bytes(output, data)
-    else:
-        text = export(profile, args.format, RenderOptions(title=title, inverted=args.inverted))
-        write_text(output, text)
+    options = RenderOptions(title=title, inverted=args.inverted)
+    write_bytes(output, export(profile, args.format, options, samples))
     if not args.quiet:
         if rec.exited:
             print(
@@ -311,9 +303,6 @@ def _write_tasks(args: argparse.Namespace, rec: Recording, output: str, title: s
     options = RenderOptions(
         title=f"{title} · asyncio tasks", inverted=args.inverted, count_name="task-samples"
     )
-    if args.format == "pprof":
-        write_bytes(path, pprof.encode_profile(tasks, comments=[options.title]))
-    else:
-        write_text(path, export(tasks, args.format, options))
+    write_bytes(path, export(tasks, args.format, options))
     if not args.quiet:
         print(f"wrote {path} ({args.format}, {tasks.total:,} task-samples)", file=sys.stderr)

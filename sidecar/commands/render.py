@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sidecar.formats.render import RenderOptions, render_svg
-from sidecar.output import add_force, check_output, read_text, write_text
+from sidecar.formats.export import export
+from sidecar.formats.render import RenderOptions
+from sidecar.output import add_force, check_output, read_text, write_bytes
 from sidecar.profile import parse_folded
 
 HELP = "render folded stacks into a flamegraph SVG"
@@ -60,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     profile = parse_folded(read_text(args.folded), source=args.folded)
     title = args.title or ("Flame Graph" if args.folded == "-" else Path(args.folded).name)
     options = RenderOptions(title=title, inverted=args.inverted, min_width=args.min_width)
-    write_text(output, render_svg(profile.folded_lines(), options))
+    write_bytes(output, export(profile, "svg", options))
     if output != "-":
         print(
             f"wrote {output} ({profile.total:,} samples, {len(profile.stacks):,} stacks)",

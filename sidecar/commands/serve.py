@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import ipaddress
 import logging
 import os
 import re
-import socket
 import sys
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from sidecar import defaults
 from sidecar.commands.options import add_rate, add_stall_ms
 from sidecar.commands.signals import terminate_as_interrupt
-from sidecar.errors import SidecarError, UsageError
+from sidecar.errors import UsageError
 
 HELP = "sample Python processes continuously, store profiles and serve the UI and API"
 
@@ -151,56 +147,6 @@ def _read_token(path: str) -> str:
     return token
 
 
-def _server(app: Any, host: str, port: int) -> Any:
-    """uvicorn's server, looking for a stop request once a second instead of ten times, and at
-    once when a signal asks for it: a sidecar's idle CPU is part of what it costs."""
-    import uvicorn
-
-    class Server(uvicorn.Server):
-        _wake: asyncio.Event | None = None
-        _loop: asyncio.AbstractEventLoop | None = None
-
-        async def main_loop(self) -> None:
-            self._wake, self._loop = asyncio.Event(), asyncio.get_running_loop()
-            ticks = 0
-            # on_tick refreshes the Date header when its counter is a multiple of 10
-            while not await self.on_tick(ticks):
-                ticks = (ticks + 10) % 864000
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), 1.0)
-
-        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-            super().handle_exit(sig, frame)
-            if self._loop is not None and self._wake is not None:
-                self._loop.call_soon_threadsafe(self._wake.set)
-
-    config = uvicorn.Config(
-        app, host=host, port=port, loop="uvloop", log_level="warning", access_log=False
-    )
-    return Server(config)
-
-
-def listen(host: str, port: int) -> socket.socket:
-    """The server's listening socket, bound before anything else starts: a taken port or an
-    address of no interface is one clear error, with no target sampled and nothing stored."""
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
-        sock = socket.socket(family, kind, proto)
-    except OSError as err:
-        raise SidecarError(f"cannot listen on {host}:{port}: {err.strerror or err}") from err
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-        sock.listen(2048)
-    except OSError as err:
-        sock.close()
-        raise SidecarError(f"cannot listen on {host}:{port}: {err.strerror or err}") from err
-    sock.set_inheritable(True)
-    return sock
-
-
 def _from_environment(
     group: argparse._ArgumentGroup, flag: str, metavar: str, variable: str, text: str
 ) -> None:
@@ -214,6 +160,7 @@ def _from_environment(
 def run(args: argparse.Namespace) -> int:
 
     from sidecar.serve.api import create_app
+    from sidecar.serve.http import listen, server_for
     from sidecar.serve.push import endpoint
     from sidecar.serve.service import ServeConfig, Service
 
@@ -278,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         service.start()
         with terminate_as_interrupt():
-            server = _server(create_app(service), args.host, args.port)
+            server = server_for(create_app(service), args.host, args.port)
             port = sock.getsockname()[1]  # the port given, or the one picked for --port 0
             print(
                 f"sidecar: serving http://{args.host}:{port} (database {args.db})",

@@ -2,7 +2,8 @@
 share, stack depth, hot and blocking spots.
 
 Live (``--pid PID [--duration S]``) or from a profile file (folded text or a flamegraph SVG
-written by sidecar). ``--json`` prints exactly the documented shape of DESIGN.md.
+written by sidecar). ``--json`` prints the stats document (``analyze.stats``), as
+``GET /api/stats`` serves it.
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ from typing import Any
 
 from sidecar import defaults
 from sidecar.analyze.stalls import stall_rows, summary_line
+from sidecar.analyze.stats import TargetStats, stats_document
 from sidecar.analyze.tasks import task_block, task_lines
-from sidecar.analyze.threads import Analysis, Ranked, analyze, state_line, stats_document
+from sidecar.analyze.threads import Analysis, Ranked, analyze, state_line
+from sidecar.classify.process import ProcessInfo, refine
 from sidecar.classify.stalls import Stall
 from sidecar.classify.tasks import InFlight
 from sidecar.commands.options import add_stall_ms
 from sidecar.commands.signals import terminate_as_interrupt
-from sidecar.discover import ProcessInfo, describe, refine
+from sidecar.discover import describe
 from sidecar.errors import NoSamples, UsageError
 from sidecar.formats.inputs import load_profile
 from sidecar.profile import Profile
@@ -164,13 +167,9 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     if args.json:
-        document = stats_document([analysis])
-        document["targets"][0]["tasks"] = tasks  # None unless scanned, as /api/stats says
-        # known live only: a profile file keeps no time order (None, as for tasks)
-        document["targets"][0]["stalls"] = (
-            None if live is None else [stall.to_json() for stall in live.stalls]
-        )
-        print(json.dumps(document, indent=2))
+        # stalls are known live only: a profile file keeps no time order
+        known = None if live is None else [stall.to_json() for stall in live.stalls]
+        print(json.dumps(stats_document([TargetStats(analysis, tasks, known)]), indent=2))
     else:
         stalls: list[str] = []
         if live is not None and not analysis.no_loop_thread:

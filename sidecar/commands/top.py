@@ -18,10 +18,12 @@ from typing import Any
 
 from sidecar import _native, defaults
 from sidecar.analyze.top import DEFAULT_SPAN, SORTS, SPANS, Rolling, View
+from sidecar.classify.process import ProcessInfo
+from sidecar.classify.window import window_of
 from sidecar.commands.options import add_rate, add_stall_ms
 from sidecar.commands.signals import terminate_as_interrupt
 from sidecar.commands.top_view import Frame, screen
-from sidecar.discover import ProcessInfo, describe, prefork_group
+from sidecar.discover import describe, prefork_group
 from sidecar.errors import TargetError, UsageError
 from sidecar.sample.sampler import open_sampler
 from sidecar.sample.tasks import snapshot
@@ -103,8 +105,9 @@ class Feed:
 
     def poll(self) -> None:
         for one in self.watched:
+            feed = self.rolling.feed(one.info.pid, one.info)
             for window in one.sampler.drain():
-                self.rolling.add_window(window, one.info.pid, one.info)
+                feed.add(window_of(window))
         if self.group is not None and time.monotonic() - self.regrouped >= REGROUP_S:
             self.regroup(self.group)
 

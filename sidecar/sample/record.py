@@ -1,9 +1,10 @@
 """A one-shot recording, as ``record`` and ``stats --pid`` make it: one process sampled for a
 while, its windows classified and counted per unique stack, thread and state.
 
-The native ``Sampler`` reads stacks on its own thread and hands over windows of unique stacks;
-``Counts`` sums them and gives them back as a Profile, or as pprof samples. ``sidecar serve``'s
-long-running sessions are in ``sidecar.serve.sessions``.
+The native ``Sampler`` reads stacks on its own thread and hands over windows of unique stacks,
+classified once each (``classify.window``); ``Tally`` sums them and gives them back as a
+Profile, or as pprof samples. ``sidecar serve``'s long-running sessions are in
+``sidecar.serve.sessions``.
 """
 
 from __future__ import annotations
@@ -14,18 +15,19 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sidecar import _native, defaults
-from sidecar.classify.stalls import Stall, stall_of
-from sidecar.classify.threads import classify_window, holder_name, state_counts
+from sidecar.classify.stalls import Stall
+from sidecar.classify.threads import holder_name, state_counts
+from sidecar.classify.window import Window, window_of
 from sidecar.discover import read_cmdline
 from sidecar.formats.pprof import Sample
 from sidecar.profile import Profile, Target
 from sidecar.rules.frames import leaf_for
+from sidecar.rules.tasks import task_leaf
 from sidecar.sample.launch import Launched
 from sidecar.sample.sampler import open_sampler
 
 if TYPE_CHECKING:
-    from sidecar._native import SamplerStats, Window
-    from sidecar._native import Stall as NativeStall
+    from sidecar._native import SamplerStats
 
 
 @dataclass(frozen=True)
@@ -38,51 +40,48 @@ class SampleKey:
 
 
 @dataclass
-class Counts:
-    """Samples per unique stack over a span of time, plus the thread names seen."""
+class Tally:
+    """Windows summed over a span of time: samples per unique stack, thread and state, the
+    thread names seen, who held the GIL, the stalls and the task-samples (a ``Consumer``)."""
 
     stacks: dict[SampleKey, int] = field(default_factory=dict)
     thread_names: dict[int, str] = field(default_factory=dict)
-    #: task stacks with task-samples, and the task scans that counted them
+    #: task stacks (leaf ``[running]``, ``[ready]`` or ``[waiting]``) with task-samples, and
+    #: the task scans that counted them
     tasks: dict[str, int] = field(default_factory=dict)
     task_scans: int = 0
     #: tasks the scans found past their bound and did not read, summed over the scans
     task_unread: int = 0
-    #: the most tasks in flight of one window ((its task-samples + unread) / its scans)
+    #: the most tasks in flight of one window (``Window.in_flight``)
     task_peak: float = 0.0
     #: loop samples waiting for the GIL by (holder's thread id, where it was)
     gil_holders: dict[tuple[int, str], int] = field(default_factory=dict)
-    #: the stalls of the event loops, as the sampler found them, and those it left out
-    native_stalls: list[NativeStall] = field(default_factory=list)
+    #: the stalls of the event loops, and those the sampler left out
+    stall_list: list[Stall] = field(default_factory=list)
     stalls_dropped: int = 0
     ticks: int = 0
     start: float | None = None
     end: float | None = None
 
-    def add_window(self, window: Window) -> None:
-        classified = classify_window(window)
-        self.ticks += classified.ticks
-        self.start = classified.start if self.start is None else min(self.start, classified.start)
-        self.end = classified.end if self.end is None else max(self.end, classified.end)
-        for stack, thread_id, state, count in classified.rows:
+    def add(self, window: Window) -> None:
+        self.ticks += window.ticks
+        self.start = window.start if self.start is None else min(self.start, window.start)
+        self.end = window.end if self.end is None else max(self.end, window.end)
+        for stack, thread_id, state, count in window.rows:
             key = SampleKey(thread_id, state, stack)
             self.stacks[key] = self.stacks.get(key, 0) + count
-        self.thread_names.update(classified.thread_names)
-        for holder in classified.gil_holders:
+        self.thread_names.update(window.thread_names)
+        for holder in window.gil_holders:
             at = (holder.holder, holder.site)
             self.gil_holders[at] = self.gil_holders.get(at, 0) + holder.samples
-        self.native_stalls += window["stalls"]
-        self.stalls_dropped += window["stalls_dropped"]
-        for stack, count in window.get("tasks", ()):
+        self.stall_list += window.stalls
+        self.stalls_dropped += window.stalls_dropped
+        for body, state, count in window.tasks:
+            stack = f"{body};{task_leaf(state)}"
             self.tasks[stack] = self.tasks.get(stack, 0) + count
-        scans = int(window.get("task_scans", 0))
-        self.task_scans += scans
-        unread = int(window.get("task_unread", 0))
-        self.task_unread += unread
-        if scans:
-            read = sum(count for _, count in window.get("tasks", ()))
-            in_flight = (read + unread) / scans
-            self.task_peak = max(self.task_peak, in_flight)
+        self.task_scans += window.task_scans
+        self.task_unread += window.task_unread
+        self.task_peak = max(self.task_peak, window.in_flight)
 
     def state_counts(self) -> dict[str, int]:
         """busy / idle / blocked / gil samples of the loop threads (all threads if none runs
@@ -100,8 +99,7 @@ class Counts:
 
     def stalls(self) -> list[Stall]:
         """The stalls, oldest first, with what held each."""
-        stalls = [stall_of(native, self.thread_names) for native in self.native_stalls]
-        return sorted(stalls, key=lambda s: s.start)
+        return sorted(self.stall_list, key=lambda s: s.start)
 
     def to_profile(self, *, cpu_only: bool = False, threads: bool = False) -> Profile:
         """Folded stacks with [idle]/[blocked]/[gil] leaves (dropped with ``cpu_only``)."""
@@ -141,7 +139,7 @@ class Counts:
 class Recording:
     """The outcome of a one-shot recording."""
 
-    counts: Counts
+    counts: Tally
     target: Target
     rate_hz: float
     stats: SamplerStats
@@ -176,8 +174,8 @@ def record(
 
     ``on_attach`` is told the target's Python version once sampling runs. Ctrl-C ends the
     recording early and keeps what was sampled. ``tasks_hz`` > 0 scans the asyncio tasks
-    too, at that rate (``Counts.task_profile``); stalls of ``stall_ms`` or more are kept
-    (``Counts.stalls``). ``launched``: ``pid`` is a program sidecar
+    too, at that rate (``Tally.task_profile``); stalls of ``stall_ms`` or more are kept
+    (``Tally.stalls``). ``launched``: ``pid`` is a program sidecar
     just started, attached to once its interpreter can be read.
     """
 
@@ -191,7 +189,7 @@ def record(
     started = _native.process_start_time(pid)
     if on_attach is not None:
         on_attach(sampler.python_version)
-    counts = Counts()
+    counts = Tally()
     begin = time.monotonic()
     interrupted = False
     try:
@@ -204,7 +202,7 @@ def record(
                 wait = min(wait, max(0.0, duration - elapsed))
             time.sleep(wait)
             for window in sampler.drain():
-                counts.add_window(window)
+                counts.add(window_of(window))
             if progress is not None:
                 progress(time.monotonic() - begin, sampler.stats())
     except KeyboardInterrupt:
@@ -212,7 +210,7 @@ def record(
     finally:
         sampler.stop()
     for window in sampler.drain(flush=True):
-        counts.add_window(window)
+        counts.add(window_of(window))
     stats = sampler.stats()
     target = Target(
         pid=pid, cmdline=cmdline, python_version=sampler.python_version, start_time=started

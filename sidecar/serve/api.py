@@ -9,7 +9,6 @@ static files (no data in them) do not, so the UI can load and ask for the token.
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 from importlib import resources
 from pathlib import Path
@@ -25,12 +24,13 @@ from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoin
 
 from sidecar import __version__
 from sidecar.analyze.diff import Change, diff_profiles, render_diff
+from sidecar.analyze.stats import TargetStats, stats_document
 from sidecar.analyze.tasks import task_block
-from sidecar.analyze.threads import analyze, stats_document
-from sidecar.discover import ProcessInfo
+from sidecar.analyze.threads import analyze
+from sidecar.classify.process import ProcessInfo
 from sidecar.errors import NoSamples, SidecarError, UsageError
-from sidecar.formats import pprof
-from sidecar.formats.render import RenderOptions, render_svg, speedscope
+from sidecar.formats.export import FORMATS, NAMES, export
+from sidecar.formats.render import RenderOptions
 from sidecar.profile import Profile
 from sidecar.rules import document as rules_document
 from sidecar.rules.frames import STATES
@@ -236,7 +236,7 @@ def create_app(service: Service) -> FastAPI:
         target: TargetId = None,
         start: From = None,
         end: To = None,
-        format: Annotated[str, Query(pattern="^(svg|folded|speedscope|pprof)$")] = "folded",
+        format: Annotated[str, Query(pattern=f"^({'|'.join(NAMES)})$")] = "folded",
         state: Annotated[str | None, Query(description=STATE_HELP)] = None,
         thread: Annotated[str | None, Query(max_length=200)] = None,
         inverted: bool = False,
@@ -270,23 +270,20 @@ def create_app(service: Service) -> FastAPI:
     def stats(target: TargetId = None, start: From = None, end: To = None) -> dict[str, Any]:
         span = _span(start, end)
         rows = [reader.target(target)] if target is not None else reader.targets()
-        analyses, blocks, rows_with_data = [], [], []
+        parts: list[TargetStats] = []
         for row in rows:
             data = reader.profile(row["id"], span)
-            if data.stacks:
-                rows_with_data.append(row)
-                # who held the GIL while its loop waited: the sampler saw it, the store kept it
-                holders = reader.gil_holders(row["id"], span)
-                analyses.append(analyze(data, _process_info(row), holders=holders))
-                blocks.append(_task_block(row["id"], span))
-        document = stats_document(analyses)
-        for entry, block, row in zip(document["targets"], blocks, rows_with_data, strict=True):
-            entry["tasks"] = block
+            if not data.stacks:
+                continue
+            # who held the GIL while its loop waited: the sampler saw it, the store kept it
+            holders = reader.gil_holders(row["id"], span)
+            analysis = analyze(data, _process_info(row), holders=holders)
             # the longest of the range (all of them: /api/stalls), oldest first
             longest, _ = stall_reader.stalls(row["id"], span, limit=STATS_STALLS, longest=True)
             longest.sort(key=lambda stall: stall["start"])
-            entry["stalls"] = [_without_target(stall) for stall in longest]
-        return document
+            stalls = [_without_target(stall) for stall in longest]
+            parts.append(TargetStats(analysis, _task_block(row["id"], span), stalls))
+        return stats_document(parts)
 
     @app.get(
         "/api/stalls",
@@ -442,18 +439,9 @@ def _profile_response(
 ) -> Response:
     if not data.stacks:
         raise NoSamples(f"no {count_name} in this range")
+    chosen = FORMATS[fmt]
+    options = RenderOptions(title=title, inverted=inverted, count_name=count_name)
+    headers = dict(chosen.headers)
     if fmt == "svg":
-        options = RenderOptions(title=title, inverted=inverted, count_name=count_name)
-        svg = render_svg(data.folded_lines(), options)
-        return Response(
-            svg, media_type="image/svg+xml", headers={"Content-Security-Policy": SVG_CSP}
-        )
-    if fmt == "speedscope":
-        return Response(json.dumps(speedscope(data, title)), media_type="application/json")
-    if fmt == "pprof":
-        return Response(
-            pprof.encode_profile(data, comments=[title]),
-            media_type=pprof.MEDIA_TYPE,
-            headers={"Content-Disposition": 'attachment; filename="profile.pb.gz"'},
-        )
-    return PlainTextResponse(data.to_folded())
+        headers["Content-Security-Policy"] = SVG_CSP
+    return Response(export(data, fmt, options), media_type=chosen.media_type, headers=headers)

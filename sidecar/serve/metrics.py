@@ -20,6 +20,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from sidecar.analyze.threads import merge
 from sidecar.rules.frames import STATES
 
 if TYPE_CHECKING:
@@ -130,13 +131,11 @@ class ServiceCollector(Collector):
                 tasks.add_metric([*labels, state, kind], mean)
             if session.tasks:
                 unread.add_metric(labels, session.tasks_unread)
-            recent = list(session.recent)
-            total = sum(sum(window.states.values()) for window in recent)
-            if total:
+            recent = merge(list(session.recent))  # the shares of stats, over the last minute
+            if recent.samples:
                 for state in STATES:
-                    part = sum(window.states[state] for window in recent)
-                    share.add_metric([*labels, state], part / total)
-                gc_share.add_metric(labels, sum(window.gc for window in recent) / total)
+                    share.add_metric([*labels, state], recent.share(state))
+                gc_share.add_metric(labels, recent.gc_share)
         yield lag
         yield share
         yield gc_share

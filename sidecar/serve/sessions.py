@@ -16,13 +16,13 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from sidecar import _native, defaults
 from sidecar.analyze.stalls import StallHistogram
-from sidecar.classify.stalls import stall_of
-from sidecar.classify.tasks import in_flight, task_rows
-from sidecar.classify.threads import ClassifiedWindow, classify_window, is_loop_stack
+from sidecar.analyze.threads import Analysis, analyze
+from sidecar.classify.process import role_marks, settle_role
+from sidecar.classify.window import Window, window_of
 from sidecar.discover import (
     Selection,
     framework_and_loop,
@@ -30,59 +30,24 @@ from sidecar.discover import (
     prefork_role,
     program,
     read_cmdline,
-    role_marks,
     scan,
-    settle_role,
 )
 from sidecar.errors import TargetError
-from sidecar.rules.frames import GC_FRAME, STATES
+from sidecar.sample.messages import Gone, ProcessKey, ProcessRecord, WindowBatch
+from sidecar.sample.record import Tally
 from sidecar.sample.sampler import TORN_SHARE, on_cpu_source, open_sampler, torn_note
-from sidecar.serve.sinks import Gone
-from sidecar.store import ProcessRecord, WindowBatch
-from sidecar.store.records import GilHolding
 
 if TYPE_CHECKING:
-    from sidecar._native import SamplerStats, Window
+    from sidecar._native import SamplerStats
+    from sidecar._native import Window as NativeWindow
     from sidecar.serve.sinks import Sink
 
 log = logging.getLogger("sidecar.sessions")
 
-Key = tuple[int, int]
 COUNTERS = ("samples", "errors", "retried", "late", "missed", "dropped_windows", "dropped_samples")
 #: Ticks of a session its share without a sample is judged over, for the log (10 s at 100 Hz).
 TORN_TICKS = 1000
 Describe = Callable[[int], tuple[str, str]]
-
-
-class LoopSamples(NamedTuple):
-    """One window's samples of a process's event-loop threads (of every thread where none runs
-    a loop, as the analysis counts them): per state, and the busy ones taken while the thread
-    collected garbage (a ``[gc]`` frame on top)."""
-
-    start: int
-    states: dict[str, int]
-    gc: int
-
-    @classmethod
-    def of(cls, window: ClassifiedWindow) -> LoopSamples:
-        rows = [row for row in window.rows if is_loop_stack(row[0])] or window.rows
-        states = dict.fromkeys(STATES, 0)
-        gc = 0
-        for stack, _, state, count in rows:
-            states[state] += count
-            if state == "busy" and stack.endswith(GC_FRAME):
-                gc += count
-        return cls(int(window.start), states, gc)
-
-
-def gil_holdings(window: ClassifiedWindow) -> list[GilHolding]:
-    """Who held the GIL while a loop thread of the window waited, as the store keeps it: the
-    holder named as the window names its threads ("" when it does not)."""
-    names = window.thread_names
-    return [
-        (held.waiter, held.holder, names.get(held.holder, ""), held.site, held.samples)
-        for held in window.gil_holders
-    ]
 
 
 def describe(pid: int) -> tuple[str, str]:
@@ -97,7 +62,7 @@ def describe(pid: int) -> tuple[str, str]:
 class Session:
     """One process being sampled."""
 
-    key: Key
+    key: ProcessKey
     cmdline: str
     sampler: _native.Sampler
     framework: str
@@ -113,13 +78,13 @@ class Session:
     on_cpu: str = ""
     #: Where its GIL states come from (the sampler's ``gil`` stat), as last seen.
     gil: str = ""
-    #: Its event loop's samples in recent windows, for the live shares in /metrics.
-    recent: deque[LoopSamples] = field(default_factory=lambda: deque(maxlen=6))
+    #: Its recent windows analyzed, for the live shares in /metrics.
+    recent: deque[Analysis] = field(default_factory=lambda: deque(maxlen=6))
     #: ``master`` / ``worker`` in a pre-fork server, None alone (checked at every scan).
     role: str | None = None
     #: The role /proc suggests (``discover.prefork_role``), as read at the last scan.
     candidate: str | None = None
-    #: What its stacks said of its role so far (``discover.role_marks``).
+    #: What its stacks said of its role so far (``classify.process.role_marks``).
     marks: frozenset[str] = frozenset()
     #: Tasks in flight per (state, request or background) in the last window with task scans.
     tasks: dict[tuple[str, str], float] = field(default_factory=dict)
@@ -133,8 +98,19 @@ class Session:
     #: The lengths of its event loops' stalls so far, for /metrics.
     stalls: StallHistogram = field(default_factory=StallHistogram)
 
+    def add(self, window: Window) -> None:
+        """Its live figures for /metrics, from one more window: the loop's samples, the tasks
+        in flight, the stalls' lengths."""
+        if window.task_scans:
+            self.tasks = window.tasks_by_kind()
+            self.tasks_unread = window.task_unread / window.task_scans
+        tally = Tally()
+        tally.add(window)
+        self.recent.append(analyze(tally.to_profile()))
+        self.stalls.add([stall.duration_s for stall in window.stalls], window.stalls_dropped)
+
     def unsettled(self) -> bool:
-        """Whether its stacks may still tell its role (``discover.settle_role``): a master's
+        """Whether its stacks may still tell its role (``classify.process.settle_role``): a master's
         until they show it waiting on its workers, a worker's until they show a process pool's
         child; a lone process's never (its stacks are not read for marks)."""
         if self.candidate == "master":
@@ -163,7 +139,7 @@ class Session:
 class Problem:
     """A process that could not be traced, and when it is tried again."""
 
-    key: Key
+    key: ProcessKey
     cmdline: str
     error: str
     attempts: int
@@ -196,8 +172,8 @@ class Sessions:
         #: The shortest stall of an event loop kept.
         self.stall_ms = stall_ms
         self.describe = describe
-        self.sessions: dict[Key, Session] = {}
-        self.problems: dict[Key, Problem] = {}
+        self.sessions: dict[ProcessKey, Session] = {}
+        self.problems: dict[ProcessKey, Problem] = {}
         self.lock = threading.Lock()
         #: Counters of samplers that ended, summed (a long run sees many restarts).
         self.finished: dict[str, int] = dict.fromkeys(COUNTERS, 0)
@@ -211,7 +187,7 @@ class Sessions:
         recorded gone, so the store gives the new one the same target.
         """
         now = time.time()
-        found: list[Key] = []
+        found: list[ProcessKey] = []
         for pid in scan(self.selection):
             started = _native.process_start_time(pid)
             if started is not None:
@@ -256,7 +232,7 @@ class Sessions:
             session.role = role
             self.sink.submit(session.record(now))
 
-    def _attach(self, key: Key, now: float, problem: Problem | None) -> None:
+    def _attach(self, key: ProcessKey, now: float, problem: Problem | None) -> None:
         pid, started = key
         cmdline, code = program(pid)
         framework, loop = self.describe(pid)
@@ -320,11 +296,12 @@ class Sessions:
             if ended or flush:
                 self._close(key, session)
                 continue
-            for window in session.sampler.drain():
-                batch = self._batch(session, window)
+            for native in session.sampler.drain():
+                batch = self._batch(session, native)
                 if session.unsettled():
                     marks = session.marks
-                    session.marks = marks.union(*(role_marks(row[0]) for row in batch.rows))
+                    rows = batch.window.rows
+                    session.marks = marks.union(*(role_marks(row[0]) for row in rows))
                     if session.marks != marks:  # the store has the role before these samples
                         self._check_role(session, time.time())
                 self.sink.submit(batch)
@@ -370,41 +347,21 @@ class Sessions:
                 ticks,
             )
 
-    def _close(self, key: Key, session: Session) -> None:
+    def _close(self, key: ProcessKey, session: Session) -> None:
         """Stops one session, hands over every window it has and records the process gone."""
         session.sampler.stop()
         for window in session.sampler.drain(flush=True):
             self.sink.submit(self._batch(session, window))
         self._finish(key, session)
 
-    def _batch(self, session: Session, window: Window) -> WindowBatch:
-        classified = classify_window(window)
-        start = int(classified.start)
-        tasks, scans = task_rows(window.get("tasks", [])), int(window.get("task_scans", 0))
-        unread = int(window.get("task_unread", 0))
-        if scans:
-            session.tasks = in_flight(tasks, scans)
-            session.tasks_unread = unread / scans
-        session.recent.append(LoopSamples.of(classified))
-        stalls = [stall_of(stall, classified.thread_names) for stall in window["stalls"]]
-        dropped = int(window["stalls_dropped"])
-        session.stalls.add([stall.duration_s for stall in stalls], dropped)
-        return WindowBatch(
-            process=session.key,
-            start=start,
-            width=self.window,
-            ticks=classified.ticks,
-            rows=classified.rows,
-            thread_names=classified.thread_names,
-            tasks=tasks,
-            task_scans=scans,
-            task_unread=unread,
-            gil_holders=gil_holdings(classified),
-            stalls=stalls,
-            stalls_dropped=dropped,
-        )
+    def _batch(self, session: Session, native: NativeWindow) -> WindowBatch:
+        """A sampler's window classified once, taken into the session's live figures, and as
+        its sinks take it."""
+        window = window_of(native)
+        session.add(window)
+        return WindowBatch(session.key, self.window, window)
 
-    def _finish(self, key: Key, session: Session) -> None:
+    def _finish(self, key: ProcessKey, session: Session) -> None:
         stats = session.sampler.stats()
         with self.lock:
             self.sessions.pop(key, None)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from sidecar.store.records import ProcessKey, ProcessRecord, WindowBatch
+from sidecar.sample.messages import Message
 
 log = logging.getLogger("sidecar.sinks")
 #: Seconds a past problem of a sink (a window dropped or given up, the database started anew,
@@ -88,12 +88,3 @@ class Fanout:
     def stop(self, timeout: float = 10.0) -> None:
         for sink in self.sinks:
             sink.stop(timeout)
-
-
-@dataclass(frozen=True)
-class Gone:
-    key: ProcessKey
-    when: float
-
-
-Message = ProcessRecord | Gone | WindowBatch

@@ -20,10 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sidecar.serve.sinks import Message, SinkHealth, recent
+from sidecar.sample.messages import Message, ProcessKey, ProcessRecord, WindowBatch
+from sidecar.serve.sinks import SinkHealth, recent
 from sidecar.store.db import Store
 from sidecar.store.file import CORRUPT, is_corrupt
-from sidecar.store.records import ProcessKey, ProcessRecord, WindowBatch
 
 log = logging.getLogger("sidecar.store")
 #: Windows written per transaction.
@@ -298,7 +298,7 @@ class Writer:
         log.error(
             "a window of %d stacks does not fit in the database under its size cap even "
             "with no other window stored: dropped it (raise --max-db-size)",
-            len(window.rows),
+            len(window.window.rows),
         )
         return True
 

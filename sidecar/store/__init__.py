@@ -2,8 +2,8 @@
 retention, and the readers (``query``: targets, timelines, Profiles; ``taskquery``: tasks)."""
 
 from sidecar.errors import StoreError
+from sidecar.sample.messages import ProcessRecord, WindowBatch
 from sidecar.store.db import Store
 from sidecar.store.file import StoreLocked
-from sidecar.store.records import ProcessRecord, WindowBatch
 
 __all__ = ["ProcessRecord", "Store", "StoreError", "StoreLocked", "WindowBatch"]

@@ -30,9 +30,10 @@ VERSION = 1
 HEADER = struct.Struct("<BII")
 LEVEL = 6
 
-#: (stack id, thread id, state code) → count
-Key = tuple[int, int, int]
-Counts = dict[Key, int]
+#: (stack id, thread id, state code): what a window's packed counts count
+EntryKey = tuple[int, int, int]
+#: each entry's count
+Entries = dict[EntryKey, int]
 
 
 class CountsError(SidecarError):
@@ -57,7 +58,7 @@ def _read(typecode: str, data: bytes, offset: int, count: int) -> tuple[array[in
     return column, end
 
 
-def pack(counts: Mapping[Key, int]) -> bytes:
+def pack(counts: Mapping[EntryKey, int]) -> bytes:
     """The blob of a window's counts (entries with a zero count are left out)."""
     keys = sorted(key for key, count in counts.items() if count)
     threads = sorted({thread for _, thread, _ in keys})
@@ -103,13 +104,13 @@ def unpack(blob: bytes) -> Iterator[tuple[int, int, int, int]]:
     return zip(accumulate(deltas), thread_ids, states, counts, strict=True)
 
 
-def unpack_dict(blob: bytes) -> Counts:
+def unpack_dict(blob: bytes) -> Entries:
     return {(stack, thread, state): count for stack, thread, state, count in unpack(blob)}
 
 
 def merge(blobs: Iterable[bytes | None]) -> bytes:
     """One blob with the summed counts of several (None for none)."""
-    total: Counts = {}
+    total: Entries = {}
     for blob in blobs:
         if blob is None:
             continue

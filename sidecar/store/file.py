@@ -21,7 +21,7 @@ from pathlib import Path
 from sqlite_utils import Database
 
 from sidecar.errors import StoreError
-from sidecar.store.records import ProcessKey
+from sidecar.sample.messages import ProcessKey
 from sidecar.store.schema import migrate
 
 SQLITE_HEADER = b"SQLite format 3\x00"

@@ -348,7 +348,7 @@ def _pack_rows(conn: sqlite3.Connection, source: str, key: str, target: str) -> 
         f"ORDER BY {key}, target_id, process_id"
     )
     current: tuple[int, int, int] | None = None
-    entries: counts.Counts = {}
+    entries: counts.Entries = {}
     out: list[tuple[int, int, int, bytes]] = []
     for when, target_id, process_id, stack, thread, state, count in cursor:
         if (when, target_id, process_id) != current:

@@ -14,10 +14,10 @@ from __future__ import annotations
 from sidecar.classify.threads import is_loop_stack
 from sidecar.rules.frames import code_frames
 from sidecar.rules.tasks import is_request
+from sidecar.sample.messages import ProcessKey, ProcessRecord, WindowBatch
 from sidecar.store import counts
-from sidecar.store.counts import Counts
+from sidecar.store.counts import Entries
 from sidecar.store.file import StoreFile
-from sidecar.store.records import ProcessKey, ProcessRecord, WindowBatch
 from sidecar.store.schema import (
     COUNT_TABLES,
     HOLDER_KEY,
@@ -176,7 +176,7 @@ class WindowWriter(StoreFile):
         self._stack_chars += len(text) + 64
         return node, loop
 
-    def _add_counts(self, table: str, key: str, row: tuple[int, int, int], add: Counts) -> None:
+    def _add_counts(self, table: str, key: str, row: tuple[int, int, int], add: Entries) -> None:
         """Adds counts to the packed counts of one (window or hour, target, process): a new
         row, or (rarely: a window flushed in two parts) the sum with the one stored."""
         inserted = self.db.execute(
@@ -203,9 +203,9 @@ class WindowWriter(StoreFile):
                     orphaned += 1
                     continue
                 target_id, process_id = ids
-                entries: Counts = {}
+                entries: Entries = {}
                 sums = [0] * len(SUM_COLUMNS)
-                for stack, thread_id, state, count in batch.rows:
+                for stack, thread_id, state, count in batch.window.rows:
                     node, loop = self._intern(stack)
                     code = STATE_CODES[state]
                     entries[(node, thread_id, code)] = (
@@ -240,21 +240,25 @@ class WindowWriter(StoreFile):
                         target_id,
                         process_id,
                         batch.width,
-                        batch.ticks,
+                        batch.window.ticks,
                         *sums,
-                        batch.task_scans,
+                        batch.window.task_scans,
                         *task_sums,
-                        batch.task_unread,
-                        batch.stalls_dropped,
+                        batch.window.task_unread,
+                        batch.window.stalls_dropped,
                     ),
                 )
-                if batch.stalls:
+                if batch.window.stalls:
                     self._add_stalls(batch, target_id, process_id)
-                if batch.thread_names:
+                names_of = batch.window.thread_names
+                if names_of:
                     self.db.conn.executemany(
                         "INSERT INTO threads VALUES (?, ?, ?) ON CONFLICT DO UPDATE "
                         "SET name = excluded.name",
-                        [(process_id, tid, name) for tid, name in batch.thread_names.items()],
+                        [
+                            (process_id, tid, name)
+                            for tid, name in batch.window.thread_names.items()
+                        ],
                     )
                 end = float(batch.start + batch.width)
                 self.db.execute(
@@ -292,7 +296,7 @@ class WindowWriter(StoreFile):
                     s.task,
                     s.request,
                 )
-                for s in batch.stalls
+                for s in batch.window.stalls
             ],
         )
 
@@ -300,7 +304,7 @@ class WindowWriter(StoreFile):
         """A window's GIL holders: (waiter, holder, holder's name, site's frame id or 0) →
         samples."""
         out: dict[tuple[int, int, str, int], int] = {}
-        for waiter, holder, name, site, samples in batch.gil_holders:
+        for waiter, holder, name, site, samples in batch.gil_holdings():
             if samples > 0:
                 key = (waiter, holder, name, self._frame(site) if site else 0)
                 out[key] = out.get(key, 0) + samples
@@ -323,12 +327,12 @@ class WindowWriter(StoreFile):
             [(when, *where, *at, samples) for at, samples in holders.items()],
         )
 
-    def _task_entries(self, batch: WindowBatch) -> tuple[Counts, list[int]]:
+    def _task_entries(self, batch: WindowBatch) -> tuple[Entries, list[int]]:
         """A window's task counts, packed like a thread's (thread id 0), and its task-samples
         per TASK_COLUMNS."""
-        entries: Counts = {}
+        entries: Entries = {}
         sums = [0] * len(TASK_COLUMNS)
-        for stack, state, count in batch.tasks:
+        for stack, state, count in batch.window.tasks:
             node, _ = self._intern(stack)
             code = TASK_STATE_CODES[state]
             entries[(node, 0, code)] = entries.get((node, 0, code), 0) + count

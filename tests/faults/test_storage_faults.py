@@ -19,6 +19,7 @@ import pytest
 from sidecar.serve.writer import Writer
 from sidecar.store import ProcessRecord, Store, StoreLocked, WindowBatch
 from sidecar.store.query import Range, Reader
+from tests.support.batches import window_batch
 from tests.support.faultkit import Entry, integrity, query, record, window_ticks
 from tests.support.helpers import LoadDriver, Servers, Spawner, free_port, sidecar, wait_until
 
@@ -292,9 +293,9 @@ def test_writer_survives_what_it_cannot_write(tmp_path: Path) -> None:
     writer.start()
     try:
         now = int(time.time())
-        writer.submit(WindowBatch((1, 1), now, 1, 1, [("a;b", 1, "busy", 1)]))
+        writer.submit(window_batch((1, 1), now, 1, 1, [("a;b", 1, "busy", 1)]))
         writer.submit(ProcessRecord(2, 2, "python x.py", now))
-        writer.submit(WindowBatch((2, 2), now, 1, 1, [("a;c", 1, "busy", 1)]))
+        writer.submit(window_batch((2, 2), now, 1, 1, [("a;c", 1, "busy", 1)]))
         assert wait_until(lambda: writer.health.windows_written == 1, timeout=10)
         assert writer.health.dropped_windows == 1
         assert writer._thread.is_alive()
@@ -309,7 +310,7 @@ def unique_window(key: tuple[int, int], start: int, number: int) -> WindowBatch:
         f"root (a.py:1);gen_{number} (g{number}.py:{number});leaf_{number}_{j} (l.py:{j})": j + 1
         for j in range(20)
     }
-    return WindowBatch(key, start, 10, 1, [(s, 1, "busy", c) for s, c in stacks.items()])
+    return window_batch(key, start, 10, 1, [(s, 1, "busy", c) for s, c in stacks.items()])
 
 
 def test_a_write_that_failed_leaves_no_stale_ids_behind(tmp_path: Path) -> None:
@@ -339,7 +340,7 @@ def test_a_write_that_failed_leaves_no_stale_ids_behind(tmp_path: Path) -> None:
     reader = Reader(db, 10)
     for begin, batch in written.items():
         profile = reader.profile(None, Range(begin, begin + 10))
-        assert profile.stacks == {stack: count for stack, _, _, count in batch.rows}
+        assert profile.stacks == {stack: count for stack, _, _, count in batch.window.rows}
     entry = Entry("a failed write, retried", "storage faults", rounds=len(written))
     entry.fault("transaction rolled back by a full database")
     record(entry)
@@ -368,7 +369,7 @@ def test_a_full_database_of_unique_stacks_makes_room_and_writes_on(tmp_path: Pat
     reader = Reader(db, 10)
     for batch in newest:
         profile = reader.profile(None, Range(batch.start, batch.start + 10))
-        assert profile.stacks == {stack: count for stack, _, _, count in batch.rows}
+        assert profile.stacks == {stack: count for stack, _, _, count in batch.window.rows}
     assert integrity(db) == "ok"
     entry = Entry("a size-capped database of unique stacks", "storage faults", rounds=600)
     entry.fault("database full (--max-db-size)", writer.health.write_errors)
@@ -388,7 +389,7 @@ def test_a_window_too_big_for_the_size_cap_is_dropped_not_waited_for(tmp_path: P
     writer.start()
     key = (8, 8)
     start = int(time.time()) // 10 * 10 - 100
-    huge = WindowBatch(
+    huge = window_batch(
         key,
         start,
         10,
@@ -409,5 +410,5 @@ def test_a_window_too_big_for_the_size_cap_is_dropped_not_waited_for(tmp_path: P
     assert reader.profile(None, Range(start, start + 10)).total == 0
     for batch in small:
         profile = reader.profile(None, Range(batch.start, batch.start + 10))
-        assert profile.stacks == {stack: count for stack, _, _, count in batch.rows}
+        assert profile.stacks == {stack: count for stack, _, _, count in batch.window.rows}
     assert integrity(db) == "ok"

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from sidecar.analyze.threads import Analysis, analyze, stats_document
+from sidecar.analyze.stats import stats_document
+from sidecar.analyze.threads import Analysis, analyze
 from sidecar.discover import describe
 from tests.support.fixed_rate import profile_under_load, profiles_under_load
 from tests.support.helpers import Spawner

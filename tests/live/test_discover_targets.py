@@ -8,10 +8,9 @@ import sys
 import pytest
 
 from sidecar import _native
+from sidecar.classify.process import framework_from_frames, loop_from_frames
 from sidecar.discover import (
     describe,
-    framework_from_frames,
-    loop_from_frames,
 )
 from sidecar.errors import TargetGone
 from tests.support.fixed_rate import profile_under_load

@@ -20,7 +20,8 @@ import pytest
 
 from sidecar import _native
 from sidecar.analyze.threads import Analysis, analyze
-from sidecar.sample.record import Counts
+from sidecar.classify.window import window_of
+from sidecar.sample.record import Tally
 from tests.support.helpers import LoadDriver, Proc, Spawner, sidecar
 from tests.support.pprof_tool import pprof, tags
 from tests.support.ptrace_only import AS_APP_USER, needs_setpriv, run_with_ptrace_only
@@ -35,11 +36,11 @@ def _sampled(
     pid: int, seconds: float = SECONDS, blocking: bool = False
 ) -> tuple[Analysis, _native.SamplerStats]:
     """The loop's analysis of ``seconds`` of samples, with who held the GIL."""
-    counts = Counts()
+    counts = Tally()
     with _native.Sampler(pid, rate_hz=RATE_HZ, blocking=blocking) as sampler:
         time.sleep(seconds)
         for window in sampler.drain(flush=True):
-            counts.add_window(window)
+            counts.add(window_of(window))
         stats = sampler.stats()
     # torn reads of threads that run on as they are read: counted, never kept
     assert stats["errors"] <= 0.1 * stats["samples"], stats["last_error"]

@@ -11,7 +11,7 @@ from typing import Any
 from sidecar.profile import parse_folded
 from sidecar.rules.frames import STATES
 from sidecar.serve.push.series import MAX_SAMPLES, OTHER, profiles
-from sidecar.store import WindowBatch
+from tests.support.batches import window_batch
 from tests.support.helpers import LoadDriver, Spawner, sidecar, wait_until
 from tests.support.pprof_tool import pprof, tags, total
 
@@ -85,7 +85,7 @@ def test_a_window_past_pyroscopes_sample_limit_keeps_its_totals(tmp_path: Path) 
         )
         for n in range(20_000)
     ]
-    batch = WindowBatch((1, 1), 1_700_000_000, 10, 1000, rows, {0: "MainThread", 1: "worker"})
+    batch = window_batch((1, 1), 1_700_000_000, 10, 1000, rows, {0: "MainThread", 1: "worker"})
     made = dict(profiles(batch, 100.0))
     assert set(made) == {"process_cpu", "wall"}
     wall = tmp_path / "wall.pb.gz"

@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from sidecar.discover import Selection
+from sidecar.sample.messages import Message
 from sidecar.serve.sessions import Sessions
-from sidecar.serve.sinks import Fanout, Message
+from sidecar.serve.sinks import Fanout
 from sidecar.serve.writer import Writer
 from sidecar.store import WindowBatch
 from sidecar.store.query import Range, Reader
@@ -26,7 +27,7 @@ class Counting:
     def submit(self, message: Message) -> None:
         if isinstance(message, WindowBatch):
             self.windows += 1
-            self.samples += sum(row[3] for row in message.rows)
+            self.samples += sum(row[3] for row in message.window.rows)
 
     def start(self) -> None:
         pass

@@ -14,7 +14,8 @@ from typing import Any
 import jsonschema
 import pytest
 
-from sidecar.formats.render import RenderOptions, export
+from sidecar.formats.export import export
+from sidecar.formats.render import RenderOptions
 from tests.support.fixed_rate import profile_under_load, start_load, wait_measuring
 from tests.support.helpers import Spawner, sidecar
 from tests.support.stats_schema import SCHEMA
@@ -67,7 +68,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         spawner.close()
     paths = {"folded": out / "rec.folded", "svg": out / "rec.svg"}
     for fmt, path in paths.items():
-        path.write_text(export(profile, fmt, RenderOptions(title="tornado")))
+        path.write_bytes(export(profile, fmt, RenderOptions(title="tornado")))
     return paths
 
 

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from sidecar import _native
+from sidecar.classify.window import window_of
 from sidecar.rules.frames import BLOCKED_LEAF, code_frames
-from sidecar.sample.record import Counts
+from sidecar.sample.record import Tally
 from targets.stdlib_server import WORKER_NAMES
 from tests.support.helpers import Proc, Spawner, frequent, memory_reads, stack_counts
 from tests.support.pythons import WALKED, each_version, interpreter
@@ -131,14 +132,14 @@ def _drive(target: Proc, paths: tuple[str, ...], seconds: float) -> int:
     return answered
 
 
-def _loop_samples(python: Path, spawn: Spawner, *paths: str) -> Counts:
+def _loop_samples(python: Path, spawn: Spawner, *paths: str) -> Tally:
     """The stdlib server under requests for ``paths``, sampled meanwhile by the default reader."""
     target = spawn.target("stdlib_server", python=python)
-    counts = Counts()
+    counts = Tally()
     with _native.Sampler(target.pid, rate_hz=RATE_HZ) as sampler:
         answered = _drive(target, paths, SECONDS)
         for window in sampler.drain(flush=True):
-            counts.add_window(window)
+            counts.add(window_of(window))
         stats = sampler.stats()
     # A read torn by the running loop is read again at once; a tick whose reads all tore is
     # counted, never kept: a few of them, under the load of a busy test machine, py-spy has too.
@@ -148,7 +149,7 @@ def _loop_samples(python: Path, spawn: Spawner, *paths: str) -> Counts:
     return counts
 
 
-def _shares(counts: Counts) -> dict[str, float]:
+def _shares(counts: Tally) -> dict[str, float]:
     states = counts.state_counts()
     total = sum(states.values())
     assert total >= 0.5 * SECONDS * RATE_HZ, states

@@ -21,6 +21,7 @@ from sidecar.serve.push import Client, Pusher, endpoint
 from sidecar.store import ProcessRecord, WindowBatch
 from sidecar.store.query import Range, Reader
 from sidecar.store.taskquery import TaskReader
+from tests.support.batches import window_batch
 from tests.support.helpers import LoadDriver, Serve, Spawner, wait_until
 from tests.support.pyroscope import PERIOD_NS, Pyroscope, build, wait_pushed
 
@@ -395,7 +396,7 @@ def test_credentials_and_tenant_go_with_each_push(
 
 
 def _window(start: float) -> WindowBatch:
-    return WindowBatch((7, 7), int(start), 1, 100, [("main (app.py:1)", 7, "busy", 100)], {})
+    return window_batch((7, 7), int(start), 1, 100, [("main (app.py:1)", 7, "busy", 100)], {})
 
 
 def test_the_backlog_is_bounded_and_too_old_windows_are_not_sent(tmp_path: Path) -> None:

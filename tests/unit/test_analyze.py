@@ -7,8 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from sidecar.analyze.threads import Depth, analyze, by_framework, state_line, stats_document
-from sidecar.discover import ProcessInfo
+from sidecar.analyze.stats import stats_document
+from sidecar.analyze.threads import Depth, analyze, by_framework, state_line
+from sidecar.classify.process import ProcessInfo
 from sidecar.profile import parse_folded
 from sidecar.rules.layers import layer_of_file, module_of
 

@@ -8,12 +8,12 @@ from sidecar import _native
 from sidecar.classify.threads import (
     GilHolder,
     classify,
-    classify_window,
     estimate_state,
     holder_group,
     is_loop_stack,
     state_counts,
 )
+from sidecar.classify.window import window_of
 from sidecar.rules.frames import parse_frame
 
 MAIN = "<module> (app.py:10);main (app.py:5)"
@@ -128,8 +128,10 @@ def test_a_window_gives_gil_samples_gc_frames_and_the_loops_holders() -> None:
         "tasks": [],
         "task_scans": 0,
         "task_unread": 0,
+        "stalls": [],
+        "stalls_dropped": 0,
     }
-    classified = classify_window(window)
+    classified = window_of(window)
     assert sorted(classified.rows) == sorted(
         [
             (poll, 1, "gil", 3),

@@ -10,12 +10,11 @@ import time
 
 import pytest
 
+from sidecar.classify.process import framework_from_frames, loop_from_frames
 from sidecar.discover import (
     describe,
-    framework_from_frames,
     framework_from_maps,
     looks_like_python,
-    loop_from_frames,
     python_version_from_maps,
     read_proc,
     read_proc_or_empty,

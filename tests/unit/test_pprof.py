@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from sidecar.formats import pprof
 from sidecar.profile import Profile
 from sidecar.serve.push.series import profiles
-from sidecar.store import WindowBatch
+from tests.support.batches import window_batch
 
 LOOP = "main (app.py:1);BaseEventLoop.run_forever (asyncio/base_events.py:600)"
 HANDLER = f"{LOOP};handler (app.py:20)"
@@ -142,7 +142,7 @@ def test_a_pushed_window_labels_gil_samples_and_keeps_gc_frames() -> None:
         (CRUNCH, 12, "busy", 9),
     ]
     names = {11: "MainThread", 12: "cruncher"}
-    batch = WindowBatch((4242, 1), 1000, 10, 9, rows, names)
+    batch = window_batch((4242, 1), 1000, 10, 9, rows, names)
     made = dict(profiles(batch, rate_hz=100.0))
     wall = {
         (stack, labels["state"], labels["thread_name"]): v[0]

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from sidecar.errors import ProfileFormatError
-from sidecar.formats.render import export
+from sidecar.formats.export import export
 from sidecar.profile import parse_folded
 
 TEXT = (
@@ -57,7 +57,7 @@ def _frame_text(frame: dict[str, object]) -> str:
 
 def test_svg_export_is_xml_with_every_function() -> None:
     profile = parse_folded(TEXT)
-    svg = export(profile, "svg")
+    svg = export(profile, "svg").decode()
     root = ET.fromstring(svg)
     assert root.tag.endswith("svg")
     for name in ("a (x.py:1)", "b (x.py:2)", "[idle]"):

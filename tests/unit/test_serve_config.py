@@ -5,17 +5,23 @@ real targets: tests/serve/test_serve.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.support.batches import window_batch
 from tests.support.helpers import (
     free_port,
     sidecar,
     wait_until,
 )
+
+if TYPE_CHECKING:
+    from sidecar import _native
 
 
 def test_listening_beyond_loopback_needs_a_token() -> None:
@@ -41,7 +47,6 @@ def test_health_is_degraded_for_a_recent_problem_only(tmp_path: Path, problem: s
     from sidecar.serve.metrics import registry_for
     from sidecar.serve.service import ServeConfig, Service
     from sidecar.serve.sinks import RECENT
-    from sidecar.store import WindowBatch
 
     db = tmp_path / "health.db"
     clock = Clock()
@@ -50,7 +55,7 @@ def test_health_is_degraded_for_a_recent_problem_only(tmp_path: Path, problem: s
     service.writer.start()
     try:
         if problem == "dropped window":  # a window of a process the store never saw
-            service.writer.submit(WindowBatch((1, 1), int(clock.now), 1, 1, [("a", 1, "busy", 1)]))
+            service.writer.submit(window_batch((1, 1), int(clock.now), 1, 1, [("a", 1, "busy", 1)]))
             counter, key = "sidecar_store_dropped_windows_total", "dropped_windows"
         else:
             for suffix in ("", "-wal", "-shm"):
@@ -75,13 +80,15 @@ def test_health_is_degraded_for_a_recent_problem_only(tmp_path: Path, problem: s
 def test_a_database_of_a_newer_sidecar_is_refused_in_one_line(tmp_path: Path) -> None:
     """serve on a database whose schema is newer than it knows: one line, exit 1, and the file
     as it was (it used to end in a traceback)."""
-    from sidecar.store import ProcessRecord, Store, WindowBatch
+    from sidecar.store import ProcessRecord, Store
     from sidecar.store.schema import MIGRATIONS
 
     db = tmp_path / "newer.db"
     store = Store(db)
     store.attach(ProcessRecord(7, 7, "python app.py", time.time()))
-    store.write([WindowBatch((7, 7), int(time.time()), 10, 5, [("main (app.py:1)", 7, "busy", 5)])])
+    store.write(
+        [window_batch((7, 7), int(time.time()), 10, 5, [("main (app.py:1)", 7, "busy", 5)])]
+    )
     store.close()
     conn = sqlite3.connect(db)
     conn.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 1}")
@@ -136,7 +143,7 @@ HANDLER = f"{LOOP};handler (app.py:20)"
 CRUNCH = "Thread.run (threading.py:1010);crunch (app.py:7)"
 
 
-def starved_window() -> dict[str, object]:
+def starved_window() -> _native.Window:
     """A window of native rows: the loop thread (11) waits for the GIL in 6 samples (5 while
     'cruncher' (12) held it in crunch, 1 while nobody did), is busy in 2 (one of them while it
     collected garbage) and idle in 1; the cruncher is busy in all 9."""
@@ -163,6 +170,8 @@ def starved_window() -> dict[str, object]:
         "tasks": [],
         "task_scans": 0,
         "task_unread": 0,
+        "stalls": [],
+        "stalls_dropped": 0,
     }
 
 
@@ -172,22 +181,25 @@ def test_a_starved_loop_reads_gil_in_its_metrics_and_names_who_held_the_gil(
     """A window as serve hands it over: the store is given who held the GIL (named as the
     window names its threads), and /metrics the event-loop thread's shares (not the
     cruncher's) with gil among them, and the share of them spent collecting garbage."""
-    from sidecar.classify.threads import classify_window
+    from sidecar.classify.window import window_of
+    from sidecar.sample.messages import WindowBatch
     from sidecar.serve.metrics import registry_for
     from sidecar.serve.service import ServeConfig, Service
-    from sidecar.serve.sessions import COUNTERS, LoopSamples, Session, gil_holdings
+    from sidecar.serve.sessions import COUNTERS, Session
 
-    window = classify_window(starved_window())  # type: ignore[arg-type]
-    assert gil_holdings(window) == [
+    window = window_of(starved_window())
+    assert WindowBatch((4242, 1), 10, window).gil_holdings() == [
         (11, 12, "cruncher", "crunch (app.py:7)", 5),
         (11, 0, "", "", 1),
     ]
-    loop = LoopSamples.of(window)
-    assert loop == LoopSamples(1000, {"busy": 2, "idle": 1, "blocked": 0, "gil": 6}, 1)
 
     service = Service(ServeConfig(db=tmp_path / "m.db"))  # nothing sampled: one session given
     session = Session((4242, 1), "python app.py", None, "aiohttp", "asyncio", 0.0)  # type: ignore[arg-type]
-    session.recent.extend([loop, loop._replace(start=1010)])
+    session.add(window)
+    session.add(dataclasses.replace(window, start=1010.0, end=1020.0))
+    loop = session.recent[0]
+    assert loop.states == {"busy": 2, "idle": 1, "blocked": 0, "gil": 6}
+    assert loop.gc_samples == 1
     # the fields of a sampler's stats() the metrics read (no stall in progress)
     stats = {"lag_mean": 0.0, "stalled_since": None, **dict.fromkeys(COUNTERS, 0)}
     monkeypatch.setattr(service.sessions, "live_stats", lambda: [(session, stats)])
@@ -217,22 +229,20 @@ def test_the_api_serves_gil_and_gc_from_the_store(tmp_path: Path) -> None:
     (from the stored holders) per target and framework."""
     from fastapi.testclient import TestClient
 
-    from sidecar.classify.threads import classify_window
+    from sidecar.classify.window import window_of
     from sidecar.serve.api import create_app
     from sidecar.serve.service import ServeConfig, Service
-    from sidecar.serve.sessions import gil_holdings
     from sidecar.store import ProcessRecord, Store, WindowBatch
 
     db = tmp_path / "api.db"
     now = int(time.time()) // 10 * 10
-    window = classify_window(starved_window())  # type: ignore[arg-type]
+    window = window_of(starved_window())
     store = Store(db)
     record = ProcessRecord(4242, 1, "python app.py", now, "aiohttp", "asyncio")
     store.attach(record)
     for start in (now - 20, now - 10):
-        batch = WindowBatch(record.key, start, 10, window.ticks, window.rows, window.thread_names)
-        batch.gil_holders = gil_holdings(window)
-        store.write([batch])
+        moved = dataclasses.replace(window, start=float(start), end=float(start + 10))
+        store.write([WindowBatch(record.key, 10, moved)])
     store.close()
     service = Service(ServeConfig(db=db, window=10))  # its reader; nothing sampled
     try:

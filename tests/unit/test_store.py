@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from sidecar.store import ProcessRecord, Store, StoreLocked, WindowBatch, counts
 from sidecar.store.query import Range, Reader, StoreUnavailable
 from sidecar.store.schema import MIGRATIONS, frame_hash
+from tests.support.batches import window_batch
 
 FRAME = st.text(
     alphabet=st.characters(blacklist_characters=";\n", blacklist_categories=("Cs",)),
@@ -41,7 +42,7 @@ def test_stacks_come_back_exactly(tmp_path: Path, stacks: dict[str, int]) -> Non
     store, record = open_store(db)
     now = int(time.time()) // 10 * 10
     rows = [(stack, 1, "busy", count) for stack, count in stacks.items()]
-    store.write([WindowBatch(record.key, now, 10, 100, rows)])
+    store.write([window_batch(record.key, now, 10, 100, rows)])
     store.close()
     profile = Reader(db).profile(None, Range.aligned(now - 10, now + 10, 10))
     assert profile.stacks == stacks
@@ -54,7 +55,7 @@ def test_deep_and_shared_stacks_share_their_prefix(tmp_path: Path) -> None:
     stacks = {f"{base};leaf{i} (m.py:1)": i + 1 for i in range(50)}
     now = int(time.time()) // 10 * 10
     store.write(
-        [WindowBatch(record.key, now, 10, 10, [(s, 1, "idle", c) for s, c in stacks.items()])]
+        [window_batch(record.key, now, 10, 10, [(s, 1, "idle", c) for s, c in stacks.items()])]
     )
     store.close()
     conn = sqlite3.connect(db)
@@ -71,7 +72,7 @@ def test_downsampling_keeps_every_count(tmp_path: Path) -> None:
     start = end - 2 * 3600
     for window in range(start, end, 10):
         rows = [("a;b", 1, "busy", 2), (f"a;c{window % 3}", 2, "blocked", 1)]
-        store.write([WindowBatch(record.key, window, 10, 3, rows)])
+        store.write([window_batch(record.key, window, 10, 3, rows)])
     while store.downsample(time.time()):
         pass
     store.close()
@@ -89,8 +90,8 @@ def test_retention_and_collection_free_what_is_old(tmp_path: Path) -> None:
     db = tmp_path / "old.db"
     store, record = open_store(db)
     now = int(time.time()) // 10 * 10
-    store.write([WindowBatch(record.key, now - 1000, 10, 1, [("old;frame", 1, "busy", 1)])])
-    store.write([WindowBatch(record.key, now, 10, 1, [("new;frame", 1, "busy", 1)])])
+    store.write([window_batch(record.key, now - 1000, 10, 1, [("old;frame", 1, "busy", 1)])])
+    store.write([window_batch(record.key, now, 10, 1, [("new;frame", 1, "busy", 1)])])
     while store.prune(now - 500):
         pass
     store.collect_stacks()
@@ -122,7 +123,9 @@ def test_readers_in_other_processes_see_each_window_once_committed(tmp_path: Pat
     )
     now = int(time.time())
     for n in range(3):
-        store.write([WindowBatch(record.key, now + n, 1, 100, [("main (app.py:1)", 1, "busy", 1)])])
+        store.write(
+            [window_batch(record.key, now + n, 1, 100, [("main (app.py:1)", 1, "busy", 1)])]
+        )
         assert store.check_file(probe=True) is None
         seen = subprocess.run(
             [sys.executable, "-c", count, str(db)], capture_output=True, text=True, check=True
@@ -152,7 +155,7 @@ def test_rollups_give_the_same_profiles_as_the_windows(tmp_path: Path) -> None:
     base = (int(time.time()) // hour - 5) * hour  # five whole hours ago
     for window in range(base - 600, base + 3 * hour + 600, 10):
         rows = [(f"main;h{window // hour % 4}", 1, "busy", 2), ("main;io", 7, "idle", 1)]
-        store.write([WindowBatch(record.key, window, 10, 3, rows)])
+        store.write([window_batch(record.key, window, 10, 3, rows)])
     spans = [
         Range(base - 600, base + 3 * hour + 600),  # whole hours and ragged edges
         Range(base + 1200, base + 2 * hour + 30),
@@ -166,7 +169,7 @@ def test_rollups_give_the_same_profiles_as_the_windows(tmp_path: Path) -> None:
     assert [reader.profile(None, span).stacks for span in spans] == before
     assert reader.profile(None, spans[0], thread="7").stacks == threads_before
     # a window that arrives after its hour was rolled up still counts once
-    store.write([WindowBatch(record.key, base + 5, 10, 1, [("main;late", 1, "busy", 4)])])
+    store.write([window_batch(record.key, base + 5, 10, 1, [("main;late", 1, "busy", 4)])])
     assert Reader(db).profile(None, spans[0]).stacks["main;late"] == 4
     # retention that takes part of an hour takes its rollup too
     while store.prune(base + 30):
@@ -210,7 +213,7 @@ def test_a_damaged_window_is_one_clear_error_for_readers(tmp_path: Path) -> None
     db = tmp_path / "damaged.db"
     store, record = open_store(db)
     now = int(time.time()) // 10 * 10
-    store.write([WindowBatch(record.key, now, 10, 1, [("main;f", 1, "busy", 1)])])
+    store.write([window_batch(record.key, now, 10, 1, [("main;f", 1, "busy", 1)])])
     store.db.execute("UPDATE window_counts SET counts = x'00'")
     store.close()
     with pytest.raises(StoreUnavailable, match="damaged"):
@@ -228,7 +231,7 @@ def test_a_window_written_twice_adds_up(tmp_path: Path) -> None:
             ("loop;handler", 1, "busy", 2),
             ("w;x", 9, "busy", 1),
         ]
-        store.write([WindowBatch(record.key, now, 10, 8, rows)])
+        store.write([window_batch(record.key, now, 10, 8, rows)])
     store.close()
     reader = Reader(db)
     span = Range.aligned(now, now + 10, 10)
@@ -307,7 +310,7 @@ def test_a_version_3_database_keeps_its_profiles_and_timeline(tmp_path: Path) ->
         "main (app.py:1)", "run (asyncio/base_events.py:600)", "w (t.py:2)"
     }  # fmt: skip
     store, record = open_store(db)  # new stacks reuse the migrated frames
-    store.write([WindowBatch(record.key, hour, 10, 1, [(V3_STACKS[1], 11, "busy", 1)])])
+    store.write([window_batch(record.key, hour, 10, 1, [(V3_STACKS[1], 11, "busy", 1)])])
     store.close()
     assert query_one(db, "SELECT COUNT(*) FROM frames") == 3
 
@@ -333,10 +336,13 @@ TASKS = [
 ]  # fmt: skip
 
 
-def task_batch(record: ProcessRecord, window: int, scans: int = 2) -> WindowBatch:
-    """A window with one thread stack and the TASKS counted over ``scans`` scans."""
+def task_batch(record: ProcessRecord, window: int, scans: int = 2, unread: int = 0) -> WindowBatch:
+    """A window with one thread stack and the TASKS counted over ``scans`` scans, which found
+    ``unread`` tasks past their bound."""
     rows = [("main (app.py:1)", 1, "busy", 3)]
-    return WindowBatch(record.key, window, 10, 3, rows, tasks=list(TASKS), task_scans=scans)
+    return window_batch(
+        record.key, window, 10, 3, rows, tasks=list(TASKS), task_scans=scans, task_unread=unread
+    )
 
 
 def test_tasks_are_stored_beside_threads_and_kept_alike(tmp_path: Path) -> None:
@@ -489,9 +495,7 @@ def test_a_version_6_database_gains_unread_tasks_and_keeps_its_tasks(tmp_path: P
     assert (before.scans, before.mean, before.unread, before.sampled) == (2, 4.0, 0.0, 1.0)
     # two windows of the same minute, 3.5 tasks read and 10.5 unread a scan: 14 in flight
     for window in (old + 10, old + 20):
-        batch = task_batch(record, window)
-        batch.task_unread = 21
-        store.write([batch])
+        store.write([task_batch(record, window, unread=21)])
     later = Range(old + 10, old + 30)
     flight = TaskReader(Reader(db)).in_flight(1, later)
     assert (flight.mean, flight.max, flight.unread, flight.sampled) == (14.0, 14.0, 10.5, 0.25)

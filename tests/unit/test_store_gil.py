@@ -9,9 +9,11 @@ import sqlite3
 import time
 from pathlib import Path
 
+from sidecar.sample.messages import HolderRow
 from sidecar.store import ProcessRecord, Store, WindowBatch, counts
 from sidecar.store.query import Range, Reader
 from sidecar.store.schema import MIGRATIONS, STATE_CODES, frame_hash
+from tests.support.batches import window_batch
 from tests.unit.test_store import at_schema, open_store, query_all, query_one
 
 #: An event loop's frames (asyncio's run_forever enters it) and where it waits.
@@ -24,11 +26,18 @@ SITE = "crunch (app.py:7)"
 LOOP_TID, CRUNCHER_TID = 11, 12
 
 
-def gil_batch(record: ProcessRecord, window: int, waited: int = 6) -> WindowBatch:
+def gil_batch(
+    record: ProcessRecord,
+    window: int,
+    waited: int = 6,
+    unnamed: HolderRow | None = None,
+    more: tuple[HolderRow, ...] = (),
+) -> WindowBatch:
     """A window of a loop starved by a crunching thread: the loop waits for the GIL in
     ``waited`` samples (5 of 6 held by 'cruncher' in crunch, 1 with no holder at that instant,
     a GIL being handed over), busy in 2 of them (one while it collected garbage) and idle in 1;
-    the cruncher is busy throughout."""
+    the cruncher is busy throughout; ``unnamed`` takes the place of the second holding, and
+    ``more`` holdings follow."""
     rows = [
         (HANDLER, LOOP_TID, "gil", waited),
         (HANDLER, LOOP_TID, "busy", 1),
@@ -38,10 +47,11 @@ def gil_batch(record: ProcessRecord, window: int, waited: int = 6) -> WindowBatc
     ]
     holders = [
         (LOOP_TID, CRUNCHER_TID, "cruncher", SITE, waited * 5 // 6),
-        (LOOP_TID, 0, "", "", waited - waited * 5 // 6),
+        unnamed or (LOOP_TID, 0, "", "", waited - waited * 5 // 6),
+        *more,
     ]
     names = {LOOP_TID: "MainThread", CRUNCHER_TID: "cruncher"}
-    return WindowBatch(record.key, window, 10, 9, rows, names, gil_holders=holders)
+    return window_batch(record.key, window, 10, 9, rows, names, gil_holders=holders)
 
 
 def test_gil_samples_and_their_holders_come_back(tmp_path: Path) -> None:
@@ -53,8 +63,8 @@ def test_gil_samples_and_their_holders_come_back(tmp_path: Path) -> None:
     store, record = open_store(db)
     now = int(time.time()) // 10 * 10
     store.write([gil_batch(record, now)])
-    late = gil_batch(record, now, waited=12)  # a window flushed in two parts adds up
-    late.gil_holders[1] = (LOOP_TID, 77, "", "spin (other.py:3)", 2)  # a thread without a name
+    # a window flushed in two parts adds up; a thread without a name holds the GIL in it
+    late = gil_batch(record, now, waited=12, unnamed=(LOOP_TID, 77, "", "spin (other.py:3)", 2))
     store.write([late])
     store.close()
     reader = Reader(db)
@@ -160,9 +170,8 @@ def test_holders_are_kept_like_the_samples(tmp_path: Path) -> None:
     hour = 3600
     base = (int(time.time()) // hour - 6) * hour
     for window in range(base, base + 2 * hour, 10):
-        batch = gil_batch(record, window)
-        batch.gil_holders.append((LOOP_TID, 13, "reaper", "reap (gone.py:5)", 1))
-        store.write([batch])
+        reaper = (LOOP_TID, 13, "reaper", "reap (gone.py:5)", 1)
+        store.write([gil_batch(record, window, more=(reaper,))])
     windows = 720
     span = Range(base, base + 2 * hour)
     expected = {("cruncher", SITE): 5 * windows, ("reaper", "reap (gone.py:5)"): windows}

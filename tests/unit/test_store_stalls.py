@@ -15,6 +15,7 @@ from sidecar.store import ProcessRecord, WindowBatch
 from sidecar.store.query import QueryError, Range, Reader, UnknownTarget
 from sidecar.store.schema import MIGRATIONS
 from sidecar.store.stallquery import StallReader
+from tests.support.batches import window_batch
 from tests.unit.test_store import at_schema, open_store, query_all, query_one
 
 HANDLER = "main (app.py:1);BaseEventLoop.run_forever (asyncio/base_events.py:600);h (app.py:9)"
@@ -40,7 +41,7 @@ def stall(start: float, length: float, state: str = "blocked") -> Stall:
 
 def batch(record: ProcessRecord, window: int, stalls: list[Stall], dropped: int = 0) -> WindowBatch:
     rows = [(HANDLER, 11, "blocked", 5)]
-    return WindowBatch(record.key, window, 10, 5, rows, stalls=stalls, stalls_dropped=dropped)
+    return window_batch(record.key, window, 10, 5, rows, stalls=stalls, stalls_dropped=dropped)
 
 
 def test_a_version_8_database_gains_the_stalls(tmp_path: Path) -> None:

@@ -11,9 +11,10 @@ import pytest
 
 from sidecar._native import Row
 from sidecar.analyze.top import SPANS, Rolling, sort_rows
+from sidecar.classify.process import ProcessInfo
+from sidecar.classify.window import window_of
 from sidecar.commands.top import Feed
 from sidecar.commands.top_view import Frame, cut_function, screen, sparkline
-from sidecar.discover import ProcessInfo
 
 LOOP = "main (app.py:1);BaseEventLoop.run_forever (asyncio/base_events.py:600)"
 HANDLER = f"{LOOP};handler (app.py:20)"
@@ -52,6 +53,11 @@ def window(start: float, busy: int, idle: int, blocked: int = 0, **extra: Any) -
     }
 
 
+def add(rolling: Rolling, native: Any, pid: int, info: ProcessInfo) -> None:
+    """A sampler's window of ``pid``, classified, into the view."""
+    rolling.feed(pid, info).add(window_of(native))
+
+
 def stall(start: float, seconds: float) -> dict[str, Any]:
     return {
         "thread_id": 1,
@@ -76,7 +82,7 @@ def test_the_span_rolls_forward_and_the_times_add_up_since_the_start() -> None:
     rolling = Rolling(RATE)
     for second in range(20):  # busy 10 samples a second, then 50 in the last 5 seconds
         busy = 50 if second >= 15 else 10
-        rolling.add_window(window(1000.0 + second, busy, 100 - busy), 7, info(7))
+        add(rolling, window(1000.0 + second, busy, 100 - busy), 7, info(7))
     view = rolling.view(5)
     assert view.analysis.states == {"busy": 250, "idle": 250, "blocked": 0, "gil": 0}
     assert view.analysis.share("busy") == 0.5
@@ -90,13 +96,13 @@ def test_the_span_rolls_forward_and_the_times_add_up_since_the_start() -> None:
     assert crunch.own_s == pytest.approx((15 * 5 + 5 * 25) / RATE)
     assert rolling.view(10).analysis.states["busy"] == 5 * 10 + 5 * 50
     # nothing older than the longest span is kept
-    rolling.add_window(window(1000.0 + 200, 1, 1), 7, info(7))
+    add(rolling, window(1000.0 + 200, 1, 1), 7, info(7))
     assert len(rolling.slices) == 1
 
 
 def test_the_table_sorts_on_each_column_and_reverses() -> None:
     rolling = Rolling(RATE)
-    rolling.add_window(window(1000.0, 60, 40), 7, info(7))
+    add(rolling, window(1000.0, 60, 40), 7, info(7))
     rows = rolling.view(10).functions
     assert [r.name for r in sort_rows(rows, "own")][:2] == ["crunch (app.py)", "handler (app.py)"]
     assert sort_rows(rows, "total")[0].name == "handler (app.py)"
@@ -128,9 +134,9 @@ def test_a_prefork_master_is_left_out_of_the_group_and_shown_alone() -> None:
     waits = [Row(thread_id=9, thread_name="", on_cpu=False, stack=arbiter, count=1)]
     rolling = Rolling(RATE)
     for second in range(3):
-        rolling.add_window(window(1000.0 + second, 0, 100, rows=waits), 1, info(1, "master"))
-        rolling.add_window(window(1000.0 + second, 80, 20), 2, info(2, "worker"))
-        rolling.add_window(window(1000.0 + second, 40, 60), 3, info(3, "worker"))
+        add(rolling, window(1000.0 + second, 0, 100, rows=waits), 1, info(1, "master"))
+        add(rolling, window(1000.0 + second, 80, 20), 2, info(2, "worker"))
+        add(rolling, window(1000.0 + second, 40, 60), 3, info(3, "worker"))
     group = rolling.view(10)
     assert group.pids == [2, 3]
     assert group.analysis.share("busy") == pytest.approx(0.6)
@@ -139,16 +145,16 @@ def test_a_prefork_master_is_left_out_of_the_group_and_shown_alone() -> None:
     assert alone.pids == [1] and alone.analysis.role == "master"
     assert alone.analysis.share("idle") == 1.0
     owner = Rolling(RATE)
-    owner.add_window(window(1000.0, 10, 90), 1, info(1, "master"))
+    add(owner, window(1000.0, 10, 90), 1, info(1, "master"))
     assert owner.view(10).analysis.role is None
 
 
 def test_tasks_in_flight_and_the_stalls_of_the_span() -> None:
     rolling = Rolling(RATE)
     tasks = [("handler (app.py:20);[running]", 10), ("poll (app.py:30);[waiting]", 30)]
-    rolling.add_window(window(1000.0, 10, 90, tasks=tasks, task_scans=10), 7, info(7))
-    rolling.add_window(window(1001.0, 10, 60, 30, stalls=[stall(1001.2, 0.3)]), 7, info(7))
-    rolling.add_window(window(1002.0, 10, 70, 20, stalls=[stall(1002.5, 0.2)]), 7, info(7))
+    add(rolling, window(1000.0, 10, 90, tasks=tasks, task_scans=10), 7, info(7))
+    add(rolling, window(1001.0, 10, 60, 30, stalls=[stall(1001.2, 0.3)]), 7, info(7))
+    add(rolling, window(1002.0, 10, 70, 20, stalls=[stall(1002.5, 0.2)]), 7, info(7))
     view = rolling.view(5)
     assert view.tasks is not None
     assert view.tasks.mean == 4.0 and view.tasks.states["waiting"] == 3.0
@@ -161,8 +167,11 @@ def test_tasks_in_flight_and_the_stalls_of_the_span() -> None:
 def test_the_screen_fits_80_by_24_and_names_what_it_shows() -> None:
     rolling = Rolling(RATE)
     for second in range(12):
-        rolling.add_window(
-            window(1000.0 + second, 30, 50, 20, stalls=[stall(1000.0 + second, 0.2)]), 7, info(7)
+        add(
+            rolling,
+            window(1000.0 + second, 30, 50, 20, stalls=[stall(1000.0 + second, 0.2)]),
+            7,
+            info(7),
         )
     view = rolling.view(10, history=80 - 17)
     lines = screen(view, Frame(title="PID 7", rate_hz=RATE, sort="total"), 80, 24)

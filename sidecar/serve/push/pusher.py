@@ -19,11 +19,10 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from sidecar.sample.messages import Gone, Message, ProcessKey, ProcessRecord, WindowBatch
 from sidecar.serve.push.client import Client, PushFailed
 from sidecar.serve.push.series import Labels, Series, request, series_labels, series_of
-from sidecar.serve.sinks import Gone, Message, SinkHealth
-from sidecar.store import ProcessRecord, WindowBatch
-from sidecar.store.records import ProcessKey
+from sidecar.serve.sinks import SinkHealth
 
 log = logging.getLogger("sidecar.push")
 

@@ -30,7 +30,7 @@ from sidecar.discover import gunicorn_title
 from sidecar.formats import pprof
 from sidecar.rules.frames import leaf_for
 from sidecar.rules.tasks import task_kind, task_leaf
-from sidecar.store import ProcessRecord, WindowBatch
+from sidecar.sample.messages import ProcessRecord, WindowBatch
 
 #: Pyroscope's default limits (distributor): samples per profile, bytes per profile, label sizes.
 MAX_SAMPLES = 16_000
@@ -120,10 +120,10 @@ def _bounded(
 
 def _samples(batch: WindowBatch, states: frozenset[str] | None, limit: int) -> list[pprof.Sample]:
     """The window's rows in ``states`` as pprof samples, at most ``limit`` of them."""
-    names = batch.thread_names
+    names = batch.window.thread_names
     samples = [
         pprof.Sample(_marked(stack, leaf_for(state)), state, count, names.get(tid, ""))
-        for stack, tid, state, count in batch.rows
+        for stack, tid, state, count in batch.window.rows
         if states is None or state in states
     ]
     return _bounded(samples, limit, leaf_for)
@@ -133,7 +133,7 @@ def _task_samples(batch: WindowBatch, limit: int) -> list[pprof.Sample]:
     """The window's task rows as pprof samples, at most ``limit`` of them."""
     samples = [
         pprof.Sample(_marked(stack, task_leaf(state)), state, count, task=task_kind(stack))
-        for stack, state, count in batch.tasks
+        for stack, state, count in batch.window.tasks
     ]
     return _bounded(samples, limit, task_leaf)
 
@@ -153,7 +153,7 @@ def profiles(
         data = _fitted(batch, functools.partial(_samples, batch, states), measure, rate_hz)
         if data is not None:
             out.append((name, data))
-    if batch.tasks and task_rate_hz > 0:
+    if batch.window.tasks and task_rate_hz > 0:
         data = _fitted(batch, functools.partial(_task_samples, batch), "wall", task_rate_hz)
         if data is not None:
             out.append((TASKS, data))
