@@ -21,6 +21,7 @@ from sidecar.output import add_force, check_output, percent, write_bytes
 from sidecar.sample.launch import Launched
 from sidecar.sample.record import Recording, record
 from sidecar.sample.sampler import errors_note, on_cpu_source, torn_note
+from sidecar.sample.schedstat import cpu_line
 from sidecar.sample.tasks import snapshot
 
 if TYPE_CHECKING:
@@ -132,6 +133,8 @@ def summary(rec: Recording) -> list[str]:
     analysis = analyze(profile, holders=rec.counts.holders())
     if analysis.samples:
         lines.append(f"{analysis.covers}: {state_line(analysis)} of {analysis.samples:,} samples")
+    if line := cpu_line(rec.cpu_spent(), rec.elapsed):
+        lines.append(line)
     if not analysis.no_loop_thread:  # a process without an event loop has no stall to tell
         stalls = rec.counts.stalls()
         lines.append(summary_line(stalls, rec.stall_ms, rec.counts.stalls_dropped))
@@ -157,7 +160,8 @@ def task_summary(rec: Recording) -> list[str]:
     total = sum(states.values())
     unread = stats["task_unread"]
     # tasks past a scan's bound are in flight too, though the profile holds no sample of them
-    mean = (total + unread) / counts.task_scans if counts.task_scans else 0.0
+    flight = counts.in_flight()
+    mean = flight.mean if flight is not None else 0.0
     line = (
         f"tasks: {counts.task_scans:,} scans · {mean:.1f} in flight on average · "
         + " · ".join(f"{leaf[1:-1]} {percent(n, total)}" for leaf, n in states.items())

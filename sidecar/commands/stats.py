@@ -21,7 +21,6 @@ from sidecar.analyze.tasks import task_block, task_lines
 from sidecar.analyze.threads import Analysis, Ranked, analyze, state_line
 from sidecar.classify.process import ProcessInfo, refine
 from sidecar.classify.stalls import Stall
-from sidecar.classify.tasks import InFlight
 from sidecar.commands.options import add_stall_ms
 from sidecar.commands.signals import terminate_as_interrupt
 from sidecar.discover import describe
@@ -30,6 +29,7 @@ from sidecar.formats.inputs import load_profile
 from sidecar.profile import Profile
 from sidecar.rules.layers import LAYERS
 from sidecar.sample.record import record
+from sidecar.sample.schedstat import cpu_line
 from sidecar.sample.tasks import snapshot
 
 #: How a role in a pre-fork server reads in the header line.
@@ -94,6 +94,8 @@ class Live:
     dropped: int
     stall_ms: float
     rate_hz: float
+    #: the kernel's accounting of its threads' CPU time over the span (``schedstat.cpu_line``)
+    cpu: str | None = None
 
 
 def _live(
@@ -127,13 +129,12 @@ def _live(
         info = replace(info, python_version=rec.target.python_version)
     tasks = None
     if tasks_hz:
-        if not rec.counts.task_scans:
+        flight = rec.counts.in_flight()
+        if flight is None:
             raise NoSamples(f"no task scan of PID {pid} succeeded: {rec.stats['task_last_error']}")
-        stacks = rec.counts.task_profile().stacks
-        counts = rec.counts
-        flight = InFlight.of(stacks, counts.task_scans, counts.task_peak, counts.task_unread)
-        tasks = task_block(stacks, flight)
-    live = Live(rec.counts.stalls(), rec.counts.stalls_dropped, stall_ms, rec.rate_hz)
+        tasks = task_block(rec.counts.tasks, flight)
+    cpu = cpu_line(rec.cpu_spent(), rec.elapsed)
+    live = Live(rec.counts.stalls(), rec.counts.stalls_dropped, stall_ms, rec.rate_hz, cpu)
     return profile, refine(info, profile.stacks), tasks, rec.counts.holders(), live
 
 
@@ -172,10 +173,12 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(stats_document([TargetStats(analysis, tasks, known)]), indent=2))
     else:
         stalls: list[str] = []
+        if live is not None and live.cpu:
+            stalls.append(live.cpu)
         if live is not None and not analysis.no_loop_thread:
-            stalls = [summary_line(live.stalls, live.stall_ms, live.dropped)]
+            stalls.append(summary_line(live.stalls, live.stall_ms, live.dropped))
         lines = table(analysis, profile, info, args.top, stalls)
-        if stalls and live is not None:
+        if live is not None and not analysis.no_loop_thread:
             lines += stall_rows(live.stalls, args.top, 1 / live.rate_hz)
         if tasks is not None:
             lines += task_lines(tasks)

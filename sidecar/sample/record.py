@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 from sidecar import _native, defaults
 from sidecar.classify.stalls import Stall
-from sidecar.classify.threads import holder_name, state_counts
+from sidecar.classify.tasks import InFlight
+from sidecar.classify.threads import holder_name, is_loop_stack, state_counts
 from sidecar.classify.window import Window, window_of
 from sidecar.discover import read_cmdline
 from sidecar.formats.pprof import Sample
@@ -25,6 +26,7 @@ from sidecar.rules.frames import leaf_for
 from sidecar.rules.tasks import task_leaf
 from sidecar.sample.launch import Launched
 from sidecar.sample.sampler import open_sampler
+from sidecar.sample.schedstat import CpuTime, Reading, read_threads, spent
 
 if TYPE_CHECKING:
     from sidecar._native import SamplerStats
@@ -126,6 +128,16 @@ class Tally:
             out.append(Sample(";".join(parts), state, count, name))
         return out
 
+    def loop_threads(self) -> set[int]:
+        """The threads whose samples show an event loop."""
+        return {key.thread_id for key in self.stacks if is_loop_stack(key.stack)}
+
+    def in_flight(self) -> InFlight | None:
+        """The tasks in flight over the span, pooled over every scan; None without a scan."""
+        if not self.task_scans:
+            return None
+        return InFlight.of(self.tasks, self.task_scans, self.task_peak, self.task_unread)
+
     def task_profile(self) -> Profile:
         """The task stacks: one line per distinct task stack, leaf ``[running]``, ``[ready]``
         or ``[waiting]``, counted in task-samples."""
@@ -152,6 +164,19 @@ class Recording:
     blocking: bool = False
     #: The shortest stall reported (ms).
     stall_ms: float = defaults.STALL_MS
+    #: The kernel's accounting of the target's threads when sampling began and ended
+    #: (``schedstat``: on a CPU, waiting for one); empty where it could not be read.
+    cpu_before: Reading = field(default_factory=dict)
+    cpu_after: Reading = field(default_factory=dict)
+
+    def cpu_spent(self) -> dict[str, CpuTime | None]:
+        """What the event-loop threads (those whose stacks show a loop) and all threads spent
+        on a CPU and waiting for one over the recording, by the kernel's own counters."""
+        loop = self.counts.loop_threads()
+        return {
+            "loop threads": spent(self.cpu_before, self.cpu_after, loop) if loop else None,
+            "all threads": spent(self.cpu_before, self.cpu_after),
+        }
 
 
 Progress = Callable[[float, "SamplerStats"], None]
@@ -187,6 +212,7 @@ def record(
     sampler = launched.attach(attach) if launched is not None else attach()
     cmdline = read_cmdline(pid)
     started = _native.process_start_time(pid)
+    cpu_before = read_threads(pid)
     if on_attach is not None:
         on_attach(sampler.python_version)
     counts = Tally()
@@ -212,6 +238,7 @@ def record(
     for window in sampler.drain(flush=True):
         counts.add(window_of(window))
     stats = sampler.stats()
+    cpu_after = read_threads(pid) if not sampler.exited else {}
     target = Target(
         pid=pid, cmdline=cmdline, python_version=sampler.python_version, start_time=started
     )
@@ -226,4 +253,6 @@ def record(
         task_rate_hz=tasks_hz,
         blocking=blocking,
         stall_ms=stall_ms,
+        cpu_before=cpu_before,
+        cpu_after=cpu_after,
     )
