@@ -1,12 +1,13 @@
 //! The rules the native side shares with the Python side, each defined once: here for the
 //! native side, exported to Python as module attributes (`lib.rs`), and checked against the
-//! Python definitions by `tests/test_native_rules.py`. The synthetic leaves of off-CPU samples
-//! and of task stacks, what the SVG reader writes for pruned frames and for ';' in a name, how
-//! a frame is written in folded text, and which frames are known waits.
+//! Python definitions by `tests/unit/test_native_rules.py`. The synthetic leaves of off-CPU
+//! samples and of task stacks, what the SVG reader writes for pruned frames and for ';' in a
+//! name, how a frame is written in folded text, and which frames are known waits.
 
-/// The leaf of a sample off CPU in an idle wait (Python: `sidecar.profile.IDLE_LEAF`).
+/// The leaf of a sample off CPU in an idle wait (Python: `sidecar.rules.frames.IDLE_LEAF`).
 pub const IDLE_LEAF: &str = "[idle]";
-/// The leaf of a loop thread's sample off CPU anywhere else (`sidecar.profile.BLOCKED_LEAF`).
+/// The leaf of a loop thread's sample off CPU anywhere else
+/// (`sidecar.rules.frames.BLOCKED_LEAF`).
 pub const BLOCKED_LEAF: &str = "[blocked]";
 /// The leaf of a thread waiting for the GIL another thread holds
 /// (`sidecar.rules.frames.GIL_LEAF`).
