@@ -78,7 +78,7 @@ pub struct Stall {
     /// Samples waiting for the GIL by who held it: its thread (0: none) and stack.
     pub holders: HashMap<(u64, Option<Stack>), u64, FxBuildHasher>,
     /// The asyncio task a task scan found running in it, if one did: its name and folded
-    /// stack (`crate::tasks::Counts::running`).
+    /// stack (`crate::tasks::TaskSamples::running`).
     pub task: Option<(String, String)>,
     /// Its first sample's stack, and which of its frames is the callback's.
     first: Stack,

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use super::readers::Readers;
 use super::windows::{Stats, Window};
-use crate::tasks::{Counts, TaskScanner};
+use crate::tasks::{TaskSamples, TaskScanner};
 
 /// How long a scanner that could not be made waits before the next try.
 const RETRY: Duration = Duration::from_secs(1);
@@ -36,7 +36,7 @@ fn next_due(due: Instant, began: Instant, spent: Duration) -> Instant {
 
 /// What a scan found, folded on the scan thread, to count into the window under the
 /// session's lock.
-pub(crate) type ScanResult = Result<Counts, String>;
+pub(crate) type ScanResult = Result<TaskSamples, String>;
 
 /// A runner's task scans: their period, the scan thread once its scanner was made, and the
 /// scans it did that the runner has not counted yet.
@@ -137,7 +137,10 @@ impl Scans {
                 stratum = now; // behind by a whole period: missed scans are skipped
             }
             let began = Instant::now();
-            let result = self.scanner.scan_counts().map_err(|err| format!("{err:#}"));
+            let result = self
+                .scanner
+                .scan_samples()
+                .map_err(|err| format!("{err:#}"));
             let spent = began.elapsed();
             {
                 let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());

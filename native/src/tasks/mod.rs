@@ -92,11 +92,11 @@ pub struct Scan {
     pub unread: u64,
 }
 
-/// What a scan found, as a profile counts it: its distinct folded stacks with their
-/// task-samples, and the tasks it left out; and the task running as it began (its name and
-/// folded stack), with when that was (unix seconds), for the stalls it may have held.
+/// A scan's task-samples (one per task it read) as a profile counts them: by distinct folded
+/// stack, with the tasks it left out; and the task running as it began (its name and folded
+/// stack), with when that was (unix seconds), for the stalls it may have held.
 #[derive(Debug, Clone, Default)]
-pub struct Counts {
+pub struct TaskSamples {
     pub stacks: Vec<(String, u64)>,
     pub running: Vec<(String, String)>,
     pub at: f64,
@@ -240,7 +240,7 @@ impl TaskScanner {
     /// A scan's folded stacks with their task-samples, and the tasks it left out. Tasks are
     /// told apart by their chains' code objects and instructions, and each distinct line is
     /// written once, not once a task.
-    pub fn scan_counts(&mut self) -> Result<Counts> {
+    pub fn scan_samples(&mut self) -> Result<TaskSamples> {
         let at = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
@@ -274,7 +274,7 @@ impl TaskScanner {
             })
             .collect();
         self.chains.keep(raw);
-        Ok(Counts {
+        Ok(TaskSamples {
             stacks,
             running,
             at,
