@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import re
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -26,7 +27,7 @@ from sidecar import __version__
 from sidecar.analyze.diff import Change, diff_profiles, render_diff
 from sidecar.analyze.stats import TargetStats, stats_document
 from sidecar.analyze.tasks import task_block
-from sidecar.analyze.threads import analyze
+from sidecar.analyze.threads import Analysis, analyze
 from sidecar.classify.process import ProcessInfo
 from sidecar.errors import NoSamples, SidecarError, UsageError
 from sidecar.formats.export import FORMATS, NAMES, export
@@ -34,6 +35,7 @@ from sidecar.formats.render import RenderOptions
 from sidecar.profile import Profile
 from sidecar.rules import document as rules_document
 from sidecar.rules.frames import STATES
+from sidecar.rules.layers import layer_of_file
 from sidecar.rules.tasks import STATES as TASK_STATES
 from sidecar.serve.metrics import registry_for
 from sidecar.store.query import QueryError, Range, StoreUnavailable, UnknownTarget
@@ -76,6 +78,8 @@ TasksOf = Annotated[
         description="with kind=tasks: all tasks, requests' tasks or background ones",
     ),
 ]
+StateFilter = Annotated[str | None, Query(description=STATE_HELP)]
+ThreadName = Annotated[str | None, Query(max_length=200)]
 #: The response header of /api/profile and /api/diff that says which threads their samples are of.
 THREADS_HEADER = "X-Sidecar-Threads"
 
@@ -237,30 +241,48 @@ def create_app(service: Service) -> FastAPI:
         start: From = None,
         end: To = None,
         format: Annotated[str, Query(pattern=f"^({'|'.join(NAMES)})$")] = "folded",
-        state: Annotated[str | None, Query(description=STATE_HELP)] = None,
-        thread: Annotated[str | None, Query(max_length=200)] = None,
+        state: StateFilter = None,
+        thread: ThreadName = None,
         inverted: bool = False,
         kind: Kind = "threads",
         tasks_of: TasksOf = "all",
         threads: Annotated[str, threads_query("all")] = "all",
     ) -> Response:
-        states = set(state.split(",")) if state else None
         if kind == "tasks":
             if thread or threads != "all":
                 raise QueryError(
                     "'thread' and 'threads' filter thread samples: kind=tasks has none"
                 )
-            data = tasks.profile(target, _span(start, end), states, tasks_of)
+            data = tasks.profile(target, _span(start, end), _states(state), tasks_of)
             title = f"{_title(target)} · asyncio tasks"
             return _profile_response(data, format, title, inverted, "task-samples")
         if tasks_of != "all":
             raise QueryError("'tasks' picks tasks of kind=tasks")
-        span = _span(start, end)
-        loop = _loop_only(threads, [(target, span)])
-        data = reader.profile(target, span, states, thread, loop_only=loop)
+        data, loop = _thread_profile(target, start, end, state, thread, threads)
         response = _profile_response(data, format, _title(target), inverted)
         response.headers[THREADS_HEADER] = "loop" if loop else "all"
         return response
+
+    @app.get(
+        "/api/functions",
+        summary="Top functions of the profile /api/profile gives for the same selection: self "
+        "and total busy samples of the event-loop threads, as `sidecar stats` counts them",
+    )
+    def functions(
+        target: TargetId = None,
+        start: From = None,
+        end: To = None,
+        state: StateFilter = None,
+        thread: ThreadName = None,
+        threads: Annotated[str, threads_query("all")] = "all",
+        limit: Annotated[
+            int, Query(ge=1, le=MAX_FUNCTIONS, description="the most listed, by total")
+        ] = 300,
+    ) -> dict[str, Any]:
+        data, _ = _thread_profile(target, start, end, state, thread, threads)
+        if not data.stacks:
+            raise NoSamples("no samples in this range")
+        return functions_document(analyze(data), limit)
 
     @app.get(
         "/api/stats",
@@ -388,6 +410,20 @@ def create_app(service: Service) -> FastAPI:
     def _span(start: float | None, end: float | None) -> Range:
         return Range.aligned(start, end, service.config.window)
 
+    def _thread_profile(
+        target: int | None,
+        start: float | None,
+        end: float | None,
+        state: str | None,
+        thread: str | None,
+        threads: str,
+    ) -> tuple[Profile, bool]:
+        """The thread samples a selection picks (``/api/profile``'s, ``/api/functions``'), and
+        whether they are the event-loop threads' only."""
+        span = _span(start, end)
+        loop = _loop_only(threads, [(target, span)])
+        return reader.profile(target, span, _states(state), thread, loop_only=loop), loop
+
     def _task_block(target: int, span: Range) -> dict[str, Any] | None:
         """A target's tasks block; None when its tasks were not scanned in the range."""
         try:
@@ -404,6 +440,55 @@ def create_app(service: Service) -> FastAPI:
 
 #: The stalls of each target /api/stats lists: the range's longest.
 STATS_STALLS = 100
+#: The most functions one answer of /api/functions lists.
+MAX_FUNCTIONS = 5000
+#: A function as ``analyze.threads.function_of`` names it: ``name (file)``, or a bare name.
+FUNCTION = re.compile(r"^(?P<name>.*) \((?P<file>[^()]*)\)$")
+
+
+def _states(state: str | None) -> set[str] | None:
+    """The comma-separated ``state`` filter of a query."""
+    return set(state.split(",")) if state else None
+
+
+def functions_document(analysis: Analysis, limit: int) -> dict[str, Any]:
+    """The top functions of an analysis, as ``/api/functions`` answers: the functions above
+    the loop's entry (``total_samples``, as ``stats`` ranks them) by total, then self, with
+    their layer by the core's rules; a busy sample whose innermost frame is the loop's entry or
+    below it (a C loop's own work) is in ``busy`` but no function's self."""
+    ranked = sorted(
+        analysis.total_samples.items(),
+        key=lambda item: (-item[1], -analysis.self_samples[item[0]], item[0]),
+    )
+    rows = []
+    for key, total in ranked[:limit]:
+        match = FUNCTION.match(key)
+        name, file = (match["name"], match["file"]) if match else (key, "")
+        rows.append(
+            {
+                "key": key,
+                "name": name,
+                "file": file,
+                "layer": _layer(file),
+                "self": analysis.self_samples[key],
+                "total": total,
+            }
+        )
+    return {
+        "busy": analysis.states["busy"],
+        "threads": "all" if analysis.no_loop_thread else "loop",
+        "count": len(ranked),
+        "functions": rows,
+    }
+
+
+def _layer(file: str) -> str:
+    """A function's layer by its file (``rules.layers``): ``framework``, ``event_loop``,
+    ``application``, ``stdlib`` (the standard library and generated code), or ``other`` (a
+    frame with no file)."""
+    if not file:
+        return "other"
+    return layer_of_file(file) or "stdlib"
 
 
 def _without_target(stall: dict[str, Any]) -> dict[str, Any]:
