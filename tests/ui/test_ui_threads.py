@@ -85,7 +85,9 @@ def test_the_loop_threads_by_default_all_threads_one_click_away(browser: Browser
     assert int(flame_state(page)["samples"]) == loop
     assert flame_state(page)["counts"] == "loop-thread samples"
     assert f"{loop:,} loop-thread samples" in page.locator("#flame-summary").inner_text()
-    assert "shares of loop-thread samples" in page.locator("#functions-scope").inner_text()
+    busy = run.samples("threads=loop&state=busy")  # Top functions: the loop's busy samples
+    scope = page.locator("#functions-scope").inner_text()
+    assert f"shares of {busy:,} busy loop-thread samples" in scope, scope
     assert "pretend-service" not in page.locator("#search").input_value()
     scope = page.locator("#timeline-scope").inner_text()
     assert scope.startswith("loop-thread samples per"), scope

@@ -11,7 +11,6 @@ import { DEFAULTS, fromUrl, STATE_FILTERS, toUrl, VIEWS, wholeSeconds } from "./
 import {
   blockingSites,
   buildTree,
-  functionTable,
   matchedShare,
   matcher,
   parseFolded,
@@ -37,7 +36,7 @@ let state = fromUrl(location.search, now());
 let targets = [];
 let timelineData = null;
 let stallsDoc = null; // getStalls' answer for the timeline's range, or {error}
-let profile = null; // {rows, tree, functions} of the flamegraph view
+let profile = null; // {rows, tree, functions} of the flamegraph view: functions from the API
 let needsToken = false;
 
 const slots = {
@@ -300,16 +299,32 @@ function markStall() {
 }
 
 function profileParams(format) {
+  return { ...selectionParams(), format };
+}
+
+/** The flamegraph's selection, as /api/profile and /api/functions take it. */
+function selectionParams() {
   const [from, to] = profileRange();
   return {
     target: state.target,
     from,
     to,
-    format,
     state: STATE_FILTERS[state.state],
     thread: state.thread,
     threads: state.threads,
   };
+}
+
+/**
+ * The Top functions of the selection: the core's analysis (GET /api/functions), {error}, or
+ * null when superseded.
+ */
+async function loadFunctions(signal) {
+  try {
+    return await getJson("functions", selectionParams(), signal);
+  } catch (err) {
+    return isAbort(err) ? null : { error: err.message };
+  }
 }
 
 /** The thread filter lists the threads with samples in the flamegraph's range. */
@@ -332,6 +347,7 @@ async function loadFlame() {
   host.dataset.loading = "1";
   const signal = slots.flame.next();
   const threadList = loadThreads(params, signal);
+  const functions = loadFunctions(signal);
   let text = "";
   let answered = null;
   let error = null;
@@ -341,10 +357,11 @@ async function loadFlame() {
     if (isAbort(err)) return;
     error = err;
   }
+  const table = await functions;
   await threadList;
+  if (signal.aborted) return;
   const counted = countName(state.threads, answered, state.thread);
   host.dataset.counts = counted;
-  $("#functions-scope").textContent = error ? "" : `shares of ${counted} · `;
   host.dataset.loading = "0";
   host.dataset.from = String(params.from);
   host.dataset.to = String(params.to);
@@ -353,7 +370,7 @@ async function loadFlame() {
     profile = null;
     flame.clear();
     host.dataset.samples = "0";
-    renderFunctions($("#functions"), null, {});
+    renderFunctions($("#functions"), $("#functions-scope"), null, {});
     renderSandwich();
     const noSamples = error instanceof ApiError && error.code === "no_samples";
     const noToken = error instanceof ApiError && error.status === 401;
@@ -376,7 +393,7 @@ async function loadFlame() {
   message($("#flame-message"), "");
   const rows = parseFolded(text);
   const tree = buildTree(rows);
-  profile = { rows, tree, functions: functionTable(rows) };
+  profile = { rows, tree, functions: table };
   flame.icicle = state.icicle;
   flame.match = matcher(state.q);
   flame.highlight = state.fn || null;
@@ -395,10 +412,11 @@ async function loadFlame() {
 }
 
 function renderTable() {
-  renderFunctions($("#functions"), profile && profile.functions, {
+  renderFunctions($("#functions"), $("#functions-scope"), profile && profile.functions, {
     sort: state.sort,
     dir: state.dir,
     picked: state.fn,
+    thread: state.thread,
     onSort: (key) => {
       if (state.sort === key) state.dir = state.dir === "asc" ? "desc" : "asc";
       else {

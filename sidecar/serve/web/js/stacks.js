@@ -1,4 +1,5 @@
-// Folded stacks in the browser: parse, build the call tree, rank functions, find blocking sites.
+// Folded stacks in the browser: parse, build the call tree, find blocking sites. The Top
+// functions are not counted here: the API gives them (GET /api/functions, the core's analysis).
 //
 // Folded text is one line per unique stack, frames root first joined by ";", then a count
 // (two counts, before and after, for a differential profile). Frames read
@@ -181,36 +182,6 @@ export function buildTree(rows) {
   };
   sort(root);
   return { root, maxDepth, nodes, total: root.value };
-}
-
-/**
- * Functions ranked by self and total samples. A function counts once per stack for its total
- * (recursion does not inflate it); self is the innermost code frame, so an off-CPU sample's
- * self time lands on the call that waits.
- */
-export function functionTable(rows) {
-  const table = new Map();
-  let total = 0;
-  for (const { frames, count } of rows) {
-    total += count;
-    let leaf = frames.length - 1;
-    while (leaf >= 0 && isSynthetic(frames[leaf])) leaf -= 1;
-    const seen = new Set();
-    for (let i = 0; i <= leaf; i += 1) {
-      const info = frameInfo(frames[i]);
-      let entry = table.get(info.key);
-      if (!entry) {
-        entry = { key: info.key, name: info.name, file: info.file, layer: info.layer, self: 0, total: 0 };
-        table.set(info.key, entry);
-      }
-      if (!seen.has(info.key)) {
-        seen.add(info.key);
-        entry.total += count;
-      }
-      if (i === leaf) entry.self += count;
-    }
-  }
-  return { rows: [...table.values()], total };
 }
 
 /** Where the loop waits: the frame right below each [blocked] leaf, with its samples. */
