@@ -49,7 +49,7 @@ DEFAULT_STALL_MS: float
 TASK_SCAN_BUDGET: float
 
 # The rules the native side uses, defined once in it (native/src/rules.rs) and exported so the
-# Python definitions can be checked against them (tests/test_native_rules.py).
+# Python definitions can be checked against them (tests/unit/test_native_rules.py).
 #: The leaf of a sample off CPU in an idle wait.
 IDLE_LEAF: str
 #: The leaf of a loop thread's sample off CPU anywhere else.
@@ -230,7 +230,10 @@ class Sampler:
     ``gil=False`` leaves out the reads of who holds and who waits for the GIL, and of the
     collector's flag (the benchmarks compare the cost). ``stall_ms`` (default
     ``DEFAULT_STALL_MS``) is the shortest stall of an event loop each window reports; 0 looks
-    for none (the benchmarks compare the cost too).
+    for none (the benchmarks compare the cost too). ``task_bound`` (1 to 20,000, the default)
+    is the most tasks a scan reads (tests: a few hundred past it); ``task_cache=False`` reads
+    every await chain again at each scan instead of keeping those unchanged (the benchmarks
+    compare the cost).
 
     Raises ProcessLookupError (no such process), PermissionError (the message names the fix)
     or SamplerError (anything else) when it cannot attach.
@@ -248,6 +251,9 @@ class Sampler:
         tasks_hz: float = 0.0,
         gil: bool = True,
         stall_ms: float = ...,
+        *,
+        task_bound: int | None = None,
+        task_cache: bool = True,
     ) -> Sampler: ...
     @property
     def python_version(self) -> str: ...

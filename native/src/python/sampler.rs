@@ -159,7 +159,7 @@ pub const DEFAULT_STALL_MS: f64 = 100.0;
 impl Sampler {
     #[new]
     #[allow(clippy::too_many_arguments)] // the Python signature: keywords with defaults
-    #[pyo3(signature = (pid, rate_hz=DEFAULT_RATE_HZ, blocking=false, window=DEFAULT_WINDOW_S, max_pending=360, reader="auto", clock="own", tasks_hz=0.0, gil=true, stall_ms=DEFAULT_STALL_MS))]
+    #[pyo3(signature = (pid, rate_hz=DEFAULT_RATE_HZ, blocking=false, window=DEFAULT_WINDOW_S, max_pending=360, reader="auto", clock="own", tasks_hz=0.0, gil=true, stall_ms=DEFAULT_STALL_MS, *, task_bound=None, task_cache=true))]
     fn new(
         py: Python<'_>,
         pid: i32,
@@ -172,6 +172,8 @@ impl Sampler {
         tasks_hz: f64,
         gil: bool,
         stall_ms: f64,
+        task_bound: Option<usize>,
+        task_cache: bool,
     ) -> PyResult<Self> {
         if pid <= 0 {
             return Err(PyValueError::new_err(format!(
@@ -199,6 +201,12 @@ impl Sampler {
                  {stall_ms} ms"
             )));
         }
+        if let Some(bound) = task_bound.filter(|b| !(1..=tasks::MAX_TASKS).contains(b)) {
+            return Err(PyValueError::new_err(format!(
+                "the task bound must be between 1 and {} tasks, not {bound}",
+                tasks::MAX_TASKS
+            )));
+        }
         let options = Options {
             pid,
             rate_hz,
@@ -224,6 +232,10 @@ impl Sampler {
                 }
             },
             tasks_hz,
+            task_scan: tasks::ScanOptions {
+                bound: task_bound.unwrap_or(tasks::MAX_TASKS),
+                chain_cache: task_cache,
+            },
             gil,
             stall_s: stall_ms / 1000.0,
         };

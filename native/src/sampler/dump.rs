@@ -58,6 +58,7 @@ pub fn dump(pid: i32, blocking: bool, locals: Option<usize>) -> Result<Dump, Ini
         walker: true,
         shared_clock: false,
         tasks_hz: 0.0,
+        task_scan: Default::default(),
         gil: true,
         stall_s: 0.0,
     };

@@ -172,9 +172,12 @@ impl Readers {
         &self.names
     }
 
-    /// A task scanner for the target (CPython 3.11+, asyncio imported).
-    pub(crate) fn task_scanner(&self) -> anyhow::Result<crate::tasks::TaskScanner> {
-        crate::tasks::TaskScanner::new(&self.spy)
+    /// A task scanner for the target (CPython 3.11+, asyncio imported), as `options` ask.
+    pub(crate) fn task_scanner(
+        &self,
+        options: crate::tasks::ScanOptions,
+    ) -> anyhow::Result<crate::tasks::TaskScanner> {
+        crate::tasks::TaskScanner::new(&self.spy, options)
     }
 
     /// Where the last sample's on-CPU states came from.

@@ -184,7 +184,7 @@ impl Runner {
             ended: Vec::new(),
             process: remoteprocess::Process::new(pid),
             liveness: Liveness::open(pid, started),
-            tasks: TaskTicks::new(options.tasks_hz),
+            tasks: TaskTicks::new(options.tasks_hz, options.task_scan),
             started,
             shared,
             stop,

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use super::readers::Readers;
 use super::windows::{Stats, Window};
-use crate::tasks::{TaskSamples, TaskScanner};
+use crate::tasks::{ScanOptions, TaskSamples, TaskScanner};
 
 /// How long a scanner that could not be made waits before the next try.
 const RETRY: Duration = Duration::from_secs(1);
@@ -42,16 +42,20 @@ pub(crate) type ScanResult = Result<TaskSamples, String>;
 /// scans it did that the runner has not counted yet.
 pub(crate) struct TaskTicks {
     period: Duration,
+    /// What the scanner it makes is asked to do.
+    options: ScanOptions,
     retry_at: Instant,
     thread: Option<(Arc<AtomicBool>, JoinHandle<()>)>,
     done: Arc<Mutex<Vec<ScanResult>>>,
 }
 
 impl TaskTicks {
-    /// Task scans at `rate_hz`, or None when they are not asked for (a rate of 0).
-    pub(crate) fn new(rate_hz: f64) -> Option<TaskTicks> {
+    /// Task scans at `rate_hz` by a scanner made as `options` ask, or None when they are not
+    /// asked for (a rate of 0).
+    pub(crate) fn new(rate_hz: f64, options: ScanOptions) -> Option<TaskTicks> {
         (rate_hz > 0.0).then(|| TaskTicks {
             period: Duration::from_secs_f64(1.0 / rate_hz),
+            options,
             retry_at: Instant::now(),
             thread: None,
             done: Arc::default(),
@@ -65,7 +69,7 @@ impl TaskTicks {
         let now = Instant::now();
         if self.thread.is_none() && now >= self.retry_at {
             self.retry_at = now + RETRY.max(self.period);
-            match readers.task_scanner() {
+            match readers.task_scanner(self.options) {
                 Ok(scanner) => match self.start(scanner) {
                     Ok(thread) => self.thread = Some(thread),
                     Err(err) => out.push(Err(format!("cannot start the task scans: {err}"))),

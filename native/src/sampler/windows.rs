@@ -6,6 +6,7 @@ use std::collections::{HashMap, VecDeque};
 use super::stalls::Stall;
 use crate::process::memory::MemoryReads;
 use crate::stack::Stack;
+use crate::tasks::ScanOptions;
 use rustc_hash::FxBuildHasher;
 
 /// What the sampler was asked to do.
@@ -25,6 +26,8 @@ pub struct Options {
     pub shared_clock: bool,
     /// Task scans per second, on the same schedule as the stacks; 0 for none.
     pub tasks_hz: f64,
+    /// What the task scanner is asked to do (its bound, its cache of chains).
+    pub task_scan: ScanOptions,
     /// Read who holds and who waits for the GIL, and the collector's flag (the benchmarks
     /// measure what that costs against samplers without).
     pub gil: bool,

@@ -48,14 +48,23 @@ use rustc_hash::FxBuildHasher as FxBuild;
 /// every task is read in turn) and a count of the rest.
 pub const MAX_TASKS: usize = 20_000;
 
-/// The bound of a scanner made now: `MAX_TASKS`, or a lower one that the environment's
-/// `SIDECAR_TASK_BOUND` asks for (for tests: a few hundred tasks past it instead of 20,000).
-fn task_bound() -> usize {
-    std::env::var("SIDECAR_TASK_BOUND")
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .filter(|&bound| bound > 0)
-        .map_or(MAX_TASKS, |bound| bound.min(MAX_TASKS))
+/// What a scanner is asked to do beyond the defaults: a lower bound than `MAX_TASKS` (tests:
+/// a few hundred tasks past it instead of 20,000), and whether the await chains of the last
+/// scan are kept (the benchmark's legs without it read every chain again).
+#[derive(Debug, Clone, Copy)]
+pub struct ScanOptions {
+    /// Tasks read per scan at most: 1 to `MAX_TASKS`.
+    pub bound: usize,
+    pub chain_cache: bool,
+}
+
+impl Default for ScanOptions {
+    fn default() -> ScanOptions {
+        ScanOptions {
+            bound: MAX_TASKS,
+            chain_cache: true,
+        }
+    }
 }
 /// Tasks found per scan at most (their addresses only): past it, the lists of 3.14+ are not
 /// followed further, and what they still hold is neither read nor counted.
@@ -129,7 +138,7 @@ pub struct TaskScanner {
     chains: ChainCache,
     /// The tasks the last scan found in the lists of 3.14+.
     found: Vec<usize>,
-    /// Tasks read per scan at most (`task_bound`).
+    /// Tasks read per scan at most (`ScanOptions::bound`).
     bound: usize,
     timers: timers::Timers,
     first: FirstRead,
@@ -141,9 +150,10 @@ pub fn unsupported(version: &str) -> String {
 }
 
 impl TaskScanner {
-    /// A scanner for the process `spy` attached to; fails in one line on versions before 3.11,
-    /// free-threaded builds, or a target whose task registry cannot be found.
-    pub fn new(spy: &PythonSpy) -> Result<TaskScanner> {
+    /// A scanner for the process `spy` attached to, as `options` ask; fails in one line on
+    /// versions before 3.11, free-threaded builds, or a target whose task registry cannot be
+    /// found.
+    pub fn new(spy: &PythonSpy, options: ScanOptions) -> Result<TaskScanner> {
         let version = &spy.version;
         let Some(tl) = TaskLayout::table(version.minor).filter(|_| version.major == 3) else {
             bail!(unsupported(&version.to_string()));
@@ -178,11 +188,10 @@ impl TaskScanner {
             files: ShortFiles::new(spy.pid, spy.dockerized),
             scans: 0,
             found: Vec::new(),
-            bound: task_bound(),
+            bound: options.bound.clamp(1, MAX_TASKS),
             timers: timers::Timers::default(),
             first: FirstRead::default(),
-            // on unless SIDECAR_TASK_CACHE=off (the benchmark's legs without it)
-            chains: ChainCache::new(std::env::var("SIDECAR_TASK_CACHE").as_deref() != Ok("off")),
+            chains: ChainCache::new(options.chain_cache),
         };
         scanner.find_registry()?;
         Ok(scanner)
@@ -601,8 +610,8 @@ pub fn snapshot(pid: i32) -> Result<(String, Scan), crate::process::attach::Init
     let spy = crate::process::attach::attach_spy(pid, &config)
         .map_err(|err| InitError::classify(pid, started, &err))?;
     let version = spy.version.to_string();
-    let mut scanner =
-        TaskScanner::new(&spy).map_err(|err| InitError::Other(format!("PID {pid}: {err:#}")))?;
+    let mut scanner = TaskScanner::new(&spy, ScanOptions::default())
+        .map_err(|err| InitError::Other(format!("PID {pid}: {err:#}")))?;
     let mut last = None;
     for _ in 0..5 {
         match scanner.scan() {
