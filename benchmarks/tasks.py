@@ -3,7 +3,7 @@
 For each CPython version and count of live tasks (``targets/tasks_many.py --tasks N``, every task
 parked two coroutines deep), one ``Sampler`` at 100 Hz reads the target for ``--seconds`` after a
 warm-up, in interleaved legs: without task scans, with scans at 10 Hz, and with scans that re-read
-every chain (``SIDECAR_TASK_CACHE=off``). Measured: the sampling threads' CPU (schedstat), the scan
+every chain (``task_cache=False``). Measured: the sampling threads' CPU (schedstat), the scan
 thread's, the scans and task-samples, the thread samples' figures. A scan's cost is the CPU of the
 leg with scans minus the leg without, over the scans and the tasks each read; the scan thread's
 own CPU likewise. The targets' tasks: ``request`` → ``handler`` → ``sleeper`` in
@@ -18,7 +18,6 @@ Writes benchmarks/REPORT-tasks.md and REPORT-tasks.json.
 from __future__ import annotations
 
 import math
-import os
 import resource
 import sys
 import time
@@ -51,17 +50,11 @@ LEGS = (
 
 def leg(pid: int, tasks_hz: float, cache: str, seconds: float) -> dict[str, Any]:
     """One sampler on ``pid`` for ``seconds`` after the warm-up: its CPU, and what it counted."""
-    # set for the whole leg: the sampler makes its task scanner, which reads it, at its first
-    # tick, after the sampler is made
-    os.environ["SIDECAR_TASK_CACHE"] = cache
-    try:
-        with _native.Sampler(pid, rate_hz=RATE, tasks_hz=tasks_hz) as sampler:
-            time.sleep(WARMUP)
-            scan0 = sampler_thread_seconds(("sidecar-tasks",))
-            cpu, ((a, b),) = sampled([sampler], 0.0, seconds)
-            scan = sampler_thread_seconds(("sidecar-tasks",)) - scan0
-    finally:
-        del os.environ["SIDECAR_TASK_CACHE"]
+    with _native.Sampler(pid, rate_hz=RATE, tasks_hz=tasks_hz, task_cache=cache == "on") as sampler:
+        time.sleep(WARMUP)
+        scan0 = sampler_thread_seconds(("sidecar-tasks",))
+        cpu, ((a, b),) = sampled([sampler], 0.0, seconds)
+        scan = sampler_thread_seconds(("sidecar-tasks",)) - scan0
     counted = ("samples", "errors", "late", "missed", "task_scans", "task_samples", "task_torn",
                "task_unread", "task_errors")  # fmt: skip
     return {
