@@ -1,4 +1,5 @@
-"""The JSON contract of ``sidecar stats --json`` (DESIGN.md) as a strict JSON schema, which
+"""The JSON contract of ``sidecar stats --json`` (docs/cli.md#sidecar-stats, the document of
+``GET /api/stats`` in docs/http-api.md#get-apistats) as a strict JSON schema, which
 tests/unit/test_stats.py checks is strict and the live and serve tests validate output with."""
 
 from __future__ import annotations
@@ -136,7 +137,7 @@ STALLS: dict[str, Any] = {
         },
     },
 }  # fmt: skip
-#: DESIGN.md's `stats --json` shape, nothing more.
+#: The `stats --json` shape of docs/cli.md#sidecar-stats, nothing more.
 SCHEMA: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,

@@ -1,4 +1,5 @@
-"""Classification of single stacks into busy / idle / blocked, as DESIGN.md defines the states."""
+"""Classification of single stacks into busy / idle / blocked, as
+docs/how-it-works.md#states-of-a-thread-sample defines them."""
 
 from __future__ import annotations
 

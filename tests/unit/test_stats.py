@@ -1,4 +1,4 @@
-"""``sidecar stats``: the JSON contract of DESIGN.md is a strict schema
+"""``sidecar stats``: the JSON contract of docs/cli.md#sidecar-stats is a strict schema
 (tests/support/stats_schema.py), and usage and input errors are one line (the CLI on real
 targets: tests/live/test_stats_live.py)."""
 
