@@ -9,11 +9,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::readers::Readers;
 use super::stalls::{keep_longest, Stall, Stalls};
-use super::task_ticks::TaskTicks;
-use super::windows::{End, HolderKey, Options, Shared, StackKey, Window};
+use super::task_ticks::{ScanResult, TaskTicks};
+use super::windows::{End, HolderKey, Options, Shared, StackKey, Stats, Window};
 use crate::process::procfs::{process_alive, start_time, Liveness};
 use crate::process::runstate::ThreadStates;
-use crate::stack::{GilRole, RunState, Trace};
+use crate::stack::{GilRole, RunState, Stack, Trace};
 
 /// How many times a torn read of a running target is read again within the same tick.
 const TORN_READ_RETRIES: u64 = 2;
@@ -207,8 +207,7 @@ impl Runner {
 
     /// Says in the stats where the runner ticks now.
     pub(crate) fn note_clock(&self, clock: &str) {
-        let mut state = self.shared.lock().unwrap_or_else(|e| e.into_inner());
-        state.stats.clock = clock.to_string();
+        self.shared_state().stats.clock = clock.to_string();
     }
 
     /// One tick, due at `now`: reads, folds and counts a sample, and the task scans done since
@@ -277,145 +276,135 @@ impl Runner {
     /// (`same_process`). The time it took; None once the target is gone.
     pub(crate) fn count(&mut self, read: Read, same_process: bool) -> Option<Duration> {
         let began = Instant::now();
-        let options = &self.options;
-        let period_s = self.period.as_secs_f64();
-        let readers = &mut self.readers;
-        let Read {
-            result,
-            pause,
-            read,
-            wall,
-            lag,
-            missed,
-            retried,
-        } = read;
         // A read without error proves nothing about whom it read: a new process on the same
         // PID (another start time) reads fine, even at the same addresses without ASLR. So
         // every read is checked, and a read of another process is never kept.
-        if !same_process && start_time(options.pid) != Some(self.started) {
-            let mut state = self.shared.lock().unwrap_or_else(|e| e.into_inner());
-            state.end = End::Exited;
+        if !same_process && !self.still_the_target() {
+            self.shared_state().end = End::Exited;
             return None;
         }
-
         // Fold outside the lock, so drain() never waits on it.
-        let folded = &mut self.folded;
-        folded.clear();
-        let holders = &mut self.holders;
-        holders.clear();
-        let mut empty = 0u64;
-        let mut stall_nanos = 0u64;
-        if let Ok(traces) = &result {
-            readers.lookup_names(traces);
-            let holder = traces.iter().find(|t| t.gil == GilRole::Holds);
-            for trace in traces {
-                let Some(stack) = &trace.stack else {
-                    empty += 1;
-                    continue;
-                };
-                let waits = trace.gil == GilRole::Waits;
-                let key = StackKey {
-                    thread_id: trace.tid,
-                    on_cpu: trace.active,
-                    gil: waits,
-                    gc: trace.gc,
-                    stack: stack.clone(),
-                };
-                folded.push((trace.tid, key));
-                if waits {
-                    holders.push(HolderKey {
-                        waiter: trace.tid,
-                        waiter_stack: stack.clone(),
-                        holder: holder.map_or(0, |h| h.tid),
-                        holder_stack: holder.and_then(|h| h.stack.clone()),
-                    });
-                }
-            }
-            if options.stall_s > 0.0 {
-                let began = Instant::now();
-                self.stalls.observe(traces, wall, &mut self.ended);
-                stall_nanos += began.elapsed().as_nanos() as u64;
-            }
+        let mut fold = Fold::default();
+        if let Ok(traces) = &read.result {
+            fold.empty = self.fold_traces(traces);
+            fold.stall_nanos = self.watch_stalls(traces, read.wall);
         }
         // what the clock counts against the quarter period: up to here (the task scans'
         // results handed over below, and the scan thread started now and then, are not)
         let took = began.elapsed();
-        let fold = took.as_secs_f64();
-        let task_scans = match (&result, self.tasks.as_mut()) {
-            (Ok(_), Some(tasks)) => tasks.collect(readers),
+        fold.seconds = took.as_secs_f64();
+        let task_scans = self.collect_task_scans(read.result.is_ok());
+        self.count_in_window(read, fold, task_scans).then_some(took)
+    }
+
+    /// Whether the target's PID still names the process the session attached to (its start
+    /// time unchanged).
+    fn still_the_target(&self) -> bool {
+        start_time(self.options.pid) == Some(self.started)
+    }
+
+    /// The session's shared state, locked (a poisoned lock still holds it).
+    fn shared_state(&self) -> std::sync::MutexGuard<'_, Shared> {
+        self.shared.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Folds a sample's `traces` into `folded` (a key per thread with a stack) and `holders`
+    /// (one per wait for the GIL, paired with who held it), looking up the names of threads
+    /// met for the first time; returns how many threads had no Python stack.
+    fn fold_traces(&mut self, traces: &[Trace]) -> u64 {
+        self.folded.clear();
+        self.holders.clear();
+        self.readers.lookup_names(traces);
+        let holder = traces.iter().find(|t| t.gil == GilRole::Holds);
+        let mut empty = 0u64;
+        for trace in traces {
+            let Some(stack) = &trace.stack else {
+                empty += 1;
+                continue;
+            };
+            let waits = trace.gil == GilRole::Waits;
+            let key = StackKey {
+                thread_id: trace.tid,
+                on_cpu: trace.active,
+                gil: waits,
+                gc: trace.gc,
+                stack: stack.clone(),
+            };
+            self.folded.push((trace.tid, key));
+            if waits {
+                self.holders.push(held_by(trace.tid, stack, holder));
+            }
+        }
+        empty
+    }
+
+    /// Follows the stalls of the target's event loops through a sample's `traces`, taken at
+    /// `wall` (those it ends go to `ended`), when stalls are looked for; returns the time that
+    /// took (ns).
+    fn watch_stalls(&mut self, traces: &[Trace], wall: f64) -> u64 {
+        if self.options.stall_s <= 0.0 {
+            return 0;
+        }
+        let began = Instant::now();
+        self.stalls.observe(traces, wall, &mut self.ended);
+        began.elapsed().as_nanos() as u64
+    }
+
+    /// The task scans done since the last tick, after a sample that was read (`read_ok`); the
+    /// task each found running is noted for the stalls it may have held.
+    fn collect_task_scans(&mut self, read_ok: bool) -> Vec<ScanResult> {
+        let task_scans = match (read_ok, self.tasks.as_mut()) {
+            (true, Some(tasks)) => tasks.collect(&self.readers),
             _ => Vec::new(),
         };
         for scan in task_scans.iter().flatten() {
             self.stalls
                 .note_tasks(&scan.running, scan.at, &mut self.ended);
         }
+        task_scans
+    }
 
-        let mut guard = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+    /// Under the session's lock: counts the read's figures into the stats, and a sample read
+    /// into the window of its time (rotating windows as it starts a new one) with its folded
+    /// stacks, waits for the GIL, task scans and ended stalls; a failed read as an error.
+    /// False once the target is gone.
+    fn count_in_window(&mut self, read: Read, fold: Fold, task_scans: Vec<ScanResult>) -> bool {
+        let Runner {
+            readers,
+            options,
+            started,
+            shared,
+            period,
+            folded,
+            holders,
+            stalls,
+            ended,
+            ..
+        } = self;
+        let mut guard = shared.lock().unwrap_or_else(|e| e.into_inner());
         let state = &mut *guard;
-        state.stats.missed += missed;
-        state.stats.retried += retried;
-        state.stats.lag_sum += lag;
-        state.stats.lag_max = state.stats.lag_max.max(lag);
-        if lag > period_s / 4.0 {
-            state.stats.late += 1;
-        }
-        state.stats.read_sum += read;
-        if let Some(reads) = readers.walker_reads() {
-            state.stats.memory_reads = reads.memory;
-            state.stats.state_reads = reads.states;
-            state.stats.state_nanos = reads.state_nanos;
-            state.stats.state_file = reads.state_file;
-        }
-        if result.is_ok() && state.stats.on_cpu != readers.on_cpu() {
-            state.stats.on_cpu = readers.on_cpu().to_string();
-        }
-        if result.is_ok() && state.stats.gil != readers.gil() {
-            state.stats.gil = readers.gil().to_string();
-        }
-        state.stats.read_max = state.stats.read_max.max(read);
-        if let Some(pause) = pause {
-            state.stats.pauses.add(pause);
-        }
-
-        if let Err(err) = result {
-            if !process_alive(options.pid, self.started) {
+        count_read(&mut state.stats, &read, readers, period.as_secs_f64());
+        if let Err(err) = read.result {
+            if !process_alive(options.pid, *started) {
                 state.end = End::Exited;
-                return None;
+                return false;
             }
             state.stats.errors += 1;
             state.stats.last_error = Some(format!("{err:#}"));
-            return Some(took);
+            return true;
         }
-
-        let window_start = (wall / options.window).floor() * options.window;
-        let rotate = match &state.current {
-            Some(w) => w.start != window_start,
-            None => true,
-        };
-        if rotate {
-            if let Some(done) = state.current.take() {
-                if done.samples > 0 {
-                    state.pending.push_back(done);
-                }
-            }
-            while state.pending.len() > options.max_pending {
-                if let Some(old) = state.pending.pop_front() {
-                    state.stats.dropped_windows += 1;
-                    state.stats.dropped_samples += old.samples;
-                }
-            }
-            state.current = Some(Window::new(window_start, options.window));
-        }
+        rotate_windows(state, read.wall, options);
         let window = state.current.as_mut().expect("window was just set");
+        let stats = &mut state.stats;
         window.samples += 1;
-        state.stats.samples += 1;
-        state.stats.empty += empty;
-        state.stats.traces += folded.len() as u64;
-        state.stats.fold_sum += fold;
-        state.stats.stall_nanos += stall_nanos;
-        state.stats.stalled_since = self.stalls.stalled_since(wall);
+        stats.samples += 1;
+        stats.empty += fold.empty;
+        stats.traces += folded.len() as u64;
+        stats.fold_sum += fold.seconds;
+        stats.stall_nanos += fold.stall_nanos;
+        stats.stalled_since = stalls.stalled_since(read.wall);
         for scan in task_scans {
-            super::task_ticks::count(scan, window, &mut state.stats);
+            super::task_ticks::count(scan, window, stats);
         }
         for (thread_id, key) in folded.drain(..) {
             if let Some(name) = readers.names().get(&thread_id) {
@@ -429,11 +418,88 @@ impl Runner {
         for key in holders.drain(..) {
             *window.gil_holders.entry(key).or_insert(0) += 1;
         }
-        for stall in self.ended.drain(..) {
+        for stall in ended.drain(..) {
             keep_longest(&mut window.stalls, &mut window.stalls_dropped, stall);
         }
-        Some(took)
+        true
     }
+}
+
+/// What folding a sample found, outside the lock: threads without a Python stack, the time
+/// the stall detector took (ns), and the time folding took up to the task scans (seconds).
+#[derive(Default)]
+struct Fold {
+    empty: u64,
+    stall_nanos: u64,
+    seconds: f64,
+}
+
+/// A wait for the GIL of the thread `waiter`, whose stack is `stack`, paired with the thread
+/// that held the GIL in the same sample (none: it was being handed over).
+fn held_by(waiter: u64, stack: &Stack, holder: Option<&Trace>) -> HolderKey {
+    HolderKey {
+        waiter,
+        waiter_stack: stack.clone(),
+        holder: holder.map_or(0, |h| h.tid),
+        holder_stack: holder.and_then(|h| h.stack.clone()),
+    }
+}
+
+/// Counts a tick's read into the stats, failed or not: its lag against the period of
+/// `period_s`, the ticks it missed, the torn reads it read again, how long it took and
+/// paused the target, the walker's reads so far, and where a read's on-CPU and GIL states
+/// came from.
+fn count_read(stats: &mut Stats, read: &Read, readers: &Readers, period_s: f64) {
+    stats.missed += read.missed;
+    stats.retried += read.retried;
+    stats.lag_sum += read.lag;
+    stats.lag_max = stats.lag_max.max(read.lag);
+    if read.lag > period_s / 4.0 {
+        stats.late += 1;
+    }
+    stats.read_sum += read.read;
+    if let Some(reads) = readers.walker_reads() {
+        stats.memory_reads = reads.memory;
+        stats.state_reads = reads.states;
+        stats.state_nanos = reads.state_nanos;
+        stats.state_file = reads.state_file;
+    }
+    if read.result.is_ok() && stats.on_cpu != readers.on_cpu() {
+        stats.on_cpu = readers.on_cpu().to_string();
+    }
+    if read.result.is_ok() && stats.gil != readers.gil() {
+        stats.gil = readers.gil().to_string();
+    }
+    stats.read_max = stats.read_max.max(read.read);
+    if let Some(pause) = read.pause {
+        stats.pauses.add(pause);
+    }
+}
+
+/// Makes the window in progress the one of the time `wall` (windows aligned to multiples of
+/// their length): a window that ends goes to the pending ones when it holds samples, and the
+/// oldest pending past `max_pending` are dropped, counted.
+fn rotate_windows(state: &mut Shared, wall: f64, options: &Options) {
+    let window_start = (wall / options.window).floor() * options.window;
+    if state
+        .current
+        .as_ref()
+        .is_some_and(|w| w.start == window_start)
+    {
+        return;
+    }
+    if let Some(done) = state.current.take() {
+        if done.samples > 0 {
+            state.pending.push_back(done);
+        }
+    }
+    while state.pending.len() > options.max_pending {
+        if let Some(old) = state.pending.pop_front() {
+            state.stats.dropped_windows += 1;
+            state.stats.dropped_samples += old.samples;
+        }
+    }
+    state.current = Some(Window::new(window_start, options.window));
 }
 
 impl Drop for Runner {
