@@ -26,9 +26,13 @@ def stats_json(*args: str) -> dict[str, Any]:
     assert result.returncode == 0, result.stderr
     doc: dict[str, Any] = json.loads(result.stdout)
     jsonschema.validate(doc, SCHEMA)
-    for target in doc["targets"]:
-        total = target["busy_share"] + target["idle_share"] + target["blocked_share"]
-        assert target["samples"] == 0 or abs(total - 1) < 1e-3
+    # every test here reads a target that was sampled: its shares, and its framework's, are
+    # of samples, and the four states sum to 1 (each rounded to 4 places)
+    assert doc["targets"] and doc["frameworks"], doc
+    for shares in [*doc["targets"], *doc["frameworks"].values()]:
+        assert shares["samples"] > 0, shares
+        total = sum(shares[f"{state}_share"] for state in ("busy", "idle", "blocked", "gil"))
+        assert abs(total - 1) < 1e-3, shares
     return doc
 
 
