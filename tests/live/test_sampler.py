@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import threading
 import time
 from collections import Counter
@@ -14,11 +15,21 @@ import pytest
 
 from sidecar import _native
 from tests.support.helpers import Spawner, frequent, memory_reads, proc_status, stack_counts
+from tests.support.procs import ROOT
 
 Clock = Literal["own", "shared"]
 
 
 CLOCKS = pytest.mark.parametrize("clock", ["own", "shared"])
+
+
+def spin_loop_lines() -> range:
+    """The lines of the ``while`` loop of ``spin`` in targets/spin.py, read from its source."""
+    tree = ast.parse((ROOT / "targets" / "spin.py").read_text())
+    spin = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "spin")
+    loop = next(n for n in spin.body if isinstance(n, ast.While))
+    assert loop.end_lineno is not None
+    return range(loop.lineno, loop.end_lineno + 1)
 
 
 @CLOCKS
@@ -43,7 +54,10 @@ def test_windows_count_every_tick_of_a_busy_process(spawn: Spawner, clock: Clock
     # names come from the target's threading module, which this plain script never imports
     assert row.thread_id == target.pid and row.thread_name in ("", "MainThread")
     assert row.on_cpu
-    assert row.stack.endswith("spin (targets/spin.py:19)") or "spin (targets/spin.py" in row.stack
+    # the leaf is spin's frame at a line of its busy loop, where the target spends its time
+    leaf = row.stack.rsplit(";", 1)[-1]
+    assert re.fullmatch(r"spin \(targets/spin\.py:\d+\)", leaf), row.stack
+    assert int(leaf[leaf.rindex(":") + 1 : -1]) in spin_loop_lines(), row.stack
     assert sampler.python_version.startswith("3.")
 
 
