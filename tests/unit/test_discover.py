@@ -1,12 +1,12 @@
-"""Discovery's rules on given /proc text, this interpreter and a process that is not Python (the
-real targets: tests/live/test_discover_targets.py)."""
+"""Discovery's rules on given /proc text and on this interpreter's own /proc; no process is
+started (the real targets: tests/live/test_discover_targets.py; a program that is not Python,
+running and gone: tests/live/test_discover_programs.py)."""
 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import time
+from pathlib import Path
 
 import pytest
 
@@ -20,19 +20,6 @@ from sidecar.discover import (
     read_proc_or_empty,
 )
 from sidecar.errors import TargetError, TargetGone
-from tests.support.helpers import wait_until
-
-
-def test_a_process_that_is_not_python() -> None:
-    sleeper = subprocess.Popen(["sleep", "30"])
-    try:
-        time.sleep(0.1)
-        info = describe(sleeper.pid)
-        assert (info.framework, info.python_version) == ("unknown", "")
-        assert info.cmdline == "sleep 30"
-    finally:
-        sleeper.kill()
-        sleeper.wait()
 
 
 def test_this_interpreter_is_python_without_a_framework() -> None:
@@ -60,22 +47,14 @@ def test_maps_rules() -> None:
 def test_proc_is_read_by_one_rule() -> None:
     """A process gone, or a file that cannot be read, is a TargetError (never a bare OSError);
     what a scan only looks at reads as empty instead."""
-    sleeper = subprocess.Popen(["sleep", "30"])
-
-    def started() -> bool:
-        return read_proc(sleeper.pid, "cmdline") == "sleep\x0030\x00"
-
-    try:
-        assert wait_until(started, timeout=10)
-        assert not looks_like_python(sleeper.pid)
-        assert looks_like_python(os.getpid())
-    finally:
-        sleeper.kill()
-        sleeper.wait()
-    with pytest.raises(TargetGone, match=f"no process with PID {sleeper.pid}"):
-        read_proc(sleeper.pid, "maps")
-    assert read_proc_or_empty(sleeper.pid, "cmdline") == ""
-    assert not looks_like_python(sleeper.pid)
+    assert looks_like_python(os.getpid())
+    assert f"\nPid:\t{os.getpid()}\n" in read_proc(os.getpid(), "status")
+    # no process has the PID pid_max: the kernel hands out PIDs below it
+    gone = int(Path("/proc/sys/kernel/pid_max").read_text())
+    with pytest.raises(TargetGone, match=f"no process with PID {gone}"):
+        read_proc(gone, "maps")
+    assert read_proc_or_empty(gone, "cmdline") == ""
+    assert not looks_like_python(gone)
     # a file of a live process that cannot be read as text: the memory, at address 0
     with pytest.raises(TargetError, match=f"cannot read /proc/{os.getpid()}/mem"):
         read_proc(os.getpid(), "mem")
