@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from sidecar.errors import SidecarError, UsageError
 from sidecar.output import check_output, write_bytes
-from tests.support.helpers import PYTHON, ROOT, sidecar
+from tests.support.helpers import sidecar
 
 FOLDED = "main (a.py:1);work (a.py:2) 7\nmain (a.py:1);[idle] 3\n"
 
@@ -99,24 +98,19 @@ def test_diff_refuses_to_write_over_its_inputs_or_an_existing_graph(tmp_path: Pa
 
 
 def test_record_checks_its_output_before_it_samples(tmp_path: Path) -> None:
-    """A sleeping process that record could sample: the bad path is refused before any
-    sampling (no "sampling PID" line), and the process was never attached to."""
-    target = subprocess.Popen([PYTHON, "-c", "import time; time.sleep(60)"], cwd=ROOT)
-    try:
-        missing = sidecar("record", "--pid", str(target.pid), "--duration", "30",
-                          "-o", str(tmp_path / "nonexistent" / "x.svg"))  # fmt: skip
-        assert missing.returncode == 1
-        assert missing.stderr.strip().splitlines() == [
-            f"sidecar: error: cannot write {tmp_path}/nonexistent/x.svg: no folder "
-            f"{tmp_path}/nonexistent"
-        ]
-        existing = tmp_path / "p.folded"
-        existing.write_text("kept")
-        tasks = sidecar("record", "--pid", str(target.pid), "--duration", "30", "-o",
-                        str(existing), "--format", "folded")  # fmt: skip
-        assert tasks.returncode == 2 and "p.folded exists" in tasks.stderr
-        assert "sampling PID" not in tasks.stderr and existing.read_text() == "kept"
-        assert target.poll() is None
-    finally:
-        target.kill()
-        target.wait()
+    """This test's own interpreter, a process record could sample: the bad path is refused
+    before any sampling (no "sampling PID" line, and the existing file is kept)."""
+    pid = str(os.getpid())
+    missing = sidecar("record", "--pid", pid, "--duration", "30",
+                      "-o", str(tmp_path / "nonexistent" / "x.svg"))  # fmt: skip
+    assert missing.returncode == 1
+    assert missing.stderr.strip().splitlines() == [
+        f"sidecar: error: cannot write {tmp_path}/nonexistent/x.svg: no folder "
+        f"{tmp_path}/nonexistent"
+    ]
+    existing = tmp_path / "p.folded"
+    existing.write_text("kept")
+    tasks = sidecar("record", "--pid", pid, "--duration", "30", "-o",
+                    str(existing), "--format", "folded")  # fmt: skip
+    assert tasks.returncode == 2 and "p.folded exists" in tasks.stderr
+    assert "sampling PID" not in tasks.stderr and existing.read_text() == "kept"
