@@ -16,6 +16,7 @@ import pytest
 from sidecar import _native
 from tests.support.helpers import Spawner, frequent, memory_reads, proc_status, stack_counts
 from tests.support.procs import ROOT
+from tests.support.programs import running_cat
 
 Clock = Literal["own", "shared"]
 
@@ -96,11 +97,9 @@ def test_counters_report_exit_instead_of_errors(spawn: Spawner, clock: Clock) ->
     sampler.stop()  # idempotent
 
 
-def test_non_python_process_is_a_sampler_error(spawn: Spawner) -> None:
-    popen = spawn.command("sleep", "30")
-    time.sleep(0.2)
-    with pytest.raises(_native.SamplerError, match="Python"):
-        _native.Sampler(popen.pid)
+def test_non_python_process_is_a_sampler_error() -> None:
+    with running_cat() as cat, pytest.raises(_native.SamplerError, match="Python"):
+        _native.Sampler(cat.pid)
 
 
 @CLOCKS
