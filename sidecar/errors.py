@@ -63,3 +63,7 @@ def native_errors(pid: int) -> Iterator[None]:
         raise denied(pid, str(err)) from err
     except _native.SamplerError as err:
         raise TargetError(str(err)) from err
+
+
+class CgroupError(SidecarError):
+    """The target's cgroup, or its CPU limit and throttling, cannot be found or read."""
