@@ -18,8 +18,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from sqlite_utils import Database
-
 from sidecar.errors import StoreError
 from sidecar.sample.messages import ProcessKey
 from sidecar.store.schema import migrate
@@ -34,6 +32,17 @@ CORRUPT_CODES = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB
 DELETED = "the database file was deleted"
 REPLACED = "the database file was replaced by another file"
 CORRUPT = "the database file is corrupt"
+
+
+class Connection(sqlite3.Connection):
+    """The store's connection: sqlite3's own (autocommit, ``transaction`` opens each one).
+
+    ``conn`` is the connection itself, for the writers that still reach it by the name
+    sqlite-utils' ``Database`` gave it (``sidecar.store.windows``, ``sidecar.store.retention``)."""
+
+    @property
+    def conn(self) -> Connection:
+        return self
 
 
 class StoreLocked(StoreError):
@@ -73,8 +82,10 @@ class StoreFile:
             raise
 
     def _open(self) -> None:
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self.db = Database(conn)
+        conn = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, factory=Connection
+        )
+        self.db: Connection = conn
         try:
             self.db.execute("PRAGMA busy_timeout = 5000")
             migrate(self.db)  # first: a database it cannot read is left as it was
@@ -147,7 +158,7 @@ class StoreFile:
         deleted file is removed, so the new database never replays it. A replacement that is
         a sound database is used as it is. Known processes must be attached again."""
         with suppress(sqlite3.Error):
-            self.db.conn.close()
+            self.db.close()
         self._close_fd()
         aside: Path | None = None
         if self.path.exists() and reason == REPLACED:
@@ -201,7 +212,7 @@ class StoreFile:
     def close(self) -> None:
         with suppress(sqlite3.Error):
             self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        self.db.conn.close()
+        self.db.close()
         self._close_fd()
         self._release_lock()
 
@@ -219,7 +230,7 @@ class StoreFile:
             yield
         except BaseException:
             with suppress(sqlite3.Error):
-                self.db.conn.rollback()
+                self.db.rollback()
             # ids cached inside the transaction name rows that no longer exist (and will be
             # given to other rows): kept, they would tie stacks into loops
             self._forget()

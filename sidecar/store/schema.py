@@ -59,8 +59,6 @@ import sqlite3
 from collections.abc import Callable
 from hashlib import blake2b
 
-from sqlite_utils import Database
-
 from sidecar.errors import StoreError
 from sidecar.store import counts
 
@@ -413,9 +411,9 @@ MIGRATIONS: tuple[str | Callable[[sqlite3.Connection], None], ...] = (
 )
 
 
-def migrate(db: Database) -> int:
+def migrate(conn: sqlite3.Connection) -> int:
     """Applies pending migrations, each in its own transaction; returns the schema version."""
-    version = int(db.execute("PRAGMA user_version").fetchone()[0])
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
     if version > len(MIGRATIONS):
         raise StoreError(
             f"it has schema version {version}, newer than this sidecar's ({len(MIGRATIONS)}): "
@@ -425,16 +423,14 @@ def migrate(db: Database) -> int:
         step = MIGRATIONS[number]
         try:
             if isinstance(step, str):
-                db.conn.executescript(
-                    f"BEGIN;\n{step}\nPRAGMA user_version = {number + 1};\nCOMMIT;"
-                )
+                conn.executescript(f"BEGIN;\n{step}\nPRAGMA user_version = {number + 1};\nCOMMIT;")
             else:
-                db.conn.execute("BEGIN")
-                step(db.conn)
-                db.conn.execute(f"PRAGMA user_version = {number + 1}")
-                db.conn.execute("COMMIT")
+                conn.execute("BEGIN")
+                step(conn)
+                conn.execute(f"PRAGMA user_version = {number + 1}")
+                conn.execute("COMMIT")
         except Exception:
-            if db.conn.in_transaction:
-                db.conn.rollback()
+            if conn.in_transaction:
+                conn.rollback()
             raise
     return len(MIGRATIONS)
