@@ -135,6 +135,8 @@ def summary(rec: Recording) -> list[str]:
         lines.append(f"{analysis.covers}: {state_line(analysis)} of {analysis.samples:,} samples")
     if line := cpu_line(rec.cpu_spent(), rec.elapsed):
         lines.append(line)
+    if line := rec.cgroup_line():
+        lines.append(line)
     if not analysis.no_loop_thread:  # a process without an event loop has no stall to tell
         stalls = rec.counts.stalls()
         lines.append(summary_line(stalls, rec.stall_ms, rec.counts.stalls_dropped))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sidecar import defaults
@@ -95,7 +95,8 @@ class Live:
     stall_ms: float
     rate_hz: float
     #: the kernel's accounting of its threads' CPU time over the span (``schedstat.cpu_line``)
-    cpu: str | None = None
+    #: and its cgroup's CPU limit and throttling (``cgroup.cpu_line``), where read
+    cpu: list[str] = field(default_factory=list)
 
 
 def _live(
@@ -133,7 +134,7 @@ def _live(
         if flight is None:
             raise NoSamples(f"no task scan of PID {pid} succeeded: {rec.stats['task_last_error']}")
         tasks = task_block(rec.counts.tasks, flight)
-    cpu = cpu_line(rec.cpu_spent(), rec.elapsed)
+    cpu = [x for x in (cpu_line(rec.cpu_spent(), rec.elapsed), rec.cgroup_line()) if x]
     live = Live(rec.counts.stalls(), rec.counts.stalls_dropped, stall_ms, rec.rate_hz, cpu)
     return profile, refine(info, profile.stacks), tasks, rec.counts.holders(), live
 
@@ -173,8 +174,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(stats_document([TargetStats(analysis, tasks, known)]), indent=2))
     else:
         stalls: list[str] = []
-        if live is not None and live.cpu:
-            stalls.append(live.cpu)
+        if live is not None:
+            stalls += live.cpu
         if live is not None and not analysis.no_loop_thread:
             stalls.append(summary_line(live.stalls, live.stall_ms, live.dropped))
         lines = table(analysis, profile, info, args.top, stalls)

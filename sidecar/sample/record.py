@@ -20,10 +20,12 @@ from sidecar.classify.tasks import InFlight
 from sidecar.classify.threads import holder_name, is_loop_stack, state_counts
 from sidecar.classify.window import Window, window_of
 from sidecar.discover import read_cmdline
+from sidecar.errors import TargetGone
 from sidecar.formats.pprof import Sample
 from sidecar.profile import Profile, Target
 from sidecar.rules.frames import leaf_for
 from sidecar.rules.tasks import task_leaf
+from sidecar.sample.cgroup import CgroupCpu, CpuUnknown, cpu_line, probe_cpu
 from sidecar.sample.launch import Launched
 from sidecar.sample.sampler import open_sampler
 from sidecar.sample.schedstat import CpuTime, Reading, read_threads, spent
@@ -168,6 +170,16 @@ class Recording:
     #: (``schedstat``: on a CPU, waiting for one); empty where it could not be read.
     cpu_before: Reading = field(default_factory=dict)
     cpu_after: Reading = field(default_factory=dict)
+    #: The target's cgroup CPU limit and throttling counters when sampling began and ended
+    #: (None: not read; the end's too when the target exited).
+    cgroup_before: CgroupCpu | CpuUnknown | None = None
+    cgroup_after: CgroupCpu | CpuUnknown | None = None
+
+    def cgroup_line(self) -> str | None:
+        """The container's CPU limit and its throttling over the recording, in one line."""
+        if self.cgroup_before is None or self.cgroup_after is None:
+            return None
+        return cpu_line(self.cgroup_before, self.cgroup_after)
 
     def cpu_spent(self) -> dict[str, CpuTime | None]:
         """What the event-loop threads (those whose stacks show a loop) and all threads spent
@@ -213,6 +225,7 @@ def record(
     cmdline = read_cmdline(pid)
     started = _native.process_start_time(pid)
     cpu_before = read_threads(pid)
+    cgroup_before = _cgroup(pid)
     if on_attach is not None:
         on_attach(sampler.python_version)
     counts = Tally()
@@ -239,6 +252,7 @@ def record(
         counts.add(window_of(window))
     stats = sampler.stats()
     cpu_after = read_threads(pid) if not sampler.exited else {}
+    cgroup_after = _cgroup(pid) if not sampler.exited else None
     target = Target(
         pid=pid, cmdline=cmdline, python_version=sampler.python_version, start_time=started
     )
@@ -255,4 +269,14 @@ def record(
         stall_ms=stall_ms,
         cpu_before=cpu_before,
         cpu_after=cpu_after,
+        cgroup_before=cgroup_before,
+        cgroup_after=cgroup_after,
     )
+
+
+def _cgroup(pid: int) -> CgroupCpu | CpuUnknown | None:
+    """The target's cgroup CPU reading; None once it is gone."""
+    try:
+        return probe_cpu(pid)
+    except TargetGone:
+        return None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.sample.cgroup import CgroupCpu, cpu_line, read_cpu
-from tests.support.helpers import Spawner
+from tests.support.helpers import Spawner, sidecar
 from tests.support.pythons import in_ci
 
 CPU = Path("/sys/fs/cgroup/cpu")
@@ -126,6 +127,39 @@ def test_a_spinner_limited_to_a_fifth_of_a_cpu(limited: Path, spawn: Spawner) ->
     assert line.startswith(f"cpu limit 0.20 cores (cgroup v1 /{limited.name}): throttled in ")
     assert f"throttled in {span.throttled_periods} of {span.periods} periods" in line
     print(line, "|", figures, f"| cpu/wall {share_of_wall:.3f}")
+
+
+@pytest.mark.slow
+def test_record_says_a_throttled_target_waits_for_a_cpu(
+    limited: Path, spawn: Spawner, tmp_path: Path
+) -> None:
+    """What ``record`` prints of a spinner at a 0.2 quota: its samples still read busy, but the
+    kernel's accounting beside them says it waited for a CPU most of its runnable time, and
+    its cgroup's line names the limit and the throttling, as the kernel's cpu.stat counted it
+    over the same span."""
+    spinner = spawn.command(sys.executable, "-c", "while True: pass")
+    (limited / "cgroup.procs").write_text(f"{spinner.pid}\n")
+    time.sleep(0.3)
+    before = kernel_stat(limited)
+    out = tmp_path / "p.txt"
+    result = sidecar("record", "--pid", str(spinner.pid), "-d", "3", "-f", "folded", "-o", str(out))
+    after = kernel_stat(limited)
+    assert result.returncode == 0, result.stderr
+    waits = re.search(
+        r"all threads [\d.]+ s on a CPU, [\d.]+ s waiting for one \((\d+)% ", result.stderr
+    )
+    assert waits and int(waits[1]) > 50, result.stderr
+    line = re.search(
+        rf"cpu limit 0\.20 cores \(cgroup v1 /{limited.name}\): throttled in (\d+) of (\d+) "
+        r"periods \(\d+%\), ([\d.]+) s lost over ([\d.]+) s",
+        result.stderr,
+    )
+    assert line, result.stderr
+    throttled, periods = int(line[1]), int(line[2])
+    assert periods > 0 and throttled / periods > 0.5, line[0]
+    # the kernel's counters around the whole command hold record's span
+    assert throttled <= after[1] - before[1] and periods <= after[0] - before[0], (line[0], after)
+    assert float(line[3]) <= (after[2] - before[2]) / 1e9 + 0.01, (line[0], after)
 
 
 def test_an_unlimited_process_reads_no_limit() -> None:
