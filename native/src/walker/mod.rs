@@ -45,7 +45,7 @@ use ahead::{AheadStack, Recent};
 use compared::Compared;
 pub use dump::{DumpedFrame, DumpedThread};
 use frames::WalkedFrame;
-use gil::{At, Gil, GilTable};
+use gil::{At, Gil, GilRead, GilTable};
 pub use layout::{tuple_items, GenLayout, Layout};
 use objects::{Code, ShortFiles};
 use rustc_hash::FxBuildHasher;
@@ -297,24 +297,60 @@ impl Walker {
         self.guessed
     }
 
+    /// A sample: one batch of what recent samples read, the walk of every thread from it,
+    /// the code objects its frames run checked, and each thread's trace.
     fn read_all(
         &mut self,
         run_state: RunState<'_>,
         batch: &mut Batch,
         scratch: &mut Scratch,
     ) -> Result<Vec<Trace>> {
-        // What recent samples read, read again in one batch: thread states, the current frame
-        // and the top of each data stack, frames outside them, code object headers. Most are
-        // still what this sample needs.
         self.samples += 1;
+        let (head, generation_at) = self.plan_batch(batch, scratch);
+        batch.fill(self.pid);
+        let batch = &*batch;
+        self.compare_ahead_codes(batch, scratch);
+        let generation = generation_at
+            .and_then(|(at, len)| batch.get(at, len))
+            .map(|bytes| usize_at(bytes, 0) as u64);
+        let before = std::mem::replace(&mut self.generation, generation);
+        let calls = MemoryReads::of_this_thread().calls;
+        let Some(first) = batch.get(head.0, 8) else {
+            bail!("failed to read the interpreter's list of threads");
+        };
+        let gil = self.gil.as_ref().ok().copied();
+        let gil_read = gil.and_then(|gil| gil.parse(|(at, len)| batch.get(at, len)));
+        self.walk_threads(usize_at(first, 0), batch, scratch, gil, gil_read)?;
+        // Frames read after the count (outside the batch) may run code freed since: their
+        // sample checks every header.
+        let standing = generation.filter(|_| MemoryReads::of_this_thread().calls == calls);
+        self.check_codes(batch, scratch, standing, before)?;
+        self.ahead_frames.seen(&scratch.outside, self.samples);
+        let traces = self.traces(&run_state, scratch, gil, gil_read);
+        self.forget_folds_of_gone_threads(&scratch.threads);
+        if let RunState::Read = run_state {
+            self.states.keep(traces.iter().map(|t| t.tid as i32));
+        }
+        Ok(traces)
+    }
+
+    /// Fills `batch`'s pieces with what recent samples read, to read again in one batch:
+    /// thread states, the current frame and the top of each data stack, frames outside them,
+    /// code object headers (most are still what this sample needs), and the GIL's and the
+    /// collector's state. Returns the pieces of the interpreter's head of its list of thread
+    /// states and of its count of code objects freed (3.14+).
+    fn plan_batch(
+        &self,
+        batch: &mut Batch,
+        scratch: &mut Scratch,
+    ) -> ((usize, usize), Option<(usize, usize)>) {
         let layout = &self.layout;
         let head = (self.interpreter + layout.interp_threads_head, 8);
         let pieces = &mut batch.pieces;
         pieces.clear();
         pieces.push(head);
         // the GIL's holder and the GC flag, read with the thread states
-        let gil = self.gil.as_ref().ok().copied();
-        if let Some(gil) = gil {
+        if let Ok(gil) = &self.gil {
             pieces.extend(gil.pieces().into_iter().filter(|piece| piece.1 > 0));
         }
         // The code objects recent samples checked: they do not change while they are read.
@@ -364,28 +400,32 @@ impl Walker {
             .interp_code_generation
             .map(|at| (self.interpreter + at, 8));
         pieces.extend(generation_at);
-        batch.fill(self.pid);
-        let batch = &*batch;
-        // Up to 3.13, the headers read ahead as they were (not while code objects are freed
-        // and made again: then their names' marks are compared too)
-        if layout.interp_code_generation.is_none() && !self.churning() {
+        (head, generation_at)
+    }
+
+    /// Up to 3.13, takes the headers the batch read ahead as they were (not while code
+    /// objects are freed and made again: then their names' marks are compared too).
+    fn compare_ahead_codes(&mut self, batch: &Batch, scratch: &Scratch) {
+        if self.layout.interp_code_generation.is_none() && !self.churning() {
             let headers = batch.run(1..1 + scratch.ahead_codes.len());
             self.compared
-                .begin(&scratch.ahead_codes, headers, layout.code_size);
+                .begin(&scratch.ahead_codes, headers, self.layout.code_size);
         } else {
             self.compared.forget();
         }
-        let generation = generation_at
-            .and_then(|(at, len)| batch.get(at, len))
-            .map(|bytes| usize_at(bytes, 0) as u64);
-        let before = std::mem::replace(&mut self.generation, generation);
-        let calls = MemoryReads::of_this_thread().calls;
-        let Some(first) = batch.get(head.0, 8) else {
-            bail!("failed to read the interpreter's list of threads");
-        };
-        let mut thread = usize_at(first, 0);
-        let gil_read = gil.and_then(|gil| gil.parse(|(at, len)| batch.get(at, len)));
+    }
 
+    /// Walks every thread of the interpreter's list from the thread state at `thread`: its
+    /// frames onto `scratch.frames` and the thread onto `scratch.threads`, with its role in
+    /// the GIL; the thread states and stacks met are read ahead by the next sample.
+    fn walk_threads(
+        &mut self,
+        mut thread: usize,
+        batch: &Batch,
+        scratch: &mut Scratch,
+        gil: Option<Gil>,
+        gil_read: Option<GilRead>,
+    ) -> Result<()> {
         let Scratch {
             threads,
             frames,
@@ -423,33 +463,26 @@ impl Walker {
             let ahead = self.previous_stacks.remove(&thread);
             let start = frames.len();
             self.frames(thread, ahead, bytes, batch, frames, outside)?;
-            let role = match (gil.and_then(|g| g.flags), gil_read) {
-                // 3.15: the thread's own flags. A request waits only for a GIL another thread
-                // holds: one taken uncontended (a loop back from its poll with no other thread)
-                // is requested for an instant, and is no wait.
-                (Some((holds, requested)), read) if bytes.len() >= holds.max(requested) + 4 => {
-                    let held_by_another = read.is_none_or(|r| r.holder != 0 && r.holder != thread);
-                    match (u32_at(bytes, holds), u32_at(bytes, requested)) {
-                        (1, _) => GilRole::Holds,
-                        (0, 1) if held_by_another => GilRole::Waits,
-                        _ => GilRole::None,
-                    }
-                }
-                (_, Some(read)) if read.holder == thread => GilRole::Holds,
-                _ => GilRole::None,
-            };
+            let role = gil_role(thread, bytes, gil, gil_read);
             let context_ver = usize_at(bytes, self.layout.tstate_context_ver) as u64;
             threads.push((tid, start..frames.len(), role, context_ver));
             thread = next;
         }
         self.previous_stacks.clear();
         self.unchanged.retain(&self.ahead_threads);
+        Ok(())
+    }
 
-        // Frames read after the count (outside the batch) may run code freed since: their
-        // sample checks every header.
-        let standing = generation.filter(|_| MemoryReads::of_this_thread().calls == calls);
-        self.check_codes(batch, scratch, standing, before)?;
-        self.ahead_frames.seen(&scratch.outside, self.samples);
+    /// Each walked thread's trace: its folded stack, whether it is on CPU (`running`), and
+    /// its role in the GIL, a wait for it told from its futex where the thread states do not
+    /// say (`waits_for_gil`).
+    fn traces(
+        &mut self,
+        run_state: &RunState<'_>,
+        scratch: &Scratch,
+        gil: Option<Gil>,
+        gil_read: Option<GilRead>,
+    ) -> Vec<Trace> {
         let mut traces = Vec::with_capacity(scratch.threads.len());
         self.guessed = false;
         // Another thread holds the GIL: an off-CPU thread may wait for it, which its futex
@@ -461,36 +494,14 @@ impl Walker {
             let frames = &scratch.frames[range.clone()];
             let (stack, wait) = self.folded(tid, frames);
             let waits = wait != Wait::No;
-            // A thread in a known wait is idle whatever the OS says: its /proc file is not read.
-            let running = match &run_state {
-                _ if waits => Some(false),
-                // a thread born since the threads were stopped ran on: its state is read now
-                RunState::Known(known) if known.contains_key(&(tid as i32)) => {
-                    known.get(&(tid as i32)).copied()
-                }
-                RunState::Read | RunState::Known(_) => {
-                    self.state_reads += 1;
-                    self.states.running(tid as i32)
-                }
-            };
+            let running = self.running(tid, waits, run_state);
             self.guessed |= running.is_none();
             // a poll too (a loop back from it waits for the GIL in its frame), not a lock's wait
             if let (true, GilRole::None, Some(gil), false) =
                 (contended, role, gil, wait == Wait::Lock)
             {
-                let off = match running {
-                    Some(false) if waits => {
-                        self.state_reads += 1;
-                        self.states.running(tid as i32) == Some(false)
-                    }
-                    running => running == Some(false),
-                };
-                if off {
-                    if let Futex::At(address) = self.states.futex(tid as i32) {
-                        if gil.is_gil_futex(address) {
-                            role = GilRole::Waits;
-                        }
-                    }
+                if self.waits_for_gil(tid, running, waits, &gil) {
+                    role = GilRole::Waits;
                 }
             }
             traces.push(Trace {
@@ -503,15 +514,46 @@ impl Walker {
                 contexts: *context_ver,
             });
         }
-        if self.last_folds.len() > scratch.threads.len() {
-            let threads = &scratch.threads;
+        traces
+    }
+
+    /// Whether the thread `tid` is on CPU, as `run_state` tells or its /proc file says; None
+    /// when it cannot be read. A thread in a known wait (`waits`) is idle whatever the OS
+    /// says: its /proc file is not read.
+    fn running(&mut self, tid: u64, waits: bool, run_state: &RunState<'_>) -> Option<bool> {
+        match run_state {
+            _ if waits => Some(false),
+            // a thread born since the threads were stopped ran on: its state is read now
+            RunState::Known(known) if known.contains_key(&(tid as i32)) => {
+                known.get(&(tid as i32)).copied()
+            }
+            RunState::Read | RunState::Known(_) => {
+                self.state_reads += 1;
+                self.states.running(tid as i32)
+            }
+        }
+    }
+
+    /// Whether the thread `tid`, found `running` or not, waits for the GIL another thread
+    /// holds: off CPU (read from /proc now if only its known wait said so), on the futex of
+    /// `gil`.
+    fn waits_for_gil(&mut self, tid: u64, running: Option<bool>, waits: bool, gil: &Gil) -> bool {
+        let off = match running {
+            Some(false) if waits => {
+                self.state_reads += 1;
+                self.states.running(tid as i32) == Some(false)
+            }
+            running => running == Some(false),
+        };
+        off && matches!(self.states.futex(tid as i32), Futex::At(address) if gil.is_gil_futex(address))
+    }
+
+    /// Forgets the last folds of threads the sample did not meet (they ended).
+    fn forget_folds_of_gone_threads(&mut self, threads: &[RawThread]) {
+        if self.last_folds.len() > threads.len() {
             self.last_folds
                 .retain(|tid, _| threads.iter().any(|(t, _, _, _)| t == tid));
         }
-        if let RunState::Read = run_state {
-            self.states.keep(traces.iter().map(|t| t.tid as i32));
-        }
-        Ok(traces)
     }
 
     /// Makes sure every code object of the sample's frames is cached and still the one
@@ -739,6 +781,26 @@ impl Walker {
         self.stacks.clear();
         self.stack_bytes.clear();
         self.last_folds.clear();
+    }
+}
+
+/// The role in the GIL of the thread whose state at `thread` reads `bytes`: 3.15's own flags
+/// (`gil`'s), else whether the GIL's holder as read (`gil_read`) is this thread.
+fn gil_role(thread: usize, bytes: &[u8], gil: Option<Gil>, gil_read: Option<GilRead>) -> GilRole {
+    match (gil.and_then(|g| g.flags), gil_read) {
+        // 3.15: the thread's own flags. A request waits only for a GIL another thread holds:
+        // one taken uncontended (a loop back from its poll with no other thread) is requested
+        // for an instant, and is no wait.
+        (Some((holds, requested)), read) if bytes.len() >= holds.max(requested) + 4 => {
+            let held_by_another = read.is_none_or(|r| r.holder != 0 && r.holder != thread);
+            match (u32_at(bytes, holds), u32_at(bytes, requested)) {
+                (1, _) => GilRole::Holds,
+                (0, 1) if held_by_another => GilRole::Waits,
+                _ => GilRole::None,
+            }
+        }
+        (_, Some(read)) if read.holder == thread => GilRole::Holds,
+        _ => GilRole::None,
     }
 }
 
