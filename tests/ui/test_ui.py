@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import time
 import urllib.error
@@ -298,8 +299,11 @@ def test_search_finds_the_handler_and_functions_link_to_the_flamegraph(ui: UI) -
         page.keyboard.press("ArrowUp")
     page.keyboard.press("Enter")
     zoomed = flame_state(page)["zoom"]
-    assert zoomed and "zoom" in query(page)
-    assert page.locator("#crumbs button").count() >= 2
+    path = query(page)["zoom"].split(";")
+    assert zoomed and path[-1] == zoomed
+    # the crumbs: all, then the zoomed frame's path (its last six), names without the file
+    crumbs = page.locator("#crumbs button").all_inner_texts()
+    assert crumbs == ["all", *(frame_name(frame) for frame in path[-6:])], (crumbs, path)
     page.keyboard.press("Escape")
     assert flame_state(page)["zoom"] == ""
 
@@ -402,7 +406,13 @@ def test_compare_renders_a_differential_flamegraph(ui: UI) -> None:
     diff = page.eval_on_selector("#diff-flame", "el => ({...el.dataset})")
     assert diff["kind"] == "diff" and int(diff["frames"]) > 5
     assert "samples" in page.locator("#verdict").inner_text()
-    assert page.locator("#self-changes tbody tr").count() > 0
+    halves = query(page)
+    (a_from, a_to), (b_from, b_to) = (halves[half].split("~") for half in ("a", "b"))
+    halves_diff = ui.api(
+        f"/api/diff?target={ui.aiohttp['id']}&from={a_from}&to={a_to}"
+        f"&from_b={b_from}&to_b={b_to}&format=json&threads=loop"
+    )
+    assert shown_changes(page, "#self-changes") == expected_changes(halves_diff["self_changes"])
     assert page.locator("#state-changes .state-change").count() == 4  # busy, idle, blocked, gil
     assert page.locator("#states-of").inner_text() == "the event loop's threads"
     shot(page, "compare")
@@ -419,9 +429,44 @@ def test_compare_renders_a_differential_flamegraph(ui: UI) -> None:
         " && new URLSearchParams(location.search).get('tb') !== null"
     )
     assert query(page)["tb"] == str(ui.tornado["id"])
-    assert page.locator("#total-changes tbody tr").count() > 0
+    targets_diff = ui.api(
+        f"/api/diff?target={ui.aiohttp['id']}&from={start}&to={end}"
+        f"&target_b={ui.tornado['id']}&from_b={start}&to_b={end}&format=json&threads=loop"
+    )
+    assert shown_changes(page, "#total-changes") == expected_changes(targets_diff["total_changes"])
+    assert shown_changes(page, "#self-changes") == expected_changes(targets_diff["self_changes"])
     assert "tornado/" in page.locator("#self-changes").inner_text()  # what only the after side runs
     assert not page.errors  # type: ignore[attr-defined]
+
+
+#: Rows of a changes table of the compare view: the API's largest changes, at most this many.
+CHANGE_ROWS = 25
+
+
+def frame_name(frame: str) -> str:
+    """A folded frame's function name, as the UI shows it: without `` (file:line)``."""
+    return re.sub(r" \([^()]*\)$", "", frame)
+
+
+def shown_changes(page: Page, table: str) -> list[str]:
+    """The functions a changes table of the compare view lists, top down, each as the API's
+    ``frame`` (``name (file)``) put back together from the name and file the row shows."""
+    rows: list[str] = page.eval_on_selector_all(
+        f"{table} tbody tr",
+        """rows => rows.map(row => {
+            const name = row.querySelector(".fn"), file = row.querySelector(".file");
+            if (!name) return row.textContent.trim();
+            return file ? `${name.textContent} (${file.textContent})` : name.textContent;
+        })""",
+    )
+    return rows
+
+
+def expected_changes(changes: list[dict[str, Any]]) -> list[str]:
+    """What a changes table shows of the API's changes: there are some (a live comparison
+    always has), and the table has the largest, in the API's order."""
+    assert changes, "the comparison found no change"
+    return [change["frame"] for change in changes[:CHANGE_ROWS]]
 
 
 def test_a_shared_url_restores_the_same_view(ui: UI) -> None:
