@@ -35,14 +35,7 @@ CORRUPT = "the database file is corrupt"
 
 
 class Connection(sqlite3.Connection):
-    """The store's connection: sqlite3's own (autocommit, ``transaction`` opens each one).
-
-    ``conn`` is the connection itself, for the writers that still reach it by the name
-    sqlite-utils' ``Database`` gave it (``sidecar.store.windows``, ``sidecar.store.retention``)."""
-
-    @property
-    def conn(self) -> Connection:
-        return self
+    """The store's connection: sqlite3's own (autocommit, ``transaction`` opens each one)."""
 
 
 class StoreLocked(StoreError):

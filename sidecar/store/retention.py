@@ -99,7 +99,7 @@ class Retention(StoreFile):
         )
 
     def _insert_holders(self, table: str, when: int, rows: list[tuple[object, ...]]) -> None:
-        self.db.conn.executemany(
+        self.db.executemany(
             f"INSERT INTO {table} VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             [(when, *row) for row in rows],
         )
@@ -113,7 +113,7 @@ class Retention(StoreFile):
                 self.db.execute(
                     f"DELETE FROM {table} WHERE window >= ? AND window < ?", (span, end)
                 )
-                self.db.conn.executemany(
+                self.db.executemany(
                     f"INSERT INTO {table} VALUES (?, ?, ?, ?)",
                     [(span, *ids, blob) for ids, blob in merged.items()],
                 )
@@ -131,7 +131,7 @@ class Retention(StoreFile):
                 (span, end),
             ).fetchall()
             self.db.execute("DELETE FROM windows WHERE window >= ? AND window < ?", (span, end))
-            self.db.conn.executemany(
+            self.db.executemany(
                 f"INSERT INTO windows (window, target_id, process_id, width, {names}) "
                 f"VALUES (?, ?, ?, ?, {', '.join('?' * len(WINDOW_SUMS))})",
                 [(span, t, p, width, *rest) for t, p, *rest in sums],
@@ -152,7 +152,7 @@ class Retention(StoreFile):
             with self.transaction():
                 for table, hour_table in COUNT_TABLES:
                     merged = self._packed(table, "window", hour, hour + HOUR)
-                    self.db.conn.executemany(
+                    self.db.executemany(
                         f"INSERT INTO {hour_table} VALUES (?, ?, ?, ?)",
                         [(hour, *ids, blob) for ids, blob in merged.items()],
                     )
@@ -167,8 +167,8 @@ class Retention(StoreFile):
             self.db.execute("CREATE TEMP TABLE IF NOT EXISTS live_stacks (id INTEGER PRIMARY KEY)")
             self.db.execute("DELETE FROM temp.live_stacks")
             for table in (name for pair in COUNT_TABLES for name in pair):
-                for (blob,) in self.db.conn.execute(f"SELECT counts FROM {table}"):
-                    self.db.conn.executemany(
+                for (blob,) in self.db.execute(f"SELECT counts FROM {table}"):
+                    self.db.executemany(
                         "INSERT OR IGNORE INTO temp.live_stacks VALUES (?)",
                         [(stack,) for stack in counts.stack_ids(blob)],
                     )

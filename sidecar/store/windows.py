@@ -252,7 +252,7 @@ class WindowWriter(StoreFile):
                     self._add_stalls(batch, target_id, process_id)
                 names_of = batch.window.thread_names
                 if names_of:
-                    self.db.conn.executemany(
+                    self.db.executemany(
                         "INSERT INTO threads VALUES (?, ?, ?) ON CONFLICT DO UPDATE "
                         "SET name = excluded.name",
                         [
@@ -274,7 +274,7 @@ class WindowWriter(StoreFile):
     def _add_stalls(self, batch: WindowBatch, target_id: int, process_id: int) -> None:
         """A window's stalls, each once (a window flushed in two parts names none twice: a
         stall is handed over once, by the window it ended in)."""
-        self.db.conn.executemany(
+        self.db.executemany(
             "INSERT INTO stalls VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
             "ON CONFLICT DO NOTHING",
             [
@@ -321,7 +321,7 @@ class WindowWriter(StoreFile):
         """Adds holders' samples to a window's (or an hour's) rows: new rows, or summed with
         those stored (a window flushed in two parts, a late window of a rolled-up hour)."""
         columns = ", ".join((key, *HOLDER_KEY, "samples"))
-        self.db.conn.executemany(
+        self.db.executemany(
             f"INSERT INTO {table} ({columns}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
             "ON CONFLICT DO UPDATE SET samples = samples + excluded.samples",
             [(when, *where, *at, samples) for at, samples in holders.items()],
