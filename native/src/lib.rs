@@ -1,6 +1,6 @@
 //! `sidecar._native`: the sampler and the renderers, with plain Python types at the boundary.
 //!
-//! The modules, and which may use which (`tests/test_native_rules.py` checks there is no
+//! The modules, and which may use which (`tests/unit/test_native_rules.py` checks there is no
 //! cycle): `python` (the boundary: the only wrappers of Python types, registered here) uses
 //! `formats`, `sampler` and `tasks`; `sampler` uses `tasks` and `walker`; `tasks` uses
 //! `walker`; all of these use `process` (the target from outside) and `stack`, which uses only

@@ -100,7 +100,7 @@ pub struct Folded {
     pub states: Vec<(&'static str, i128)>,
 }
 
-/// Counts over all stacks, as `sidecar.analyze.diff.shares` defines them: the state of a stack is its
+/// Counts over all stacks, the shares `sidecar.analyze.diff.compare_shares` returns: the state of a stack is its
 /// synthetic leaf (idle stacks count only there); busy stacks give their leaf function self
 /// time, blocked and gil ones lose the leaf; each function counts once per stack in the total,
 /// but not the leaves; each distinct caller -> callee pair (of different functions) once.
@@ -172,7 +172,7 @@ fn fold(stacks: &[(&str, i64)], keys: &Keys<'_>) -> Result<Folded, String> {
 pub type Carrier = (f64, Option<u32>, f64, Option<u32>);
 
 /// Per caller: the callee whose edge share grew most and the one whose share shrank most,
-/// as `sidecar.analyze.diff._carriers` finds them (ties to the smaller name; a callee named "" loses
+/// the carriers `sidecar.analyze.diff.compare_shares` returns (ties to the smaller name; a callee named "" loses
 /// its ties as Python's falsy string does). Shares are count / total in f64: Python's exact
 /// int / int for counts and totals below 2^53, which the caller guarantees.
 fn carriers_of(
