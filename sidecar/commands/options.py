@@ -35,6 +35,33 @@ def add_stall_ms(parser: argparse.ArgumentParser, variable: str | None = None) -
     )
 
 
+#: The most tasks a task scan reads (the native scanner's bound and its default).
+TASK_BOUND = 20_000
+
+
+def _task_bound(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of tasks: {text!r}") from None
+    if not 1 <= value <= TASK_BOUND:
+        raise argparse.ArgumentTypeError(f"must be between 1 and {TASK_BOUND:,} tasks")
+    return value
+
+
+def add_task_bound(parser: argparse.ArgumentParser) -> None:
+    """``--task-bound N``: the most tasks one task scan reads; those past it are counted in
+    flight, not read (a service with more tasks keeps its scans short)."""
+    parser.add_argument(
+        "--task-bound",
+        type=_task_bound,
+        default=None,
+        metavar="N",
+        help=f"the most asyncio tasks one scan reads (default {TASK_BOUND:,}); the tasks past "
+        "it count in flight, in no state",
+    )
+
+
 def add_rate(parser: argparse.ArgumentParser, per: str = "") -> None:
     """``-r HZ``, ``--rate HZ``: samples per second (``per`` says of what, for ``serve``)."""
     parser.add_argument(

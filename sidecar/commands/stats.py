@@ -21,7 +21,7 @@ from sidecar.analyze.tasks import task_block, task_lines
 from sidecar.analyze.threads import Analysis, Ranked, analyze, state_line
 from sidecar.classify.process import ProcessInfo, refine
 from sidecar.classify.stalls import Stall
-from sidecar.commands.options import add_stall_ms
+from sidecar.commands.options import add_stall_ms, add_task_bound
 from sidecar.commands.signals import terminate_as_interrupt
 from sidecar.discover import describe
 from sidecar.errors import NoSamples, UsageError
@@ -78,6 +78,7 @@ def add_parser(sub: Any) -> None:
         help=f"task scans per second with --tasks (default {defaults.TASK_RATE_HZ:g})",
     )
     add_stall_ms(parser)
+    add_task_bound(parser)
     parser.add_argument("--json", action="store_true", help="print the stats as JSON")
     parser.add_argument(
         "--top", type=int, default=10, metavar="N", help="rows of the tables (default 10)"
@@ -100,14 +101,16 @@ class Live:
 
 
 def _live(
-    pid: int, duration: float, tasks_hz: float, stall_ms: float
+    pid: int, duration: float, tasks_hz: float, stall_ms: float, task_bound: int | None = None
 ) -> tuple[Profile, ProcessInfo, dict[str, Any] | None, dict[tuple[str, str], int], Live]:
     info = describe(pid)
     if tasks_hz:
         snapshot(pid)  # a target whose tasks cannot be read is refused before sampling
     print(f"sampling PID {pid} for {duration:g} s", file=sys.stderr)
     with terminate_as_interrupt():
-        rec = record(pid, duration=duration, tasks_hz=tasks_hz, stall_ms=stall_ms)
+        rec = record(
+            pid, duration=duration, tasks_hz=tasks_hz, stall_ms=stall_ms, task_bound=task_bound
+        )
     profile = rec.counts.to_profile()
     profile.target = rec.target
     profile.rate_hz = rec.rate_hz
@@ -158,7 +161,9 @@ def run(args: argparse.Namespace) -> int:
     if args.pid is not None:
         rate = args.task_rate if args.tasks else 0.0
         duration = args.duration or DEFAULT_DURATION
-        profile, info, tasks, holders, live = _live(args.pid, duration, rate, args.stall_ms)
+        profile, info, tasks, holders, live = _live(
+            args.pid, duration, rate, args.stall_ms, args.task_bound
+        )
     else:
         profile = load_profile(args.profile)
     analysis = analyze(profile, info, holders)

@@ -206,19 +206,25 @@ def record(
     tasks_hz: float = 0.0,
     launched: Launched | None = None,
     stall_ms: float = defaults.STALL_MS,
+    task_bound: int | None = None,
 ) -> Recording:
     """Samples ``pid`` for ``duration`` seconds (until Ctrl-C when None, or until it exits).
 
     ``on_attach`` is told the target's Python version once sampling runs. Ctrl-C ends the
     recording early and keeps what was sampled. ``tasks_hz`` > 0 scans the asyncio tasks
     too, at that rate (``Tally.task_profile``); stalls of ``stall_ms`` or more are kept
-    (``Tally.stalls``). ``launched``: ``pid`` is a program sidecar
-    just started, attached to once its interpreter can be read.
+    (``Tally.stalls``); ``task_bound`` lowers a task scan's bound (tests). ``launched``:
+    ``pid`` is a program sidecar just started, attached to once its interpreter can be read.
     """
 
     def attach() -> _native.Sampler:
         return open_sampler(
-            pid, rate_hz=rate_hz, blocking=blocking, tasks_hz=tasks_hz, stall_ms=stall_ms
+            pid,
+            rate_hz=rate_hz,
+            blocking=blocking,
+            tasks_hz=tasks_hz,
+            stall_ms=stall_ms,
+            task_bound=task_bound,
         )
 
     sampler = launched.attach(attach) if launched is not None else attach()

@@ -3,7 +3,6 @@ came from, and whether too many ticks read no sample."""
 
 from __future__ import annotations
 
-import os
 from typing import Literal
 
 from sidecar import _native, defaults
@@ -66,10 +65,6 @@ def open_sampler(
     stall of its event loops reported. ``task_bound`` lowers the most tasks a scan reads
     (20,000) for tests; ``task_cache=False`` reads every await chain again at each scan (for
     benchmarks)."""
-    if task_bound is None and os.environ.get("SIDECAR_TASK_BOUND", "").strip().isdigit():
-        # Transitional, until `sidecar serve` passes a bound of its own: the serve tests set
-        # the bound of the `sidecar serve` process they start through its environment.
-        task_bound = min(int(os.environ["SIDECAR_TASK_BOUND"]), 20_000) or None
     with native_errors(pid):
         return _native.Sampler(
             pid,

@@ -43,6 +43,9 @@ class ServeConfig:
     blocking: bool = False
     #: asyncio task scans per second of each target (``--task-rate``; 0: none).
     task_rate_hz: float = defaults.TASK_RATE_HZ
+    #: The most tasks a scan reads, when lower than the scanner's 20,000 (hidden
+    #: ``--task-bound``, for tests); None: 20,000.
+    task_bound: int | None = None
     #: The shortest stall of an event loop kept (``--stall-ms``).
     stall_ms: float = defaults.STALL_MS
     scan_interval: float = 2.0
@@ -77,6 +80,7 @@ class Service:
             window=config.window,
             blocking=config.blocking,
             tasks_hz=config.task_rate_hz,
+            task_bound=config.task_bound,
             stall_ms=config.stall_ms,
         )
         self.reader = Reader(config.db, config.window)

@@ -159,6 +159,7 @@ class Sessions:
         blocking: bool = False,
         describe: Describe = describe,
         tasks_hz: float = 0.0,
+        task_bound: int | None = None,
         stall_ms: float = defaults.STALL_MS,
     ) -> None:
         #: Where every message goes: one sink, or a ``Fanout`` over several.
@@ -169,6 +170,8 @@ class Sessions:
         self.blocking = blocking
         #: Task scans per second of each target (0: none).
         self.tasks_hz = tasks_hz
+        #: The most tasks a scan reads (None: the scanner's 20,000).
+        self.task_bound = task_bound
         #: The shortest stall of an event loop kept.
         self.stall_ms = stall_ms
         self.describe = describe
@@ -247,6 +250,7 @@ class Sessions:
                 window=float(self.window),
                 clock="shared",
                 tasks_hz=self.tasks_hz,
+                task_bound=self.task_bound,
                 stall_ms=self.stall_ms,
             )
         except TargetError as err:

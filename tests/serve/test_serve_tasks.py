@@ -233,18 +233,15 @@ def test_requests_of_a_loaded_tornado_server_are_told_by_execute(
         assert "RequestHandler._execute (tornado/web.py:" in line, line
 
 
-def test_tasks_past_the_scans_bound_count_in_flight(
-    spawn: Spawner, serve: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_tasks_past_the_scans_bound_count_in_flight(spawn: Spawner, serve: Any) -> None:
     """1,000 parked tasks (with the ticker and main's task, 1,002 live) scanned with a bound
-    of 200 tasks (``SIDECAR_TASK_BOUND``, which serve's scanners read): the stored windows
+    of 200 tasks (serve's hidden ``--task-bound``): the stored windows
     count the 802 unread tasks of each scan, so the stats block and the timeline say 1,002 in
     flight, of which 200 read, a sample of a fifth; ``stats --tasks`` says the same."""
     many, bound = 1000, 200
     live = many + 2
-    monkeypatch.setenv("SIDECAR_TASK_BOUND", str(bound))
     target = spawn.target("tasks_many", "--tasks", str(many))
-    server = serve("--task-rate", "20", pids=(target.pid,))
+    server = serve("--task-rate", "20", "--task-bound", str(bound), pids=(target.pid,))
     row = scanned_target(server, 20)
     span = Range(0, 2**33)
     flight = TaskReader(Reader(server.db)).in_flight(row["id"], span)
@@ -273,6 +270,6 @@ def test_tasks_past_the_scans_bound_count_in_flight(
     (gauge,) = families["sidecar_tasks_unread"]
     assert abs(gauge.value - (live - bound)) < 1, gauge
     # stats --tasks of a live recording counts them alike
-    live_block = stats_cli(target.pid)
+    live_block = stats_cli(target.pid, "--task-bound", str(bound))
     assert abs(live_block["in_flight"]["mean"] - live) < 1, live_block
     assert abs(live_block["sampled"] - bound / live) < 0.002, live_block

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import signal
 import time
@@ -599,15 +598,14 @@ def task_folded(ui: UI, target: int, span: str) -> str:
 def test_the_tasks_view_stacks_tasks_past_the_scans_bound_on_top(
     ui: UI, spawn: Spawner, serve: Callable[..., Serve], tmp_path: Path
 ) -> None:
-    """1,000 parked tasks scanned with a bound of 200 (``SIDECAR_TASK_BOUND``): the Tasks chart
+    """1,000 parked tasks scanned with a bound of 200 (``--task-bound``): the Tasks chart
     draws each bucket's unread tasks in grey on top of the tasks read, in the share of the bar
     the API's timeline gives them; the legend names them, and the tooltip gives the bucket's
     unread and in-flight (unread counted) means as the API does. Under Requests they are not
     drawn (of no kind); the aiohttp target's scans read every task: no unread legend nor band."""
     bound = 200
     target = spawn.target("tasks_many", "--tasks", "1000")
-    bound_env = {**os.environ, "SIDECAR_TASK_BOUND": str(bound)}
-    server = serve(pids=(target.pid,), db=tmp_path / "u.db", env=bound_env)
+    server = serve("--task-bound", str(bound), pids=(target.pid,), db=tmp_path / "u.db")
     base = server.url
     try:
         started = math.floor(time.time())
