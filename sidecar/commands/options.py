@@ -35,6 +35,19 @@ def add_stall_ms(parser: argparse.ArgumentParser, variable: str | None = None) -
     )
 
 
+def add_task_rate(parser: argparse.ArgumentParser, default: float | None = None) -> None:
+    """``--task-rate HZ``: task scans per second with ``--tasks``; ``default`` None stands for
+    ``defaults.TASK_RATE_HZ``, or the command's ``--rate`` if lower (the command resolves it)."""
+    lower = "" if default is not None else ", or --rate if lower"
+    parser.add_argument(
+        "--task-rate",
+        type=float,
+        default=default,
+        metavar="HZ",
+        help=f"task scans per second with --tasks (default {defaults.TASK_RATE_HZ:g}{lower})",
+    )
+
+
 #: The most tasks a task scan reads (the native scanner's bound and its default).
 TASK_BOUND = 20_000
 

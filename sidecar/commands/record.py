@@ -12,7 +12,13 @@ from sidecar import _native, defaults
 from sidecar.analyze.stalls import stall_rows, summary_line
 from sidecar.analyze.threads import analyze, state_line
 from sidecar.commands.habits import add_answers
-from sidecar.commands.options import add_blocking, add_rate, add_stall_ms, check_blocking
+from sidecar.commands.options import (
+    add_blocking,
+    add_rate,
+    add_stall_ms,
+    add_task_rate,
+    check_blocking,
+)
 from sidecar.commands.signals import terminate_as_interrupt
 from sidecar.errors import NoSamples, UsageError
 from sidecar.formats.export import FORMATS, NAMES, export
@@ -21,7 +27,6 @@ from sidecar.output import add_force, check_output, percent, write_bytes
 from sidecar.sample.launch import Launched
 from sidecar.sample.record import Recording, record
 from sidecar.sample.sampler import errors_note, on_cpu_source, torn_note
-from sidecar.sample.schedstat import cpu_line
 from sidecar.sample.tasks import snapshot
 
 if TYPE_CHECKING:
@@ -61,14 +66,7 @@ def add_parser(sub: Any) -> None:
         help="also profile the asyncio tasks (CPython 3.11+): their await chains and states, "
         "written beside the profile as NAME.tasks.EXT",
     )
-    parser.add_argument(
-        "--task-rate",
-        type=float,
-        default=None,
-        metavar="HZ",
-        help=f"task scans per second with --tasks (default {defaults.TASK_RATE_HZ:g}, or --rate "
-        "if lower)",
-    )
+    add_task_rate(parser)
     parser.add_argument(
         "-f", "--format", choices=NAMES, default="svg", help="output format (default svg)"
     )
@@ -133,10 +131,7 @@ def summary(rec: Recording) -> list[str]:
     analysis = analyze(profile, holders=rec.counts.holders())
     if analysis.samples:
         lines.append(f"{analysis.covers}: {state_line(analysis)} of {analysis.samples:,} samples")
-    if line := cpu_line(rec.cpu_spent(), rec.elapsed):
-        lines.append(line)
-    if line := rec.cgroup_line():
-        lines.append(line)
+    lines += rec.cpu_lines()
     if not analysis.no_loop_thread:  # a process without an event loop has no stall to tell
         stalls = rec.counts.stalls()
         lines.append(summary_line(stalls, rec.stall_ms, rec.counts.stalls_dropped))

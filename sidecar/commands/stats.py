@@ -21,7 +21,7 @@ from sidecar.analyze.tasks import task_block, task_lines
 from sidecar.analyze.threads import Analysis, Ranked, analyze, state_line
 from sidecar.classify.process import ProcessInfo, refine
 from sidecar.classify.stalls import Stall
-from sidecar.commands.options import add_stall_ms, add_task_bound
+from sidecar.commands.options import add_stall_ms, add_task_bound, add_task_rate
 from sidecar.commands.signals import terminate_as_interrupt
 from sidecar.discover import describe
 from sidecar.errors import NoSamples, UsageError
@@ -29,7 +29,6 @@ from sidecar.formats.inputs import load_profile
 from sidecar.profile import Profile
 from sidecar.rules.layers import LAYERS
 from sidecar.sample.record import record
-from sidecar.sample.schedstat import cpu_line
 from sidecar.sample.tasks import snapshot
 
 #: How a role in a pre-fork server reads in the header line.
@@ -70,13 +69,7 @@ def add_parser(sub: Any) -> None:
         help="with --pid, also scan the asyncio tasks (CPython 3.11+): tasks in flight, their "
         "states, where requests wait",
     )
-    parser.add_argument(
-        "--task-rate",
-        type=float,
-        default=defaults.TASK_RATE_HZ,
-        metavar="HZ",
-        help=f"task scans per second with --tasks (default {defaults.TASK_RATE_HZ:g})",
-    )
+    add_task_rate(parser, defaults.TASK_RATE_HZ)
     add_stall_ms(parser)
     add_task_bound(parser)
     parser.add_argument("--json", action="store_true", help="print the stats as JSON")
@@ -137,8 +130,9 @@ def _live(
         if flight is None:
             raise NoSamples(f"no task scan of PID {pid} succeeded: {rec.stats['task_last_error']}")
         tasks = task_block(rec.counts.tasks, flight)
-    cpu = [x for x in (cpu_line(rec.cpu_spent(), rec.elapsed), rec.cgroup_line()) if x]
-    live = Live(rec.counts.stalls(), rec.counts.stalls_dropped, stall_ms, rec.rate_hz, cpu)
+    live = Live(
+        rec.counts.stalls(), rec.counts.stalls_dropped, stall_ms, rec.rate_hz, rec.cpu_lines()
+    )
     return profile, refine(info, profile.stacks), tasks, rec.counts.holders(), live
 
 

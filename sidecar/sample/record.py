@@ -25,10 +25,12 @@ from sidecar.formats.pprof import Sample
 from sidecar.profile import Profile, Target
 from sidecar.rules.frames import leaf_for
 from sidecar.rules.tasks import task_leaf
-from sidecar.sample.cgroup import CgroupCpu, CpuUnknown, cpu_line, probe_cpu
+from sidecar.sample.cgroup import CgroupCpu, CpuUnknown, probe_cpu
+from sidecar.sample.cgroup import cpu_line as throttling_line
 from sidecar.sample.launch import Launched
 from sidecar.sample.sampler import open_sampler
 from sidecar.sample.schedstat import CpuTime, Reading, read_threads, spent
+from sidecar.sample.schedstat import cpu_line as cpu_time_line
 
 if TYPE_CHECKING:
     from sidecar._native import SamplerStats
@@ -166,29 +168,48 @@ class Recording:
     blocking: bool = False
     #: The shortest stall reported (ms).
     stall_ms: float = defaults.STALL_MS
-    #: The kernel's accounting of the target's threads when sampling began and ended
-    #: (``schedstat``: on a CPU, waiting for one); empty where it could not be read.
-    cpu_before: Reading = field(default_factory=dict)
-    cpu_after: Reading = field(default_factory=dict)
-    #: The target's cgroup CPU limit and throttling counters when sampling began and ended
-    #: (None: not read; the end's too when the target exited).
-    cgroup_before: CgroupCpu | CpuUnknown | None = None
-    cgroup_after: CgroupCpu | CpuUnknown | None = None
-
-    def cgroup_line(self) -> str | None:
-        """The container's CPU limit and its throttling over the recording, in one line."""
-        if self.cgroup_before is None or self.cgroup_after is None:
-            return None
-        return cpu_line(self.cgroup_before, self.cgroup_after)
+    #: What the kernel counted of the target when sampling began and ended (None: not read,
+    #: the end's when the target exited).
+    kernel_before: KernelReading | None = None
+    kernel_after: KernelReading | None = None
 
     def cpu_spent(self) -> dict[str, CpuTime | None]:
         """What the event-loop threads (those whose stacks show a loop) and all threads spent
         on a CPU and waiting for one over the recording, by the kernel's own counters."""
+        before = self.kernel_before.threads if self.kernel_before else {}
+        after = self.kernel_after.threads if self.kernel_after else {}
         loop = self.counts.loop_threads()
         return {
-            "loop threads": spent(self.cpu_before, self.cpu_after, loop) if loop else None,
-            "all threads": spent(self.cpu_before, self.cpu_after),
+            "loop threads": spent(before, after, loop) if loop else None,
+            "all threads": spent(before, after),
         }
+
+    def cpu_lines(self) -> list[str]:
+        """What ``record`` and ``stats`` say of the kernel's counters over the recording: the
+        threads' time on a CPU and waiting for one, the cgroup's CPU limit and throttling."""
+        lines = [cpu_time_line(self.cpu_spent(), self.elapsed)]
+        before, after = self.kernel_before, self.kernel_after
+        if before and after and before.cgroup is not None and after.cgroup is not None:
+            lines.append(throttling_line(before.cgroup, after.cgroup))
+        return [line for line in lines if line]
+
+
+@dataclass(frozen=True)
+class KernelReading:
+    """What the kernel counts of a process at one instant: its threads' time on a CPU and
+    waiting for one (``schedstat``), its cgroup's CPU limit and throttling (None once the
+    process is gone)."""
+
+    threads: Reading
+    cgroup: CgroupCpu | CpuUnknown | None
+
+    @classmethod
+    def of(cls, pid: int) -> KernelReading:
+        try:
+            cgroup: CgroupCpu | CpuUnknown | None = probe_cpu(pid)
+        except TargetGone:
+            cgroup = None
+        return cls(read_threads(pid), cgroup)
 
 
 Progress = Callable[[float, "SamplerStats"], None]
@@ -230,8 +251,7 @@ def record(
     sampler = launched.attach(attach) if launched is not None else attach()
     cmdline = read_cmdline(pid)
     started = _native.process_start_time(pid)
-    cpu_before = read_threads(pid)
-    cgroup_before = _cgroup(pid)
+    kernel_before = KernelReading.of(pid)
     if on_attach is not None:
         on_attach(sampler.python_version)
     counts = Tally()
@@ -257,8 +277,7 @@ def record(
     for window in sampler.drain(flush=True):
         counts.add(window_of(window))
     stats = sampler.stats()
-    cpu_after = read_threads(pid) if not sampler.exited else {}
-    cgroup_after = _cgroup(pid) if not sampler.exited else None
+    kernel_after = KernelReading.of(pid) if not sampler.exited else None
     target = Target(
         pid=pid, cmdline=cmdline, python_version=sampler.python_version, start_time=started
     )
@@ -273,16 +292,6 @@ def record(
         task_rate_hz=tasks_hz,
         blocking=blocking,
         stall_ms=stall_ms,
-        cpu_before=cpu_before,
-        cpu_after=cpu_after,
-        cgroup_before=cgroup_before,
-        cgroup_after=cgroup_after,
+        kernel_before=kernel_before,
+        kernel_after=kernel_after,
     )
-
-
-def _cgroup(pid: int) -> CgroupCpu | CpuUnknown | None:
-    """The target's cgroup CPU reading; None once it is gone."""
-    try:
-        return probe_cpu(pid)
-    except TargetGone:
-        return None

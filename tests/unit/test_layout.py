@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tests.support.graphs import cycles
+
 PACKAGE = Path(__file__).resolve().parents[2] / "sidecar"
 
 #: Stages in data-flow order; a module belongs to the first stage whose prefix it has.
@@ -84,19 +86,5 @@ def test_no_import_cycles_between_modules() -> None:
     edges = {m: imports(p, known) & known.keys() for m, p in known.items()}
     # a package imports its children to re-export them; that is not a cycle of stages
     edges = {m: {t for t in ts if not t.startswith(m + ".")} for m, ts in edges.items()}
-    state: dict[str, int] = {}  # 1 on the path, 2 done
-    cycles: list[list[str]] = []
-
-    def visit(node: str, path: list[str]) -> None:
-        state[node] = 1
-        for nxt in sorted(edges[node] - {node}):
-            if state.get(nxt) == 1:
-                cycles.append([*path[path.index(nxt) :], nxt])
-            elif nxt not in state:
-                visit(nxt, [*path, nxt])
-        state[node] = 2
-
-    for module in sorted(edges):
-        if module not in state:
-            visit(module, [module])
-    assert cycles == [], "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+    found = cycles(edges)
+    assert found == [], "import cycles: " + "; ".join(" -> ".join(c) for c in found)

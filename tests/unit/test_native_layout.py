@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from tests.support.graphs import cycles as find_cycles
+
 SRC = Path(__file__).resolve().parents[2] / "native" / "src"
 
 #: Comments, and string and char literals (raw ones too), which may hold paths that are no
@@ -154,24 +156,8 @@ def edges() -> dict[tuple[str, ...], set[tuple[str, ...]]]:
 
 
 def cycles(graph: dict[tuple[str, ...], set[tuple[str, ...]]]) -> list[list[str]]:
-    """The cycles a walk of ``graph`` meets, each as the modules along it, first and last the
-    same."""
-    state: dict[tuple[str, ...], int] = {}  # 1 on the path, 2 done
-    found: list[list[str]] = []
-
-    def visit(node: tuple[str, ...], path: list[tuple[str, ...]]) -> None:
-        state[node] = 1
-        for nxt in sorted(graph.get(node, set()) - {node}):
-            if state.get(nxt) == 1:
-                found.append(["::".join(m) for m in [*path[path.index(nxt) :], nxt]])
-            elif nxt not in state:
-                visit(nxt, [*path, nxt])
-        state[node] = 2
-
-    for module in sorted(graph):
-        if module not in state:
-            visit(module, [module])
-    return found
+    """The cycles a walk of ``graph`` meets, each as the modules along it (``a::b``)."""
+    return find_cycles(graph, "::".join)
 
 
 def test_references_are_read() -> None:
