@@ -61,12 +61,6 @@ class Window:
         return out
 
     @property
-    def loop_rows(self) -> list[ThreadRow]:
-        """The rows of its event-loop threads (all rows where no thread runs a loop), the
-        samples its loop's shares count."""
-        return [row for row in self.rows if is_loop_stack(row[0])] or self.rows
-
-    @property
     def in_flight(self) -> float:
         """Tasks in flight on average over its scans: (task-samples + unread) / scans; 0
         without a scan."""

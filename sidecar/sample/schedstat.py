@@ -15,6 +15,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from sidecar.discover import read_proc_or_empty
+
 #: (ns on a CPU, ns waiting on a run queue) of each thread, by thread id
 Reading = dict[int, tuple[int, int]]
 
@@ -30,11 +32,7 @@ def read_threads(pid: int) -> Reading:
     for name in tids:
         if not name.isdigit():
             continue
-        try:
-            with open(f"/proc/{pid}/task/{name}/schedstat", "rb") as file:
-                fields = file.read(128).split()
-        except OSError:
-            continue
+        fields = read_proc_or_empty(pid, f"task/{name}/schedstat").split()
         if len(fields) != 3 or not all(f.isdigit() for f in fields):
             continue
         out[int(name)] = (int(fields[0]), int(fields[1]))
