@@ -58,11 +58,12 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             return {t["name"] for t in doc["threads"]}
 
         assert wait_until(lambda: {"MainThread", "pretend-service"} <= names(), timeout=20)
+        # busy loop samples for Top functions (under the 100 ms of a stall), first: the
+        # range ends a whole second before now, so the spin must end well before it does
+        service.get("/freeze?how=spin&ms=80", timeout=30)
         for _ in range(3):  # blocking sites for the Frameworks view
             service.get("/freeze?how=sleep&ms=150", timeout=30)
-        # busy loop samples for Top functions (under the 100 ms of a stall)
-        service.get("/freeze?how=spin&ms=80", timeout=30)
-        time.sleep(1.5)
+        time.sleep(2.5)
         end = math.floor(time.time()) - 1
         (row,) = server.targets()
         span = f"from={start}&to={end}"
