@@ -10,6 +10,7 @@ from typing import Literal, TypedDict, final
 __all__ = [
     "BLOCKED_LEAF",
     "CALLBACK_RUNNERS",
+    "CPU_WAIT_LEAF",
     "DEFAULT_RATE_HZ",
     "DEFAULT_STALL_MS",
     "DEFAULT_WINDOW_S",
@@ -56,6 +57,8 @@ IDLE_LEAF: str
 BLOCKED_LEAF: str
 #: The leaf of a thread waiting for the GIL another thread holds.
 GIL_LEAF: str
+#: The leaf of a thread runnable but waiting for a CPU.
+CPU_WAIT_LEAF: str
 #: The leaves of task stacks: "[running]", "[ready]", "[waiting]".
 TASK_LEAVES: tuple[str, str, str]
 #: The frame an SVG's top-level frames too narrow to draw become.
@@ -88,6 +91,7 @@ class Row:
         count: int,
         gil: bool = False,
         gc: bool = False,
+        cpu_wait: bool = False,
     ) -> Row: ...
     @property
     def thread_id(self) -> int: ...
@@ -102,6 +106,9 @@ class Row:
     @property
     def gc(self) -> bool:
         """collecting garbage (the thread holds the GIL)"""
+    @property
+    def cpu_wait(self) -> bool:
+        """on CPU as the OS says, but waiting for a CPU (runnable while the kernel runs another)"""
     @property
     def stack(self) -> str:
         """folded, root first"""
@@ -141,7 +148,8 @@ class Stall(TypedDict):
     gc: int
     #: the loop's callback's frame, ``function (file:line)``
     callback: str
-    #: samples by (state: "busy", "blocked" or "gil", folded stack); ``other`` past 64 stacks
+    #: samples by (state: "busy", "blocked", "gil" or "cpu_wait", folded stack); ``other`` past
+    #: 64 stacks
     stacks: list[tuple[str, str, int]]
     other: int
     #: samples waiting for the GIL by (holder's thread id (0: none), its folded stack)
@@ -203,6 +211,9 @@ class SamplerStats(TypedDict):
     #: where the GIL's holder and waiters come from: "the thread states' flags" (3.15), "the
     #: GIL's holder, and the waiters' futex in /proc", or what is missing and why
     gil: str
+    #: where waits for a CPU come from: "schedstat" (each runnable thread's), why not (a kernel
+    #: without scheduler statistics, ``cpu_wait=False``), or "not read yet (...)"
+    cpu_wait: str
     #: where it ticks: "own", "shared", or "own (moved off the shared clock: ...)" and the like
     clock: str
     #: task scans (``tasks_hz``): done, task-samples counted, tasks left out because a read of
@@ -233,7 +244,9 @@ class Sampler:
     for none (the benchmarks compare the cost too). ``task_bound`` (1 to 20,000, the default)
     is the most tasks a scan reads (tests: a few hundred past it); ``task_cache=False`` reads
     every await chain again at each scan instead of keeping those unchanged (the benchmarks
-    compare the cost).
+    compare the cost). ``cpu_wait=False`` leaves out the read of each runnable thread's
+    ``schedstat`` that tells those waiting for a CPU (they read busy; the benchmarks compare
+    the cost).
 
     Raises ProcessLookupError (no such process), PermissionError (the message names the fix)
     or SamplerError (anything else) when it cannot attach.
@@ -254,6 +267,7 @@ class Sampler:
         *,
         task_bound: int | None = None,
         task_cache: bool = True,
+        cpu_wait: bool = True,
     ) -> Sampler: ...
     @property
     def python_version(self) -> str: ...
@@ -362,6 +376,8 @@ class DumpThread(TypedDict):
     name: str | None
     #: on CPU and not in a known wait (as a sample reads it)
     active: bool
+    #: active, but waiting for a CPU: its ``schedstat`` stood still across the dump's read
+    cpu_wait: bool
     #: what it had to do with the GIL: holds it, waits for it, or neither (or not known)
     gil: Literal["holds", "waits", "none"]
     #: the interpreter was collecting garbage on it

@@ -33,6 +33,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("IDLE_LEAF", rules::IDLE_LEAF)?;
     m.add("BLOCKED_LEAF", rules::BLOCKED_LEAF)?;
     m.add("GIL_LEAF", rules::GIL_LEAF)?;
+    m.add("CPU_WAIT_LEAF", rules::CPU_WAIT_LEAF)?;
     m.add("TASK_LEAVES", PyTuple::new(m.py(), rules::TASK_LEAVES)?)?;
     m.add("PRUNED_FRAME", rules::PRUNED_FRAME)?;
     m.add("SEMICOLON_STANDIN", rules::SEMICOLON_STANDIN)?;

@@ -12,6 +12,8 @@ pub const BLOCKED_LEAF: &str = "[blocked]";
 /// The leaf of a thread waiting for the GIL another thread holds
 /// (`sidecar.rules.frames.GIL_LEAF`).
 pub const GIL_LEAF: &str = "[gil]";
+/// The leaf of a thread runnable but waiting for a CPU (`sidecar.rules.frames.CPU_WAIT_LEAF`).
+pub const CPU_WAIT_LEAF: &str = "[cpu_wait]";
 
 /// The leaves of task stacks, one per state (`sidecar.rules.tasks.TASK_LEAVES`, in this order).
 pub const RUNNING_LEAF: &str = "[running]";

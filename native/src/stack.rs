@@ -73,6 +73,9 @@ pub struct Trace {
     pub tid: u64,
     /// On CPU: the OS says running and the innermost frame is not a known wait.
     pub active: bool,
+    /// Active, but waiting for a CPU: runnable while the kernel runs something else
+    /// (`crate::process::cpuwait`).
+    pub cpu_wait: bool,
     /// Folded, outermost frame first; None when the thread runs no Python code.
     pub stack: Option<Stack>,
     pub gil: GilRole,

@@ -4,7 +4,8 @@ Per target (one Profile, plus what discovery knows about the process) and aggreg
 framework, over the processes that serve requests: a pre-fork master (its loop serves none)
 and a process whose threads run no event loop count in no framework's shares (``serves``):
 
-- busy / idle / blocked / gil shares of the event-loop thread(s) (``classify.state_counts``),
+- busy / idle / blocked / gil / cpu_wait shares of the event-loop thread(s)
+  (``classify.state_counts``),
   who held the GIL while the loop waited for it, and the share of garbage collection;
 - stack depth of busy loop samples: Python frames per sample (mean, p50, p95, max);
 - where busy time goes by layer: the framework (aiohttp, tornado and their helpers), the event
@@ -102,7 +103,7 @@ class Analysis:
     loop: str = "unknown"
     #: ``master`` / ``worker`` in a pre-fork server, None alone (from discovery).
     role: str | None = None
-    #: busy / idle / blocked samples of the event-loop thread(s).
+    #: samples of the event-loop thread(s) per state (``STATES``).
     states: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STATES, 0))
     #: depth -> busy loop samples with that many Python frames.
     depth_histogram: dict[int, int] = field(default_factory=dict)
@@ -310,7 +311,7 @@ def state_line(analysis: Analysis) -> str:
     if analysis.states["gil"] and top:
         thread, site, _, share = top[0]
         where = f" at {site}" if site else ""
-        parts[-1] += f" (GIL held by {thread!r}{where} {share:.0%})"
+        parts[STATES.index("gil")] += f" (GIL held by {thread!r}{where} {share:.0%})"
     if analysis.gc_samples:
         parts.append(f"gc {_percent(analysis.gc_samples, analysis.states['busy'])} of busy")
     return " · ".join(parts)

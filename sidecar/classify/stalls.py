@@ -2,8 +2,9 @@
 threshold (100 ms by default, asyncio's own ``slow_callback_duration``), as the sampler found
 them in a loop thread's samples in time order (``sidecar._native.Stall``).
 
-What each one was held by: the state most of its samples were in (busy, blocked, or gil:
-waiting for the GIL another thread held; gc when most were in a garbage collection), and the
+What each one was held by: the state most of its samples were in (busy, blocked, gil: waiting
+for the GIL another thread held, or cpu_wait: runnable, waiting for a CPU the kernel gave to
+something else; gc when most were in a garbage collection), and the
 code at fault, where ``classify.threads.holder_site`` puts it (the innermost application
 frame, else the innermost): for a blocked stall the blocking call's, for a busy one the frame
 that took most of its samples, for a gil stall the GIL holder's. The sampler's period is
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from sidecar._native import Stall as NativeStall
 
 #: The states a stall's samples are in, and the collector's share within them.
-STALL_STATES = ("busy", "blocked", "gil")
+STALL_STATES = ("busy", "blocked", "gil", "cpu_wait")
 
 
 @dataclass(frozen=True)
@@ -42,10 +43,10 @@ class Stall:
     thread_id: int
     thread: str
     samples: int
-    #: seconds in each of busy / blocked / gil, and in collections (within those)
+    #: seconds in each of busy / blocked / gil / cpu_wait, and in collections (within those)
     states: dict[str, float]
-    #: the state most of its samples were in: busy, blocked or gil; gc when most were taken
-    #: in a collection (busy, collecting garbage)
+    #: the state most of its samples were in: busy, blocked, gil or cpu_wait; gc when most were
+    #: taken in a collection (busy, collecting garbage)
     state: str
     #: the code that held the loop (``function (file:line)``); for a gil stall, the holder's
     site: str

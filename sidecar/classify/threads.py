@@ -1,6 +1,6 @@
-"""Busy, idle, blocked or gil: what one sample of one thread says about the event loop.
+"""Busy, idle, blocked, gil or cpu_wait: what one sample of one thread says about the event loop.
 
-- busy: the OS says the thread is on CPU.
+- busy: the thread is on a CPU.
 - idle: off CPU in an idle wait. An event-loop thread waiting in its poll (asyncio's selector
   ``select``; with uvloop or another C loop, no Python frame above the frame that entered the
   loop), or any thread that runs no event loop (thread pools, condition waits, queue gets).
@@ -8,6 +8,8 @@
   read, a lock, file I/O. The loop serves nobody meanwhile.
 - gil: ready to run Python but waiting for the GIL that another thread holds; the sampler says
   so, and which thread held it (``GilHolder``).
+- cpu_wait: runnable, but the kernel runs something else: a container at its CPU limit, or more
+  runnable threads than cores. The sampler tells it from the thread's ``schedstat``.
 
 A sample taken while its thread collected garbage gets a ``[gc]`` frame on top (it is busy).
 Classification runs once per unique stack, never per sample; ``classify.window`` applies it
@@ -67,13 +69,13 @@ def _is_loop_stack(stack: str) -> bool:
     return loop_entry_index(code_frames(stack)) is not None
 
 
-def _classify(stack: str, on_cpu: bool, gil: bool = False) -> str:
-    """The state of one sample: ``busy``, ``idle``, ``blocked`` or ``gil`` (``gil``: the
-    sampler found the thread waiting for the GIL)."""
+def _classify(stack: str, on_cpu: bool, gil: bool = False, cpu_wait: bool = False) -> str:
+    """The state of one sample: ``busy``, ``idle``, ``blocked``, ``gil`` (the sampler found
+    the thread waiting for the GIL) or ``cpu_wait`` (found runnable, waiting for a CPU)."""
     if gil:
         return "gil"
     if on_cpu:
-        return "busy"
+        return "cpu_wait" if cpu_wait else "busy"
     return off_cpu_state(code_frames(stack))
 
 
@@ -137,7 +139,7 @@ def estimate_state(stack: str) -> str:
 
 
 def state_counts(stacks: Mapping[str, int]) -> dict[str, int]:
-    """busy / idle / blocked samples of the event-loop threads in marked folded stacks.
+    """Samples per state of the event-loop threads in marked folded stacks.
 
     Stacks of threads without an event loop count only when no thread runs one (a plain script).
     """

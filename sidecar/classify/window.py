@@ -86,7 +86,7 @@ def window_of(native: NativeWindow) -> Window:
     counts: dict[tuple[str, int, str], int] = {}
     names: dict[int, str] = {}
     for row in native["stacks"]:
-        state = classify(row.stack, row.on_cpu, row.gil)
+        state = classify(row.stack, row.on_cpu, row.gil, row.cpu_wait)
         stack = f"{row.stack};{GC_FRAME}" if row.gc else row.stack
         at = (stack, row.thread_id, state)
         counts[at] = counts.get(at, 0) + row.count

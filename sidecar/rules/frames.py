@@ -16,12 +16,15 @@ IDLE_LEAF = "[idle]"
 BLOCKED_LEAF = "[blocked]"
 #: The leaf of a thread waiting for the GIL that another thread holds.
 GIL_LEAF = "[gil]"
+#: The leaf of a thread runnable but waiting for a CPU: the kernel runs something else (a
+#: container at its CPU limit, more runnable threads than cores).
+CPU_WAIT_LEAF = "[cpu_wait]"
 #: The frame on top of a stack sampled while its thread collects garbage.
 GC_FRAME = "[gc]"
 #: The states of a thread sample; a stack's leaf says which (``state_of``).
-STATES = ("busy", "idle", "blocked", "gil")
+STATES = ("busy", "idle", "blocked", "gil", "cpu_wait")
 #: The leaf of each state that is not busy; a busy stack has none.
-LEAVES = {"idle": IDLE_LEAF, "blocked": BLOCKED_LEAF, "gil": GIL_LEAF}
+LEAVES = {"idle": IDLE_LEAF, "blocked": BLOCKED_LEAF, "gil": GIL_LEAF, "cpu_wait": CPU_WAIT_LEAF}
 OFF_CPU_LEAVES = tuple(LEAVES.values())
 #: Frames the sampler adds that name no code: the leaves and the collector's frame.
 SYNTHETIC_FRAMES = (*OFF_CPU_LEAVES, GC_FRAME)
@@ -70,5 +73,5 @@ def code_frames(stack: str) -> list[Frame]:
 
 
 def leaf_for(state: str) -> str | None:
-    """The synthetic leaf frame that marks an off-CPU state in folded output."""
+    """The synthetic leaf frame that marks a state other than busy in folded output."""
     return LEAVES.get(state)

@@ -49,6 +49,10 @@ goes with that window: retention, downsampling), its length, states in seconds, 
 it as text; ``windows`` gains the stalls past the sampler's bound a window did not keep
 (``stalls_dropped``).
 
+Version 10 adds the ``cpu_wait`` state (a thread runnable but waiting for a CPU: the kernel
+runs something else): its sums in ``windows`` (``cpu_wait``, ``loop_cpu_wait``) and a stall's
+seconds in it (``stalls.cpu_wait``); 0 in older rows, whose sampler counted such samples busy.
+
 Schema versions 1 to 3 kept one row per (window, process, stack, thread, state) in
 ``samples`` and per hour in ``rollups``; version 4 packs them.
 """
@@ -62,7 +66,7 @@ from hashlib import blake2b
 from sidecar.errors import StoreError
 from sidecar.store import counts
 
-STATE_CODES = {"busy": 0, "idle": 1, "blocked": 2, "gil": 3}
+STATE_CODES = {"busy": 0, "idle": 1, "blocked": 2, "gil": 3, "cpu_wait": 4}
 STATE_NAMES = {code: name for name, code in STATE_CODES.items()}
 TASK_STATE_CODES = {"running": 0, "ready": 1, "waiting": 2}
 TASK_STATE_NAMES = {code: name for name, code in TASK_STATE_CODES.items()}
@@ -290,8 +294,33 @@ V9 = """
         CREATE INDEX stalls_by_window ON stalls (window);
 """
 
+V10 = """
+        ALTER TABLE windows ADD COLUMN cpu_wait INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE windows ADD COLUMN loop_cpu_wait INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE stalls ADD COLUMN cpu_wait REAL NOT NULL DEFAULT 0;
+"""
+
 #: A stall's seconds in each state, its columns of ``stalls``.
-STALL_SECONDS = ("busy", "blocked", "gil", "gc")
+STALL_SECONDS = ("busy", "blocked", "gil", "cpu_wait", "gc")
+#: The columns of ``stalls``, in the order rows are written.
+STALL_COLUMNS = (
+    "window",
+    "target_id",
+    "process_id",
+    "thread_id",
+    "start",
+    "duration",
+    "ongoing",
+    "thread",
+    "samples",
+    "state",
+    *STALL_SECONDS,
+    "site",
+    "holder",
+    "callback",
+    "task",
+    "request",
+)
 #: Seconds in an hour: the key of ``hour_counts`` (and ``rollup_hours``) is a multiple of it.
 HOUR = 3600
 #: The packed counts per window and per hour, of the threads and of the tasks.
@@ -362,7 +391,8 @@ def _pack_rows(conn: sqlite3.Connection, source: str, key: str, target: str) -> 
     conn.executemany(f"INSERT INTO {target} VALUES (?, ?, ?, ?)", out)
 
 
-#: The sums version 4 added: the states there were then (gil came with version 8).
+#: The sums version 4 added: the states there were then (gil came with version 8, cpu_wait
+#: with version 10).
 V4_SUM_COLUMNS = tuple(
     (column, code, loop)
     for column, code, loop in SUM_COLUMNS
@@ -408,6 +438,7 @@ MIGRATIONS: tuple[str | Callable[[sqlite3.Connection], None], ...] = (
     V7,
     V8,
     V9,
+    V10,
 )
 
 

@@ -23,6 +23,7 @@ from sidecar.store.schema import (
     HOLDER_KEY,
     HOLDER_TABLES,
     HOUR,
+    STALL_COLUMNS,
     STALL_SECONDS,
     STATE_CODES,
     SUM_COLUMNS,
@@ -275,8 +276,8 @@ class WindowWriter(StoreFile):
         """A window's stalls, each once (a window flushed in two parts names none twice: a
         stall is handed over once, by the window it ended in)."""
         self.db.executemany(
-            "INSERT INTO stalls VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT DO NOTHING",
+            f"INSERT INTO stalls ({', '.join(STALL_COLUMNS)}) "
+            f"VALUES ({', '.join('?' * len(STALL_COLUMNS))}) ON CONFLICT DO NOTHING",
             [
                 (
                     batch.start,
@@ -289,7 +290,7 @@ class WindowWriter(StoreFile):
                     s.thread,
                     s.samples,
                     s.state,
-                    *(s.states[name] for name in STALL_SECONDS),
+                    *(s.states.get(name, 0.0) for name in STALL_SECONDS),
                     s.site,
                     s.holder,
                     s.callback,

@@ -33,7 +33,7 @@ thread (worker 7);work (pool.py:1);[idle] 500
 def test_states_depth_layers_and_sites_of_a_marked_profile() -> None:
     analysis = analyze(parse_folded(FOLDED))
     # the worker is not a loop
-    assert analysis.states == {"busy": 20, "idle": 60, "blocked": 20, "gil": 0}
+    assert analysis.states == {"busy": 20, "idle": 60, "blocked": 20, "gil": 0, "cpu_wait": 0}
     assert not analysis.estimated and not analysis.no_loop_thread
     # busy depths: 10 samples at 5 frames, 6 at 6 (json counts), 4 at 6
     assert analysis.depth == Depth(mean=5.5, p50=5, p95=6, max=6)
@@ -63,7 +63,7 @@ def test_unmarked_profile_is_estimated_from_the_selector_wait() -> None:
     assert not profile.marked
     analysis = analyze(profile)
     assert analysis.estimated
-    assert analysis.states == {"busy": 40, "idle": 60, "blocked": 0, "gil": 0}
+    assert analysis.states == {"busy": 40, "idle": 60, "blocked": 0, "gil": 0, "cpu_wait": 0}
 
 
 def test_depth_percentiles_are_nearest_rank() -> None:
@@ -95,7 +95,7 @@ def test_frameworks_merge_their_targets() -> None:
     one = analyze(parse_folded(FOLDED))
     two = analyze(parse_folded(FOLDED))
     merged = by_framework([one, two])["tornado"]
-    assert merged.states == {"busy": 40, "idle": 120, "blocked": 40, "gil": 0}
+    assert merged.states == {"busy": 40, "idle": 120, "blocked": 40, "gil": 0, "cpu_wait": 0}
     assert merged.depth == one.depth
     assert merged.blocking_sites(1)[0].samples == 30
     doc = stats_document([one, two])
@@ -139,7 +139,7 @@ def test_gil_holders_and_the_collector_in_shares_lines_and_json() -> None:
     holders = {("asyncio_0", "crunch (jobs.py:3)"): 30, ("asyncio_1", "crunch (jobs.py:3)"): 15,
                ("cruncher", "spin (jobs.py:9)"): 15}  # fmt: skip
     analysis = analyze(parse_folded(folded), holders=holders)
-    assert analysis.states == {"busy": 20, "idle": 20, "blocked": 0, "gil": 60}
+    assert analysis.states == {"busy": 20, "idle": 20, "blocked": 0, "gil": 60, "cpu_wait": 0}
     assert analysis.gc_samples == 5 and analysis.gc_share == pytest.approx(0.05)
     # a pool's threads are one holder
     assert analysis.top_holders() == [
@@ -148,7 +148,7 @@ def test_gil_holders_and_the_collector_in_shares_lines_and_json() -> None:
     ]
     assert state_line(analysis) == (
         "busy 20.0% · idle 20.0% · blocked 0.0% · gil 60.0% "
-        "(GIL held by 'asyncio_*' at crunch (jobs.py:3) 75%) · gc 25.0% of busy"
+        "(GIL held by 'asyncio_*' at crunch (jobs.py:3) 75%) · cpu_wait 0.0% · gc 25.0% of busy"
     )
     target = stats_document([analysis])["targets"][0]
     assert (target["gil_share"], target["gc_share"]) == (0.6, 0.05)

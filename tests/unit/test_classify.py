@@ -73,12 +73,12 @@ def test_state_counts_use_loop_threads_only() -> None:
         UVLOOP + ";handler (app.py:20);[blocked]": 4,
         WORKER + ";[idle]": 1000,
     }
-    assert state_counts(stacks) == {"busy": 6, "idle": 90, "blocked": 4, "gil": 0}
+    assert state_counts(stacks) == {"busy": 6, "idle": 90, "blocked": 4, "gil": 0, "cpu_wait": 0}
 
 
 def test_state_counts_without_a_loop_use_every_thread() -> None:
     stacks = {MAIN + ";spin (app.py:2)": 9, MAIN + ";[idle]": 1}
-    assert state_counts(stacks) == {"busy": 9, "idle": 1, "blocked": 0, "gil": 0}
+    assert state_counts(stacks) == {"busy": 9, "idle": 1, "blocked": 0, "gil": 0, "cpu_wait": 0}
 
 
 def test_estimate_without_leaves() -> None:
@@ -141,6 +141,6 @@ def test_a_window_gives_gil_samples_gc_frames_and_the_loops_holders() -> None:
             (WORKER, 3, "gil", 2),
         ]
     )
-    assert classified.states == {"busy": 4, "idle": 1, "blocked": 0, "gil": 5}
+    assert classified.states == {"busy": 4, "idle": 1, "blocked": 0, "gil": 5, "cpu_wait": 0}
     # the waiter that runs no loop is left out; the site skips json, a standard library frame
     assert classified.gil_holders == [GilHolder(1, 2, "crunch (/srv/app/jobs.py:12)", 3)]

@@ -135,6 +135,7 @@ def test_a_loop_that_came_to_wait_for_the_gil_shows_in_the_states_line() -> None
         "idle": (0.4, 0.1),
         "blocked": (0.0, 0.0),
         "gil": (0.0, 0.5),
+        "cpu_wait": (0.0, 0.0),
     }
     self_ = {c.frame: c.delta for c in diff.self_changes}
     assert self_ == pytest.approx({"handler (app.py)": -0.3, GC_FRAME: 0.1})

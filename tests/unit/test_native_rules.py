@@ -14,7 +14,7 @@ from pathlib import Path
 
 from sidecar import _native
 from sidecar.formats.svg import PRUNED_FRAME, SEMICOLON_STANDIN
-from sidecar.rules.frames import BLOCKED_LEAF, GIL_LEAF, IDLE_LEAF
+from sidecar.rules.frames import BLOCKED_LEAF, CPU_WAIT_LEAF, GIL_LEAF, IDLE_LEAF
 
 # The Python definitions of the shared rules: imported here only, to check the native ones.
 from sidecar.rules.loops import CALLBACK_RUNNERS, LOOP_ENTRIES, LOOP_PASSES, SELECTOR_WAITS
@@ -242,6 +242,7 @@ def test_the_synthetic_leaves_are_the_python_ones() -> None:
     assert _native.IDLE_LEAF == IDLE_LEAF
     assert _native.BLOCKED_LEAF == BLOCKED_LEAF
     assert _native.GIL_LEAF == GIL_LEAF
+    assert _native.CPU_WAIT_LEAF == CPU_WAIT_LEAF
 
 
 def test_the_task_leaves_are_the_python_ones() -> None:

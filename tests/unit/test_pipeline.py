@@ -61,7 +61,7 @@ def native_window() -> _native.Window:
 
 def test_every_consumer_reads_the_one_window_alike() -> None:
     window = window_of(native_window())
-    assert window.states == {"busy": 30, "idle": 60, "blocked": 10, "gil": 0}
+    assert window.states == {"busy": 30, "idle": 60, "blocked": 10, "gil": 0, "cpu_wait": 0}
     assert window.in_flight == (1 + 3 + 2) / 2
     assert [(s.state, round(s.duration_s, 3), s.task, s.request) for s in window.stalls] == [
         ("busy", 0.3, "Task-7", True)

@@ -198,7 +198,7 @@ def test_a_starved_loop_reads_gil_in_its_metrics_and_names_who_held_the_gil(
     session.add(window)
     session.add(dataclasses.replace(window, start=1010.0, end=1020.0))
     loop = session.recent[0]
-    assert loop.states == {"busy": 2, "idle": 1, "blocked": 0, "gil": 6}
+    assert loop.states == {"busy": 2, "idle": 1, "blocked": 0, "gil": 6, "cpu_wait": 0}
     assert loop.gc_samples == 1
     # the fields of a sampler's stats() the metrics read (no stall in progress)
     stats = {"lag_mean": 0.0, "stalled_since": None, **dict.fromkeys(COUNTERS, 0)}
@@ -250,7 +250,8 @@ def test_the_api_serves_gil_and_gc_from_the_store(tmp_path: Path) -> None:
         span = f"from={now - 20}&to={now}"
         line = client.get(f"/api/timeline?target=1&{span}&step=10").json()
         assert line["buckets"] == [
-            {"t": t, "busy": 2, "idle": 1, "blocked": 0, "gil": 6} for t in (now - 20, now - 10)
+            {"t": t, "busy": 2, "idle": 1, "blocked": 0, "gil": 6, "cpu_wait": 0}
+            for t in (now - 20, now - 10)
         ]
         folded = client.get(f"/api/profile?target=1&{span}").text.splitlines()
         assert f"{HANDLER};[gil] 12" in folded and f"{HANDLER};[gc] 2" in folded

@@ -242,7 +242,7 @@ def test_a_window_written_twice_adds_up(tmp_path: Path) -> None:
     }
     assert reader.targets()[0]["samples"] == 16
     buckets = reader.timeline(None, span)["buckets"]
-    assert buckets == [{"t": now, "busy": 6, "idle": 10, "blocked": 0, "gil": 0}]
+    assert buckets == [{"t": now, "busy": 6, "idle": 10, "blocked": 0, "gil": 0, "cpu_wait": 0}]
 
 
 V3_STACKS = {

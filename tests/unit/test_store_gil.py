@@ -79,7 +79,7 @@ def test_gil_samples_and_their_holders_come_back(tmp_path: Path) -> None:
     assert reader.profile(1, span, {"gil"}).stacks == {f"{HANDLER};[gil]": 18}
     assert reader.profile(1, span, {"busy"}, thread="MainThread").total == 4
     (bucket,) = reader.timeline(1, span)["buckets"]
-    assert bucket == {"t": now, "busy": 4, "idle": 2, "blocked": 0, "gil": 18}
+    assert bucket == {"t": now, "busy": 4, "idle": 2, "blocked": 0, "gil": 18, "cpu_wait": 0}
     assert query_all(db, "SELECT busy, gil, loop_busy, loop_gil FROM windows") == [(22, 18, 4, 18)]
     assert reader.gil_holders(1, span) == {
         ("cruncher", SITE): 5 + 10,
@@ -145,7 +145,7 @@ def test_a_version_7_database_gains_gil_and_keeps_its_windows(tmp_path: Path) ->
     assert reader.profile(1, span).stacks == before
     line = reader.timeline(1, span, step=600)["buckets"]
     assert line == [
-        {"t": t, "busy": 120, "idle": 180, "blocked": 0, "gil": 0}
+        {"t": t, "busy": 120, "idle": 180, "blocked": 0, "gil": 0, "cpu_wait": 0}
         for t in range(hour, hour + 3600, 600)
     ]
     assert query_one(db, "SELECT SUM(gil) + SUM(loop_gil) FROM windows") == 0

@@ -84,7 +84,7 @@ def test_the_span_rolls_forward_and_the_times_add_up_since_the_start() -> None:
         busy = 50 if second >= 15 else 10
         add(rolling, window(1000.0 + second, busy, 100 - busy), 7, info(7))
     view = rolling.view(5)
-    assert view.analysis.states == {"busy": 250, "idle": 250, "blocked": 0, "gil": 0}
+    assert view.analysis.states == {"busy": 250, "idle": 250, "blocked": 0, "gil": 0, "cpu_wait": 0}
     assert view.analysis.share("busy") == 0.5
     assert view.covered_s == 5.0
     assert view.history["busy"][-6:] == [0.1, 0.5, 0.5, 0.5, 0.5, 0.5]

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use rustc_hash::FxBuildHasher;
 
-use crate::rules::{BLOCKED_LEAF, GIL_LEAF, IDLE_LEAF};
+use crate::rules::{BLOCKED_LEAF, CPU_WAIT_LEAF, GIL_LEAF, IDLE_LEAF};
 
 /// Counts from here on are not exact as floats.
 const EXACT: i128 = 1 << 53;
@@ -31,7 +31,7 @@ impl<'k> Keys<'k> {
             });
             of.insert(frame, id);
         }
-        let leaves = [IDLE_LEAF, BLOCKED_LEAF, GIL_LEAF]
+        let leaves = [IDLE_LEAF, BLOCKED_LEAF, GIL_LEAF, CPU_WAIT_LEAF]
             .iter()
             .filter_map(|leaf| ids.get(*leaf).copied())
             .collect();
@@ -111,7 +111,7 @@ fn fold(stacks: &[(&str, i64)], keys: &Keys<'_>) -> Result<Folded, String> {
         self_: ByKey::new(size),
         total: ByKey::new(size),
         edges: ByEdge::default(),
-        states: Vec::with_capacity(4),
+        states: Vec::with_capacity(5),
     };
     let mut stamp = vec![usize::MAX; size];
     let mut names: Vec<u32> = Vec::with_capacity(64);
@@ -124,6 +124,8 @@ fn fold(stacks: &[(&str, i64)], keys: &Keys<'_>) -> Result<Folded, String> {
             "blocked"
         } else if stack.ends_with(GIL_LEAF) {
             "gil"
+        } else if stack.ends_with(CPU_WAIT_LEAF) {
+            "cpu_wait"
         } else {
             "busy"
         };

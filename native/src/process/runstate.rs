@@ -13,8 +13,8 @@
 //! then `stat` is read, and `syscall` beside it for a thread found asleep, `SYSCALL_TRIES`
 //! times at most.
 //!
-//! Either way a thread counts as on CPU when runnable but waiting for a CPU, as it does in
-//! `stat`. `wchan`, which names the kernel function a sleeping thread waits in, is not used: it
+//! Either way a thread that is runnable but waiting for a CPU reads as running, as it does in
+//! `stat`: which runnable threads wait is `super::cpuwait`'s, from their `schedstat`. `wchan`, which names the kernel function a sleeping thread waits in, is not used: it
 //! reads "0" (as if running) for a thread that has gone to sleep while the scheduler still
 //! keeps it queued (the delayed dequeue of Linux 6.12+), which made a target sleeping 5,000
 //! times a second read 15.7 % on CPU where `stat` and `syscall` read 14.1 and 14.0; and it
@@ -32,6 +32,7 @@ use std::time::Instant;
 
 use rustc_hash::FxBuildHasher;
 
+use super::cpuwait::CpuWaits;
 use super::procfs::after_name;
 
 /// How much of a stat file is read: the state follows the PID and the command name, which the
@@ -81,6 +82,8 @@ pub(crate) struct ThreadStates {
     source: Source,
     /// Time spent in the reads of the files so far, timed around each.
     nanos: u64,
+    /// Which runnable threads wait for a CPU; None when not asked.
+    cpu: Option<CpuWaits>,
 }
 
 impl ThreadStates {
@@ -93,6 +96,34 @@ impl ThreadStates {
             futex_reads: (0, 0),
             source: Source::Stat(SYSCALL_TRIES),
             nanos: 0,
+            cpu: Some(CpuWaits::new(pid)),
+        }
+    }
+
+    /// No thread is said to wait for a CPU: its `schedstat` is not read (the benchmarks
+    /// measure what the read costs against samplers without).
+    pub(crate) fn without_cpu_waits(&mut self) {
+        self.cpu = None;
+    }
+
+    /// A sample begins (`CpuWaits::tick`).
+    pub(crate) fn tick(&mut self) {
+        if let Some(cpu) = &mut self.cpu {
+            cpu.tick();
+        }
+    }
+
+    /// Whether the thread `tid`, found running (runnable), waits for a CPU
+    /// (`CpuWaits::waits`); false when not asked.
+    pub(crate) fn waits_for_cpu(&mut self, tid: i32) -> bool {
+        self.cpu.as_mut().is_some_and(|cpu| cpu.waits(tid))
+    }
+
+    /// Where waits for a CPU come from (`CpuWaits::source`), or that they are not read.
+    pub(crate) fn cpu_wait_source(&self) -> &'static str {
+        match &self.cpu {
+            Some(cpu) => cpu.source(),
+            None => "not read (asked not to)",
         }
     }
 
@@ -161,9 +192,10 @@ impl ThreadStates {
         read_kept(&mut self.files, self.pid, tid, name, buf, &mut self.nanos)
     }
 
-    /// Time spent reading the files so far (ns): the kernel's share of the run states.
+    /// Time spent reading the files so far (ns): the kernel's share of the run states, with
+    /// the waits for a CPU.
     pub(crate) fn nanos(&self) -> u64 {
-        self.nanos
+        self.nanos + self.cpu.as_ref().map_or(0, CpuWaits::nanos)
     }
 
     /// The file the states come from now: "stat" or "syscall".
@@ -176,10 +208,14 @@ impl ThreadStates {
 
     /// Closes the files of threads not in `alive`.
     pub(crate) fn keep(&mut self, alive: impl ExactSizeIterator<Item = i32>) {
-        if self.files.len() > alive.len() {
+        let cpu_threads = self.cpu.as_ref().map_or(0, CpuWaits::len);
+        if self.files.len().max(cpu_threads) > alive.len() {
             let alive: HashSet<i32> = alive.collect();
             self.files.retain(|tid, _| alive.contains(tid));
             self.syscalls.retain(|tid, _| alive.contains(tid));
+            if let Some(cpu) = &mut self.cpu {
+                cpu.keep(&alive);
+            }
         }
     }
 }

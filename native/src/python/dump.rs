@@ -45,6 +45,7 @@ pub fn dump_threads(
         row.set_item("tid", trace.tid)?;
         row.set_item("name", read.names.get(&trace.tid))?;
         row.set_item("active", trace.active)?;
+        row.set_item("cpu_wait", trace.cpu_wait)?;
         let gil = match trace.gil {
             GilRole::Holds => "holds",
             GilRole::Waits => "waits",

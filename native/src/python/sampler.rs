@@ -31,6 +31,8 @@ pub struct Row {
     gil: bool,
     /// collecting garbage (the thread holds the GIL)
     gc: bool,
+    /// on CPU as the OS says, but waiting for a CPU (runnable while the kernel runs another)
+    cpu_wait: bool,
     /// folded, root first
     stack: Py<PyString>,
     count: u64,
@@ -39,7 +41,8 @@ pub struct Row {
 #[pymethods]
 impl Row {
     #[new]
-    #[pyo3(signature = (*, thread_id, thread_name, on_cpu, stack, count, gil=false, gc=false))]
+    #[allow(clippy::too_many_arguments)] // the Python signature: keywords with defaults
+    #[pyo3(signature = (*, thread_id, thread_name, on_cpu, stack, count, gil=false, gc=false, cpu_wait=false))]
     fn new(
         thread_id: u64,
         thread_name: Py<PyString>,
@@ -48,6 +51,7 @@ impl Row {
         count: u64,
         gil: bool,
         gc: bool,
+        cpu_wait: bool,
     ) -> Self {
         Row {
             thread_id,
@@ -55,6 +59,7 @@ impl Row {
             on_cpu,
             gil,
             gc,
+            cpu_wait,
             stack,
             count,
         }
@@ -63,12 +68,14 @@ impl Row {
     fn __repr__(&self, py: Python<'_>) -> String {
         let py_bool = |b: bool| if b { "True" } else { "False" };
         format!(
-            "Row(thread_id={}, thread_name={:?}, on_cpu={}, gil={}, gc={}, stack={:?}, count={})",
+            "Row(thread_id={}, thread_name={:?}, on_cpu={}, gil={}, gc={}, cpu_wait={}, stack={:?}, \
+             count={})",
             self.thread_id,
             self.thread_name.bind(py).to_string(),
             py_bool(self.on_cpu),
             py_bool(self.gil),
             py_bool(self.gc),
+            py_bool(self.cpu_wait),
             self.stack.bind(py).to_string(),
             self.count
         )
@@ -87,13 +94,14 @@ fn window_to_py<'py>(py: Python<'py>, window: &Window) -> PyResult<Bound<'py, Py
         .iter()
         .map(|(&tid, name)| (tid, PyString::new(py, name).unbind()))
         .collect();
-    for (thread_id, on_cpu, gil, gc, text, count) in window.rows() {
+    for (thread_id, on_cpu, gil, gc, cpu_wait, text, count) in window.rows() {
         let row = Row {
             thread_id,
             thread_name: names.get(&thread_id).unwrap_or(&unnamed).clone_ref(py),
             on_cpu,
             gil,
             gc,
+            cpu_wait,
             stack: PyString::new(py, text).unbind(),
             count,
         };
@@ -159,7 +167,7 @@ pub const DEFAULT_STALL_MS: f64 = 100.0;
 impl Sampler {
     #[new]
     #[allow(clippy::too_many_arguments)] // the Python signature: keywords with defaults
-    #[pyo3(signature = (pid, rate_hz=DEFAULT_RATE_HZ, blocking=false, window=DEFAULT_WINDOW_S, max_pending=360, reader="auto", clock="own", tasks_hz=0.0, gil=true, stall_ms=DEFAULT_STALL_MS, *, task_bound=None, task_cache=true))]
+    #[pyo3(signature = (pid, rate_hz=DEFAULT_RATE_HZ, blocking=false, window=DEFAULT_WINDOW_S, max_pending=360, reader="auto", clock="own", tasks_hz=0.0, gil=true, stall_ms=DEFAULT_STALL_MS, *, task_bound=None, task_cache=true, cpu_wait=true))]
     fn new(
         py: Python<'_>,
         pid: i32,
@@ -174,6 +182,7 @@ impl Sampler {
         stall_ms: f64,
         task_bound: Option<usize>,
         task_cache: bool,
+        cpu_wait: bool,
     ) -> PyResult<Self> {
         if pid <= 0 {
             return Err(PyValueError::new_err(format!(
@@ -238,6 +247,7 @@ impl Sampler {
             },
             gil,
             stall_s: stall_ms / 1000.0,
+            cpu_wait,
         };
         let session = py.detach(|| Session::start(options))?;
         Ok(Sampler { session })
@@ -333,6 +343,7 @@ impl Sampler {
         dict.set_item("reader", stats.reader)?;
         dict.set_item("on_cpu", stats.on_cpu)?;
         dict.set_item("gil", stats.gil)?;
+        dict.set_item("cpu_wait", stats.cpu_wait)?;
         dict.set_item("clock", stats.clock)?;
         dict.set_item("task_scans", stats.task_scans)?;
         dict.set_item("task_samples", stats.task_samples)?;

@@ -28,6 +28,11 @@ use crate::walker::{DumpedFrame, DumpedThread, Walker, UNREADABLE};
 /// Reads tried before a dump gives up.
 const TRIES: u32 = 5;
 
+/// How long a dump watches a thread found on CPU for a CPU it waits for: past a scheduler tick
+/// of any kernel (`crate::process::cpuwait`), so that a thread that got no CPU at all in it
+/// waited for one.
+const CPU_WATCH: std::time::Duration = std::time::Duration::from_millis(15);
+
 /// What a dump read.
 pub struct Dump {
     pub version: String,
@@ -61,6 +66,7 @@ pub fn dump(pid: i32, blocking: bool, locals: Option<usize>) -> Result<Dump, Ini
         task_scan: Default::default(),
         gil: true,
         stall_s: 0.0,
+        cpu_wait: true,
     };
     let (mut readers, reader) = Readers::attach(pid, started, &options)?;
     let version = readers.version();
@@ -89,9 +95,10 @@ pub fn dump(pid: i32, blocking: bool, locals: Option<usize>) -> Result<Dump, Ini
 
 type Read = (Vec<DumpedThread>, u32, Vec<u64>, Option<f64>);
 
-/// The target running: a dump, then a read to see which threads ran on.
+/// The target running: a dump, then a read to see which threads ran on; where a thread was on
+/// CPU, one more read after `CPU_WATCH` tells whether it waited for a CPU all that time.
 fn running(pid: i32, walker: &mut Walker, locals: Option<usize>) -> Result<Read, InitError> {
-    fewest_moving(pid, || {
+    let mut read = fewest_moving(pid, || {
         let dumped = walker.read_dump(RunState::Read, locals)?;
         let after = walker.read(RunState::Read)?;
         let moving = dumped
@@ -101,7 +108,18 @@ fn running(pid: i32, walker: &mut Walker, locals: Option<usize>) -> Result<Read,
             .map(|t| t.tid)
             .collect();
         Ok((dumped, moving))
-    })
+    })?;
+    if read.0.iter().any(|t| t.trace.active) {
+        std::thread::sleep(CPU_WATCH);
+        if let Ok(later) = walker.read(RunState::Read) {
+            for thread in read.0.iter_mut().filter(|t| t.trace.active) {
+                thread.trace.cpu_wait = later
+                    .iter()
+                    .any(|l| l.tid == thread.trace.tid && l.cpu_wait);
+            }
+        }
+    }
+    Ok(read)
 }
 
 /// Reads (`read`: the threads, and those that ran on as they were read) again while a thread

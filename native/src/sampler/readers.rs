@@ -134,6 +134,14 @@ impl Readers {
         // py-spy's own GIL holder comes from an offset some builds do not match: read as
         // the walker does (None: the walker reads it)
         let gil = walker.is_none().then(|| gil_of(&spy, options.gil));
+        let mut os = OnCpu::new(pid);
+        let mut walker = walker;
+        if !options.cpu_wait {
+            os.without_cpu_waits();
+            if let Some(walker) = walker.as_mut() {
+                walker.without_cpu_waits();
+            }
+        }
         let readers = Readers {
             spy,
             walker,
@@ -142,7 +150,7 @@ impl Readers {
             names: HashMap::default(),
             named: HashSet::default(),
             last_lookup: None,
-            os: OnCpu::new(pid),
+            os,
         };
         Ok((readers, reader))
     }
@@ -183,6 +191,14 @@ impl Readers {
     /// Where the last sample's on-CPU states came from.
     pub(crate) fn on_cpu(&self) -> &str {
         self.os.source()
+    }
+
+    /// Where waits for a CPU come from (`Stats::cpu_wait`).
+    pub(crate) fn cpu_wait(&self) -> &str {
+        match &self.walker {
+            Some(walker) => walker.cpu_wait_source(),
+            None => self.os.cpu_wait_source(),
+        }
     }
 
     /// Where the GIL's holder and waiters come from (`Stats::gil`).
@@ -289,9 +305,13 @@ fn spy_read(
     Ok(traces
         .iter()
         .map(|trace| {
-            let (tid, active) = match os.as_mut() {
+            let (tid, active, cpu_wait) = match os.as_mut() {
                 Some((os, run_state)) => os.thread(trace, &pthreads, run_state),
-                None => (trace.os_thread_id.unwrap_or(trace.thread_id), trace.active),
+                None => (
+                    trace.os_thread_id.unwrap_or(trace.thread_id),
+                    trace.active,
+                    false,
+                ),
             };
             if let Some(name) = &trace.thread_name {
                 if names.get(&tid) != Some(name) {
@@ -313,6 +333,7 @@ fn spy_read(
             Trace {
                 tid,
                 active,
+                cpu_wait,
                 stack: (!trace.frames.is_empty()).then(|| cache.fold(trace)),
                 gil: role,
                 gc: role == GilRole::Holds && held.is_some_and(|(_, (read, _))| read.collecting),

@@ -328,6 +328,7 @@ impl Runner {
                 on_cpu: trace.active,
                 gil: waits,
                 gc: trace.gc,
+                cpu_wait: trace.cpu_wait,
                 stack: stack.clone(),
             };
             self.folded.push((trace.tid, key));
@@ -469,6 +470,9 @@ fn count_read(stats: &mut Stats, read: &Read, readers: &Readers, period_s: f64) 
     }
     if read.result.is_ok() && stats.gil != readers.gil() {
         stats.gil = readers.gil().to_string();
+    }
+    if read.result.is_ok() && stats.cpu_wait != readers.cpu_wait() {
+        stats.cpu_wait = readers.cpu_wait().to_string();
     }
     stats.read_max = stats.read_max.max(read.read);
     if let Some(pause) = read.pause {

@@ -48,6 +48,8 @@ pub enum StallState {
     Busy,
     Blocked,
     Gil,
+    /// Runnable, waiting for a CPU.
+    CpuWait,
 }
 
 impl StallState {
@@ -56,6 +58,7 @@ impl StallState {
             StallState::Busy => "busy",
             StallState::Blocked => "blocked",
             StallState::Gil => "gil",
+            StallState::CpuWait => "cpu_wait",
         }
     }
 }
@@ -195,6 +198,7 @@ impl Stalls {
             stall.gc += u64::from(trace.gc);
             let state = match (trace.gil, trace.active) {
                 (GilRole::Waits, _) => StallState::Gil,
+                (_, true) if trace.cpu_wait => StallState::CpuWait,
                 (_, true) => StallState::Busy,
                 (_, false) => StallState::Blocked,
             };
@@ -318,6 +322,7 @@ mod tests {
         Trace {
             tid: 1,
             active,
+            cpu_wait: false,
             stack: Some(stack.clone()),
             gil: GilRole::None,
             gc: false,

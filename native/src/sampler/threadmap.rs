@@ -235,8 +235,9 @@ impl OnCpu {
         }
     }
 
-    /// A thread's OS thread id and on-CPU state. The id is the interpreter's (3.11+) or the
-    /// map's; the state combines the OS's run state with the wait rule as the walker's
+    /// A thread's OS thread id, its on-CPU state and whether it waits for a CPU
+    /// (`ThreadStates::waits_for_cpu`, where the OS's run state was read now). The id is the
+    /// interpreter's (3.11+) or the map's; the state combines the OS's run state with the wait rule as the walker's
     /// `read_all` (walker/mod.rs) does: a thread in a known wait is idle, any other is on CPU when the OS says
     /// it runs. Without either, py-spy's thread id and guess stay, and `estimated` says why;
     /// a thread that exited while it was read keeps the guess too, without that.
@@ -245,7 +246,7 @@ impl OnCpu {
         trace: &StackTrace,
         pthreads: &[u64],
         run_state: &RunState<'_>,
-    ) -> (u64, bool) {
+    ) -> (u64, bool, bool) {
         let mut mapped = match trace.os_thread_id {
             Some(tid) => Mapped::Tid(tid as i32),
             None => self.map.tid(trace.thread_id, pthreads),
@@ -263,12 +264,21 @@ impl OnCpu {
             }
         }
         match (mapped, running) {
-            (Mapped::Tid(tid), Some(running)) => (tid as u64, running && !innermost_waits(trace)),
+            (Mapped::Tid(tid), Some(running)) => {
+                let active = running && !innermost_waits(trace);
+                let read_now = matches!(run_state, RunState::Read);
+                let cpu_wait = read_now && active && self.states.waits_for_cpu(tid);
+                (tid as u64, active, cpu_wait)
+            }
             // a thread the map or this /proc knew, gone since it was read
             (Mapped::Tid(tid), None) if trace.os_thread_id.is_none() || self.map.is_thread(tid) => {
-                (tid as u64, trace.active)
+                (tid as u64, trace.active, false)
             }
-            (Mapped::Exited(last), _) => (last.map_or(trace.thread_id, |t| t as u64), trace.active),
+            (Mapped::Exited(last), _) => (
+                last.map_or(trace.thread_id, |t| t as u64),
+                trace.active,
+                false,
+            ),
             (mapped, _) => {
                 if self.estimated.is_none() {
                     let why = match mapped {
@@ -277,7 +287,11 @@ impl OnCpu {
                     };
                     self.estimated = Some(why.to_string());
                 }
-                (trace.os_thread_id.unwrap_or(trace.thread_id), trace.active)
+                (
+                    trace.os_thread_id.unwrap_or(trace.thread_id),
+                    trace.active,
+                    false,
+                )
             }
         }
     }
@@ -317,6 +331,17 @@ impl OnCpu {
     /// Before a read through py-spy, whose threads go through `thread`.
     pub(crate) fn begin(&mut self) {
         self.estimated = None;
+        self.states.tick();
+    }
+
+    /// No thread is said to wait for a CPU (`ThreadStates::without_cpu_waits`).
+    pub(crate) fn without_cpu_waits(&mut self) {
+        self.states.without_cpu_waits();
+    }
+
+    /// Where waits for a CPU come from (`ThreadStates::cpu_wait_source`).
+    pub(crate) fn cpu_wait_source(&self) -> &'static str {
+        self.states.cpu_wait_source()
     }
 
     /// After a read through py-spy: closes the state files of threads gone.

@@ -34,6 +34,9 @@ pub struct Options {
     /// The shortest stall of an event loop kept, in seconds (`super::stalls`); 0 looks for
     /// none (the benchmarks measure what looking costs against samplers without).
     pub stall_s: f64,
+    /// Tell the runnable threads that wait for a CPU (`crate::process::cpuwait`; the
+    /// benchmarks measure what that costs against samplers without).
+    pub cpu_wait: bool,
 }
 
 /// One thread's stack as seen in one sample, the aggregation key of a window.
@@ -45,12 +48,16 @@ pub struct StackKey {
     pub gil: bool,
     /// Collecting garbage.
     pub gc: bool,
+    /// On CPU as the OS says, but waiting for a CPU.
+    pub cpu_wait: bool,
     pub stack: Stack,
 }
 
 /// A window's row as handed out: thread, on CPU, waiting for the GIL, collecting garbage,
-/// folded text, samples.
-pub type Row<'a> = (u64, bool, bool, bool, &'a str, u64);
+/// waiting for a CPU, folded text, samples.
+pub type Row<'a> = (u64, bool, bool, bool, bool, &'a str, u64);
+/// A row without its samples: what twins are merged by.
+type RowKey<'a> = (u64, bool, bool, bool, bool, &'a str);
 
 /// Who held the GIL while a thread waited for it: the waiter and its stack, the holder (0:
 /// none, the GIL being handed over) and its stack.
@@ -109,14 +116,23 @@ impl Window {
     /// Its counts by thread, state and folded text: keys whose stacks are twins (the same
     /// text cached twice) are one row.
     pub fn rows(&self) -> Vec<Row<'_>> {
-        let mut rows: HashMap<(u64, bool, bool, bool, &str), u64, FxBuildHasher> =
-            HashMap::default();
+        let mut rows: HashMap<RowKey<'_>, u64, FxBuildHasher> = HashMap::default();
         for (key, &count) in &self.stacks {
-            let at = (key.thread_id, key.on_cpu, key.gil, key.gc, key.stack.text());
+            let text = key.stack.text();
+            let at = (
+                key.thread_id,
+                key.on_cpu,
+                key.gil,
+                key.gc,
+                key.cpu_wait,
+                text,
+            );
             *rows.entry(at).or_insert(0) += count;
         }
         rows.into_iter()
-            .map(|((thread, on_cpu, gil, gc, text), count)| (thread, on_cpu, gil, gc, text, count))
+            .map(|((thread, on_cpu, gil, gc, cpu_wait, text), count)| {
+                (thread, on_cpu, gil, gc, cpu_wait, text, count)
+            })
             .collect()
     }
 
@@ -176,6 +192,8 @@ pub struct Stats {
     pub reader: String,
     /// Where the GIL's holder and waiters come from, and what is missing (`walker::gil_source`).
     pub gil: String,
+    /// Where waits for a CPU come from: "schedstat", or why none is told (`cpuwait`).
+    pub cpu_wait: String,
     /// Where the last sample's on-CPU states came from: "os" when all from the OS, else
     /// "estimated (why)" (py-spy's guess from the innermost frame); empty before a sample.
     pub on_cpu: String,
@@ -259,7 +277,8 @@ mod tests {
 
     #[test]
     fn twins_are_one_row_and_other_keys_stay_apart() {
-        let text: Arc<str> = Arc::from("main (app.py:1);work (app.py:9)");
+        const WORK: &str = "main (app.py:1);work (app.py:9)";
+        let text: Arc<str> = Arc::from(WORK);
         let (first, twin) = (Stack::new(text.clone()), Stack::new(text));
         assert_ne!(first, twin);
         let other = Stack::new(Arc::from("main (app.py:1)"));
@@ -268,6 +287,7 @@ mod tests {
             on_cpu,
             gil: false,
             gc: false,
+            cpu_wait: false,
             stack: stack.clone(),
         };
         let mut window = Window::new(0.0, 1.0);
@@ -280,9 +300,9 @@ mod tests {
         assert_eq!(
             rows,
             vec![
-                (7, false, false, false, "main (app.py:1);work (app.py:9)", 1),
-                (7, true, false, false, "main (app.py:1)", 4),
-                (7, true, false, false, "main (app.py:1);work (app.py:9)", 5),
+                (7, false, false, false, false, WORK, 1),
+                (7, true, false, false, false, "main (app.py:1)", 4),
+                (7, true, false, false, false, WORK, 5),
             ]
         );
     }

@@ -282,6 +282,16 @@ impl Walker {
         self.states.nanos()
     }
 
+    /// No thread is said to wait for a CPU (`ThreadStates::without_cpu_waits`).
+    pub(crate) fn without_cpu_waits(&mut self) {
+        self.states.without_cpu_waits();
+    }
+
+    /// Where waits for a CPU come from (`ThreadStates::cpu_wait_source`).
+    pub(crate) fn cpu_wait_source(&self) -> &'static str {
+        self.states.cpu_wait_source()
+    }
+
     /// The /proc file the run states come from now: "stat" or "syscall" (`runstate`).
     pub fn state_file(&self) -> &'static str {
         self.states.file()
@@ -489,6 +499,10 @@ impl Walker {
         // tells (3.15 says so in its own flags).
         let contended = gil_read.is_some_and(|read| read.holder != 0)
             && gil.is_some_and(|gil| gil.flags.is_none());
+        let read_now = matches!(run_state, RunState::Read);
+        if read_now {
+            self.states.tick();
+        }
         for (tid, range, role, context_ver) in &scratch.threads {
             let (tid, mut role) = (*tid, *role);
             let frames = &scratch.frames[range.clone()];
@@ -504,10 +518,14 @@ impl Walker {
                     role = GilRole::Waits;
                 }
             }
+            // A thread this sidecar cannot see counts as running, as in py-spy.
+            let active = running.unwrap_or(true) && role != GilRole::Waits;
+            let cpu_wait =
+                read_now && active && running.is_some() && self.states.waits_for_cpu(tid as i32);
             traces.push(Trace {
                 tid,
-                // A thread this sidecar cannot see counts as running, as in py-spy.
-                active: running.unwrap_or(true) && role != GilRole::Waits,
+                active,
+                cpu_wait,
                 stack,
                 gil: role,
                 gc: role == GilRole::Holds && gil_read.is_some_and(|read| read.collecting),
