@@ -14,6 +14,8 @@ const FONT = '12px "DejaVu Sans", system-ui, -apple-system, "Segoe UI", sans-ser
 const FOCUS = "#1746c6";
 /** The [gil] leaf: the loop waited for the GIL (hatched, as the timeline draws it). */
 const GIL_COLOUR = "#009e73";
+/** The [cpu_wait] leaf: runnable, waiting for a CPU (ruled across, as the timeline draws it). */
+const CPU_WAIT_COLOUR = "#7e57c2";
 /** The garbage collector's frame: busy time, in a purple apart from the layers' hues. */
 const GC_COLOUR = "#cc79a7";
 /** The leaves of task stacks, as the Tasks view's chart draws their states. */
@@ -44,6 +46,8 @@ function layerColour(info) {
       return "#c84f00";
     case "gil":
       return GIL_COLOUR;
+    case "cpu_wait":
+      return CPU_WAIT_COLOUR;
     case "gc":
       return GC_COLOUR;
     case "running":
@@ -108,6 +112,13 @@ export class FlameGraph {
         [-1, 9, 9, -1],
         [-1, -1, 9, 9],
       ],
+    });
+
+    this.ruled = stripes(this.ctx, CPU_WAIT_COLOUR, {
+      size: 6,
+      alpha: 0.35,
+      lineWidth: 1,
+      lines: [[-1, 4.5, 7, 4.5]],
     });
 
     this.canvas.addEventListener("mousemove", (e) => this.onMove(e));
@@ -320,6 +331,9 @@ export class FlameGraph {
       darkText = true;
     } else if (info.layer === "gil") {
       fill = this.hatched;
+      darkText = true;
+    } else if (info.layer === "cpu_wait") {
+      fill = this.ruled;
       darkText = true;
     } else {
       fill = layerColour(info);

@@ -1,6 +1,6 @@
-// The frameworks panel: per framework, the event loop's idle / busy / blocked / gil shares (and
-// the share of garbage collection) and stack depth side by side, and where the loop blocks; and
-// who held the GIL while a loop waited for it. Shares, depth and GIL holders come from
+// The frameworks panel: per framework, the event loop's idle / busy / cpu_wait / blocked / gil
+// shares (and the share of garbage collection) and stack depth side by side, and where the loop
+// blocks; and who held the GIL while a loop waited for it. Shares, depth and GIL holders come from
 // /api/stats as they are; blocking sites are counted here from the [blocked] stacks of the same
 // range.
 
@@ -9,7 +9,7 @@ import { count, esc, num, pct } from "./format.js";
 import { frameInfo } from "./stacks.js";
 
 /** The loop's states as the timeline stacks them, bottom (left) first. */
-const STATES = ["busy", "blocked", "gil", "idle"];
+const STATES = ["busy", "cpu_wait", "blocked", "gil", "idle"];
 
 function shareBar(s) {
   const parts = STATES.map((state) => {
@@ -100,13 +100,14 @@ export function renderFrameworks(host, stats, { targets, sites, current }) {
       return `
       <article class="fw-card${name === current ? " current" : ""}" data-framework="${esc(name)}"
           data-idle-share="${s.idle_share}" data-busy-share="${s.busy_share}" data-blocked-share="${s.blocked_share}"
-          data-gil-share="${s.gil_share}" data-gc-share="${s.gc_share}">
+          data-gil-share="${s.gil_share}" data-cpu-wait-share="${s.cpu_wait_share}" data-gc-share="${s.gc_share}">
         <div class="fw-head">${badges(name, null).replace("badge", "badge fw-name")} ${loopBadges}
           <span class="muted">${n} target${n === 1 ? "" : "s"} · ${count(s.samples)} loop-thread samples${left}</span></div>
         ${shareBar(s)}
         <div class="shares">
           <div class="share idle-share"><div class="label"><span class="swatch idle"></span>idle</div><div class="value" data-share="idle">${pct(s.idle_share)}</div></div>
           <div class="share"><div class="label"><span class="swatch busy"></span>busy</div><div class="value" data-share="busy">${pct(s.busy_share)}</div></div>
+          <div class="share" title="runnable, waiting for a CPU: a CPU limit (CFS throttling) or more runnable threads than cores"><div class="label"><span class="swatch cpu_wait"></span>cpu_wait</div><div class="value" data-share="cpu_wait">${pct(s.cpu_wait_share)}</div></div>
           <div class="share"><div class="label"><span class="swatch blocked"></span>blocked</div><div class="value" data-share="blocked">${pct(s.blocked_share)}</div></div>
           <div class="share" title="ready to run Python, waiting for the GIL another thread held"><div class="label"><span class="swatch gil"></span>gil</div><div class="value" data-share="gil">${pct(s.gil_share)}</div></div>
         </div>
@@ -125,14 +126,14 @@ export function renderStatsTargets(table, stats) {
     table.innerHTML = `<tbody><tr><td class="muted">No targets sampled in this range.</td></tr></tbody>`;
     return;
   }
-  const head = ["PID", "Framework", "Loop-thread samples", "Busy", "Idle", "Blocked", "GIL", "GC", "Depth mean", "p95", "max"];
+  const head = ["PID", "Framework", "Loop-thread samples", "Busy", "CPU wait", "Idle", "Blocked", "GIL", "GC", "Depth mean", "p95", "max"];
   table.innerHTML = `<thead><tr>${head
     .map((h, i) => `<th scope="col" class="${i >= 2 ? "num" : ""}">${h}</th>`)
     .join("")}</tr></thead><tbody>${rows
     .map((t) => {
       const d = t.depth || {};
       return `<tr data-role="${esc(t.role || "")}"><td class="num" style="text-align:left">${t.pid ?? "–"}</td><td>${badges(t.framework, t.loop)}${roleBadge(t.role)}</td>
-        <td class="num">${count(t.samples)}</td><td class="num">${pct(t.busy_share)}</td>
+        <td class="num">${count(t.samples)}</td><td class="num">${pct(t.busy_share)}</td><td class="num">${pct(t.cpu_wait_share)}</td>
         <td class="num">${pct(t.idle_share)}</td><td class="num">${pct(t.blocked_share)}</td>
         <td class="num">${pct(t.gil_share)}</td><td class="num">${pct(t.gc_share)}</td>
         <td class="num">${num(d.mean)}</td><td class="num">${num(d.p95)}</td><td class="num">${num(d.max)}</td></tr>`;

@@ -36,7 +36,7 @@ export function renderFunctions(table, scope, doc, { sort, dir, picked, thread, 
       : doc.error
         ? `Could not load the top functions: ${doc.error}`
         : !doc.busy
-          ? "No busy samples in this selection: Top functions counts the code that ran on a CPU, and off-CPU samples ([idle], [blocked], [gil]) are nobody's self time."
+          ? "No busy samples in this selection: Top functions counts the code that ran on a CPU, and samples off a CPU ([idle], [blocked], [gil], [cpu_wait]) are nobody's self time."
           : "No function above the event loop's entry in this selection's busy samples.";
     table.innerHTML = `<tbody><tr><td class="muted">${esc(text)}</td></tr></tbody>`;
     return;

@@ -3,8 +3,8 @@
 //
 // Folded text is one line per unique stack, frames root first joined by ";", then a count
 // (two counts, before and after, for a differential profile). Frames read
-// "function (file:line)"; off-CPU samples end in a synthetic "[idle]", "[blocked]" or "[gil]"
-// leaf, and task stacks in "[running]", "[ready]" or "[waiting]".
+// "function (file:line)"; off-CPU samples end in a synthetic "[idle]", "[blocked]", "[gil]" or
+// "[cpu_wait]" leaf, and task stacks in "[running]", "[ready]" or "[waiting]".
 
 // How frames are read comes from the API (GET /api/rules), where the analysis defines it once:
 // the synthetic leaves, the frame grammar, and the modules of each layer. Until it has come,
@@ -12,6 +12,7 @@
 let IDLE = null;
 let BLOCKED = null;
 let GIL = null;
+let CPU_WAIT = null;
 let GC = null;
 let TASK_LEAVES = new Set();
 let FRAME = /$^/;
@@ -26,6 +27,7 @@ export function setRules(rules) {
   IDLE = rules.leaves.idle;
   BLOCKED = rules.leaves.blocked;
   GIL = rules.leaves.gil;
+  CPU_WAIT = rules.leaves.cpu_wait;
   GC = rules.gc_frame;
   TASK_LEAVES = new Set(rules.tasks.leaves);
   FRAME = new RegExp(rules.frame);
@@ -76,6 +78,7 @@ function layerOf(name, file) {
   if (name === IDLE) return "idle";
   if (name === BLOCKED) return "blocked";
   if (name === GIL) return "gil";
+  if (name === CPU_WAIT) return "cpu_wait";
   if (name === GC) return "gc";
   if (TASK_LEAVES.has(name)) return name.slice(1, -1); // running, ready, waiting
   if (!file) return "other";
@@ -87,7 +90,7 @@ function layerOf(name, file) {
 }
 
 export function isSynthetic(text) {
-  return text === IDLE || text === BLOCKED || text === GIL || TASK_LEAVES.has(text);
+  return text === IDLE || text === BLOCKED || text === GIL || text === CPU_WAIT || TASK_LEAVES.has(text);
 }
 
 /** Folded text → rows of {frames, count, before}; `diff` reads two counts per line. */

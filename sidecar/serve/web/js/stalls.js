@@ -8,9 +8,10 @@ import { wholeSeconds } from "./state.js";
 
 /** What each state of a stall says the loop did meanwhile. */
 const STATE_WORDS = {
-  busy: "on CPU",
+  busy: "on a CPU",
   blocked: "off CPU outside its poll",
   gil: "waiting for the GIL",
+  cpu_wait: "runnable, waiting for a CPU",
   gc: "collecting garbage",
 };
 

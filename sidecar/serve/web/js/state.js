@@ -5,7 +5,7 @@
 //   range      live window in seconds (live mode follows the present)
 //   from, to   a fixed window in unix seconds (live mode off)
 //   sel        the selected sub-range "from~to" the flamegraph and frameworks use
-//   state      all | busy | offcpu | blocked | gil;  thread: name or id
+//   state      all | busy | offcpu | blocked | gil | cpu_wait;  thread: name or id
 //   threads    loop | all: the event-loop threads (default) or every thread
 //   q          search;  fn: highlighted function;  zoom: frame path joined by ";"
 //   icicle     1 for root at the top;  sort: column-direction of the functions table
@@ -17,9 +17,10 @@ export const TASK_FILTERS = ["all", "requests", "background"];
 export const STATE_FILTERS = {
   all: null,
   busy: "busy",
-  offcpu: "idle,blocked,gil",
+  offcpu: "idle,blocked,gil,cpu_wait",
   blocked: "blocked",
   gil: "gil",
+  cpu_wait: "cpu_wait",
 };
 
 export const DEFAULTS = Object.freeze({

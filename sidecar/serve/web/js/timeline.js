@@ -1,8 +1,10 @@
-// The timeline: busy / blocked / gil / idle samples of the event loop per bucket, stacked, with a
+// The timeline: busy / cpu_wait / blocked / gil / idle samples of the event loop per bucket,
+// stacked, with a
 // drag-to-select range (or arrow keys), hover details and marked bands for the compare view; over
 // the event loop's chart, a lane of its stalls (StallLane).
 // Other series stack the same way (the Tasks view's tasks in flight by state): `series` names
-// them, bottom first, each filled plain, striped or hatched (crossed both ways).
+// them, bottom first, each filled plain, striped, hatched (crossed both ways) or ruled (lines
+// across).
 
 import { createCanvas, fitCanvas, startPaint, stripes } from "./canvas.js";
 import { clock, count, duration, esc, pct, span } from "./format.js";
@@ -10,10 +12,20 @@ import { isPicked, stallLabel, stallTip } from "./stalls.js";
 
 const PAD = { left: 48, right: 10, top: 10, bottom: 22 };
 const HEIGHT = 150;
-export const STATE_COLOURS = { busy: "#e69f00", blocked: "#c84f00", gil: "#009e73", idle: "#56b4e9" };
-/** The event loop's states, bottom first; blocked is striped, gil (waiting for the GIL) hatched. */
+export const STATE_COLOURS = {
+  busy: "#e69f00",
+  cpu_wait: "#7e57c2",
+  blocked: "#c84f00",
+  gil: "#009e73",
+  idle: "#56b4e9",
+};
+/**
+ * The event loop's states, bottom first: busy (on a CPU), then cpu_wait (runnable, waiting for
+ * a CPU) ruled across, blocked striped, gil (waiting for the GIL) hatched, idle.
+ */
 const LOOP_SERIES = [
   { key: "busy", colour: STATE_COLOURS.busy },
+  { key: "cpu_wait", colour: STATE_COLOURS.cpu_wait, ruled: true },
   { key: "blocked", colour: STATE_COLOURS.blocked, striped: true },
   { key: "gil", colour: STATE_COLOURS.gil, hatched: true },
   { key: "idle", colour: STATE_COLOURS.idle },
@@ -23,6 +35,8 @@ const HATCH = [
   [-1, 7, 7, -1],
   [-1, -1, 7, 7],
 ];
+/** A line across a 6-pixel tile: a ruled fill. */
+const RULE = [[-1, 4.5, 7, 4.5]];
 const TICKS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
 
 /** A round number at or above `value` whose half is round too: the chart's top. */
@@ -32,9 +46,10 @@ function niceCeil(value) {
   return 10 * power;
 }
 
-/** The canvas fill of one series: its colour, striped or hatched when it says so. */
-function fillOf(ctx, { colour, striped, hatched }) {
+/** The canvas fill of one series: its colour, striped, hatched or ruled when it says so. */
+function fillOf(ctx, { colour, striped, hatched, ruled }) {
   if (hatched) return stripes(ctx, colour, { lines: HATCH });
+  if (ruled) return stripes(ctx, colour, { lines: RULE, lineWidth: 1 });
   return striped ? stripes(ctx, colour) : colour;
 }
 
@@ -148,8 +163,8 @@ export class Timeline {
       if (max) ctx.fillText(count(f * yMax), PAD.left - 6, y);
     }
 
-    // bars: the first series at the bottom (busy, then blocked, gil, idle), clipped to the plot
-    // (a bucket that began before the range would cover the y labels)
+    // bars: the first series at the bottom (busy, then cpu_wait, blocked, gil, idle), clipped to
+    // the plot (a bucket that began before the range would cover the y labels)
     ctx.save();
     ctx.beginPath();
     ctx.rect(PAD.left, PAD.top, this.plotWidth, plotH);
