@@ -24,6 +24,7 @@ from sidecar.analyze.threads import merge
 from sidecar.rules.frames import STATES
 
 if TYPE_CHECKING:
+    from sidecar.sample.cgroup import CgroupCpu
     from sidecar.serve.service import Service
 
 
@@ -53,6 +54,59 @@ def _scalars(
         yield metric
 
 
+#: The labels of every per-process series.
+TARGET_LABELS = ("pid", "framework", "loop", "role")
+
+
+class CpuFamilies:
+    """The CPU limit and CFS throttling of each target's cgroup (``sample.cgroup``), as
+    ``Session.read_cpu`` read them last: the counters are the kernel's, since the cgroup
+    that sets the limit (the process's own when none does) began, carried on across a move to
+    another cgroup (``sessions.carried``), so they never go back."""
+
+    def __init__(self) -> None:
+        self.limit = GaugeMetricFamily(
+            "sidecar_cpu_limit_cores",
+            "CPU limit of the target process's cgroup in cores (CFS quota / period, the "
+            "tightest on its path up the cgroup tree); absent when unlimited",
+            labels=TARGET_LABELS,
+        )
+        since = (
+            "counted by the kernel since the cgroup that sets the target process's CPU limit "
+            "(its own when unlimited) began"
+        )
+        self.periods = CounterMetricFamily(
+            "sidecar_cpu_cfs_periods",
+            f"CFS enforcement periods that ran, {since}",
+            labels=TARGET_LABELS,
+        )
+        self.throttled = CounterMetricFamily(
+            "sidecar_cpu_cfs_throttled_periods",
+            f"CFS periods in which the cgroup used up its quota and was throttled, {since}",
+            labels=TARGET_LABELS,
+        )
+        self.seconds = CounterMetricFamily(
+            "sidecar_cpu_cfs_throttled_seconds",
+            f"Time the cgroup's threads were throttled (runnable, kept off the CPU), {since}",
+            labels=TARGET_LABELS,
+        )
+
+    def add(self, labels: list[str], cpu: CgroupCpu) -> None:
+        """One process's series: no limit gauge when its cgroup sets none."""
+        if cpu.cores is not None:
+            self.limit.add_metric(labels, cpu.cores)
+        throttling = cpu.throttling
+        self.periods.add_metric(labels, throttling.periods)
+        self.throttled.add_metric(labels, throttling.throttled_periods)
+        self.seconds.add_metric(labels, throttling.throttled_seconds)
+
+    def families(self) -> Iterator[Metric]:
+        yield self.limit
+        yield self.periods
+        yield self.throttled
+        yield self.seconds
+
+
 class ServiceCollector(Collector):
     def __init__(self, service: Service) -> None:
         self.service = service
@@ -79,46 +133,47 @@ class ServiceCollector(Collector):
         lag = GaugeMetricFamily(
             "sidecar_sampling_lag_seconds",
             "Mean delay of sampling ticks behind schedule, per target process",
-            labels=["pid", "framework", "loop", "role"],
+            labels=TARGET_LABELS,
         )
         share = GaugeMetricFamily(
             "sidecar_loop_share",
             "Share of the event-loop thread's samples per state (busy, idle, blocked, gil: "
-            "waiting for the GIL another thread holds) over the last minute (a pre-fork "
-            "master, role master, serves no requests)",
-            labels=["pid", "framework", "loop", "role", "state"],
+            "waiting for the GIL another thread holds, cpu_wait: runnable, waiting for a CPU) "
+            "over the last minute (a pre-fork master, role master, serves no requests)",
+            labels=[*TARGET_LABELS, "state"],
         )
         gc_share = GaugeMetricFamily(
             "sidecar_loop_gc_share",
             "Share of the event-loop thread's samples taken while it collected garbage over "
             "the last minute (busy samples with a [gc] frame on top)",
-            labels=["pid", "framework", "loop", "role"],
+            labels=TARGET_LABELS,
         )
         tasks = GaugeMetricFamily(
             "sidecar_tasks",
             "asyncio tasks in flight per state and kind (request or background), the mean over "
             "the last window with task scans (serve --task-rate)",
-            labels=["pid", "framework", "loop", "role", "state", "kind"],
+            labels=[*TARGET_LABELS, "state", "kind"],
         )
         unread = GaugeMetricFamily(
             "sidecar_tasks_unread",
             "asyncio tasks in flight past the task scans' bound (20,000 a scan), not read, the "
             "mean over the last window with task scans: in no state nor kind of sidecar_tasks",
-            labels=["pid", "framework", "loop", "role"],
+            labels=TARGET_LABELS,
         )
         stalls = HistogramMetricFamily(
             "sidecar_loop_stall_seconds",
             "Stalls of the event loop: callbacks that kept it from its poll for serve "
             "--stall-ms or more (default 0.1 s), by length, since sampling of the process began",
-            labels=["pid", "framework", "loop", "role"],
+            labels=TARGET_LABELS,
         )
         stalled = GaugeMetricFamily(
             "sidecar_loop_stalled_seconds",
             "How long the callback the event loop is in now has held it, once that is serve "
             "--stall-ms or more (0 otherwise): a stall in progress, before the histogram counts "
             "it as it ends",
-            labels=["pid", "framework", "loop", "role"],
+            labels=TARGET_LABELS,
         )
+        cpu = CpuFamilies()
         now = time.time()
         for session, stats in live:
             labels = [str(session.key[0]), session.framework, session.loop, session.role or ""]
@@ -136,6 +191,8 @@ class ServiceCollector(Collector):
                 for state in STATES:
                     share.add_metric([*labels, state], recent.share(state))
                 gc_share.add_metric(labels, recent.gc_share)
+            if session.cpu is not None:
+                cpu.add(labels, session.cpu)
         yield lag
         yield share
         yield gc_share
@@ -143,6 +200,7 @@ class ServiceCollector(Collector):
         yield unread
         yield stalls
         yield stalled
+        yield from cpu.families()
 
         targets = GaugeMetricFamily(
             "sidecar_targets", "Processes by sampling state", labels=["state"]

@@ -15,7 +15,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from sidecar import _native, defaults
@@ -32,7 +32,8 @@ from sidecar.discover import (
     read_cmdline,
     scan,
 )
-from sidecar.errors import TargetError
+from sidecar.errors import CgroupError, TargetError, TargetGone
+from sidecar.sample.cgroup import CgroupCpu, CpuUnknown, Throttling, probe_cpu
 from sidecar.sample.messages import Gone, ProcessKey, ProcessRecord, WindowBatch
 from sidecar.sample.record import Tally
 from sidecar.sample.sampler import TORN_SHARE, on_cpu_source, open_sampler, torn_note
@@ -97,10 +98,19 @@ class Session:
     torn: str | None = None
     #: The lengths of its event loops' stalls so far, for /metrics.
     stalls: StallHistogram = field(default_factory=StallHistogram)
+    #: Its cgroup's CPU limit and throttling as /metrics shows them (read once a window; the
+    #: counters carried on across a move to another cgroup), None while unread or unreadable.
+    cpu: CgroupCpu | None = None
+    #: The last reading of its cgroup, that the next one counts on from, and the throttling
+    #: counters shown for it (both kept while the cgroup cannot be read).
+    cpu_read: CgroupCpu | None = None
+    counted: Throttling | None = None
+    #: Why its cgroup could not be read, the first time (said in the log then, and only then).
+    cpu_unknown: str | None = None
 
     def add(self, window: Window) -> None:
         """Its live figures for /metrics, from one more window: the loop's samples, the tasks
-        in flight, the stalls' lengths."""
+        in flight, the stalls' lengths, its cgroup's CPU limit and throttling."""
         if window.task_scans:
             self.tasks = window.tasks_by_kind()
             self.tasks_unread = window.task_unread / window.task_scans
@@ -108,6 +118,33 @@ class Session:
         tally.add(window)
         self.recent.append(analyze(tally.to_profile()))
         self.stalls.add([stall.duration_s for stall in window.stalls], window.stalls_dropped)
+        self.read_cpu()
+
+    def read_cpu(self) -> None:
+        """Reads its cgroup's CPU limit and throttling again (``sample.cgroup``). One that
+        cannot be read shows none and is said once in the log; a process gone keeps the last."""
+        pid = self.key[0]
+        try:
+            reading = probe_cpu(pid)
+        except TargetGone:
+            return
+        if isinstance(reading, CpuUnknown):
+            if self.cpu_unknown is None:
+                self.cpu_unknown = reading.reason
+                log.warning(
+                    "PID %d: no cpu limit nor throttling in /metrics: %s", pid, reading.reason
+                )
+            self.cpu = None
+            return
+        shown = reading.throttling
+        if self.counted is not None and self.cpu_read is not None:
+            shown = carried(self.counted, self.cpu_read, reading)
+            if reading.directory != self.cpu_read.directory:
+                log.info(
+                    "PID %d: its cpu limit and throttling now from cgroup %s", pid, reading.path
+                )
+        self.cpu_read, self.counted = reading, shown
+        self.cpu = replace(reading, throttling=shown)
 
     def unsettled(self) -> bool:
         """Whether its stacks may still tell its role (``classify.process.settle_role``): a master's
@@ -133,6 +170,22 @@ class Session:
             role=self.role,
             group=group_of(self.cmdline),
         )
+
+
+def carried(shown: Throttling, before: CgroupCpu, after: CgroupCpu) -> Throttling:
+    """The throttling counters ``shown`` for the reading ``before``, carried on to ``after``:
+    plus what the cgroup counted in between; unchanged when ``after`` is of another cgroup (the
+    process moved, or another one now sets its limit) or of one made anew, so what /metrics
+    counts never goes back."""
+    try:
+        span = after.since(before)
+    except CgroupError:
+        return shown  # counted on from ``after``
+    return Throttling(
+        shown.periods + span.periods,
+        shown.throttled_periods + span.throttled_periods,
+        shown.throttled_seconds + span.seconds_lost,
+    )
 
 
 @dataclass

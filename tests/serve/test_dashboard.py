@@ -84,7 +84,14 @@ def test_every_dashboard_query_names_what_metrics_exposes(spawn: Spawner, tmp_pa
         def metrics() -> dict[str, list[dict[str, str]]]:
             return exposed(server.request("/metrics")[1].decode())
 
-        assert wait_until(lambda: "sidecar_loop_share" in metrics(), timeout=30)
+        # a window in: the loop's shares and the target's cgroup read (once a window)
+        assert wait_until(
+            lambda: (
+                bool(metrics().get("sidecar_loop_share"))
+                and "sidecar_cpu_cfs_periods_total" in metrics()
+            ),
+            timeout=30,
+        )
         samples = metrics()
     finally:
         server.stop()
@@ -108,11 +115,13 @@ def test_every_dashboard_query_names_what_metrics_exposes(spawn: Spawner, tmp_pa
                     values = {s.get(label) for s in samples[name]}
                     assert value in values, f"{name}{{{label}={value!r}}}: only {values}"
             assert grouped - SCRAPE_LABELS <= labels | SCRAPE_LABELS, (expr, labels)
-    # the dashboard covers the loop shares and stalls, the sampler, the store and the push
+    # the dashboard covers the loop shares and stalls, the CPU throttling, the sampler, the store
+    # and the push
     for prefix in (
         "sidecar_loop_share",
         "sidecar_loop_stall_seconds_bucket",
         "sidecar_loop_stall_seconds_count",
+        "sidecar_cpu_cfs_",
         "sidecar_sampler_",
         "sidecar_store_",
         "sidecar_push_",

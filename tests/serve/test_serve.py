@@ -247,8 +247,36 @@ def test_metrics_parse_and_errors_have_one_shape(spawn: Spawner, serve: Any) -> 
         "sidecar_store_bytes",
         "sidecar_store_write_errors",
         "sidecar_loop_share",
+        "sidecar_cpu_limit_cores",
+        "sidecar_cpu_cfs_periods",
+        "sidecar_cpu_cfs_throttled_periods",
+        "sidecar_cpu_cfs_throttled_seconds",
     ):
         assert name in names
+
+    def cgroup_series() -> dict[str, dict[str, str]]:
+        """The target's sidecar_cpu_* samples (its limit only where its cgroup sets one)."""
+        return {
+            sample.name: sample.labels
+            for family in text_string_to_metric_families(server.request("/metrics")[1].decode())
+            for sample in family.samples
+            if sample.name.startswith("sidecar_cpu_") and sample.labels["pid"] == str(target.pid)
+        }
+
+    # the target's cgroup, read as its windows come, under the labels of its other series
+    assert wait_until(lambda: len(cgroup_series()) >= 3, timeout=30), server.log_text()[-2000:]
+    series = cgroup_series()
+    assert {
+        "sidecar_cpu_cfs_periods_total",
+        "sidecar_cpu_cfs_throttled_periods_total",
+        "sidecar_cpu_cfs_throttled_seconds_total",
+    } <= set(series)
+    assert series["sidecar_cpu_cfs_periods_total"] == {
+        "pid": str(target.pid),
+        "framework": "aiohttp",
+        "loop": "uvloop",
+        "role": "",
+    }
     assert server.metric("sidecar_store_bytes") > 0
     for path, status in (
         ("/api/profile?target=999", 404),

@@ -1,12 +1,16 @@
 """``sidecar serve`` without a target: the token beyond loopback, the health rule on the
 service's own clock, a database of a newer sidecar, the push options' environment variables,
-a starved loop's windows in /metrics and through the API in-process (the real process against
-real targets: tests/serve/test_serve.py)."""
+a starved loop's windows in /metrics and through the API in-process, a throttled target's CPU
+limit and throttling in /metrics from a real cgroup (the real process against real targets:
+tests/serve/test_serve.py)."""
 
 from __future__ import annotations
 
 import dataclasses
+import logging
+import os
 import sqlite3
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,7 +18,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.support.batches import window_batch
+from tests.support.cgroups import kernel_stat, limited  # noqa: F401  (the fixture)
 from tests.support.helpers import (
+    Spawner,
     free_port,
     sidecar,
     wait_until,
@@ -276,3 +282,101 @@ def test_the_api_serves_gil_and_gc_from_the_store(tmp_path: Path) -> None:
         )
     finally:
         service.writer.store.close()
+
+
+def test_metrics_carry_each_target_s_cpu_limit_and_throttling(
+    limited: Path,  # noqa: F811
+    spawn: Spawner,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Sessions given windows as serve gives them: a real spinner in a cgroup v1 of its own at
+    0.2 CPU shows its limit, 0.2 cores, and its cgroup's counters as the kernel's cpu.stat
+    reads them straight at the same instant, growing from one window to the next; this test's
+    own process, unlimited, shows the counters and no limit; a process whose cgroup cannot be
+    read shows none of these series, is said once in the log, and the scrape goes on."""
+    from sidecar.classify.window import window_of
+    from sidecar.sample import cgroup
+    from sidecar.serve import sessions
+    from sidecar.serve.metrics import registry_for
+    from sidecar.serve.service import ServeConfig, Service
+    from sidecar.serve.sessions import COUNTERS, Session
+
+    spinner = spawn.command(sys.executable, "-c", "while True: pass")
+    (limited / "cgroup.procs").write_text(f"{spinner.pid}\n")
+    time.sleep(0.3)  # a few periods under the quota first
+    unreadable = 4243  # read from a /proc whose cgroup file the kernel never wrote
+    fake = tmp_path / "proc" / str(unreadable)
+    fake.mkdir(parents=True)
+    (fake / "cgroup").write_text("not a cgroup line\n")
+    real = cgroup.probe_cpu
+
+    def probe(pid: int) -> cgroup.CgroupCpu | cgroup.CpuUnknown:
+        return real(pid, proc=tmp_path / "proc") if pid == unreadable else real(pid)
+
+    monkeypatch.setattr(sessions, "probe_cpu", probe)
+    service = Service(ServeConfig(db=tmp_path / "cpu.db"))  # nothing sampled: sessions given
+    given = [
+        Session((pid, 1), "python spin.py", None, "aiohttp", "asyncio", 0.0)  # type: ignore[arg-type]
+        for pid in (spinner.pid, os.getpid(), unreadable)
+    ]
+    stats = {"lag_mean": 0.0, "stalled_since": None, **dict.fromkeys(COUNTERS, 0)}
+    monkeypatch.setattr(service.sessions, "live_stats", lambda: [(s, stats) for s in given])
+    window = window_of(starved_window())
+
+    def scrape() -> dict[tuple[str, str], float]:
+        """(sample, pid) -> value of the sidecar_cpu_* series, their labels checked."""
+        out = {}
+        for family in registry_for(service).collect():
+            for sample in family.samples:
+                if sample.name.startswith("sidecar_cpu_"):
+                    assert set(sample.labels) == {"pid", "framework", "loop", "role"}, sample
+                    out[(sample.name, sample.labels["pid"])] = sample.value
+        return out
+
+    def windows_at_one_instant() -> tuple[int, int, int]:
+        """Each session given a window while the spinner's cgroup counted no period (one ends
+        every 100 ms): the kernel's counters of it, read straight on either side."""
+        for _ in range(50):
+            kernel = kernel_stat(limited)
+            for session in given:
+                session.add(window)
+            if kernel_stat(limited) == kernel:
+                return kernel
+        raise AssertionError("the kernel's cpu.stat moved during every one of 50 windows")
+
+    caplog.set_level(logging.INFO, logger="sidecar.sessions")
+    try:
+        first = windows_at_one_instant()
+        before = scrape()
+        time.sleep(1.0)
+        second = windows_at_one_instant()
+        after = scrape()
+    finally:
+        service.writer.store.close()
+    spin = str(spinner.pid)
+    for values, kernel in ((before, first), (after, second)):
+        assert values[("sidecar_cpu_limit_cores", spin)] == pytest.approx(0.2)
+        assert values[("sidecar_cpu_cfs_periods_total", spin)] == kernel[0]
+        assert values[("sidecar_cpu_cfs_throttled_periods_total", spin)] == kernel[1]
+        assert values[("sidecar_cpu_cfs_throttled_seconds_total", spin)] == pytest.approx(
+            kernel[2] / 1e9, abs=1e-9
+        )
+    periods = second[0] - first[0]
+    throttled = second[1] - first[1]
+    assert periods >= 5 and throttled > periods / 2, (first, second)
+    # this test's own process: unlimited, counters of its own cgroup, and no limit
+    own = str(os.getpid())
+    assert ("sidecar_cpu_limit_cores", own) not in after
+    for name in ("periods", "throttled_periods", "throttled_seconds"):
+        assert (
+            after[(f"sidecar_cpu_cfs_{name}_total", own)]
+            >= before[(f"sidecar_cpu_cfs_{name}_total", own)]
+        )
+    assert not {key for key in after if key[1] == str(unreadable)}, after
+    said = [r.getMessage() for r in caplog.records if f"PID {unreadable}:" in r.getMessage()]
+    assert said == [
+        f"PID {unreadable}: no cpu limit nor throttling in /metrics: /proc/{unreadable}/cgroup "
+        "has a malformed line: 'not a cgroup line'"
+    ], said
