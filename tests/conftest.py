@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import faultkit, helpers
+from tests.support.cgroups import limited  # noqa: F401  (a fixture: a cgroup with a CPU quota)
 from tests.support.helpers import REPORTS, LoadDriver, Serve, Servers, Spawner
 
 

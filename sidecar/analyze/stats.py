@@ -26,6 +26,8 @@ class TargetStats:
     tasks: dict[str, Any] | None = None
     #: its stalls as ``Stall.to_json`` gives them, None where their time order is unknown
     stalls: list[dict[str, Any]] | None = None
+    #: what the kernel counted over a live sampling (``Recording.kernel_json``), None else
+    kernel: dict[str, Any] | None = None
 
 
 def stats_document(targets: Sequence[TargetStats | Analysis]) -> dict[str, Any]:
@@ -41,6 +43,7 @@ def stats_document(targets: Sequence[TargetStats | Analysis]) -> dict[str, Any]:
                 **_shares(one.analysis),
                 "tasks": one.tasks,
                 "stalls": one.stalls,
+                "kernel": one.kernel,
             }
             for one in parts
         ],

@@ -114,6 +114,16 @@ class _Progress:
             sys.stderr.flush()
 
 
+def cpu_wait_source(source: str) -> str:
+    """Where the sampler tells the threads that wait for a CPU, as the reader line says it:
+    from each runnable thread's schedstat, or why it cannot (such samples then read busy)."""
+    if source == "schedstat":
+        return "from each runnable thread's schedstat"
+    if not source:
+        return "not read yet"
+    return f"not told ({source}; such samples read busy)"
+
+
 def summary(rec: Recording) -> list[str]:
     """What was sampled: ticks (one read of every thread) and samples (one per thread and
     tick), each called so, then the readers, the event loop's shares and what went wrong."""
@@ -126,7 +136,8 @@ def summary(rec: Recording) -> list[str]:
         f"retried {stats['retried']} · "
         f"lag mean {stats['lag_mean'] * 1000:.2f} ms, max {stats['lag_max'] * 1000:.2f} ms",
         f"stacks read by {stats['reader']}, on-CPU state {on_cpu_source(stats['on_cpu'])}, "
-        f"GIL from {stats['gil'] or 'not read yet'}",
+        f"GIL from {stats['gil'] or 'not read yet'}, "
+        f"waits for a CPU {cpu_wait_source(stats['cpu_wait'])}",
     ]
     analysis = analyze(profile, holders=rec.counts.holders())
     if analysis.samples:

@@ -91,6 +91,8 @@ class Live:
     #: the kernel's accounting of its threads' CPU time over the span (``schedstat.cpu_line``)
     #: and its cgroup's CPU limit and throttling (``cgroup.cpu_line``), where read
     cpu: list[str] = field(default_factory=list)
+    #: the same figures for ``--json`` (``Recording.kernel_json``)
+    kernel: dict[str, Any] | None = None
 
 
 def _live(
@@ -131,7 +133,12 @@ def _live(
             raise NoSamples(f"no task scan of PID {pid} succeeded: {rec.stats['task_last_error']}")
         tasks = task_block(rec.counts.tasks, flight)
     live = Live(
-        rec.counts.stalls(), rec.counts.stalls_dropped, stall_ms, rec.rate_hz, rec.cpu_lines()
+        rec.counts.stalls(),
+        rec.counts.stalls_dropped,
+        stall_ms,
+        rec.rate_hz,
+        rec.cpu_lines(),
+        rec.kernel_json(),
     )
     return profile, refine(info, profile.stacks), tasks, rec.counts.holders(), live
 
@@ -170,7 +177,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         # stalls are known live only: a profile file keeps no time order
         known = None if live is None else [stall.to_json() for stall in live.stalls]
-        print(json.dumps(stats_document([TargetStats(analysis, tasks, known)]), indent=2))
+        kernel = None if live is None else live.kernel
+        print(json.dumps(stats_document([TargetStats(analysis, tasks, known, kernel)]), indent=2))
     else:
         stalls: list[str] = []
         if live is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sidecar import _native, defaults
 from sidecar.classify.stalls import Stall
@@ -182,6 +182,46 @@ class Recording:
         return {
             "loop threads": spent(before, after, loop) if loop else None,
             "all threads": spent(before, after),
+        }
+
+    def kernel_json(self) -> dict[str, Any]:
+        """What the kernel counted over the recording, as ``stats --json`` gives it: the
+        threads' seconds on a CPU and waiting for one, the cgroup's limit and throttling (None
+        where unknown)."""
+        spent_by = self.cpu_spent()
+        before, after = self.kernel_before, self.kernel_after
+        cgroup = None
+        if (
+            before
+            and after
+            and isinstance(before.cgroup, CgroupCpu)
+            and isinstance(after.cgroup, CgroupCpu)
+        ):
+            span = after.cgroup.since(before.cgroup)
+            cgroup = {
+                "version": after.cgroup.version,
+                "path": after.cgroup.path,
+                "cpu_limit_cores": after.cgroup.cores,
+                "periods": span.periods,
+                "throttled_periods": span.throttled_periods,
+                "throttled_share": round(span.share, 4),
+                "throttled_s": round(span.seconds_lost, 3),
+            }
+
+        def time_of(spent: CpuTime | None) -> dict[str, float] | None:
+            if spent is None:
+                return None
+            return {
+                "on_cpu_s": round(spent.ran_s, 3),
+                "waiting_s": round(spent.waited_s, 3),
+                "waiting_share": round(spent.waited_share, 4),
+            }
+
+        return {
+            "span_s": round(self.elapsed, 3),
+            "all_threads": time_of(spent_by["all threads"]),
+            "loop_threads": time_of(spent_by["loop threads"]),
+            "cgroup": cgroup,
         }
 
     def cpu_lines(self) -> list[str]:

@@ -10,70 +10,21 @@ It needs root and a writable v1 cpu hierarchy at /sys/fs/cgroup/cpu: without the
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from sidecar.sample.cgroup import CgroupCpu, cpu_line, read_cpu
+from tests.support.cgroups import CPU, kernel_stat, needed
 from tests.support.helpers import Spawner, sidecar
-from tests.support.pythons import in_ci
 
-CPU = Path("/sys/fs/cgroup/cpu")
 SPAN = 2.5
 TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _needed(reason: str) -> None:
-    if in_ci():
-        pytest.fail(reason, pytrace=False)
-    pytest.skip(reason)
-
-
-@pytest.fixture
-def limited() -> Iterator[Path]:
-    """A fresh v1 cpu cgroup with a quota of 0.2 CPU and a high weight, removed after the test
-    (every process still in it moved back to the root first)."""
-    if not (CPU / "cgroup.procs").is_file() or not os.access(CPU, os.W_OK):
-        _needed(
-            f"no writable cgroup v1 cpu hierarchy at {CPU}: run as root on a host that mounts "
-            "the v1 cpu controller there"
-        )
-    group = CPU / f"sidecar-test-{os.getpid()}"
-    try:
-        group.mkdir()
-    except OSError as err:
-        _needed(f"cannot make a cgroup under {CPU}: {err}")
-    try:
-        (group / "cpu.cfs_period_us").write_text("100000\n")
-        (group / "cpu.cfs_quota_us").write_text("20000\n")
-        # A weight ten times the default, so the group gets its fifth of a CPU beside a
-        # loaded host's other runnable processes: the quota, not the neighbours, binds it.
-        (group / "cpu.shares").write_text("10240\n")
-        yield group
-    finally:
-        for pid in (group / "cgroup.procs").read_text().split():
-            with contextlib.suppress(OSError):  # gone meanwhile
-                (CPU / "cgroup.procs").write_text(f"{pid}\n")
-        for _ in range(50):  # a process killed a moment ago may still be leaving it
-            try:
-                group.rmdir()
-                break
-            except OSError:
-                time.sleep(0.1)
-        else:
-            group.rmdir()
-
-
-def kernel_stat(group: Path) -> tuple[int, int, int]:
-    """``nr_periods``, ``nr_throttled`` and ``throttled_time`` (ns), read straight."""
-    values = dict(line.split() for line in (group / "cpu.stat").read_text().splitlines())
-    return int(values["nr_periods"]), int(values["nr_throttled"]), int(values["throttled_time"])
+_needed = needed
 
 
 def cpu_seconds(pid: int) -> float:
@@ -133,8 +84,9 @@ def test_a_spinner_limited_to_a_fifth_of_a_cpu(limited: Path, spawn: Spawner) ->
 def test_record_says_a_throttled_target_waits_for_a_cpu(
     limited: Path, spawn: Spawner, tmp_path: Path
 ) -> None:
-    """What ``record`` prints of a spinner at a 0.2 quota: its samples still read busy, but the
-    kernel's accounting beside them says it waited for a CPU most of its runnable time, and
+    """What ``record`` prints of a spinner at a 0.2 quota: most of its samples read cpu_wait
+    (tests/live/test_cpu_wait.py checks the share), the kernel's accounting beside them says
+    it waited for a CPU most of its runnable time, and
     its cgroup's line names the limit and the throttling, as the kernel's cpu.stat counted it
     over the same span."""
     spinner = spawn.command(sys.executable, "-c", "while True: pass")
@@ -149,6 +101,8 @@ def test_record_says_a_throttled_target_waits_for_a_cpu(
         r"all threads [\d.]+ s on a CPU, [\d.]+ s waiting for one \((\d+)% ", result.stderr
     )
     assert waits and int(waits[1]) > 50, result.stderr
+    share = re.search(r"cpu_wait ([\d.]+)%", result.stderr)
+    assert share and float(share[1]) > 50, result.stderr
     line = re.search(
         rf"cpu limit 0\.20 cores \(cgroup v1 /{limited.name}\): throttled in (\d+) of (\d+) "
         r"periods \(\d+%\), ([\d.]+) s lost over ([\d.]+) s",

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from sidecar.rules.frames import STATES
 from tests.support.helpers import (
     HARD_CONNECTIONS,
     LoadDriver,
@@ -74,7 +75,7 @@ def test_targets_profiles_and_timeline(spawn: Spawner, load: LoadDriver, serve: 
     assert set(stats["frameworks"]) == {"aiohttp", "tornado"}
     aio_stats = next(t for t in stats["targets"] if t["framework"] == "aiohttp")
     assert aio_stats["loop"] == "uvloop" and aio_stats["pid"] == aio.pid
-    shares = aio_stats["busy_share"] + aio_stats["idle_share"] + aio_stats["blocked_share"]
+    shares = sum(aio_stats[f"{state}_share"] for state in STATES)
     assert shares == pytest.approx(1.0, abs=0.001)
     assert aio_stats["depth"]["max"] >= aio_stats["depth"]["p95"] >= aio_stats["depth"]["p50"] > 0
     one = server.json(f"/api/stats?target={tid}")

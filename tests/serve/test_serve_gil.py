@@ -12,10 +12,10 @@ import jsonschema
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from sidecar.rules.frames import STATES
 from tests.support.helpers import Spawner, wait_until
 from tests.support.stats_schema import SCHEMA
 
-STATES = ("busy", "idle", "blocked", "gil")
 #: Seconds of 1 s windows the checks read (each about 100 samples of a loop thread).
 SECONDS = 6
 

@@ -37,6 +37,7 @@ SHARES = {
     "idle_share": SHARE,
     "blocked_share": SHARE,
     "gil_share": SHARE,
+    "cpu_wait_share": SHARE,
     "gil_holders": GIL_HOLDERS,
     "gc_share": SHARE,
     "depth": DEPTH,
@@ -115,14 +116,14 @@ STALLS: dict[str, Any] = {
             "thread": {"type": "string"},
             "thread_id": {"type": "integer"},
             "samples": {"type": "integer", "minimum": 1},
-            "state": {"enum": ["busy", "blocked", "gil", "gc"]},
+            "state": {"enum": ["busy", "blocked", "gil", "cpu_wait", "gc"]},
             "states": {
                 "type": "object",
                 "additionalProperties": False,
-                "required": ["busy", "blocked", "gil", "gc"],
+                "required": ["busy", "blocked", "gil", "cpu_wait", "gc"],
                 "properties": {
                     name: {"type": "number", "minimum": 0}
-                    for name in ("busy", "blocked", "gil", "gc")
+                    for name in ("busy", "blocked", "gil", "cpu_wait", "gc")
                 },
             },
             "site": {"type": "string"},
@@ -133,6 +134,43 @@ STALLS: dict[str, Any] = {
                 "additionalProperties": False,
                 "required": ["name", "request"],
                 "properties": {"name": {"type": "string"}, "request": {"type": "boolean"}},
+            },
+        },
+    },
+}  # fmt: skip
+#: Seconds on a CPU and waiting for one of some threads, by the kernel's counters.
+CPU_TIME: dict[str, Any] = {
+    "type": ["object", "null"],
+    "additionalProperties": False,
+    "required": ["on_cpu_s", "waiting_s", "waiting_share"],
+    "properties": {
+        "on_cpu_s": {"type": "number", "minimum": 0},
+        "waiting_s": {"type": "number", "minimum": 0},
+        "waiting_share": SHARE,
+    },
+}
+#: What the kernel counted over a live sampling (null for a profile file).
+KERNEL: dict[str, Any] = {
+    "type": ["object", "null"],
+    "additionalProperties": False,
+    "required": ["span_s", "all_threads", "loop_threads", "cgroup"],
+    "properties": {
+        "span_s": {"type": "number", "minimum": 0},
+        "all_threads": CPU_TIME,
+        "loop_threads": CPU_TIME,
+        "cgroup": {
+            "type": ["object", "null"],
+            "additionalProperties": False,
+            "required": ["version", "path", "cpu_limit_cores", "periods", "throttled_periods",
+                         "throttled_share", "throttled_s"],
+            "properties": {
+                "version": {"enum": [1, 2]},
+                "path": {"type": "string"},
+                "cpu_limit_cores": {"type": ["number", "null"], "minimum": 0},
+                "periods": {"type": "integer", "minimum": 0},
+                "throttled_periods": {"type": "integer", "minimum": 0},
+                "throttled_share": SHARE,
+                "throttled_s": {"type": "number", "minimum": 0},
             },
         },
     },
@@ -157,6 +195,7 @@ SCHEMA: dict[str, Any] = {
                     **SHARES,
                     "tasks": TASKS,
                     "stalls": STALLS,
+                    "kernel": KERNEL,
                 },
             },
         },

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.support.batches import window_batch
-from tests.support.cgroups import kernel_stat, limited  # noqa: F401  (the fixture)
+from tests.support.cgroups import kernel_stat
 from tests.support.helpers import (
     Spawner,
     free_port,
@@ -285,7 +285,7 @@ def test_the_api_serves_gil_and_gc_from_the_store(tmp_path: Path) -> None:
 
 
 def test_metrics_carry_each_target_s_cpu_limit_and_throttling(
-    limited: Path,  # noqa: F811
+    limited: Path,
     spawn: Spawner,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,

@@ -24,6 +24,7 @@ def test_the_schema_is_strict() -> None:
                 "idle_share": 0.9,
                 "blocked_share": 0.0,
                 "gil_share": 0.0,
+                "cpu_wait_share": 0.0,
                 "gil_holders": [],
                 "gc_share": 0.0,
                 "depth": {"mean": 3.0, "p50": 3, "p95": 3, "max": 3},

@@ -72,7 +72,9 @@ pub(crate) struct CpuWaits {
     told: Told,
     /// The sample now and the one before: what a sample stands for.
     now: Instant,
-    stands_for: u64,
+    ticked: bool,
+    /// The time since the last sample (ns).
+    since: u64,
     /// Samples found waiting, and runnable samples read.
     waits: u64,
     reads: u64,
@@ -86,17 +88,22 @@ impl CpuWaits {
             threads: HashMap::default(),
             told: Told::Unknown,
             now: Instant::now(),
-            stands_for: 0,
+            ticked: false,
+            since: 0,
             waits: 0,
             reads: 0,
             nanos: 0,
         }
     }
 
-    /// A new sample begins: the time since the last one is what each of its samples stands for.
+    /// A new sample begins: the time since the last one is what each of its samples stands
+    /// for (the first stands for none).
     pub(crate) fn tick(&mut self) {
         let now = Instant::now();
-        self.stands_for = now.duration_since(self.now).as_nanos().min(1_000_000_000) as u64;
+        if self.ticked {
+            self.since = now.duration_since(self.now).as_nanos().min(1_000_000_000) as u64;
+        }
+        self.ticked = true;
         self.now = now;
     }
 
@@ -147,7 +154,7 @@ impl CpuWaits {
             return false;
         };
         self.reads += 1;
-        let waits = thread.step(now, self.now, self.stands_for);
+        let waits = thread.step(now, self.now, self.since);
         self.waits += u64::from(waits);
         waits
     }
@@ -179,8 +186,9 @@ impl CpuWaits {
 }
 
 impl Thread {
-    /// The verdict of a sample at `at`, standing for `stands_for` ns, that read `now`.
-    fn step(&mut self, now: Schedstat, at: Instant, stands_for: u64) -> bool {
+    /// The verdict of a sample at `at`, standing for the `since` ns since the last one, that
+    /// read `now`.
+    fn step(&mut self, now: Schedstat, at: Instant, since: u64) -> bool {
         let ran = now.run != self.last.run || now.slices != self.last.slices;
         let posted = now.wait.saturating_sub(self.last.wait);
         self.last = now;
@@ -191,10 +199,10 @@ impl Thread {
             true
         } else {
             self.credit = (self.credit + posted.min(LEDGER_BOUND as u64) as i64).min(LEDGER_BOUND);
-            2 * self.credit >= stands_for as i64 && stands_for > 0
+            since > 0 && 2 * self.credit >= since as i64
         };
         if waits {
-            self.credit = (self.credit - stands_for as i64).max(-LEDGER_BOUND);
+            self.credit = (self.credit - since as i64).max(-LEDGER_BOUND);
         }
         waits
     }
