@@ -21,7 +21,7 @@ import pytest
 
 from sidecar.classify.stalls import Stall
 from sidecar.sample.record import Recording, record
-from tests.support.helpers import Proc, Spawner, sidecar
+from tests.support.helpers import Proc, Spawner, running_state, sidecar
 from tests.support.pythons import WALKED, interpreter
 from tests.support.stats_schema import SCHEMA
 
@@ -110,11 +110,14 @@ def test_each_freeze_of_a_schedule_is_one_stall_of_its_length(
     held[-2:] = sorted(held[-2:], key=lambda h: abs(h - stalls[-2].duration_s))
     for stall, (how, ms), truth in zip(stalls, expected, held, strict=True):
         state, function = READS[how]
+        held_by = (state,)
+        if state == "busy":  # a spin on a loaded host may wait for its CPU most of the time
+            state, held_by = running_state(stall.states), ("busy", "cpu_wait")
         assert abs(stall.duration_s - truth) <= _tolerance(rec), (found, held, how, ms)
         assert (stall.state, stall.ongoing) == (state, False), found
         assert stall.site.startswith(f"{function} (targets/handlers.py:"), found
         assert stall.callback and stall.thread == "MainThread", stall
-        assert stall.states[state] > 0.9 * stall.duration_s, stall
+        assert sum(stall.states[s] for s in held_by) > 0.9 * stall.duration_s, stall
     # the two sent at once were served one after the other: two stalls, end to start
     first, second = stalls[-2:]
     assert second.start - first.end < _tolerance(rec), found

@@ -16,6 +16,7 @@ import pytest
 
 from sidecar.formats.export import export
 from sidecar.formats.render import RenderOptions
+from sidecar.rules.frames import STATES
 from tests.support.fixed_rate import profile_under_load, start_load, wait_measuring
 from tests.support.helpers import Spawner, sidecar
 from tests.support.stats_schema import SCHEMA
@@ -27,11 +28,11 @@ def stats_json(*args: str) -> dict[str, Any]:
     doc: dict[str, Any] = json.loads(result.stdout)
     jsonschema.validate(doc, SCHEMA)
     # every test here reads a target that was sampled: its shares, and its framework's, are
-    # of samples, and the four states sum to 1 (each rounded to 4 places)
+    # of samples, and the five states sum to 1 (each rounded to 4 places)
     assert doc["targets"] and doc["frameworks"], doc
     for shares in [*doc["targets"], *doc["frameworks"].values()]:
         assert shares["samples"] > 0, shares
-        total = sum(shares[f"{state}_share"] for state in ("busy", "idle", "blocked", "gil"))
+        total = sum(shares[f"{state}_share"] for state in STATES)
         assert abs(total - 1) < 1e-3, shares
     return doc
 

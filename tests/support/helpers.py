@@ -14,7 +14,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -368,3 +368,9 @@ def frequent(counts: Counter[tuple[str, str]], share: float = 0.02) -> set[tuple
     """The keys holding at least ``share`` of all samples: the stacks that hold time."""
     total = sum(counts.values())
     return {key for key, count in counts.items() if count >= share * total}
+
+
+def running_state(states: Mapping[str, float]) -> str:
+    """The state of a stall that ran code (a spin), given its seconds per state: busy, or
+    cpu_wait where it waited for the CPU it needed longer than it had one (a loaded host)."""
+    return "cpu_wait" if states.get("cpu_wait", 0.0) > states.get("busy", 0.0) else "busy"
