@@ -4,11 +4,12 @@ them in a loop thread's samples in time order (``sidecar._native.Stall``).
 
 What each one was held by: the state most of its samples were in (busy, blocked, gil: waiting
 for the GIL another thread held, or cpu_wait: runnable, waiting for a CPU the kernel gave to
-something else; gc when most were in a garbage collection), and the
-code at fault, where ``classify.threads.holder_site`` puts it (the innermost application
-frame, else the innermost): for a blocked stall the blocking call's, for a busy one the frame
-that took most of its samples, for a gil stall the GIL holder's. The sampler's period is
-the resolution of a stall's length: it reads within a period of the truth at either end.
+something else; gc when most were in a garbage collection), and the code at fault, where
+``classify.threads.stall_site`` puts it (of the frames above the loop's entry, the innermost
+application frame, else the innermost framework frame, else the innermost; never the program's
+entry below the loop): for a blocked stall the blocking call's, for a busy one the frame that
+took most of its samples, for a gil stall the GIL holder's. The sampler's period is the
+resolution of a stall's length: it reads within a period of the truth at either end.
 
 Decoded once per stall, for ``record``, ``stats`` and ``serve`` alike; ``analyze.stalls``
 sums them up.
@@ -21,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sidecar.classify.threads import holder_name, holder_site
+from sidecar.classify.threads import holder_name, holder_site, stall_site
 from sidecar.rules.tasks import is_request
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ def stall_of(native: NativeStall, names: Mapping[int, str]) -> Stall:
     sites: dict[str, Counter[str]] = {state: Counter() for state in STALL_STATES}
     for state, stack, count in native["stacks"]:
         by_state[state] += count
-        sites[state][holder_site(stack)] += count
+        sites[state][stall_site(stack)] += count
     state = max(STALL_STATES, key=lambda s: by_state[s])
     holder = None
     site = _most(sites[state])

@@ -92,6 +92,24 @@ def _holder_site(stack: str) -> str:
     return f"{frames[-1].name} ({frames[-1].file}:{frames[-1].line})"
 
 
+def _stall_site(stack: str) -> str:
+    """Where a loop thread's sample in a stall was: of the frames above the one that entered
+    the loop (the callback and what it called), the innermost application frame, else the
+    innermost framework frame, else the innermost; ``holder_site`` where no frame is above the
+    loop's entry. Never the program's entry (``<module>`` at ``asyncio.run(main())``) for a
+    sample in a callback that runs no application code."""
+    frames = code_frames(stack)
+    entry = loop_entry_index(frames)
+    above = frames[entry + 1 :] if entry is not None else []
+    if not above:
+        return holder_site(stack)
+    for layer in ("application", "framework"):
+        for frame in reversed(above):
+            if layer_of_file(frame.file) == layer:
+                return f"{frame.name} ({frame.file}:{frame.line})"
+    return f"{above[-1].name} ({above[-1].file}:{above[-1].line})"
+
+
 def holder_name(tid: int, names: Mapping[int, str]) -> str:
     """How a GIL holder is named: its thread's name, else its id; a GIL being handed over
     from one thread to another (held by none) says so."""
@@ -114,6 +132,7 @@ def holder_group(name: str) -> str:
 is_loop_stack = TextCache(_is_loop_stack)
 classify = TextCache(_classify)
 holder_site = TextCache(_holder_site)
+stall_site = TextCache(_stall_site)
 
 
 def off_cpu_state(frames: Sequence[Frame]) -> str:

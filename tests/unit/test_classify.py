@@ -11,7 +11,9 @@ from sidecar.classify.threads import (
     classify,
     estimate_state,
     holder_group,
+    holder_site,
     is_loop_stack,
+    stall_site,
     state_counts,
 )
 from sidecar.classify.window import window_of
@@ -144,3 +146,23 @@ def test_a_window_gives_gil_samples_gc_frames_and_the_loops_holders() -> None:
     assert classified.states == {"busy": 4, "idle": 1, "blocked": 0, "gil": 5, "cpu_wait": 0}
     # the waiter that runs no loop is left out; the site skips json, a standard library frame
     assert classified.gil_holders == [GilHolder(1, 2, "crunch (/srv/app/jobs.py:12)", 3)]
+
+
+def test_a_stalls_site_is_in_the_callback_never_the_programs_entry() -> None:
+    entry = (
+        "<module> (tornado_pool.py:30);run (asyncio/runners.py:190);"
+        "BaseEventLoop.run_until_complete (asyncio/base_events.py:641);"
+        "BaseEventLoop.run_forever (asyncio/base_events.py:608);"
+        "BaseEventLoop._run_once (asyncio/base_events.py:1922);Handle._run (asyncio/events.py:80)"
+    )
+    # a callback running only the framework's code: the framework's innermost frame
+    framework = f"{entry};IOStream._handle_write (tornado/iostream.py:977);" + (
+        "IOStream.write_to_fd (tornado/iostream.py:1140);socket.send (socket.py:12)"
+    )
+    assert stall_site(framework) == "IOStream.write_to_fd (tornado/iostream.py:1140)"
+    assert holder_site(framework) == "<module> (tornado_pool.py:30)"  # what it read before
+    # the application's code in it wins, however deep the framework and stdlib above it
+    app = f"{entry};handle (tornado_pool.py:12);json.dumps (json/__init__.py:231)"
+    assert stall_site(app) == "handle (tornado_pool.py:12)"
+    # nothing above the loop's entry (an unknown loop): the innermost application frame
+    assert stall_site("<module> (app.py:3);main (app.py:9)") == "main (app.py:9)"
