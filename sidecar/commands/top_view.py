@@ -37,10 +37,11 @@ HELP = [
     "  q  quit (Ctrl-C too); the target is never stopped",
     "",
     "states of the loop's samples",
-    "  busy     on CPU",
+    "  busy     on a CPU",
     "  idle     waiting for I/O in the loop's poll",
     "  blocked  off CPU anywhere else: the loop serves nobody meanwhile",
     "  gil      waiting for the GIL another thread holds",
+    "  cpu_wait runnable, waiting for a CPU (a CPU limit, busy cores)",
 ]
 
 

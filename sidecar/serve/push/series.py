@@ -2,16 +2,16 @@
 
 Each window becomes two gzipped pprof profiles: ``process_cpu`` (the busy samples, in CPU
 nanoseconds at one period per sample, a ``[gc]`` frame on top of those taken while the thread
-collected garbage) and ``wall`` (every sample, in wall nanoseconds). Every sample is labelled
-with its ``state`` (busy, idle, blocked, gil) and its ``thread_name``
-(``sidecar.formats.pprof``). A
-window with task scans adds a third, ``asyncio_tasks``: each task-sample stands for one scan
-period of one task, in wall nanoseconds, so a stack's value is the time tasks spent in that
-await chain; its samples are labelled with the task's ``state`` (running, ready, waiting) and
-``task`` (request, background). A series is named by ``service_name`` (``--service-name``, else
-a short name of the target's command line) and labelled with the target's ``framework``,
-``loop`` and ``python_version``, and with the pod's name and namespace where the manifests pass
-them in (``POD_NAME``, ``POD_NAMESPACE``).
+collected garbage; a sample waiting for a CPU is none of them) and ``wall`` (every sample, in
+wall nanoseconds). Every sample is labelled with its ``state`` (busy, idle, blocked, gil,
+cpu_wait) and its ``thread_name`` (``sidecar.formats.pprof``). A window with task scans adds a
+third, ``asyncio_tasks``: each task-sample stands for one scan period of one task, in wall
+nanoseconds, so a stack's value is the time tasks spent in that await chain; its samples are
+labelled with the task's ``state`` (running, ready, waiting) and ``task`` (request, background).
+A series is named by ``service_name`` (``--service-name``, else a short name of the target's
+command line) and labelled with the target's ``framework``, ``loop`` and ``python_version``, and
+with the pod's name and namespace where the manifests pass them in (``POD_NAME``,
+``POD_NAMESPACE``).
 
 Pyroscope's default limits are kept: at most 16,000 samples per profile (the rarest stacks of a
 larger window are counted together as one ``[other stacks]`` stack per state and thread, so the
