@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from sidecar.rules.frames import STATES
 from sidecar.serve.push import Client, Pusher, endpoint
 from sidecar.store import ProcessRecord, WindowBatch
 from sidecar.store.query import Range, Reader
@@ -226,12 +227,7 @@ def test_task_windows_arrive_as_asyncio_tasks_with_the_stores_counts(
     requests = pyroscope.total(TASKS, '{service_name="tasks", task="request"}', start, end)
     assert requests == stored_tasks("requests") * scan_ns > 0
     states = pyroscope.label_values("state", selector, start, end)
-    assert "waiting" in states and states <= {"running", "ready", "waiting"} | {
-        "busy",
-        "idle",
-        "blocked",
-        "gil",
-    }
+    assert "waiting" in states and states <= {"running", "ready", "waiting"} | set(STATES)
     waiting = pyroscope.total(TASKS, '{service_name="tasks", state="waiting"}', start, end)
     assert waiting == stored_tasks(states={"waiting"}) * scan_ns
     # the requests' await chains: the handler and the awaits it is parked on

@@ -23,6 +23,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
+from sidecar.rules.frames import STATES
 from tests.support.charts import PLOT_BOTTOM, PLOT_TOP, bucket_x, hover
 from tests.support.helpers import (
     CHROMIUM,
@@ -370,7 +371,7 @@ def test_the_ui_reads_frames_by_the_rules_the_api_serves(ui: UI) -> None:
     from sidecar.rules.layers import layer_of_file
 
     rules = ui.api("/api/rules")
-    assert rules["leaves"] == LEAVES and set(LEAVES) == {"idle", "blocked", "gil"}
+    assert rules["leaves"] == LEAVES and set(LEAVES) == {"idle", "blocked", "gil", "cpu_wait"}
     assert rules["gc_frame"] == GC_FRAME
     page = ui.open("/", "#flame")
     shown = page.evaluate(
@@ -412,7 +413,8 @@ def test_compare_renders_a_differential_flamegraph(ui: UI) -> None:
         f"&from_b={b_from}&to_b={b_to}&format=json&threads=loop"
     )
     assert shown_changes(page, "#self-changes") == expected_changes(halves_diff["self_changes"])
-    assert page.locator("#state-changes .state-change").count() == 4  # busy, idle, blocked, gil
+    # busy, idle, blocked, gil, cpu_wait
+    assert page.locator("#state-changes .state-change").count() == len(STATES)
     assert page.locator("#states-of").inner_text() == "the event loop's threads"
     shot(page, "compare")
 
