@@ -75,9 +75,6 @@ pub(crate) struct CpuWaits {
     ticked: bool,
     /// The time since the last sample (ns).
     since: u64,
-    /// Samples found waiting, and runnable samples read.
-    waits: u64,
-    reads: u64,
     nanos: u64,
 }
 
@@ -90,8 +87,6 @@ impl CpuWaits {
             now: Instant::now(),
             ticked: false,
             since: 0,
-            waits: 0,
-            reads: 0,
             nanos: 0,
         }
     }
@@ -153,10 +148,7 @@ impl CpuWaits {
             self.threads.remove(&tid);
             return false;
         };
-        self.reads += 1;
-        let waits = thread.step(now, self.now, self.since);
-        self.waits += u64::from(waits);
-        waits
+        thread.step(now, self.now, self.since)
     }
 
     /// Forgets the threads not in `alive`.
@@ -236,13 +228,27 @@ mod tests {
 
     const MS: u64 = 1_000_000;
 
-    fn thread(last: Schedstat, at: Instant) -> Thread {
-        Thread {
-            file: File::open("/proc/self/schedstat").expect("a schedstat file"),
+    /// A thread that has run once, read now: when, its counters, its ledger.
+    fn started() -> (Instant, Schedstat, Thread) {
+        let (at, last) = (
+            Instant::now(),
+            Schedstat {
+                run: 1,
+                wait: 0,
+                slices: 1,
+            },
+        );
+        let file = File::open("/proc/self/schedstat").expect("a schedstat file");
+        (
+            at,
             last,
-            moved: at,
-            credit: 0,
-        }
+            Thread {
+                file,
+                last,
+                moved: at,
+                credit: 0,
+            },
+        )
     }
 
     #[test]
@@ -265,14 +271,7 @@ mod tests {
     /// counters stand still while it is throttled and the wait is posted when it runs again.
     #[test]
     fn a_throttled_threads_samples_wait_for_the_share_the_kernel_counts() {
-        let start = Instant::now();
-        let mut at = start;
-        let mut stat = Schedstat {
-            run: 1,
-            wait: 0,
-            slices: 1,
-        };
-        let mut t = thread(stat, at);
+        let (mut at, mut stat, mut t) = started();
         let mut waits = 0;
         for period in 0..20u64 {
             for tick in 0..10u64 {
@@ -299,13 +298,7 @@ mod tests {
     /// half the time, posted in small pieces as it gets the CPU back.
     #[test]
     fn a_thread_sharing_its_cpu_waits_about_half_its_samples() {
-        let mut at = Instant::now();
-        let mut stat = Schedstat {
-            run: 1,
-            wait: 0,
-            slices: 1,
-        };
-        let mut t = thread(stat, at);
+        let (mut at, mut stat, mut t) = started();
         let mut waits = 0;
         let mut clock = 0u64; // ms, the thread runs in even 4 ms slots
         for _ in 0..1000 {
@@ -331,13 +324,7 @@ mod tests {
 
     #[test]
     fn a_running_thread_never_waits() {
-        let mut at = Instant::now();
-        let mut stat = Schedstat {
-            run: 1,
-            wait: 0,
-            slices: 1,
-        };
-        let mut t = thread(stat, at);
+        let (mut at, mut stat, mut t) = started();
         for _ in 0..500 {
             at += Duration::from_millis(10);
             stat.run += 10 * MS;
