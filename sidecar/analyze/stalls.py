@@ -30,8 +30,14 @@ def _ms(threshold_ms: float) -> str:
 
 def _where(stall: Stall) -> str:
     if stall.state == "gil" and stall.holder:
-        return f"GIL held by {stall.holder!r} at {stall.site}"
-    return f"at {stall.site}" if stall.site else ""
+        where = f"GIL held by {stall.holder!r} at {stall.site}"
+    elif stall.state == "cpu_wait":
+        where = f"waiting for a CPU, at {stall.site}" if stall.site else "waiting for a CPU"
+    else:
+        where = f"at {stall.site}" if stall.site else ""
+    if stall.tied:
+        where += f" ({' and '.join(stall.tied)} as many samples)"
+    return where.strip()
 
 
 def summary_line(stalls: Sequence[Stall], threshold_ms: float, dropped: int = 0) -> str:
@@ -66,11 +72,15 @@ def stall_rows(stalls: Sequence[Stall], top: int, period_s: float) -> list[str]:
         when = time.strftime("%H:%M:%S", time.localtime(stall.start))
         when += f".{int(stall.start * 1000) % 1000:03d}"
         length = f"{stall.duration_s:5.2f} s{'+' if stall.ongoing else ' '}"
-        lines.append(f"{length} {when}  {stall.state:<7}  {_where(stall)}")
+        lines.append(f"{length} {when}  {stall.state:<8}  {_where(stall)}")
         task = ""
         if stall.task is not None:
             task = f" · task {stall.task!r}{' (a request)' if stall.request else ''}"
         lines.append(f"{'':>9}in {stall.callback} ({stall.thread}){task}")
+        if stall.throttling is not None and (
+            stall.throttling.throttled_periods or stall.state == "cpu_wait"
+        ):
+            lines.append(f"{'':>9}{stall.throttling.line()}")
     if any(s.ongoing for s in stalls):
         lines.append("+ still stalled when sampling ended")
     return lines

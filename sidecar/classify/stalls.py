@@ -8,8 +8,14 @@ something else; gc when most were in a garbage collection), and the code at faul
 ``classify.threads.stall_site`` puts it (of the frames above the loop's entry, the innermost
 application frame, else the innermost framework frame, else the innermost; never the program's
 entry below the loop): for a blocked stall the blocking call's, for a busy one the frame that
-took most of its samples, for a gil stall the GIL holder's. The sampler's period is the
-resolution of a stall's length: it reads within a period of the truth at either end.
+took most of its samples, for a gil stall the GIL holder's. Where two states have as many
+samples, the first of busy, blocked, gil, cpu_wait names it and the others are said (``tied``).
+The sampler's period is the resolution of a stall's length: it reads within a period of the
+truth at either end.
+
+Where the target's cgroup sets a CPU limit, a stall carries the throttling the cgroup counted
+around it (``throttling``: ``sample.cgroup.ThrottleLog``, from readings taken about once a
+second, so over the stall and up to a second either side, which it says).
 
 Decoded once per stall, for ``record``, ``stats`` and ``serve`` alike; ``analyze.stalls``
 sums them up.
@@ -18,7 +24,7 @@ sums them up.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +66,10 @@ class Stall:
     #: fell in it
     task: str | None = None
     request: bool | None = None
+    #: the other states with as many samples as ``state`` (in STALL_STATES' order)
+    tied: tuple[str, ...] = ()
+    #: what the cgroup's CPU limit throttled around it; None without a limit or a reading
+    throttling: Throttled | None = None
 
     @property
     def end(self) -> float:
@@ -80,7 +90,57 @@ class Stall:
             "holder": self.holder,
             "callback": self.callback,
             "task": None if self.task is None else {"name": self.task, "request": self.request},
+            "tied": list(self.tied),
+            "throttling": None if self.throttling is None else self.throttling.to_json(),
         }
+
+
+@dataclass(frozen=True)
+class Throttled:
+    """The CFS throttling of a target's cgroup over a span of readings around a stall: from
+    the last reading before it began to the first after it ended (``span_s`` long)."""
+
+    periods: int
+    throttled_periods: int
+    seconds_lost: float
+    span_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "periods": self.periods,
+            "throttled_periods": self.throttled_periods,
+            "seconds_lost": round(self.seconds_lost, 3),
+            "span_s": round(self.span_s, 3),
+        }
+
+    def line(self) -> str:
+        """``the cgroup throttled 5 of 6 periods, 0.41 s lost, over 1.3 s around it``."""
+        if not self.throttled_periods:
+            return f"the cgroup was not throttled in {self.periods} periods around it"
+        return (
+            f"the cgroup throttled {self.throttled_periods} of {self.periods} periods, "
+            f"{self.seconds_lost:.2f} s lost, over {self.span_s:.1f} s around it"
+        )
+
+
+def throttle_row(throttled: Throttled | None) -> tuple[int | float | None, ...]:
+    """``throttled`` as the store's four columns (``store.schema.STALL_THROTTLE``)."""
+    if throttled is None:
+        return (None, None, None, None)
+    return (
+        throttled.periods,
+        throttled.throttled_periods,
+        throttled.seconds_lost,
+        throttled.span_s,
+    )
+
+
+def throttled_of(row: Sequence[Any]) -> Throttled | None:
+    """The store's four columns back as a ``Throttled`` (None where any is NULL)."""
+    periods, throttled, lost, span = row
+    if periods is None or throttled is None or lost is None or span is None:
+        return None
+    return Throttled(int(periods), int(throttled), float(lost), float(span))
 
 
 def _most(counts: Counter[str]) -> str:
@@ -98,6 +158,7 @@ def stall_of(native: NativeStall, names: Mapping[int, str]) -> Stall:
         by_state[state] += count
         sites[state][stall_site(stack)] += count
     state = max(STALL_STATES, key=lambda s: by_state[s])
+    tied = tuple(s for s in STALL_STATES if s != state and by_state[s] == by_state[state])
     holder = None
     site = _most(sites[state])
     if 2 * int(native["gc"]) > samples:
@@ -127,4 +188,5 @@ def stall_of(native: NativeStall, names: Mapping[int, str]) -> Stall:
         callback=native["callback"],
         task=None if task is None else task[0],
         request=None if task is None else is_request(task[1]),
+        tied=tied,
     )

@@ -23,13 +23,17 @@ untrusted: a missing or malformed one raises ``CgroupError`` (``read_cpu``) or g
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
 import re
 import time
+from bisect import bisect_left, bisect_right
+from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from sidecar.classify.stalls import Stall, Throttled
 from sidecar.errors import CgroupError, TargetGone
 
 PROC = Path("/proc")
@@ -138,6 +142,48 @@ def read_cpu(pid: int, *, proc: Path = PROC) -> CgroupCpu:
         f"the cgroup v{version} {path} of PID {pid} is not found under this sidecar's "
         "cgroup mounts nor the target's own (/proc/PID/root)"
     )
+
+
+class ThrottleLog:
+    """Readings of one target's cgroup over time (wall clock, as stalls are timed), kept up to
+    ``bound`` of them, for the throttling around each stall (``around``). Only readings of a
+    cgroup with a limit are kept: without one nothing is throttled."""
+
+    def __init__(self, bound: int = 3600) -> None:
+        self.times: deque[float] = deque(maxlen=bound)
+        self.readings: deque[CgroupCpu] = deque(maxlen=bound)
+
+    def note(self, reading: CgroupCpu | CpuUnknown | None, when: float | None = None) -> None:
+        if not isinstance(reading, CgroupCpu) or reading.cores is None:
+            return
+        when = time.time() if when is None else when
+        if self.times and when <= self.times[-1]:
+            return
+        self.times.append(when)
+        self.readings.append(reading)
+
+    def around(self, start: float, end: float) -> Throttled | None:
+        """The throttling from the last reading at or before ``start`` to the first at or
+        after ``end``; None where no two readings of one cgroup enclose the span."""
+        first = bisect_right(self.times, start) - 1
+        last = bisect_left(self.times, end)
+        if first < 0 or last >= len(self.times):
+            return None
+        try:
+            span = self.readings[last].since(self.readings[first])
+        except CgroupError:
+            return None
+        lasted = self.times[last] - self.times[first]
+        return Throttled(span.periods, span.throttled_periods, span.seconds_lost, lasted)
+
+    def mark(self, stalls: list[Stall]) -> list[Stall]:
+        """``stalls``, each with the throttling around it where the readings enclose it."""
+        return [replace(s, throttling=self.around(s.start, s.end)) for s in stalls]
+
+    def read(self, pid: int) -> None:
+        """Notes the cgroup's counters now (a process gone is noted no more)."""
+        with contextlib.suppress(TargetGone):
+            self.note(probe_cpu(pid))
 
 
 def cpu_line(before: CgroupCpu | CpuUnknown, after: CgroupCpu | CpuUnknown) -> str:

@@ -25,7 +25,7 @@ from sidecar.formats.pprof import Sample
 from sidecar.profile import Profile, Target
 from sidecar.rules.frames import leaf_for
 from sidecar.rules.tasks import task_leaf
-from sidecar.sample.cgroup import CgroupCpu, CpuUnknown, probe_cpu
+from sidecar.sample.cgroup import CgroupCpu, CpuUnknown, ThrottleLog, probe_cpu
 from sidecar.sample.cgroup import cpu_line as throttling_line
 from sidecar.sample.launch import Launched
 from sidecar.sample.sampler import open_sampler
@@ -292,6 +292,8 @@ def record(
     cmdline = read_cmdline(pid)
     started = _native.process_start_time(pid)
     kernel_before = KernelReading.of(pid)
+    throttle = ThrottleLog(bound=1_000_000)
+    throttle.note(kernel_before.cgroup)
     if on_attach is not None:
         on_attach(sampler.python_version)
     counts = Tally()
@@ -306,6 +308,8 @@ def record(
             if duration is not None:
                 wait = min(wait, max(0.0, duration - elapsed))
             time.sleep(wait)
+            if throttle.readings:
+                throttle.read(pid)
             for window in sampler.drain():
                 counts.add(window_of(window))
             if progress is not None:
@@ -318,6 +322,9 @@ def record(
         counts.add(window_of(window))
     stats = sampler.stats()
     kernel_after = KernelReading.of(pid) if not sampler.exited else None
+    if kernel_after is not None:
+        throttle.note(kernel_after.cgroup)
+    counts.stall_list = throttle.mark(counts.stall_list)
     target = Target(
         pid=pid, cmdline=cmdline, python_version=sampler.python_version, start_time=started
     )

@@ -33,7 +33,7 @@ from sidecar.discover import (
     scan,
 )
 from sidecar.errors import CgroupError, TargetError, TargetGone
-from sidecar.sample.cgroup import CgroupCpu, CpuUnknown, Throttling, probe_cpu
+from sidecar.sample.cgroup import CgroupCpu, CpuUnknown, ThrottleLog, Throttling, probe_cpu
 from sidecar.sample.messages import Gone, ProcessKey, ProcessRecord, WindowBatch
 from sidecar.sample.record import Tally
 from sidecar.sample.sampler import TORN_SHARE, on_cpu_source, open_sampler, torn_note
@@ -107,10 +107,13 @@ class Session:
     counted: Throttling | None = None
     #: Why its cgroup could not be read, the first time (said in the log then, and only then).
     cpu_unknown: str | None = None
+    #: Its cgroup's readings of the last ten minutes or so, for the throttling around stalls.
+    throttle: ThrottleLog = field(default_factory=lambda: ThrottleLog(bound=600))
 
-    def add(self, window: Window) -> None:
+    def add(self, window: Window) -> Window:
         """Its live figures for /metrics, from one more window: the loop's samples, the tasks
-        in flight, the stalls' lengths, its cgroup's CPU limit and throttling."""
+        in flight, the stalls' lengths, its cgroup's CPU limit and throttling; and the window
+        with the throttling around each of its stalls."""
         if window.task_scans:
             self.tasks = window.tasks_by_kind()
             self.tasks_unread = window.task_unread / window.task_scans
@@ -119,6 +122,9 @@ class Session:
         self.recent.append(analyze(tally.to_profile()))
         self.stalls.add([stall.duration_s for stall in window.stalls], window.stalls_dropped)
         self.read_cpu()
+        if not window.stalls:
+            return window
+        return replace(window, stalls=self.throttle.mark(window.stalls))
 
     def read_cpu(self) -> None:
         """Reads its cgroup's CPU limit and throttling again (``sample.cgroup``). One that
@@ -136,6 +142,7 @@ class Session:
                 )
             self.cpu = None
             return
+        self.throttle.note(reading)
         shown = reading.throttling
         if self.counted is not None and self.cpu_read is not None:
             shown = carried(self.counted, self.cpu_read, reading)
@@ -414,8 +421,7 @@ class Sessions:
     def _batch(self, session: Session, native: NativeWindow) -> WindowBatch:
         """A sampler's window classified once, taken into the session's live figures, and as
         its sinks take it."""
-        window = window_of(native)
-        session.add(window)
+        window = session.add(window_of(native))
         return WindowBatch(session.key, self.window, window)
 
     def _finish(self, key: ProcessKey, session: Session) -> None:

@@ -53,6 +53,12 @@ Version 10 adds the ``cpu_wait`` state (a thread runnable but waiting for a CPU:
 runs something else): its sums in ``windows`` (``cpu_wait``, ``loop_cpu_wait``) and a stall's
 seconds in it (``stalls.cpu_wait``); 0 in older rows, whose sampler counted such samples busy.
 
+Version 11 adds what a stall says beyond its state: the states with as many samples
+(``stalls.tied``, comma-separated; empty in older rows), and the CFS throttling of the
+target's cgroup around it (``throttle_periods``, ``throttle_throttled``, ``throttle_lost``
+seconds over ``throttle_span`` seconds of readings; NULL without a limit or a reading, and in
+older rows).
+
 Schema versions 1 to 3 kept one row per (window, process, stack, thread, state) in
 ``samples`` and per hour in ``rollups``; version 4 packs them.
 """
@@ -300,8 +306,19 @@ V10 = """
         ALTER TABLE stalls ADD COLUMN cpu_wait REAL NOT NULL DEFAULT 0;
 """
 
+V11 = """
+        ALTER TABLE stalls ADD COLUMN tied TEXT NOT NULL DEFAULT '';
+        ALTER TABLE stalls ADD COLUMN throttle_periods INTEGER;
+        ALTER TABLE stalls ADD COLUMN throttle_throttled INTEGER;
+        ALTER TABLE stalls ADD COLUMN throttle_lost REAL;
+        ALTER TABLE stalls ADD COLUMN throttle_span REAL;
+"""
+
 #: A stall's seconds in each state, its columns of ``stalls``.
 STALL_SECONDS = ("busy", "blocked", "gil", "cpu_wait", "gc")
+#: The throttling around a stall, its columns of ``stalls`` (``classify.stalls.Throttled``'s
+#: fields in order).
+STALL_THROTTLE = ("throttle_periods", "throttle_throttled", "throttle_lost", "throttle_span")
 #: The columns of ``stalls``, in the order rows are written.
 STALL_COLUMNS = (
     "window",
@@ -320,6 +337,8 @@ STALL_COLUMNS = (
     "callback",
     "task",
     "request",
+    "tied",
+    *STALL_THROTTLE,
 )
 #: Seconds in an hour: the key of ``hour_counts`` (and ``rollup_hours``) is a multiple of it.
 HOUR = 3600
@@ -439,6 +458,7 @@ MIGRATIONS: tuple[str | Callable[[sqlite3.Connection], None], ...] = (
     V8,
     V9,
     V10,
+    V11,
 )
 
 

@@ -10,25 +10,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from sidecar.classify.stalls import Stall
+from sidecar.classify.stalls import STALL_STATES, Stall, throttled_of
 from sidecar.store.query import QueryError, Range, Reader
-from sidecar.store.schema import STALL_SECONDS
+from sidecar.store.schema import STALL_SECONDS, STALL_THROTTLE
 
 #: The most stalls one answer lists (``limit``'s bound).
 MAX_STALLS = 10_000
 _COLUMNS = (
     "s.start, s.duration, s.ongoing, s.thread_id, s.thread, s.samples, s.state, "
     + ", ".join(f"s.{name}" for name in STALL_SECONDS)
-    + ", s.site, s.holder, s.callback, s.task, s.request, s.target_id, p.pid"
+    + ", s.site, s.holder, s.callback, s.task, s.request, s.tied, "
+    + ", ".join(f"s.{name}" for name in STALL_THROTTLE)
+    + ", s.target_id, p.pid"
 )
 
 
 def _stall(row: tuple[Any, ...]) -> Stall:
     start, duration, ongoing, tid, thread, samples, state, *rest = row
-    seconds, (site, holder, callback, task, request) = (
-        rest[: len(STALL_SECONDS)],
-        rest[len(STALL_SECONDS) : -2],
-    )
+    seconds = rest[: len(STALL_SECONDS)]
+    site, holder, callback, task, request, tied, *throttle = rest[len(STALL_SECONDS) : -2]
     return Stall(
         start=float(start),
         duration_s=float(duration),
@@ -43,6 +43,8 @@ def _stall(row: tuple[Any, ...]) -> Stall:
         callback=str(callback),
         task=task,
         request=None if request is None else bool(request),
+        tied=tuple(name for name in str(tied).split(",") if name in STALL_STATES),
+        throttling=throttled_of(throttle),
     )
 
 

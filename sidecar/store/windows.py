@@ -11,6 +11,7 @@ alike), the holder's place interned as a frame.
 
 from __future__ import annotations
 
+from sidecar.classify.stalls import throttle_row
 from sidecar.classify.threads import is_loop_stack
 from sidecar.rules.frames import code_frames
 from sidecar.rules.tasks import is_request
@@ -296,6 +297,8 @@ class WindowWriter(StoreFile):
                     s.callback,
                     s.task,
                     s.request,
+                    ",".join(s.tied),
+                    *throttle_row(s.throttling),
                 )
                 for s in batch.window.stalls
             ],

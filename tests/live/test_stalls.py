@@ -15,6 +15,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -102,7 +103,13 @@ def test_each_freeze_of_a_schedule_is_one_stall_of_its_length(
     target = spawn.target(module, *args)
     held: list[float] = []
     rec = _recorded(target, 4.4, lambda: _schedule(target, held))
-    stalls = rec.counts.stalls()
+    # On a loaded host a short request kept from its CPU holds the loop too: such a stall
+    # reads cpu_wait in the request's own code, not in a freeze (seen beside other suites).
+    stalls = [
+        s
+        for s in rec.counts.stalls()
+        if not (s.state == "cpu_wait" and not s.site.startswith("freeze_"))
+    ]
     expected = [*SCHEDULE, AT_ONCE, AT_ONCE]
     found = [(s.state, round(s.duration_s, 3), s.site) for s in stalls]
     assert len(stalls) == len(expected) == len(held), (found, held)
@@ -204,3 +211,51 @@ def test_record_and_stats_say_the_stalls(spawn: Spawner, tmp_path: object) -> No
     result = sidecar("stats", "--pid", str(target.pid), "--stall-ms", "0")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1].startswith("sidecar stats: error: argument")
+
+
+def test_a_cpu_starved_stall_says_so_with_the_throttling_around_it(
+    limited: Path, spawn: Spawner, tmp_path: Path
+) -> None:
+    """A 500 ms spin of the loop in a cgroup limited to 0.2 CPU gets about a fifth of its wall
+    time on a CPU: the stall reads cpu_wait, at the spinning frame, with the periods the
+    cgroup throttled around it, in ``record``'s table and ``stats --json`` alike."""
+    target = spawn.target("aiohttp_app")
+    (limited / "cgroup.procs").write_text(f"{target.pid}\n")
+    held: list[float] = []
+    timer = threading.Timer(1.2, _freeze, args=(target, "spin", 500, held))
+    timer.start()
+    out = tmp_path / "starved.svg"
+    result = sidecar("record", "--pid", str(target.pid), "-d", "3", "-o", str(out))
+    timer.join()
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    rows = [i for i, line in enumerate(lines) if re.match(r"\s*[\d.]+ s\s+\d\d:", line)]
+    assert len(rows) == 1, result.stderr
+    row, below = lines[rows[0]], lines[rows[0] + 2]
+    assert "cpu_wait  waiting for a CPU, at freeze_spin (targets/handlers.py:" in row, row
+    throttled = re.fullmatch(
+        r"\s+the cgroup throttled (\d+) of (\d+) periods, ([\d.]+) s lost, over ([\d.]+) s "
+        r"around it",
+        below,
+    )
+    assert throttled, result.stderr
+    periods, of, lost, span = (float(group) for group in throttled.groups())
+    # a loop spinning half a second at a fifth of a CPU is throttled in most periods around it
+    assert of >= 4 and periods >= of / 2 and lost > 0.2 and span >= 0.5, below
+    print(row, below, sep="\n")
+
+    timer = threading.Timer(1.2, _freeze, args=(target, "spin", 500, held))
+    timer.start()
+    result = sidecar("stats", "--pid", str(target.pid), "--duration", "3", "--json")
+    timer.join()
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    jsonschema.validate(doc, SCHEMA)
+    (stall,) = doc["targets"][0]["stalls"]
+    assert stall["state"] == "cpu_wait", stall
+    assert stall["states"]["cpu_wait"] > 0.5 * stall["duration_s"], stall
+    assert stall["site"].startswith("freeze_spin (targets/handlers.py:"), stall
+    cgroup = stall["throttling"]
+    assert cgroup["throttled_periods"] >= cgroup["periods"] / 2 > 1, stall
+    assert cgroup["span_s"] >= stall["duration_s"], stall
+    print(stall)

@@ -107,7 +107,7 @@ STALLS: dict[str, Any] = {
         "additionalProperties": False,
         "required": [
             "start", "duration_s", "ongoing", "thread", "thread_id", "samples", "state",
-            "states", "site", "holder", "callback", "task",
+            "states", "site", "holder", "callback", "task", "tied", "throttling",
         ],
         "properties": {
             "start": {"type": "number"},
@@ -134,6 +134,22 @@ STALLS: dict[str, Any] = {
                 "additionalProperties": False,
                 "required": ["name", "request"],
                 "properties": {"name": {"type": "string"}, "request": {"type": "boolean"}},
+            },
+            "tied": {
+                "type": "array",
+                "items": {"enum": ["busy", "blocked", "gil", "cpu_wait"]},
+                "uniqueItems": True,
+            },
+            "throttling": {
+                "type": ["object", "null"],
+                "additionalProperties": False,
+                "required": ["periods", "throttled_periods", "seconds_lost", "span_s"],
+                "properties": {
+                    "periods": {"type": "integer", "minimum": 0},
+                    "throttled_periods": {"type": "integer", "minimum": 0},
+                    "seconds_lost": {"type": "number", "minimum": 0},
+                    "span_s": {"type": "number", "minimum": 0},
+                },
             },
         },
     },

@@ -68,6 +68,23 @@ function taskWords(stall) {
   return `task ${stall.task.name}${stall.task.request ? " (a request)" : ""}`;
 }
 
+/** The states with as many samples as the stall's own, in words ("" when none tie). */
+function tiedWords(stall) {
+  const tied = stall.tied || [];
+  return tied.length ? `${tied.join(" and ")} as many samples` : "";
+}
+
+/** What the cgroup's CPU limit throttled around a stall, in words ("" without a reading). */
+export function throttleWords(stall) {
+  const t = stall.throttling;
+  if (!t) return "";
+  if (!t.throttled_periods) return `the cgroup was not throttled in ${count(t.periods)} periods around it`;
+  return (
+    `the cgroup throttled ${count(t.throttled_periods)} of ${count(t.periods)} periods, ` +
+    `${t.seconds_lost.toFixed(2)} s lost, over ${t.span_s.toFixed(1)} s around it`
+  );
+}
+
 /** The tooltip of one stall: what held the loop, in what callback, task and thread, and when. */
 export function stallTip(stall) {
   const holder = stall.holder
@@ -78,7 +95,9 @@ export function stallTip(stall) {
     `<div><strong>${stallLength(stall)}</strong> stall · ${stateLabel(stall.state)} ` +
     `<span class="muted">${esc(STATE_WORDS[stall.state] || "")}</span></div>` +
     `<div data-site>at <strong>${esc(stall.site || "no Python frame")}</strong></div>` +
+    (stall.tied && stall.tied.length ? `<div data-tied class="muted">${esc(tiedWords(stall))}</div>` : "") +
     holder +
+    (stall.throttling ? `<div data-throttling>${esc(throttleWords(stall))}</div>` : "") +
     `<div data-callback><span class="muted">in</span> ${esc(stall.callback)}</div>` +
     (stall.task ? `<div data-task>${esc(taskWords(stall))}</div>` : "") +
     `<div>${esc(stall.thread)} · PID ${stall.pid} · from ${stallWhen(stall.start)}${ongoing}</div>` +
@@ -137,12 +156,16 @@ export function renderStalls(table, summary, doc, { sel, onPick }) {
     .map((s, i) => {
       const width = Math.round((s.duration_s / longest) * 60);
       const holder = s.holder ? `<div class="holder">the GIL held by <code>${esc(s.holder)}</code></div>` : "";
+      const tied = s.tied && s.tied.length ? `<div class="muted" data-tied>${esc(tiedWords(s))}</div>` : "";
+      const throttled = s.throttling && (s.throttling.throttled_periods || s.state === "cpu_wait")
+        ? `<div class="muted" data-throttling>${esc(throttleWords(s))}</div>`
+        : "";
       return `<tr data-i="${i}" data-start="${s.start}" data-duration="${s.duration_s}" data-state="${esc(s.state)}"
           data-site="${esc(s.site)}" aria-selected="${isPicked(s, sel)}">
         <td class="num"><button class="fn stall-pick" title="Select its range: the flamegraph shows it">${stallLength(s)}</button><span class="bar stall ${esc(s.state)}" style="width:${width}px"></span></td>
         <td class="num" title="${esc(stamp(s.start))}">${stallWhen(s.start)}</td>
-        <td>${stateLabel(s.state)}</td>
-        <td>${frameCell(s.site)}${holder}</td>
+        <td>${stateLabel(s.state)}${tied}</td>
+        <td>${frameCell(s.site)}${holder}${throttled}</td>
         <td>${frameCell(s.callback)}${s.task ? `<div class="muted" data-task>${esc(taskWords(s))}</div>` : ""}</td>
         <td><code>${esc(s.thread)}</code> <span class="muted">PID ${s.pid}</span></td>
       </tr>`;
