@@ -85,7 +85,7 @@ def _thread(thread: _native.DumpThread, moving: bool) -> ThreadDump:
     return ThreadDump(
         tid=thread["tid"],
         name=thread["name"],
-        state=classify(stack, thread["active"], thread["gil"] == "waits"),
+        state=classify(stack, thread["active"], thread["gil"] == "waits", thread["cpu_wait"]),
         holds_gil=thread["gil"] == "holds",
         gc=thread["gc"],
         frames=tuple(

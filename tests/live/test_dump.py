@@ -189,3 +189,25 @@ def test_what_it_cannot_read_is_one_line(spawn: Spawner, tmp_path: Path) -> None
     )  # fmt: skip
     assert "CAP_SYS_PTRACE" in one_error_line(result)
     assert not_stopped(target.pid)
+
+
+@pytest.mark.parametrize("version", ["3.10", "3.12"])
+def test_a_throttled_spinner_is_dumped_waiting_for_a_cpu(
+    limited: Path, spawn: Spawner, version: str
+) -> None:
+    """A spinner in a cgroup limited to 0.2 CPU runs about 20 ms of each 100 ms period: a
+    dump that finds it running and watches it 15 ms more finds it waiting for a CPU about
+    two times in three, through sidecar's walker (3.12) and py-spy's reader (3.10) alike.
+    Up to eight dumps: all eight missing it would be a chance of 0.35^8, under 1 in 4,000."""
+    target = spawn.target("spin", python=interpreter(version))
+    (limited / "cgroup.procs").write_text(f"{target.pid}\n")
+    time.sleep(0.3)
+    states = []
+    for _ in range(8):
+        (thread,) = dump_json(target.pid)["threads"]
+        states.append(thread["state"])
+        if "cpu_wait" in states:
+            break
+    assert "cpu_wait" in states, states
+    assert set(states) <= {"busy", "cpu_wait"}, states  # a spinner is never idle
+    assert not_stopped(target.pid)

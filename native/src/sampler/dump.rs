@@ -95,8 +95,8 @@ pub fn dump(pid: i32, blocking: bool, locals: Option<usize>) -> Result<Dump, Ini
 
 type Read = (Vec<DumpedThread>, u32, Vec<u64>, Option<f64>);
 
-/// The target running: a dump, then a read to see which threads ran on; where a thread was on
-/// CPU, one more read after `CPU_WATCH` tells whether it waited for a CPU all that time.
+/// The target running: a dump, then a read to see which threads ran on, and which of those
+/// waited for a CPU (`watch_cpu`).
 fn running(pid: i32, walker: &mut Walker, locals: Option<usize>) -> Result<Read, InitError> {
     let mut read = fewest_moving(pid, || {
         let dumped = walker.read_dump(RunState::Read, locals)?;
@@ -109,17 +109,24 @@ fn running(pid: i32, walker: &mut Walker, locals: Option<usize>) -> Result<Read,
             .collect();
         Ok((dumped, moving))
     })?;
-    if read.0.iter().any(|t| t.trace.active) {
-        std::thread::sleep(CPU_WATCH);
-        if let Ok(later) = walker.read(RunState::Read) {
-            for thread in read.0.iter_mut().filter(|t| t.trace.active) {
-                thread.trace.cpu_wait = later
-                    .iter()
-                    .any(|l| l.tid == thread.trace.tid && l.cpu_wait);
-            }
+    watch_cpu(&mut read, || walker.read(RunState::Read));
+    Ok(read)
+}
+
+/// Where a thread of `read` was on CPU, one more read (`again`) after `CPU_WATCH` tells
+/// whether it waited for a CPU all that time; a failed read leaves them on CPU.
+fn watch_cpu(read: &mut Read, mut again: impl FnMut() -> anyhow::Result<Vec<Trace>>) {
+    if !read.0.iter().any(|t| t.trace.active) {
+        return;
+    }
+    std::thread::sleep(CPU_WATCH);
+    if let Ok(later) = again() {
+        for thread in read.0.iter_mut().filter(|t| t.trace.active) {
+            thread.trace.cpu_wait = later
+                .iter()
+                .any(|l| l.tid == thread.trace.tid && l.cpu_wait);
         }
     }
-    Ok(read)
 }
 
 /// Reads (`read`: the threads, and those that ran on as they were read) again while a thread
@@ -221,7 +228,9 @@ fn spy_dump(
     if blocking {
         return stopped(pid, |known| both(known).map(|(threads, _)| threads));
     }
-    fewest_moving(pid, || both(RunState::Read))
+    let mut read = fewest_moving(pid, || both(RunState::Read))?;
+    watch_cpu(&mut read, || readers.read(RunState::Read));
+    Ok(read)
 }
 
 /// A thread as the sampler read it, with py-spy's frames of it (and their locals).
