@@ -119,8 +119,15 @@ class Service:
         problems now or in its recent past (``SinkHealth.degraded``)."""
         health = self.writer.health
         now = self.clock()
+        # the program's name alone: arguments can hold secrets, and /healthz answers without
+        # the token (the command line is in /api/targets, behind it)
         problems = [
-            {"pid": p.key[0], "cmdline": p.cmdline, "error": p.error, "attempts": p.attempts}
+            {
+                "pid": p.key[0],
+                "program": program_name(p.cmdline),
+                "error": p.error,
+                "attempts": p.attempts,
+            }
             for p in list(self.sessions.problems.values())
         ]
         disk_full = health.disk_full(now)
@@ -164,3 +171,10 @@ class Service:
             "last_error": health.last_error,
             "last_success_at": health.last_success_at,
         }
+
+
+def program_name(cmdline: str) -> str:
+    """The name of the program a command line runs, without its directory or arguments:
+    ``python3`` for ``/usr/bin/python3 app.py --db-password=…``."""
+    first = cmdline.split(" ", 1)[0]
+    return first.rsplit("/", 1)[-1] or "?"

@@ -440,3 +440,34 @@ def test_flamegraphs_of_hostile_frames_are_well_formed_svg() -> None:
             tried("hostile frame names rendered")
             root = ET.fromstring(svg)
             assert not {e.tag.rsplit("}", 1)[-1] for e in root.iter()} & {"img", "iframe"}
+
+
+def test_healthz_names_an_untraceable_program_never_its_arguments(
+    spawn: Spawner, serve: Any, tmp_path: Path
+) -> None:
+    """/healthz answers without the token: of a process it cannot trace it says the PID, the
+    program's name, the error and the attempts, never the command line's arguments (a
+    password in them); the command line is in /api/targets, behind the token."""
+    secret = "--db-password=S3cr3tPassw0rd"
+    fake = tmp_path / "python3"  # named like an interpreter, but it is not one
+    fake.write_bytes(Path("/bin/sh").read_bytes())  # a shell that waits, its arguments kept
+    fake.chmod(0o755)
+    popen = spawn.command(str(fake), "-c", "sleep 60; :", "app.py", secret)
+    token = tmp_path / "token"
+    token.write_text(TOKEN + "\n")
+    server = serve("--token-file", str(token), pids=(popen.pid,), token=TOKEN)
+    assert wait_until(lambda: bool(server.json("/healthz")["problems"]), timeout=20)
+    raw = httpx.get(f"{server.url}/healthz", timeout=10)  # no token
+    assert raw.status_code == 200
+    (problem,) = raw.json()["problems"]
+    assert problem["pid"] == popen.pid and problem["program"] == "python3", problem
+    assert set(problem) == {"pid", "program", "error", "attempts"}, problem
+    assert "S3cr3t" not in raw.text and "app.py" not in raw.text, raw.text
+    assert httpx.get(f"{server.url}/api/targets", timeout=10).status_code == 401
+    (target,) = server.targets()  # with the token: the command line is data
+    assert target["cmdline"].endswith(secret) and target["problem"], target
+    entry = Entry("a secret in an untraceable command line", "hostile HTTP input", rounds=1)
+    entry.inputs = 2
+    entry.note("/healthz without the token names the program, not its arguments")
+    entry.fault("secret in a command line", 1)
+    record(entry)
