@@ -59,6 +59,11 @@ target's cgroup around it (``throttle_periods``, ``throttle_throttled``, ``throt
 seconds over ``throttle_span`` seconds of readings; NULL without a limit or a reading, and in
 older rows).
 
+Version 12 marks the file as sidecar's: SQLite's ``application_id`` (``APPLICATION_ID``).
+Before anything is written, ``claim`` refuses another program's database and one whose
+schema version no sidecar writes; an older sidecar database, without the id, is known by
+its tables.
+
 Schema versions 1 to 3 kept one row per (window, process, stack, thread, state) in
 ``samples`` and per hour in ``rollups``; version 4 packs them.
 """
@@ -314,6 +319,18 @@ V11 = """
         ALTER TABLE stalls ADD COLUMN throttle_span REAL;
 """
 
+#: SQLite's ``application_id`` of a sidecar database ("SDCR"): set when the file is made, or
+#: when an older sidecar's database (before schema 12) is first opened.
+APPLICATION_ID = 0x53444352
+#: Tables every sidecar database has had since schema 1: an older one without the id is
+#: known by them.
+OWN_TABLES = frozenset({"targets", "processes", "windows", "frames"})
+
+
+V12 = f"""
+        PRAGMA application_id = {APPLICATION_ID};
+"""
+
 #: A stall's seconds in each state, its columns of ``stalls``.
 STALL_SECONDS = ("busy", "blocked", "gil", "cpu_wait", "gc")
 #: The throttling around a stall, its columns of ``stalls`` (``classify.stalls.Throttled``'s
@@ -459,11 +476,42 @@ MIGRATIONS: tuple[str | Callable[[sqlite3.Connection], None], ...] = (
     V9,
     V10,
     V11,
+    V12,
 )
 
 
+def claim(conn: sqlite3.Connection) -> None:
+    """Makes sure the file is a sidecar database, or a new empty one, before anything is
+    written to it; raises ``StoreError`` in one line, changing nothing, for another program's
+    database or one whose schema version no sidecar writes."""
+    app = int(conn.execute("PRAGMA application_id").fetchone()[0])
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    tables = {
+        str(name) for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+    }
+    if app not in (0, APPLICATION_ID):
+        raise StoreError(
+            f"it is another program's database (SQLite application_id {app:#010x}, not "
+            "sidecar's): use another --db"
+        )
+    if version < 0 or (version == 0 and tables):
+        listed = ", ".join(sorted(tables)[:3]) + (", …" if len(tables) > 3 else "")
+        raise StoreError(
+            f"it is not a sidecar database (schema version {version}"
+            + (f", tables {listed}" if tables else "")
+            + "): use another --db"
+        )
+    if app == 0 and version > 0 and not OWN_TABLES.issubset(tables):
+        raise StoreError(
+            f"it is not a sidecar database (schema version {version} without sidecar's "
+            "tables): use another --db"
+        )
+
+
 def migrate(conn: sqlite3.Connection) -> int:
-    """Applies pending migrations, each in its own transaction; returns the schema version."""
+    """Applies pending migrations, each in its own transaction, to a file ``claim`` takes;
+    returns the schema version."""
+    claim(conn)
     version = int(conn.execute("PRAGMA user_version").fetchone()[0])
     if version > len(MIGRATIONS):
         raise StoreError(

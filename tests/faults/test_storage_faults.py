@@ -412,3 +412,58 @@ def test_a_window_too_big_for_the_size_cap_is_dropped_not_waited_for(tmp_path: P
         profile = reader.profile(None, Range(batch.start, batch.start + 10))
         assert profile.stacks == {stack: count for stack, _, _, count in batch.window.rows}
     assert integrity(db) == "ok"
+
+
+#: Files that are not sidecar's databases, each made by a SQL script on an empty file, and the
+#: one line serve gives for it (after "cannot open database PATH: ").
+FOREIGN = {
+    "another program's tables": (
+        "CREATE TABLE x (a); INSERT INTO x VALUES (1);",
+        "it is not a sidecar database (schema version 0, tables x): use another --db",
+    ),
+    "a negative schema version": (
+        "PRAGMA user_version = -1;",
+        "it is not a sidecar database (schema version -1): use another --db",
+    ),
+    "another program's application id": (
+        "PRAGMA application_id = 1234; CREATE TABLE targets (id);",
+        "it is another program's database (SQLite application_id 0x000004d2, not sidecar's): "
+        "use another --db",
+    ),
+    "a schema version without sidecar's tables": (
+        "PRAGMA user_version = 3; CREATE TABLE targets (id);",
+        "it is not a sidecar database (schema version 3 without sidecar's tables): use "
+        "another --db",
+    ),
+}
+
+
+def test_another_programs_database_is_refused_in_one_line_and_left_as_it_was(
+    tmp_path: Path,
+) -> None:
+    """``--db`` at a SQLite file sidecar did not make: one line, exit 1, the file byte for byte
+    as it was and nothing beside it but the lock; a new file is made and marked as sidecar's
+    (``PRAGMA application_id``), and opens again."""
+    entry = Entry("another program's database", "storage faults", rounds=1)
+    for name, (script, said) in FOREIGN.items():
+        db = tmp_path / f"{name.replace(' ', '-')}.db"
+        conn = sqlite3.connect(db)
+        conn.executescript(script)
+        conn.close()
+        before = db.read_bytes()
+        result = sidecar("serve", "--db", str(db), "--port", str(free_port()), timeout=30)
+        assert result.returncode == 1, (name, result.stderr)
+        lines = result.stderr.splitlines()
+        assert lines == [f"sidecar: error: cannot open database {db}: {said}"], (name, lines)
+        assert db.read_bytes() == before, name
+        beside = {p.name for p in tmp_path.iterdir() if p.name.startswith(db.name)}
+        assert beside == {db.name, f"{db.name}.lock"}, (name, beside)
+        entry.fault(name)
+        entry.inputs += 1
+    made = tmp_path / "new.db"
+    store = Store(made)
+    store.close()
+    assert query(made, "PRAGMA application_id") == [(0x53444352,)]
+    Store(made).close()  # its own file: taken again
+    entry.note("each refused in one line, the file unchanged; a new one is marked as sidecar's")
+    record(entry)
