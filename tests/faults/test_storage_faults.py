@@ -467,3 +467,61 @@ def test_another_programs_database_is_refused_in_one_line_and_left_as_it_was(
     Store(made).close()  # its own file: taken again
     entry.note("each refused in one line, the file unchanged; a new one is marked as sidecar's")
     record(entry)
+
+
+def _written(db: Path, windows: int) -> None:
+    """A sidecar database of ``windows`` windows of a target with many stacks (~250 KB)."""
+    store = Store(db)
+    key = (7, 7)
+    store.attach(ProcessRecord(7, 7, "python app.py", time.time()))
+    now = int(time.time()) // 10 * 10 - 10 * windows
+    for w in range(windows):
+        rows = [
+            (f"main (app.py:1);handler_{w}_{i} (app.py:{i + 2})", 7, "busy", i + 1)
+            for i in range(40)
+        ]
+        store.write([window_batch(key, now + 10 * w, 10, 820, rows)])
+    store.close()
+
+
+def _damaged(db: Path) -> bool:
+    """SQLite's integrity_check finds damage, or cannot even run."""
+    try:
+        return integrity(db) != "ok"
+    except sqlite3.DatabaseError:
+        return True
+
+
+def test_a_database_damaged_while_no_sidecar_ran_is_refused_at_start(tmp_path: Path) -> None:
+    """4 KB of random bytes written into the middle of a database (as a bad disk or a stray
+    write would): serve refuses it in one line at start, leaving it as it was, rather than
+    serving what still reads and answering 503 where the damage is."""
+    sound = tmp_path / "sound.db"
+    _written(sound, 60)
+    size = sound.stat().st_size
+    assert size > 150_000, size
+    entry = Entry("a database damaged while no sidecar ran", "storage faults", rounds=5)
+    rng = random.Random(49)
+    for round_ in range(5):
+        db = tmp_path / f"damaged-{round_}.db"
+        shutil.copy(sound, db)
+        at = rng.randrange(size // 4, 3 * size // 4)
+        with db.open("r+b") as file:
+            file.seek(at)
+            file.write(rng.randbytes(4096))
+        assert _damaged(db), at  # as SQLite itself finds
+        before = db.read_bytes()
+        result = sidecar("serve", "--db", str(db), "--port", str(free_port()), timeout=30)
+        assert result.returncode == 1, (at, result.stderr)
+        lines = result.stderr.splitlines()
+        assert len(lines) == 1, lines
+        line = lines[0]
+        assert line.startswith(f"sidecar: error: cannot open database {db}: the database file "
+                               "is corrupt ("), line  # fmt: skip
+        assert line.endswith("move it aside or delete it"), line
+        assert db.read_bytes() == before, at
+        entry.fault("4 KB of random bytes in a database at rest")
+        entry.inputs += 1
+    Store(sound).close()  # the sound copy still opens
+    entry.note(f"5 of 5 damaged {size // 1000} KB databases refused in one line, unchanged")
+    record(entry)
