@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from sidecar import _native, defaults
 from sidecar.analyze.stalls import stall_rows, summary_line
+from sidecar.analyze.stats import Sampling
 from sidecar.analyze.threads import analyze, state_line
 from sidecar.commands.habits import add_answers
 from sidecar.commands.options import (
@@ -126,7 +127,8 @@ def cpu_wait_source(source: str) -> str:
 
 def summary(rec: Recording) -> list[str]:
     """What was sampled: ticks (one read of every thread) and samples (one per thread and
-    tick), each called so, then the readers, the event loop's shares and what went wrong."""
+    tick), each called so, then the readers, the event loop's shares (beside the kernel's
+    count when the sampler missed many ticks) and what went wrong."""
     stats = rec.stats
     profile = rec.counts.to_profile()
     lines = [
@@ -142,6 +144,8 @@ def summary(rec: Recording) -> list[str]:
     analysis = analyze(profile, holders=rec.counts.holders())
     if analysis.samples:
         lines.append(f"{analysis.covers}: {state_line(analysis)} of {analysis.samples:,} samples")
+        if note := Sampling.of(rec).note(analysis):
+            lines.append(note)
     lines += rec.cpu_lines()
     if not analysis.no_loop_thread:  # a process without an event loop has no stall to tell
         stalls = rec.counts.stalls()

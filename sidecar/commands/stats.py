@@ -16,7 +16,7 @@ from typing import Any
 
 from sidecar import defaults
 from sidecar.analyze.stalls import stall_rows, summary_line
-from sidecar.analyze.stats import TargetStats, stats_document
+from sidecar.analyze.stats import Sampling, TargetStats, stats_document
 from sidecar.analyze.tasks import task_block, task_lines
 from sidecar.analyze.threads import Analysis, Ranked, analyze, state_line
 from sidecar.classify.process import ProcessInfo, refine
@@ -93,6 +93,8 @@ class Live:
     cpu: list[str] = field(default_factory=list)
     #: the same figures for ``--json`` (``Recording.kernel_json``)
     kernel: dict[str, Any] | None = None
+    #: how the sampler kept its clock, and the kernel's shares beside the sampled ones
+    sampling: Sampling | None = None
 
 
 def _live(
@@ -139,6 +141,7 @@ def _live(
         rec.rate_hz,
         rec.cpu_lines(),
         rec.kernel_json(),
+        Sampling.of(rec),
     )
     return profile, refine(info, profile.stacks), tasks, rec.counts.holders(), live
 
@@ -178,9 +181,13 @@ def run(args: argparse.Namespace) -> int:
         # stalls are known live only: a profile file keeps no time order
         known = None if live is None else [stall.to_json() for stall in live.stalls]
         kernel = None if live is None else live.kernel
-        print(json.dumps(stats_document([TargetStats(analysis, tasks, known, kernel)]), indent=2))
+        sampling = None if live is None else live.sampling
+        part = TargetStats(analysis, tasks, known, kernel, sampling)
+        print(json.dumps(stats_document([part]), indent=2))
     else:
         stalls: list[str] = []
+        if live is not None and live.sampling and (note := live.sampling.note(analysis)):
+            stalls.append(note)  # the shares beside the kernel's, when many ticks were missed
         if live is not None:
             stalls += live.cpu
         if live is not None and not analysis.no_loop_thread:

@@ -191,6 +191,26 @@ KERNEL: dict[str, Any] = {
         },
     },
 }  # fmt: skip
+#: How the sampler kept its clock over a live sampling, beside the kernel's shares of the
+#: same threads (null for a profile file); ``note`` is the line of ``stats``, null unless many
+#: ticks were missed.
+SAMPLING: dict[str, Any] = {
+    "type": ["object", "null"],
+    "additionalProperties": False,
+    "required": ["rate_hz", "ticks", "missed", "late", "missed_share", "lag_max_s",
+                 "kernel_on_cpu_share", "kernel_runnable_share", "note"],
+    "properties": {
+        "rate_hz": {"type": "number", "exclusiveMinimum": 0},
+        "ticks": {"type": "integer", "minimum": 0},
+        "missed": {"type": "integer", "minimum": 0},
+        "late": {"type": "integer", "minimum": 0},
+        "missed_share": SHARE,
+        "lag_max_s": {"type": "number", "minimum": 0},
+        "kernel_on_cpu_share": {**SHARE, "type": ["number", "null"]},
+        "kernel_runnable_share": {**SHARE, "type": ["number", "null"]},
+        "note": {"type": ["string", "null"]},
+    },
+}  # fmt: skip
 #: The `stats --json` shape of docs/cli.md#sidecar-stats, nothing more.
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -212,6 +232,7 @@ SCHEMA: dict[str, Any] = {
                     "tasks": TASKS,
                     "stalls": STALLS,
                     "kernel": KERNEL,
+                    "sampling": SAMPLING,
                 },
             },
         },
