@@ -16,6 +16,34 @@ from sidecar.rules.frames import state_of
 
 _COUNT = re.compile(r"^(?P<stack>.*\S)\s+(?P<count>\d[\d,_]*)$")
 
+#: The most samples a profile holds, in one count or all together: shares are exact as floats
+#: up to it, and no reader (folded text, SVG) or writer (render, diff) counts past it.
+MAX_SAMPLES = 2**53 - 1
+
+
+def count_of(text: str, where: str) -> int:
+    """A sample count written in decimal digits (``,`` or ``_`` between them allowed), at most
+    ``MAX_SAMPLES``; past it, a ``ProfileFormatError`` that names ``where`` (``x.folded: line
+    3``) and the count (or how many digits it has), never an overflow or a traceback."""
+    digits = text.replace(",", "").replace("_", "").lstrip("0") or "0"
+    if not digits.isdigit():
+        raise ProfileFormatError(f"{where}: {text[:40]!r} is not a sample count")
+    if len(digits) > len(str(MAX_SAMPLES)) or int(digits) > MAX_SAMPLES:
+        shown = f"{len(digits):,} digits" if len(digits) > 24 else f"{int(digits):,}"
+        raise ProfileFormatError(
+            f"{where}: a count of {shown} is past the most a profile counts ({MAX_SAMPLES:,})"
+        )
+    return int(digits)
+
+
+def check_total(total: int, source: str) -> None:
+    """Refuses a profile whose counts add up past ``MAX_SAMPLES``."""
+    if total > MAX_SAMPLES:
+        raise ProfileFormatError(
+            f"{source}: its counts add up to {total:,}, past the most a profile counts "
+            f"({MAX_SAMPLES:,})"
+        )
+
 
 @dataclass
 class Target:
@@ -60,6 +88,7 @@ def parse_folded(text: str, source: str = "input") -> Profile:
     """Reads folded text; blank lines and ``#`` comments are skipped, counts may repeat a stack."""
     profile = Profile()
     bad: list[int] = []
+    total = 0
     for number, line in enumerate(_lines(text), start=1):
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
@@ -68,7 +97,10 @@ def parse_folded(text: str, source: str = "input") -> Profile:
         if match is None:
             bad.append(number)
             continue
-        profile.add(match["stack"], int(match["count"].replace(",", "").replace("_", "")))
+        count = count_of(match["count"], f"{source}: line {number}")
+        total += count
+        profile.add(match["stack"], count)
+    check_total(total, source)
     if bad:
         where = ", ".join(str(n) for n in bad[:5]) + (" ..." if len(bad) > 5 else "")
         raise ProfileFormatError(

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from sidecar import _native
 from sidecar.errors import ProfileFormatError
-from sidecar.profile import Profile
+from sidecar.profile import MAX_SAMPLES, Profile, check_total, count_of
 from sidecar.rules.frames import state_of
 
 MAX_SVG_BYTES = 128 * 1024 * 1024
@@ -85,27 +85,36 @@ class _Raw:
 def _number(text: str | None, what: str, source: str) -> tuple[float, bool]:
     """A coordinate: its value and whether it was a percentage."""
     match = _NUMBER.fullmatch(text or "")
-    if match is None:
-        raise ProfileFormatError(f"{source}: a frame's <rect> has {what}={text!r}, not a number")
-    return float(match[1]), match[2] == "%"
+    value = float(match[1]) if match is not None else math.nan
+    if not math.isfinite(value) or abs(value) > MAX_SAMPLES:
+        raise ProfileFormatError(
+            f"{source}: a frame's <rect> has {what}={(text or '')[:40]!r}, not a number it can hold"
+        )
+    return value, match is not None and match[2] == "%"
 
 
-def _count(text: str) -> int:
+def _count(text: str, source: str) -> int:
+    """A title's count, written as a number (``1,234``, ``1.5e3``), within MAX_SAMPLES."""
     value = float(text.replace(",", "").replace("_", ""))
+    if not math.isfinite(value) or value > MAX_SAMPLES:
+        raise ProfileFormatError(
+            f"{source}: a frame's title counts {text[:40]!r} samples, past the most a "
+            f"profile counts ({MAX_SAMPLES:,})"
+        )
     return round(value)
 
 
-def _parse_title(title: str) -> tuple[str, int | None, bool]:
+def _parse_title(title: str, source: str) -> tuple[str, int | None, bool]:
     """(name, count, has a differential part) from a frame's title."""
     name, sep, tail = title.rpartition(" (")
     if sep and tail.endswith("%)") and ";" not in tail:
         number = tail.partition(" ")[0].replace(",", "")
         if number.isdigit():
-            return name, int(number), False
+            return name, count_of(number, f"{source}: a frame's title"), False
     match = _TITLE.fullmatch(title)
     if match is None:
         return title.strip(), None, False
-    return match["name"], _count(match["count"]), match["delta"] is not None
+    return match["name"], _count(match["count"], source), match["delta"] is not None
 
 
 def read_flamegraph(data: bytes, source: str = "input") -> FlameGraph:
@@ -151,7 +160,7 @@ def _frames_from(
     ys: list[float] = []
     differential = False
     for title, attrs in raw.frames:
-        name, title_count, delta = _parse_title(title)
+        name, title_count, delta = _parse_title(title, source)
         differential = differential or delta
         start, width = extent(attrs)
         y, _ = _number(attrs.get("y"), "y", source)
@@ -164,13 +173,12 @@ def _exact(raw: _Raw, source: str) -> FlameGraph:
     """inferno: fg:x / fg:w are exact sample ranges."""
 
     def extent(attrs: dict[str, str]) -> tuple[float, float]:
-        try:
-            return int(attrs["fg:x"]), int(attrs["fg:w"])
-        except ValueError:
+        x, w = attrs["fg:x"], attrs["fg:w"]
+        if not (x.isdigit() and w.isdigit()):
             raise ProfileFormatError(
-                f"{source}: a frame has fg:x={attrs['fg:x']!r} fg:w={attrs['fg:w']!r}, "
-                "not sample counts"
-            ) from None
+                f"{source}: a frame has fg:x={x[:40]!r} fg:w={w[:40]!r}, not sample counts"
+            )
+        return count_of(x, f"{source}: a frame's fg:x"), count_of(w, f"{source}: a frame's fg:w")
 
     frames, ys, differential = _frames_from(raw, source, extent)
     for frame in frames:
@@ -206,8 +214,10 @@ def _exact_notes(
             f"the titles show counts scaled by {factor:.6g} (--factor); "
             "the profile keeps the unscaled fg:w counts"
         )
-    if declared is not None and declared.isdigit() and int(declared) != total:
-        notes.append(f"total_samples={declared} but the root frame holds {total:,}")
+    if declared is not None and declared.isdigit():
+        shown = declared if len(declared) <= 24 else f"<{len(declared):,} digits>"
+        if len(declared) > 24 or int(declared) != total:
+            notes.append(f"total_samples={shown} but the root frame holds {total:,}")
     return notes
 
 
@@ -401,6 +411,7 @@ def to_profile(graph: FlameGraph, source: str = "input") -> Profile:
         )
     if not profile.stacks:
         raise ProfileFormatError(f"{source}: the flamegraph has no samples")
+    check_total(profile.total, source)
     profile.notes = _notes(
         graph.notes, graph.differential, renamed, negative, _pruning(graph, root_self)
     )

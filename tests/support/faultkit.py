@@ -117,6 +117,7 @@ AREAS = (
     "scale of the target",
     "storage faults",
     "hostile HTTP input",
+    "hostile files",
     "soak",
 )
 
@@ -148,7 +149,8 @@ def render(ledger: dict[str, Any]) -> str:
         "# Fault and abuse suite: summary",
         "",
         "Written by the tests marked `faults` (tests/faults/: test_faults.py, "
-        "test_storage_faults.py, test_hostile_http.py, test_scale.py, test_soak.py) as they pass; "
+        "test_storage_faults.py, test_hostile_http.py, test_hostile_numbers.py, test_scale.py, "
+        "test_soak.py) as they pass; "
         "each row is the "
         "latest run of that test. Nothing lost means: no sample, window or process the sidecar "
         "had was missing or attributed elsewhere afterwards.",
