@@ -19,13 +19,23 @@ reports' floor, reads of the same shape laid out in the heap. sidecar's own work
 sample above the replayed floor, and, with the reads timed in place (``read_calls_mean``), above
 the wakeup and those reads; the round with the median own work stands for the run.
 
-    python -m benchmarks.versions [--rounds 5] [--shared-rounds 5] [--seconds 6]
+Last, the waits for a CPU: the default sampler reads each thread a sample finds runnable from its
+``schedstat`` (``native/src/process/cpuwait.rs``), ``cpu_wait=False`` leaves that read out. In
+interleaved rounds of their own, each under every version a sampler reads (3.8-3.10 through
+py-spy's reader, 3.11-3.15 the walker), a ``deep`` and a spinning ``gil`` target are started and
+read with the read and without it, one leg after the other (the order turns every round): the
+sampling thread's CPU per sample, its read system calls (its /proc io) and, from the walker, the
+reads' time timed in place. ``--cpu-wait`` runs that section alone and writes it into the saved
+figures in place of the last run's, the other sections' figures as they were.
+
+    python -m benchmarks.versions [--rounds 5] [--shared-rounds 5] [--seconds 6] [--cpu-wait]
 
 Writes benchmarks/REPORT-versions.md and REPORT-versions.json.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -36,8 +46,9 @@ from typing import Any
 
 from benchmarks import floor
 from benchmarks.common import main, measured, pythons, sampled, stamp, thread_seconds
+from benchmarks.procs import load_average
 from benchmarks.report import judged, paired_cell
-from benchmarks.table import Col, Report, cols, med
+from benchmarks.table import HERE, Col, Report, cols, med, table
 from sidecar import _native
 from tests.support.procs import Child, Procs
 
@@ -58,6 +69,11 @@ WITHIN, GIL_WITHIN, STALLS_WITHIN = 1.25, 1.1, 1.05
 OWN_WORK_US = 8.0
 #: Targets on the shared clock, and how long their reads are recorded for the floor to replay.
 SHARED_TARGETS, RECORD_SECONDS = 4, 1.0
+#: The waits for a CPU: every version a sampler reads (py-spy's reader below 3.11), its legs
+#: (``Sampler``'s keywords) and the CPU per sample with the read within this much of without it.
+CPU_WAIT_VERSIONS = ("3.8", "3.9", "3.10", *VERSIONS)
+CPU_WAIT_LEGS: dict[str, dict[str, Any]] = {"with the read": {}, "without": {"cpu_wait": False}}
+CPU_WAIT_WITHIN = 1.05
 
 
 def ticks(stats: Any) -> int:
@@ -71,15 +87,35 @@ def per_tick(before: Any, after: Any, key: str) -> float:
     return spent / max(ticks(after) - ticks(before), 1)
 
 
+def read_syscalls() -> int:
+    """The read system calls (``syscr``) this process's sampling threads made so far."""
+    total = 0
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            if (task / "comm").read_text().startswith("sidecar-sampl"):
+                found = re.search(r"^syscr: (\d+)$", (task / "io").read_text(), re.M)
+                total += int(found[1]) if found else 0
+        except OSError:
+            continue  # the thread ended meanwhile
+    return total
+
+
 def leg(pid: int, seconds: float, rate: float = RATE, **kw: Any) -> dict[str, Any]:
-    """One sampler on ``pid`` for ``seconds`` after the warm-up: its CPU and reads per sample."""
+    """One sampler on ``pid`` for ``seconds`` after the warm-up: its CPU, reads and read system
+    calls per sample."""
     with _native.Sampler(pid, rate_hz=rate, **kw) as sampler:
-        cpu, ((a, b),) = sampled([sampler], WARMUP, seconds)
+        time.sleep(WARMUP)
+        calls = read_syscalls()
+        cpu, ((a, b),) = sampled([sampler], 0.0, seconds)
+        calls = read_syscalls() - calls
     made = max(ticks(b) - ticks(a), 1)
-    return {"reader": b["reader"], "gil": b.get("gil"), "samples": made,
-            "errors": b["errors"] - a["errors"], "cpu_per_sample_us": cpu / made * 1e6,
+    return {"reader": b["reader"], "gil": b.get("gil"), "cpu_wait": b.get("cpu_wait"),
+            "samples": made, "errors": b["errors"] - a["errors"],
+            "cpu_per_sample_us": cpu / made * 1e6,
+            "read_syscalls": calls / made,
             **{k: per_tick(a, b, k) for k in ("read_calls", "read_pieces", "read_bytes",
-                                                "state_reads", "stall_mean")}}  # fmt: skip
+                                                "state_reads", "state_reads_mean",
+                                                "stall_mean")}}  # fmt: skip
 
 
 def tachyon(procs: Procs, python: str, pid: int, seconds: float) -> dict[str, Any]:
@@ -137,7 +173,8 @@ def shared_leg(pids: list[int], seconds: float, reads: Path) -> dict[str, Any]:
 
     def in_place(key: str) -> float:
         """The µs per sample every sampler spent in its reads of one kind (timed around each)."""
-        return sum(per_tick(a, b, key) * (ticks(b) - ticks(a)) for a, b in stats) / samples * 1e6
+        spent = sum(per_tick(a, b, key) * (ticks(b) - ticks(a)) for a, b in stats)
+        return float(spent / samples * 1e6)
 
     return {
         "clock": first1["clock"],
@@ -149,6 +186,49 @@ def shared_leg(pids: list[int], seconds: float, reads: Path) -> dict[str, Any]:
         **{k: per_tick(first0, first1, k) for k in ("read_pieces", "read_bytes", "state_reads")},
         "state_file": first1["state_file"],
     }  # fmt: skip
+
+
+def cpu_wait_rounds(procs: Procs, rounds: int, seconds: float) -> dict[str, Any]:
+    """The waits for a CPU: in each round, each version's targets started afresh and read with
+    the read and without it (``CPU_WAIT_LEGS``), the order turning every round."""
+    interpreters, start = pythons(CPU_WAIT_VERSIONS), (load_average(), time.monotonic())
+    legs: dict[str, Any] = {t: {v: {n: [] for n in CPU_WAIT_LEGS} for v in CPU_WAIT_VERSIONS}
+                            for t in TARGETS}  # fmt: skip
+    loads, unrun = [], {}  # a target that exits before it is ready, under a version: why
+    for round_ in range(rounds):
+        loads.append(load_average())
+        order = list(CPU_WAIT_LEGS)[:: 1 - round_ % 2 * 2]
+        for version in CPU_WAIT_VERSIONS:
+            for target, (argv, _) in TARGETS.items():
+                if f"{target} {version}" in unrun:
+                    continue
+                try:
+                    child = procs.target(*argv, python=interpreters[version])[0]
+                except RuntimeError as err:  # it exited: it does not run under this version
+                    unrun[f"{target} {version}"] = str(err).strip().splitlines()[-1]
+                    print(f"{target} under {version}: {unrun[f'{target} {version}']}", flush=True)
+                    continue
+                for name in order:
+                    r = leg(child.pid, seconds, **CPU_WAIT_LEGS[name])
+                    legs[target][version][name].append(r)
+                    print(f"round {round_ + 1} {version} {target} {name}: "
+                          f"{r['cpu_per_sample_us']:.1f} µs per sample, {r['read_syscalls']:.2f} "
+                          f"reads ({r['reader']}; {r['cpu_wait']})", flush=True)  # fmt: skip
+                procs.stop(child)
+    return {**stamp(), "load_average_start": start[0], "round_loads": loads,
+            "minutes": (time.monotonic() - start[1]) / 60, "rounds": rounds, "seconds": seconds,
+            "legs": {t: {v: r for v, r in legs[t].items() if f"{t} {v}" not in unrun}
+                     for t in legs}, "unrun": unrun}  # fmt: skip
+
+
+def cpu_wait_only(rounds: int, seconds: float, workdir: Path, out: Path | None) -> dict[str, Any]:
+    """The saved figures (``out`` or this folder's) with the waits for a CPU measured anew."""
+    saved = (out or HERE) / "REPORT-versions.json"
+    if not saved.is_file():
+        raise SystemExit(f"no {saved} to add to: run the whole benchmark first")
+    figures = json.loads(saved.read_text())
+    with Procs(workdir) as procs:
+        return {**figures, "cpu_wait": cpu_wait_rounds(procs, rounds, seconds)}
 
 
 def run(rounds: int, shared_rounds: int, seconds: float, workdir: Path) -> dict[str, Any]:
@@ -200,8 +280,9 @@ def run(rounds: int, shared_rounds: int, seconds: float, workdir: Path) -> dict[
             print(f"round {round_ + 1} shared clock: {r['cpu_per_sample_us']:.1f} µs per sample, "
                   f"own work {shared_own(r):.1f} µs ({shared_own_in_place(r):.1f} with the reads "
                   "timed in place)", flush=True)  # fmt: skip
+        cpu_wait = cpu_wait_rounds(procs, rounds, seconds)
     return {**stamp(), "rounds": rounds, "seconds": seconds, "legs": legs, "fast": fast,
-            "shared": shared}  # fmt: skip
+            "shared": shared, "cpu_wait": cpu_wait}  # fmt: skip
 
 
 def shared_floor(result: dict[str, Any], leg: str = "replay") -> float:
@@ -289,6 +370,69 @@ def detector_work(legs: dict[str, Any]) -> list[str | list[str]]:
                  "timed in place", ratios, STALLS_WITHIN)]  # fmt: skip
 
 
+def cpu_wait_section(c: dict[str, Any]) -> list[str | list[str]]:
+    """The waits for a CPU: per target and version both legs' CPU per sample, the ratio in each
+    round, its median and spread, what the read adds; each round's spread; the verdicts."""
+    legs, n, order = c["legs"], c["rounds"], list(CPU_WAIT_LEGS)
+
+    def added(runs: dict[str, list[dict[str, Any]]], key: str, scale: float = 1.0) -> float:
+        """The median round's difference of ``key`` with the read and without it."""
+        return med((a[key] - b[key]) * scale for a, b in zip(*runs.values(), strict=True))
+
+    ratios = {(t, v): cpus(runs["with the read"], runs["without"])
+              for t in legs for v, runs in legs[t].items()}  # fmt: skip
+    rows = [{"target": t, "version": v, "reader": runs[order[0]][-1]["reader"].split(" (")[0],
+             "source": runs[order[0]][-1]["cpu_wait"], "ratios": ratios[t, v],
+             "on": med(cpus(runs[order[0]])), "off": med(cpus(runs[order[1]])),
+             "cpu": added(runs, "cpu_per_sample_us"), "reads": added(runs, "read_syscalls"),
+             "in_place": added(runs, "state_reads_mean", 1e6) if v in VERSIONS else None,
+             "errors": sum(r["errors"] for leg in runs.values() for r in leg)}
+            for t in legs for v, runs in legs[t].items()]  # fmt: skip
+    columns = [
+        Col("target", left=True), Col("version", left=True), Col("reader", left=True),
+        Col("waits from", "source", left=True),
+        Col("with the read (µs)", "on", "{:.1f}"), Col("without (µs)", "off", "{:.1f}"),
+        Col("ratio per round", "ratios", lambda v: ", ".join(f"{x:.3f}" for x in v)),
+        Col("median", "ratios", lambda v: f"{med(v):.3f}x"),
+        Col("spread", "ratios", lambda v: f"{min(v):.3f}-{max(v):.3f}"),
+        Col("added CPU (µs)", "cpu", "{:+.1f}"), Col("added reads per sample", "reads", "{:+.2f}"),
+        Col("added in place (µs)", "in_place", "{:+.2f}"), Col("errors"),
+    ]  # fmt: skip
+    per_round = [[r[i] for r in ratios.values()] for i in range(n)]
+    round_columns = [
+        Col("round", lambda x: x[0] + 1),
+        Col("legs in order", lambda x: ", then ".join(order[:: 1 - x[0] % 2 * 2]), left=True),
+        Col("load average at its start", lambda x: c["round_loads"][x[0]], "{:.2f}"),
+        Col("median ratio", lambda x: med(x[1]), "{:.3f}x"),
+        Col("spread", lambda x: f"{min(x[1]):.3f}-{max(x[1]):.3f}"),
+        Col(f"above {CPU_WAIT_WITHIN:g}x", lambda x: sum(r > CPU_WAIT_WITHIN for r in x[1])),
+    ]  # fmt: skip
+    named = {f"{v} on {t}": r for (t, v), r in ratios.items()}
+    return [
+        "## The waits for a CPU",
+        f"{measured(c)} at the end, {c['load_average_start']:.2f} at the start (on 2 cores other "
+        f"work shared; {c['minutes']:.0f} minutes); {n} interleaved rounds of {c['seconds']:g} s "
+        f"per leg at {RATE:g} Hz: the default sampler, which reads the `schedstat` of each "
+        "thread a sample finds runnable, against the same with `cpu_wait=False`, on `deep` and "
+        "on the spinning `gil` target (runnable at every sample: the read's worst case), both "
+        "started afresh each round under every version (3.8-3.10 read through py-spy's reader, "
+        "3.11-3.15 by the walker); a round's two legs one after the other, in the other order "
+        "every other round. The ratio is of the two legs of a round; what the read adds is the "
+        "median round's difference of the two: the sampling thread's CPU, its read system calls "
+        "(its /proc io, `syscr`) and, from the walker, the run-state reads timed in place "
+        "(`state_reads_mean`, which counts the `schedstat` reads with them).",
+        table(rows, columns),
+        verdicts("The CPU per sample with the read against without it", named, CPU_WAIT_WITHIN),
+        "Each round's spread, over the targets and versions:",
+        table(enumerate(per_round), round_columns),
+        "Not measured, as the target exits before it is ready: "
+        + "; ".join(f"`{k.split()[0]}` under {k.split()[1]} ({why})" for k, why in unrun.items())
+        + "."
+        if (unrun := c.get("unrun"))
+        else "",
+    ]
+
+
 def write_report(data: dict[str, Any], report: Report) -> None:
     legs, fast, seconds = data["legs"], data["fast"], data["seconds"]
     rows = [
@@ -326,6 +470,8 @@ def write_report(data: dict[str, Any], report: Report) -> None:
         "without it (`stall_ms=0`, the rows above)", {v: cpus(legs["deep"][v]["auto"],
         legs["deep"][v]["stalls off"]) for v in VERSIONS}, STALLS_WITHIN),
         *detector_work(legs))  # fmt: skip
+    if "cpu_wait" in data:
+        report.add(*cpu_wait_section(data["cpu_wait"]))
     report.add(
         f"## CPU per sample at {FAST:g} Hz on the 3.15 target",
         "In the same rounds, on the same `deep` target. For sidecar and py-spy's reader (in "
@@ -400,8 +546,15 @@ def write_report(data: dict[str, Any], report: Report) -> None:
     report.add(*own_verdict(shared))
 
 
+def measure(args: Any, workdir: Path) -> dict[str, Any]:
+    if args.cpu_wait:
+        return cpu_wait_only(args.rounds, args.seconds, workdir, args.out)
+    return run(args.rounds, args.shared_rounds, args.seconds, workdir)
+
+
 if __name__ == "__main__":
     sys.exit(
-        main(__doc__, "REPORT-versions", lambda a, w: run(a.rounds, a.shared_rounds, a.seconds, w),
-             write_report, {"--rounds": 5, "--shared-rounds": 5, "--seconds": 6.0})
+        main(__doc__, "REPORT-versions", measure, write_report,
+             {"--rounds": 5, "--shared-rounds": 5, "--seconds": 6.0,
+              "--cpu-wait": (False, "measure the waits for a CPU alone, into the saved figures")})
     )  # fmt: skip
