@@ -120,20 +120,5 @@ def write_bytes(path: str, data: bytes) -> None:
         raise SidecarError(f"cannot write {path}: {err.strerror}") from err
 
 
-def read_text(path: str, limit: int = 512 * 1024 * 1024) -> str:
-    """Reads a text input (``-`` is stdin), refusing files above ``limit`` bytes."""
-    try:
-        if path == "-":
-            data = sys.stdin.buffer.read(limit + 1)
-        else:
-            with open(path, "rb") as handle:
-                data = handle.read(limit + 1)
-    except OSError as err:
-        raise SidecarError(f"cannot read {path}: {err.strerror}") from err
-    if len(data) > limit:
-        raise SidecarError(f"{path}: larger than {limit // (1024 * 1024)} MB")
-    return data.decode("utf-8", errors="replace")
-
-
 def percent(part: float, whole: float) -> str:
     return f"{100.0 * part / whole:.1f}%" if whole else "-"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -214,8 +215,8 @@ def run(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if (args.pid is None) == (not command):
         raise UsageError("give --pid PID, or -- COMMAND to start a program and sample it")
-    if args.duration is not None and args.duration <= 0:
-        raise UsageError("--duration must be positive")
+    if args.duration is not None and not 0 < args.duration < math.inf:  # nan is neither
+        raise UsageError("--duration must be a positive number of seconds")
     check_blocking(args)
     if problem := defaults.rate_problem(args.rate):
         raise UsageError(problem)

@@ -7,10 +7,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sidecar.errors import ProfileFormatError
 from sidecar.formats.export import export
+from sidecar.formats.inputs import parse_profile, read_input, sniff
 from sidecar.formats.render import RenderOptions
-from sidecar.output import add_force, check_output, read_text, write_bytes
-from sidecar.profile import parse_folded
+from sidecar.output import add_force, check_output, write_bytes
 
 HELP = "render folded stacks into a flamegraph SVG"
 
@@ -58,7 +59,13 @@ def run(args: argparse.Namespace) -> int:
     else:
         output = str(Path(args.folded).with_suffix(".svg"))
     check_output(output, force=args.force, inputs=[args.folded])
-    profile = parse_folded(read_text(args.folded), source=args.folded)
+    data = read_input(args.folded)
+    if sniff(data) == "svg":
+        raise ProfileFormatError(
+            f"{args.folded}: already a flamegraph SVG; render takes folded stacks "
+            "(stats and diff read SVGs as they are)"
+        )
+    profile = parse_profile(data, source=args.folded)  # as stats and diff read it
     title = args.title or ("Flame Graph" if args.folded == "-" else Path(args.folded).name)
     options = RenderOptions(title=title, inverted=args.inverted, min_width=args.min_width)
     write_bytes(output, export(profile, "svg", options))

@@ -29,6 +29,10 @@ def duration(text: str) -> float:
     return float(match[1]) * _UNITS[match[2] or "s"]
 
 
+#: The smallest --max-db-size: room for the schema and a few windows (16 pages of 4 KiB).
+MIN_DB_SIZE = 64 * 2**10
+
+
 def size(text: str) -> int:
     """``500000``, ``200K``, ``50M``, ``2G`` → bytes."""
     match = re.fullmatch(r"\s*(\d+)\s*([KMG]?)i?B?\s*", text, re.IGNORECASE)
@@ -167,6 +171,11 @@ def run(args: argparse.Namespace) -> int:
 
     if problem := defaults.rate_problem(args.rate):
         raise UsageError(problem)
+    if args.max_db_size is not None and args.max_db_size < MIN_DB_SIZE:
+        raise UsageError(
+            f"--max-db-size must be at least 64K (the schema and a few windows), not "
+            f"{args.max_db_size:,} bytes; leave it out for no cap"
+        )
     if not 0 <= args.port <= 65535:
         raise UsageError("--port must be between 0 and 65535 (0: any free port)")
     if args.task_rate is None:  # the default, never above the thread sampling's rate

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -149,8 +150,8 @@ def _live(
 def run(args: argparse.Namespace) -> int:
     if (args.pid is None) == (args.profile is None):
         raise UsageError("give either --pid PID or a PROFILE_FILE")
-    if args.duration is not None and (args.pid is None or args.duration <= 0):
-        raise UsageError("--duration needs --pid and must be positive")
+    if args.duration is not None and (args.pid is None or not 0 < args.duration < math.inf):
+        raise UsageError("--duration needs --pid and must be a positive number of seconds")
     if args.top < 1:
         raise UsageError("--top must be at least 1")
     if args.tasks and (args.pid is None or not 0 < args.task_rate <= defaults.RATE_HZ):

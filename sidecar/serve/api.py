@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -82,6 +83,8 @@ StateFilter = Annotated[str | None, Query(description=STATE_HELP)]
 ThreadName = Annotated[str | None, Query(max_length=200)]
 #: The response header of /api/profile and /api/diff that says which threads their samples are of.
 THREADS_HEADER = "X-Sidecar-Threads"
+#: The methods no route serves (each answers GET alone).
+OTHER_METHODS = ["HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
 def threads_query(default: str) -> Any:
@@ -155,7 +158,9 @@ def create_app(service: Service) -> FastAPI:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed"}.get(err.status_code, "error")
-        return error_response(err.status_code, code, str(err.detail))
+        response = error_response(err.status_code, code, str(err.detail))
+        response.headers.update(err.headers or {})  # a 405's Allow
+        return response
 
     @app.exception_handler(Exception)
     async def crash(request: Request, err: Exception) -> JSONResponse:
@@ -389,6 +394,14 @@ def create_app(service: Service) -> FastAPI:
             media_type="image/svg+xml",
             headers={"Content-Security-Policy": SVG_CSP, **scope},
         )
+
+    # Every route answers GET alone; another method is a 405 saying so (without these, the UI's
+    # mount at "/" takes the request, as it takes any path, and answers 404).
+    def not_allowed() -> Response:
+        raise StarletteHTTPException(405, "only GET is served here", headers={"Allow": "GET"})
+
+    for route in [r for r in app.routes if isinstance(r, APIRoute) and "GET" in (r.methods or ())]:
+        app.add_api_route(route.path, not_allowed, methods=OTHER_METHODS, include_in_schema=False)
 
     if isinstance(WEB, Path) and WEB.is_dir():  # installed as files, not inside an archive
         app.mount("/", StaticFiles(directory=WEB, html=True), name="web")

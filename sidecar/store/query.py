@@ -60,7 +60,7 @@ class Range:
         now = time.time()
         end_f = now if end is None else end
         start_f = end_f - 3600 if start is None else start
-        for value, name in ((start_f, "from"), (end_f, "to")):
+        for value, name in ((end_f, "to"), (start_f, "from")):  # `from` defaults from `to`
             if not math.isfinite(value) or not 0 <= value < 1e11:
                 raise QueryError(f"'{name}' must be a unix time in seconds, not {value}")
         if start_f >= end_f:

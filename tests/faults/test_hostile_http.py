@@ -245,6 +245,24 @@ def test_huge_negative_and_nonsense_parameters_never_5xx(server: Serve) -> None:
         assert status == 404 and json.loads(body)["error"]["code"] == "unknown_target", route
 
 
+def test_other_methods_are_405_and_a_range_blames_the_bound_given(server: Serve) -> None:
+    """Every route answers GET alone: HEAD, POST, PUT, PATCH, DELETE and OPTIONS get 405 in the
+    error shape with ``Allow: GET`` (the UI's mount at "/" used to take them: 404); a range with
+    ``to=inf`` names ``to``, not the ``from`` it defaults from."""
+    for route in [*ROUTES, "/healthz", "/metrics"]:
+        for method in ("HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"):
+            answer = httpx.request(method, f"{server.url}{route}", headers=AUTH, timeout=30)
+            tried("other methods")
+            assert answer.status_code == 405, (method, route, answer.status_code)
+            assert answer.headers["allow"] == "GET", (method, route)
+            if method != "HEAD":
+                assert_error_shape(405, answer.content, f"{method} {route}")
+    status, body, _ = server.request("/api/timeline?to=inf")
+    assert status == 400 and "'to' must be a unix time" in body.decode(), body
+    status, body, _ = server.request("/api/timeline?from=inf")
+    assert status == 400 and "'from' must be a unix time" in body.decode(), body
+
+
 TRAVERSALS = [
     "/../../../../etc/passwd",
     "/%2e%2e/%2e%2e/%2e%2e/etc/passwd",

@@ -100,3 +100,44 @@ def test_hostile_numbers_are_refused_in_one_line_by_every_reader(tmp_path: Path)
     entry.inputs += 1
     entry.note("every count past 2^53 - 1, alone or summed, refused in one line by each reader")
     record(entry)
+
+
+def test_edges_of_the_command_line_are_refused_in_one_line(tmp_path: Path) -> None:
+    """``record -d nan`` recorded until killed, ``--max-db-size 0`` meant no cap, and ``render``
+    took a file with NUL bytes that ``stats`` refused: each is one line and exit 2 (a usage
+    error) or 1 (a bad input), before anything starts."""
+    entry = Entry("edges of the command line", "hostile files", rounds=1)
+    for duration in ("nan", "inf", "-1", "0"):
+        for command in (("record", "-p", "1", "-o", str(tmp_path / "r.svg")), ("stats", "-p", "1")):
+            result = sidecar(*command, "-d", duration, timeout=30)
+            lines = result.stderr.splitlines()
+            assert result.returncode == 2, (command, duration, result.stderr)
+            assert lines == [lines[0]] and "positive number of seconds" in lines[0], lines
+            entry.inputs += 1
+    for cap in ("0", "100", "63K"):
+        result = sidecar("serve", "--db", str(tmp_path / "s.db"), "--max-db-size", cap, timeout=30)
+        assert result.returncode == 2, (cap, result.stderr)
+        assert "--max-db-size must be at least 64K" in result.stderr, result.stderr
+        assert not (tmp_path / "s.db").exists()
+        entry.inputs += 1
+    nul = tmp_path / "nul.folded"
+    nul.write_bytes(b"a;b 3\na\0;c 5\n")
+    svg = tmp_path / "good.svg"
+    good = tmp_path / "good.folded"
+    good.write_text(GOOD)
+    assert sidecar("render", str(good), "-o", str(svg)).returncode == 0
+    for bad, said in ((nul, "binary data, not a profile"), (svg, "already a flamegraph SVG")):
+        for command in (("render", str(bad), "-o", str(tmp_path / "out.svg")), ("stats", str(bad))):
+            result = sidecar(*command, timeout=30)
+            if command[0] == "stats" and bad == svg:
+                assert result.returncode == 0, result.stderr  # stats reads an SVG as it is
+                continue
+            assert result.returncode == 1, (command, result.stderr)
+            assert result.stderr.splitlines() == [f"sidecar: error: {bad}: " + said + (
+                "; expected a flamegraph SVG or folded stacks" if bad == nul else
+                "; render takes folded stacks (stats and diff read SVGs as they are)"
+            )], result.stderr  # fmt: skip
+            assert not (tmp_path / "out.svg").exists()
+            entry.inputs += 1
+    entry.fault("nonsense durations, caps and inputs", entry.inputs)
+    record(entry)
