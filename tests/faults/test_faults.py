@@ -397,3 +397,41 @@ def test_store_keeps_one_entry_per_program_and_migrates_old_databases(tmp_path: 
     store.close()
     assert query(old, "PRAGMA user_version") == [(len(MIGRATIONS),)]
     assert integrity(old) == "ok"
+
+
+def test_the_version_read_is_the_interpreter_mapped_in_the_target() -> None:
+    """A target run as another user whose loader cannot reach its binary's own libpython
+    (pyenv's, under a /root that user may not enter) falls back to the host's libpython of
+    the same minor version: that is the interpreter that runs, as the target's own
+    ``sys.version`` says. sidecar reads the version of the interpreter mapped into the target
+    (``/proc/PID/maps``), not of the binary's name or of the host's ``python3``: the version it
+    reports is the target's own, as root and as the user alike."""
+    say = "import sys, time\nprint(sys.version.split()[0], flush=True)\ntime.sleep(30)\n"
+    entry = Entry("the interpreter version of a target run as another user", "target faults")
+    for prefix in ((), ("setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups")):
+        popen = subprocess.Popen(
+            [*prefix, PYTHON, "-c", say], stdout=subprocess.PIPE, text=True, cwd="/"
+        )
+        try:
+            assert popen.stdout is not None
+            own = popen.stdout.readline().strip()
+            assert own, "the target said its version"
+            time.sleep(1.0)  # set up for the attach
+            result = subprocess.run(
+                [str(ROOT / ".venv/bin/sidecar"), "dump", "--pid", str(popen.pid), "--json"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert result.returncode == 0, result.stderr
+            read = json.loads(result.stdout)["python_version"]
+            maps = Path(f"/proc/{popen.pid}/maps").read_text()
+            libs = sorted({line.split()[-1] for line in maps.splitlines() if "libpython" in line})
+            assert read == own, (prefix, read, own, libs)
+            entry.rounds += 1
+            entry.note(f"{'as UID 1000' if prefix else 'as root'}: the target said {own}, "
+                       f"sidecar read {read} (libpython mapped: {libs or 'none'})")  # fmt: skip
+        finally:
+            popen.kill()
+            popen.wait()
+    record(entry)
