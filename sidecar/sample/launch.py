@@ -1,11 +1,16 @@
 """``record -- COMMAND``: start a program and sample it from its start, as py-spy's ``record --
 COMMAND`` and CPython's ``profiling.sampling run`` do. The program runs as sidecar's child with
 sidecar's terminal; it is attached to as soon as its interpreter can be read, and, when the
-recording ends before it does (``--duration``, Ctrl-C), stopped: SIGTERM, then SIGKILL."""
+recording ends before it does (``--duration``, Ctrl-C), stopped: SIGTERM, then SIGKILL. Should
+sidecar itself die without a word (``kill -9``), the kernel sends the program SIGTERM
+(``PR_SET_PDEATHSIG``): no program is left running on its own."""
 
 from __future__ import annotations
 
+import ctypes
+import os
 import shlex
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -14,6 +19,23 @@ from typing import TypeVar
 from sidecar.errors import SidecarError, TargetError, TargetGone, UsageError
 
 T = TypeVar("T")
+
+#: prctl(2)'s option: the signal a process gets when its parent thread ends.
+PR_SET_PDEATHSIG = 1
+
+
+def _ends_with(parent: int) -> Callable[[], None]:
+    """What the child runs before it executes the program: SIGTERM to it when ``parent`` (this
+    process's launching thread) ends, and an end now if it already has."""
+
+    def arrange() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+            return  # not Linux's prctl: the program runs on as it would have
+        if os.getppid() != parent:  # the parent died before the prctl took
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return arrange
 
 #: How long a started program may take until its interpreter can be read.
 ATTACH_TIMEOUT_S = 10.0
@@ -30,7 +52,7 @@ class Launched:
         # on one line, as every message is (a `python -c` program has newlines in it)
         self.text = shlex.join(command).replace("\n", "\\n")
         try:
-            self.child = subprocess.Popen(list(command))
+            self.child = subprocess.Popen(list(command), preexec_fn=_ends_with(os.getpid()))
         except OSError as err:
             raise SidecarError(f"cannot start {command[0]}: {err.strerror}") from err
 

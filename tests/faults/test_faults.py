@@ -435,3 +435,34 @@ def test_the_version_read_is_the_interpreter_mapped_in_the_target() -> None:
             popen.kill()
             popen.wait()
     record(entry)
+
+
+def test_a_program_started_by_record_ends_when_record_is_killed(tmp_path: Path) -> None:
+    """``record -- PROGRAM`` killed with SIGKILL (no handler runs): the kernel sends the program
+    SIGTERM as its parent dies, so it does not run on, re-parented to PID 1."""
+    entry = Entry("record killed -9 while its program runs", "target faults", rounds=1)
+    recorder = subprocess.Popen(
+        [str(ROOT / ".venv/bin/sidecar"), "record", "-o", str(tmp_path / "k.svg"), "--",
+         PYTHON, "-c", "import time; time.sleep(60)"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        assert wait_until(lambda: bool(children(recorder.pid)), timeout=20)
+        (program,) = children(recorder.pid)
+        time.sleep(1.0)  # sampling it
+        recorder.kill()
+        recorder.wait()
+
+        def ended() -> bool:
+            try:
+                state = Path(f"/proc/{program}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                return True
+            return state in ("Z", "X")  # dead, not yet reaped by its new parent
+
+        assert wait_until(ended, timeout=10), f"PID {program} runs on after record's SIGKILL"
+        entry.fault("SIGKILL to record -- PROGRAM")
+    finally:
+        if recorder.poll() is None:
+            recorder.kill()
+    record(entry)
