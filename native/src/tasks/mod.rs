@@ -19,7 +19,7 @@ mod chain;
 mod clock;
 mod gather;
 mod layout;
-mod objects;
+pub(crate) mod objects;
 mod registry;
 mod running;
 mod timers;

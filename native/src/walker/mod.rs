@@ -20,6 +20,7 @@
 //! before trusting it.
 
 mod ahead;
+pub(crate) mod attributes;
 mod compared;
 mod debug_offsets;
 mod dump;
