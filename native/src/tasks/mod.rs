@@ -5,6 +5,7 @@
 //!
 //! The pieces, by concern: `layout` (where each version keeps the task, future and coroutine
 //! fields, and where its registry is), `objects` (types, dicts, sets and names in the target),
+//! `attributes` (an instance's attribute by name: what a request's objects hold),
 //! `registry` (finding the live tasks: `asyncio.tasks`' registry up to 3.13, the `_asyncio`
 //! module's task lists from 3.14), `chain` (the tasks' await chains and states, kept from one
 //! scan to the next while unchanged), `running` (the coroutines a running task is in, from its
@@ -15,11 +16,12 @@
 //! so a task's frames read like a thread's. A sampler's scans on a thread of their own are
 //! `crate::sampler::task_ticks`.
 
+mod attributes;
 mod chain;
 mod clock;
 mod gather;
 mod layout;
-pub(crate) mod objects;
+mod objects;
 mod registry;
 mod running;
 mod timers;

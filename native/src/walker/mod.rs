@@ -20,7 +20,6 @@
 //! before trusting it.
 
 mod ahead;
-pub(crate) mod attributes;
 mod compared;
 mod debug_offsets;
 mod dump;
@@ -47,6 +46,8 @@ use compared::Compared;
 pub use dump::{DumpedFrame, DumpedThread};
 use frames::WalkedFrame;
 use gil::{At, Gil, GilRead, GilTable};
+#[cfg(test)]
+pub(crate) use layout::MINORS;
 pub use layout::{tuple_items, GenLayout, Layout};
 use objects::{Code, ShortFiles};
 use rustc_hash::FxBuildHasher;

@@ -40,10 +40,10 @@ use std::collections::HashMap;
 use anyhow::{bail, Result};
 use rustc_hash::FxBuildHasher;
 
-use super::layout::{tuple_items, Layout};
-use super::objects::{bytes, string};
+use super::objects::{dict_get, Kind, Types, FLOAT_VALUE, TUPLE_SIZE};
 use crate::process::memory::{read, usize_at};
-use crate::tasks::objects::{dict_get, Kind, Types, FLOAT_VALUE, TUPLE_SIZE};
+use crate::walker::objects::{bytes, string};
+use crate::walker::{tuple_items, Layout};
 
 /// `PyTypeObject`'s fields read, the same in every version read.
 const TP_NAME: usize = 24;
@@ -587,7 +587,7 @@ time.sleep(120)
     fn attributes_read_by_name_in_every_version() {
         let ci = std::env::var("CI").is_ok_and(|ci| ci.eq_ignore_ascii_case("true"));
         let mut read = 0;
-        for minor in super::super::layout::MINORS {
+        for minor in crate::walker::MINORS {
             match interpreter(minor) {
                 Some(python) => {
                     check(minor, python);
