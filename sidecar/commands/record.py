@@ -153,8 +153,12 @@ def summary(rec: Recording) -> list[str]:
         lines.append(summary_line(stalls, rec.stall_ms, rec.counts.stalls_dropped))
         lines += stall_rows(stalls, STALL_ROWS, 1 / rec.rate_hz)
     ticks = stats["samples"] + stats["errors"]
+    fate = rec.fate.lines(rec.elapsed) if rec.fate else []
+    lines += fate
     torn = torn_note(stats["errors"], ticks, rec.blocking)
-    if torn:
+    if fate:
+        pass  # what became of the target says why ticks read no sample or read idle
+    elif torn:
         lines.append(torn)
         if stats.get("last_error"):
             lines.append(f"last sampling error: {stats['last_error']}")
@@ -284,6 +288,8 @@ def _record(args: argparse.Namespace, output: str, launched: Launched | None) ->
     profile.rate_hz = rec.rate_hz
     if not profile.stacks:
         why = f"PID {args.pid} exited before a sample was taken" if rec.exited else "no samples"
+        if rec.fate is not None and (said := rec.fate.lines(rec.elapsed)):
+            why = f"no samples: {said[0]}"
         raise NoSamples(f"{why}; nothing written")
     title = args.title or f"sidecar: PID {args.pid} {rec.target.cmdline[:80]}".rstrip()
     samples = None

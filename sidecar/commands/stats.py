@@ -112,10 +112,12 @@ def _live(
     profile = rec.counts.to_profile()
     profile.target = rec.target
     profile.rate_hz = rec.rate_hz
+    fate = rec.fate.lines(rec.elapsed) if rec.fate else []
     if not profile.stacks:
-        raise NoSamples(
-            f"PID {pid} exited before a sample was taken" if rec.exited else "no samples"
-        )
+        why = f"PID {pid} exited before a sample was taken" if rec.exited else "no samples"
+        raise NoSamples(f"no samples: {fate[0]}" if fate else why)
+    for line in fate:  # what became of the target: why its samples read idle, or none
+        print(f"sidecar: note: {line}", file=sys.stderr)
     if rec.exited:
         print(
             f"PID {pid} exited after {rec.elapsed:.1f} s; stats of what was sampled",

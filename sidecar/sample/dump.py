@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from sidecar import _native
 from sidecar.classify.threads import classify
 from sidecar.errors import UsageError, native_errors
+from sidecar.sample.fate import refuse_stopped, said_if_stopped
 
 #: Characters of a str or bytes value shown before it is cut.
 DEFAULT_LOCALS_CHARS = 80
@@ -67,7 +68,9 @@ def read_dump(pid: int, *, blocking: bool = False, locals_chars: int | None = No
         raise UsageError(f"--pid must be a positive process id, not {pid}")
     if locals_chars is not None and locals_chars < 1:
         raise UsageError(f"--locals-chars must be 1 or more, not {locals_chars}")
-    with native_errors(pid):
+    if blocking:
+        refuse_stopped(pid)
+    with said_if_stopped(pid), native_errors(pid):
         read = _native.dump_threads(pid, blocking=blocking, locals=locals_chars)
     moving = set(read["moving"])
     return ProcessDump(

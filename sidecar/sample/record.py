@@ -27,6 +27,7 @@ from sidecar.rules.frames import leaf_for
 from sidecar.rules.tasks import task_leaf
 from sidecar.sample.cgroup import CgroupCpu, CpuUnknown, ThrottleLog, probe_cpu
 from sidecar.sample.cgroup import cpu_line as throttling_line
+from sidecar.sample.fate import Fate
 from sidecar.sample.launch import Launched
 from sidecar.sample.sampler import open_sampler
 from sidecar.sample.schedstat import CpuTime, Reading, read_threads, spent
@@ -172,6 +173,8 @@ class Recording:
     #: the end's when the target exited).
     kernel_before: KernelReading | None = None
     kernel_after: KernelReading | None = None
+    #: what became of it meanwhile: stopped, or another program (None: not watched)
+    fate: Fate | None = None
 
     def cpu_spent(self) -> dict[str, CpuTime | None]:
         """What the event-loop threads (those whose stacks show a loop) and all threads spent
@@ -294,6 +297,7 @@ def record(
     kernel_before = KernelReading.of(pid)
     throttle = ThrottleLog(bound=1_000_000)
     throttle.note(kernel_before.cgroup)
+    fate = Fate.of(pid)
     if on_attach is not None:
         on_attach(sampler.python_version)
     counts = Tally()
@@ -310,6 +314,7 @@ def record(
             time.sleep(wait)
             if throttle.readings:
                 throttle.read(pid)
+            fate.poll()
             for window in sampler.drain():
                 counts.add(window_of(window))
             if progress is not None:
@@ -341,4 +346,5 @@ def record(
         stall_ms=stall_ms,
         kernel_before=kernel_before,
         kernel_after=kernel_after,
+        fate=fate,
     )

@@ -7,6 +7,7 @@ from typing import Literal
 
 from sidecar import _native, defaults
 from sidecar.errors import native_errors
+from sidecar.sample.fate import refuse_stopped, said_if_stopped
 
 
 def on_cpu_source(on_cpu: str) -> str:
@@ -65,7 +66,9 @@ def open_sampler(
     stall of its event loops reported. ``task_bound`` lowers the most tasks a scan reads
     (20,000) for tests; ``task_cache=False`` reads every await chain again at each scan (for
     benchmarks)."""
-    with native_errors(pid):
+    if blocking:
+        refuse_stopped(pid)
+    with said_if_stopped(pid), native_errors(pid):
         return _native.Sampler(
             pid,
             rate_hz=rate_hz,

@@ -13,6 +13,7 @@ import shutil
 import signal
 import sqlite3
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -465,4 +466,68 @@ def test_a_program_started_by_record_ends_when_record_is_killed(tmp_path: Path) 
     finally:
         if recorder.poll() is None:
             recorder.kill()
+    record(entry)
+
+
+IDLE_LOOP = "import time\nwhile True:\n    time.sleep(0.01)\n"
+EXEC_LATER = "import os, time\ntime.sleep(1.5)\nos.execv('/bin/sleep', ['sleep', '20'])\n"
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(ROOT / ".venv/bin/sidecar"), *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_a_stopped_target_or_one_that_became_another_program_is_said_so(
+    tmp_path: Path,
+) -> None:
+    """What became of a target is said in one line, in place of advice that does not fit: one
+    stopped (SIGSTOP) while recorded reads idle then, and the summary says it was stopped and
+    for how long; --blocking refuses a stopped target up front (record and dump), and an
+    attach to one that fails says it is stopped; one that executes another program mid-way
+    reads no sample after, said so, not "the target changed its stacks ... --blocking"."""
+    entry = Entry("a target stopped, or becoming another program", "target faults", rounds=1)
+    idle = subprocess.Popen([PYTHON, "-c", IDLE_LOOP])
+    try:
+        time.sleep(1.5)
+        out = str(tmp_path / "s.svg")
+        stopper = threading.Timer(1.0, os.kill, args=(idle.pid, signal.SIGSTOP))
+        stopper.start()
+        resumer = threading.Timer(2.0, os.kill, args=(idle.pid, signal.SIGCONT))
+        resumer.start()
+        result = _cli("record", "-p", str(idle.pid), "-d", "3", "-o", out)
+        stopper.join()
+        resumer.join()
+        assert result.returncode == 0, result.stderr
+        said = [line for line in result.stderr.splitlines() if "was stopped" in line]
+        assert len(said) == 1 and f"PID {idle.pid} was stopped (SIGSTOP" in said[0], said
+        assert "--blocking pauses it" not in result.stderr, result.stderr
+        entry.fault("SIGSTOP while recorded")
+        os.kill(idle.pid, signal.SIGSTOP)
+        assert wait_until(lambda: set(thread_states(idle.pid).values()) == {("T", 0)})
+        blocked = str(tmp_path / "b.svg")
+        for args in (("record", "--blocking", "-d", "1", "-o", blocked), ("dump", "--blocking")):
+            result = _cli(*args, "-p", str(idle.pid))
+            lines = result.stderr.splitlines()
+            assert result.returncode != 0 and len(lines) == 1, (args, result.stderr)
+            assert f"PID {idle.pid} is stopped (SIGSTOP or a debugger): --blocking" in lines[0]
+            entry.fault(f"{args[0]} --blocking of a stopped target")
+        assert set(thread_states(idle.pid).values()) == {("T", 0)}, "left stopped, not traced"
+        os.kill(idle.pid, signal.SIGCONT)
+    finally:
+        idle.kill()
+        idle.wait()
+    later = subprocess.Popen([PYTHON, "-c", EXEC_LATER])
+    try:
+        time.sleep(0.8)
+        result = _cli("record", "-p", str(later.pid), "-d", "3", "-o", str(tmp_path / "e.svg"))
+        assert result.returncode == 0, result.stderr
+        became = f"PID {later.pid} became another program during the recording (sleep 20)"
+        assert became in result.stderr, result.stderr
+        assert "changed its stacks" not in result.stderr, result.stderr
+        entry.fault("exec of another program while recorded")
+    finally:
+        later.kill()
+        later.wait()
     record(entry)
