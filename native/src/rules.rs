@@ -84,8 +84,9 @@ pub(crate) enum Wait {
     /// Not a known wait.
     #[default]
     No,
-    /// An event loop's poll: a thread back from it waits for the GIL in this frame, so it is
-    /// asked whether it does.
+    /// An event loop's poll: its state is read (a loop woken from it runs, or waits for a
+    /// CPU), and a thread back from it waits for the GIL in this frame, so it is asked whether
+    /// it does.
     Poll,
     /// A threading primitive's `wait` (a condition, an event, a queue's get): it stays idle,
     /// as it always read.

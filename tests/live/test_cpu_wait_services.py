@@ -28,11 +28,11 @@ service in (and back to the root cgroup after). The cgroup's figures are checked
 of the span itself (the rates match): the command's start-up competes for the CPU and changes
 the throttling's rate, so the rate around the whole command is not that of the span.
 
-The throttled requests cost about 5 ms of CPU each (``ROUTE``). With cheaper ones the loop of
-an asyncio service is often throttled inside ``selectors.select``, which the sampler reads idle
-without asking the OS whether the thread runs (a known wait), and busy and idle, then cpu_wait,
-drift from the kernel's figures: a limit of the product that this test does not hide in a
-margin, but keeps out of its load.
+The throttled requests are /cpu's own (about 1 ms of CPU each): an asyncio loop that cheap
+spends a measurable share of its CPU in ``selectors.select``, and a throttle that lands there
+must read cpu_wait as any other (a poll is read as any frame is). Before that was so, such
+samples read idle without asking the OS: idle 0.06-0.28 of aiohttp's and Tornado's samples on
+asyncio while the kernel had the loop runnable 0.95-0.998 of the span.
 """
 
 from __future__ import annotations
@@ -70,15 +70,9 @@ CASES = [
 ]
 IDS = [f"{app}-{loop}-{version}" for app, loop, version in CASES]
 MODULES = {"aiohttp": "aiohttp_app", "tornado": "tornado_app"}
-#: The throttled cases' route: /cpu at 1,000 repeats, about 5 ms of CPU a request. At its
-#: default 200 (about 1 ms) the loop spends a measurable share of its CPU in asyncio's
-#: ``selectors.select``, a known wait whose samples read idle without asking the OS, so a
-#: throttle that lands there reads idle for its whole 80 ms: measured, idle 0.06-0.28 of the
-#: samples of aiohttp and Tornado on asyncio (the kernel: the loop runnable 0.95-0.998 of the
-#: span), busy down to 0.003 against the kernel's 0.2 on a CPU, and cpu_wait up to 0.051 below
-#: the kernel's share, where uvloop (no such frame) read within 0.015. See the module's
-#: docstring.
-ROUTE = "/cpu?repeat=1000"
+#: The throttled cases' route: /cpu at its default (about 1 ms of CPU a request), so the loop
+#: is often throttled in asyncio's ``selectors.select`` (see the module's docstring).
+ROUTE = "/cpu"
 
 
 class Client:

@@ -509,14 +509,15 @@ impl Walker {
             let (tid, mut role) = (*tid, *role);
             let frames = &scratch.frames[range.clone()];
             let (stack, wait) = self.folded(tid, frames);
-            let waits = wait != Wait::No;
-            let running = self.running(tid, waits, run_state);
+            // A lock's wait is idle, unread; a poll is read as any frame is: a loop woken from
+            // it is on a CPU, or runnable and waiting for one (a throttled container).
+            let running = self.running(tid, wait == Wait::Lock, run_state);
             self.guessed |= running.is_none();
             // a poll too (a loop back from it waits for the GIL in its frame), not a lock's wait
             if let (true, GilRole::None, Some(gil), false) =
                 (contended, role, gil, wait == Wait::Lock)
             {
-                if self.waits_for_gil(tid, running, waits, &gil) {
+                if self.waits_for_gil(tid, running, &gil) {
                     role = GilRole::Waits;
                 }
             }
@@ -538,11 +539,11 @@ impl Walker {
     }
 
     /// Whether the thread `tid` is on CPU, as `run_state` tells or its /proc file says; None
-    /// when it cannot be read. A thread in a known wait (`waits`) is idle whatever the OS
-    /// says: its /proc file is not read.
-    fn running(&mut self, tid: u64, waits: bool, run_state: &RunState<'_>) -> Option<bool> {
+    /// when it cannot be read. A thread in a threading primitive's wait (`in_lock`) is idle
+    /// whatever the OS says: its /proc file is not read.
+    fn running(&mut self, tid: u64, in_lock: bool, run_state: &RunState<'_>) -> Option<bool> {
         match run_state {
-            _ if waits => Some(false),
+            _ if in_lock => Some(false),
             // a thread born since the threads were stopped ran on: its state is read now
             RunState::Known(known) if known.contains_key(&(tid as i32)) => {
                 known.get(&(tid as i32)).copied()
@@ -554,18 +555,11 @@ impl Walker {
         }
     }
 
-    /// Whether the thread `tid`, found `running` or not, waits for the GIL another thread
-    /// holds: off CPU (read from /proc now if only its known wait said so), on the futex of
-    /// `gil`.
-    fn waits_for_gil(&mut self, tid: u64, running: Option<bool>, waits: bool, gil: &Gil) -> bool {
-        let off = match running {
-            Some(false) if waits => {
-                self.state_reads += 1;
-                self.states.running(tid as i32) == Some(false)
-            }
-            running => running == Some(false),
-        };
-        off && matches!(self.states.futex(tid as i32), Futex::At(address) if gil.is_gil_futex(address))
+    /// Whether the thread `tid`, found `running` or not (never in a lock's wait: its state was
+    /// read), waits for the GIL another thread holds: off CPU, on the futex of `gil`.
+    fn waits_for_gil(&mut self, tid: u64, running: Option<bool>, gil: &Gil) -> bool {
+        running == Some(false)
+            && matches!(self.states.futex(tid as i32), Futex::At(address) if gil.is_gil_futex(address))
     }
 
     /// Forgets the last folds of threads the sample did not meet (they ended).
