@@ -37,6 +37,7 @@ def _ends_with(parent: int) -> Callable[[], None]:
 
     return arrange
 
+
 #: How long a started program may take until its interpreter can be read.
 ATTACH_TIMEOUT_S = 10.0
 #: How long a program asked to end (SIGTERM) has before it is killed.
