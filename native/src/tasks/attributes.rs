@@ -40,27 +40,21 @@ use std::collections::HashMap;
 use anyhow::{bail, Result};
 use rustc_hash::FxBuildHasher;
 
-use super::objects::{dict_get, Kind, Types, FLOAT_VALUE, TUPLE_SIZE};
+use super::objects::{
+    dict_get, Kind, Types, FLOAT_VALUE, INLINE_VALUES, KEYS_INDICES, KEYS_KIND,
+    KEYS_LOG2_INDEX_BYTES, KEYS_LOG2_SIZE, KEYS_NENTRIES, KEYS_USABLE, MANAGED_DICT, TP_AS_ASYNC,
+    TP_BASE, TP_BASICSIZE, TP_DICTOFFSET, TP_FLAGS, TP_MEMBERS, TP_NAME, TUPLE_SIZE,
+};
 use crate::process::memory::{read, usize_at};
 use crate::walker::objects::{bytes, string};
 use crate::walker::{tuple_items, Layout};
 
-/// `PyTypeObject`'s fields read, the same in every version read.
-const TP_NAME: usize = 24;
-const TP_BASICSIZE: usize = 32;
-const TP_AS_ASYNC: usize = 80;
-const TP_FLAGS: usize = 168;
-const TP_MEMBERS: usize = 240;
-const TP_BASE: usize = 256;
-const TP_DICTOFFSET: usize = 288;
 const TYPE_READ: usize = TP_DICTOFFSET + 8;
 /// Where a heap type's `as_async` may lie in it (`sizeof(PyTypeObject)`: 408 to 424), and
 /// its `ht_cached_keys` after that.
 const TYPE_SIZES: std::ops::RangeInclusive<usize> = 400..=512;
 const CACHED_KEYS_AFTER_AS_ASYNC: usize = 464;
-/// Type flags.
-const INLINE_VALUES: u64 = 1 << 2;
-const MANAGED_DICT: u64 = 1 << 4;
+/// Type flags, beside objects' managed-dict ones.
 const HEAPTYPE: u64 = 1 << 9;
 const TUPLE_SUBCLASS: u64 = 1 << 26;
 const BYTES_SUBCLASS: u64 = 1 << 27;
@@ -68,13 +62,7 @@ const UNICODE_SUBCLASS: u64 = 1 << 28;
 /// Before the object: 3.12+ the managed dict (or 3.12's tagged values), 3.11 its values.
 const MANAGED_DICT_BEFORE: usize = 24;
 const VALUES_BEFORE_311: usize = 32;
-/// `PyDictKeysObject` (the same in 3.11–3.15) and the kind of shared keys.
-const KEYS_LOG2_SIZE: usize = 8;
-const KEYS_LOG2_INDEX_BYTES: usize = 9;
-const KEYS_KIND: usize = 10;
-const KEYS_USABLE: usize = 16;
-const KEYS_NENTRIES: usize = 24;
-const KEYS_INDICES: usize = 32;
+/// The kind of shared keys, and the size of one of their entries.
 const KEYS_SPLIT: u8 = 2;
 const ENTRY_SIZE: usize = 16;
 /// Sanity bounds: CPython's `SHARED_KEYS_MAX_SIZE`, the types and names cached.

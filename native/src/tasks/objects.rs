@@ -20,15 +20,22 @@ const MAX_SET_SLOTS: usize = 1 << 22;
 const MAX_BASES: usize = 16;
 const TYPE_CACHE: usize = 4096;
 
-/// `PyTypeObject`: its name, its size, its flags, its members and its base, the same in every
-/// version read; `PyMemberDef`: its size, its name (at 0) and offset.
-const TP_NAME: usize = 24;
-const TP_BASICSIZE: usize = 32;
-const TP_FLAGS: usize = 168;
+/// `PyTypeObject`: its name, its size, its `as_async`, its flags, its members, its base and
+/// its dict's offset, the same in every version read; `PyMemberDef`: its size, its name (at 0)
+/// and offset.
+pub(super) const TP_NAME: usize = 24;
+pub(super) const TP_BASICSIZE: usize = 32;
+pub(super) const TP_AS_ASYNC: usize = 80;
+pub(super) const TP_FLAGS: usize = 168;
 const TP_ITERNEXT: usize = 224;
-const TP_MEMBERS: usize = 240;
-const TP_BASE: usize = 256;
+pub(super) const TP_MEMBERS: usize = 240;
+pub(super) const TP_BASE: usize = 256;
+pub(super) const TP_DICTOFFSET: usize = 288;
 const TYPE_READ: usize = TP_BASE + 8;
+/// Type flags (3.11+): instances keep their attributes where the type's shared keys say
+/// (`Py_TPFLAGS_MANAGED_DICT`), 3.13+ inline after the object (`Py_TPFLAGS_INLINE_VALUES`).
+pub(super) const INLINE_VALUES: u64 = 1 << 2;
+pub(super) const MANAGED_DICT: u64 = 1 << 4;
 const MEMBER_SIZE: usize = 40;
 const MEMBER_OFFSET: usize = 16;
 const MAX_MEMBERS: usize = 64;
@@ -281,10 +288,12 @@ fn kind_of(name: &str) -> Kind {
 /// `PyDictObject`'s keys, and the parts of `PyDictKeysObject` (3.11–3.15 alike).
 const DICT_KEYS: usize = 32;
 const DICT_VALUES: usize = 40;
-const KEYS_LOG2_INDEX_BYTES: usize = 9;
-const KEYS_KIND: usize = 10;
-const KEYS_NENTRIES: usize = 24;
-const KEYS_INDICES: usize = 32;
+pub(super) const KEYS_LOG2_SIZE: usize = 8;
+pub(super) const KEYS_LOG2_INDEX_BYTES: usize = 9;
+pub(super) const KEYS_KIND: usize = 10;
+pub(super) const KEYS_USABLE: usize = 16;
+pub(super) const KEYS_NENTRIES: usize = 24;
+pub(super) const KEYS_INDICES: usize = 32;
 
 /// The value under the string key `wanted` in the dict at `dict` (a combined table, as module
 /// and `sys.modules` dicts are, or a split one, as an instance's may be); None when it is not

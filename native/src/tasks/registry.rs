@@ -8,7 +8,8 @@ use anyhow::{anyhow, bail, Context, Result};
 
 use super::layout::{Registry, ASYNCIO_DEBUG_WORDS};
 use super::objects::{
-    dict_get, hashed_address, sets_entries, Kind, SetTable, TypeInfo, Types, MERGE_GAP,
+    dict_get, hashed_address, sets_entries, Kind, SetTable, TypeInfo, Types, INLINE_VALUES,
+    MERGE_GAP,
 };
 use super::Target;
 use crate::process::memory::{read, read_pieces, usize_at, Batch};
@@ -16,8 +17,6 @@ use crate::walker::Layout;
 
 /// Sanity bounds against torn or garbage reads.
 const MAX_THREADS: usize = 4096;
-/// Inline values (3.13+): `Py_TPFLAGS_INLINE_VALUES`.
-const INLINE_VALUES: u64 = 1 << 2;
 
 /// The objects a 3.11–3.13 registry keeps its tasks in: sets of weak references to them (the
 /// `data` of its WeakSets, which a WeakSet keeps for its life, found once) and sets.

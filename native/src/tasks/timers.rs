@@ -38,7 +38,7 @@ use super::layout::TaskLayout;
 use super::objects::{
     Kind, Types, BLOCK_DATA, BLOCK_ITEMS, BLOCK_NEXT, DEQUE_HEAD, DEQUE_LEFT_BLOCK,
     DEQUE_LEFT_INDEX, DEQUE_RIGHT_BLOCK, DEQUE_RIGHT_INDEX, DEQUE_SIZE, FLOAT_VALUE, LIST_ITEMS,
-    LIST_SIZE, MERGE_GAP, METHOD_SELF, TUPLE_SIZE,
+    LIST_SIZE, MANAGED_DICT, MERGE_GAP, METHOD_SELF, TUPLE_SIZE,
 };
 use super::registry::{find_attribute, Slot, SLOT_READ};
 use super::Target;
@@ -46,9 +46,6 @@ use crate::process::memory::{read, usize_at, Batch};
 use crate::walker::Layout;
 use rustc_hash::FxBuildHasher as FxBuild;
 
-/// `Py_TPFLAGS_MANAGED_DICT` (3.11+): instances keep their attributes where
-/// `first_attribute` finds them. uvloop's loop has none.
-const MANAGED_DICT: u64 = 1 << 4;
 /// `BaseEventLoop.__init__` sets `_scheduled` fifth; its first list.
 const LOOP_ATTRIBUTES: usize = 8;
 /// Sanity bounds against torn or garbage reads.
