@@ -66,7 +66,6 @@ class Sampling:
     missed: int
     late: int
     lag_max_s: float
-    span_s: float
     #: the threads the kernel's shares are of (the event loop's, else every sampled thread),
     #: read at both ends of the span
     threads: int
@@ -148,7 +147,6 @@ class Sampling:
             missed=stats["missed"],
             late=stats["late"],
             lag_max_s=stats["lag_max"],
-            span_s=rec.elapsed,
             threads=len(both),
             on_cpu_share=on_cpu,
             runnable_share=runnable,

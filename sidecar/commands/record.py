@@ -152,19 +152,19 @@ def summary(rec: Recording) -> list[str]:
         stalls = rec.counts.stalls()
         lines.append(summary_line(stalls, rec.stall_ms, rec.counts.stalls_dropped))
         lines += stall_rows(stalls, STALL_ROWS, 1 / rec.rate_hz)
+    # what became of the target says why ticks read no sample or read idle, else the reads do
+    return lines + (rec.fate_lines() or _read_errors(stats, rec.blocking))
+
+
+def _read_errors(stats: SamplerStats, blocking: bool) -> list[str]:
+    """What the ticks that read no sample say, if anything: torn reads, or errors in
+    proportion."""
     ticks = stats["samples"] + stats["errors"]
-    fate = rec.fate.lines(rec.elapsed) if rec.fate else []
-    lines += fate
-    torn = torn_note(stats["errors"], ticks, rec.blocking)
-    if fate:
-        pass  # what became of the target says why ticks read no sample or read idle
-    elif torn:
-        lines.append(torn)
-        if stats.get("last_error"):
-            lines.append(f"last sampling error: {stats['last_error']}")
-    elif note := errors_note(stats["errors"], ticks, rec.blocking, stats.get("last_error") or "?"):
-        lines.append(note)
-    return lines
+    if torn := torn_note(stats["errors"], ticks, blocking):
+        last = stats.get("last_error")
+        return [torn, f"last sampling error: {last}"] if last else [torn]
+    note = errors_note(stats["errors"], ticks, blocking, stats.get("last_error") or "?")
+    return [note] if note else []
 
 
 def task_summary(rec: Recording) -> list[str]:
@@ -287,10 +287,7 @@ def _record(args: argparse.Namespace, output: str, launched: Launched | None) ->
     profile.target = rec.target
     profile.rate_hz = rec.rate_hz
     if not profile.stacks:
-        why = f"PID {args.pid} exited before a sample was taken" if rec.exited else "no samples"
-        if rec.fate is not None and (said := rec.fate.lines(rec.elapsed)):
-            why = f"no samples: {said[0]}"
-        raise NoSamples(f"{why}; nothing written")
+        raise NoSamples(f"{rec.no_samples()}; nothing written")
     title = args.title or f"sidecar: PID {args.pid} {rec.target.cmdline[:80]}".rstrip()
     samples = None
     if FORMATS[args.format].labelled:

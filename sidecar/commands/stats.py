@@ -112,11 +112,9 @@ def _live(
     profile = rec.counts.to_profile()
     profile.target = rec.target
     profile.rate_hz = rec.rate_hz
-    fate = rec.fate.lines(rec.elapsed) if rec.fate else []
     if not profile.stacks:
-        why = f"PID {pid} exited before a sample was taken" if rec.exited else "no samples"
-        raise NoSamples(f"no samples: {fate[0]}" if fate else why)
-    for line in fate:  # what became of the target: why its samples read idle, or none
+        raise NoSamples(rec.no_samples())
+    for line in rec.fate_lines():  # what became of the target: why its samples read idle
         print(f"sidecar: note: {line}", file=sys.stderr)
     if rec.exited:
         print(

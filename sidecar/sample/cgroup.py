@@ -181,7 +181,16 @@ class ThrottleLog:
         return [replace(s, throttling=self.around(s.start, s.end)) for s in stalls]
 
     def read(self, pid: int) -> None:
-        """Notes the cgroup's counters now (a process gone is noted no more)."""
+        """Notes the cgroup's counters now: its ``cpu.stat`` alone, where the last reading found
+        it (a recording reads four times a second, and a node's mountinfo can be megabytes),
+        else the whole cgroup again; a process gone is noted no more. A move to another cgroup
+        shows at the next whole reading (``CgroupCpu.since`` then refuses the span)."""
+        if self.readings:
+            last = self.readings[-1]
+            with contextlib.suppress(CgroupError):
+                counters = _stat(last.directory, last.version, required=True)
+                self.note(replace(last, throttling=counters, at=time.monotonic()))
+                return
         with contextlib.suppress(TargetGone):
             self.note(probe_cpu(pid))
 

@@ -176,6 +176,18 @@ class Recording:
     #: what became of it meanwhile: stopped, or another program (None: not watched)
     fate: Fate | None = None
 
+    def fate_lines(self) -> list[str]:
+        """What became of the target while it was sampled, if anything (``Fate.lines``)."""
+        return self.fate.lines(self.elapsed) if self.fate else []
+
+    def no_samples(self) -> str:
+        """Why the recording holds no sample, in one line."""
+        if said := self.fate_lines():
+            return f"no samples: {said[0]}"
+        if self.exited:
+            return f"PID {self.target.pid} exited before a sample was taken"
+        return "no samples"
+
     def cpu_spent(self) -> dict[str, CpuTime | None]:
         """What the event-loop threads (those whose stacks show a loop) and all threads spent
         on a CPU and waiting for one over the recording, by the kernel's own counters."""

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -66,6 +67,22 @@ def _freeze(target: Proc, how: str, ms: float, held: list[float] | None = None) 
     assert match, said
     if held is not None:
         held.append(float(match[1]) / 1000)
+
+
+def _one_stall_by_stats(
+    target: Proc, freeze: tuple[str, float, list[float]], at: float, seconds: float
+) -> dict[str, Any]:
+    """The one stall ``stats --json`` finds over ``seconds`` of ``target``, frozen (``_freeze``'s
+    how, ms, held) ``at`` seconds in; the document checked against its schema."""
+    timer = threading.Timer(at, _freeze, args=(target, *freeze))
+    timer.start()
+    result = sidecar("stats", "--pid", str(target.pid), "--duration", f"{seconds:g}", "--json")
+    timer.join()
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    jsonschema.validate(doc, SCHEMA)
+    (stall,) = doc["targets"][0]["stalls"]
+    return dict(stall)
 
 
 def _schedule(target: Proc, held: list[float]) -> None:
@@ -176,14 +193,7 @@ def test_the_same_callback_twice_in_a_row_is_two_stalls(spawn: Spawner, version:
 def test_record_and_stats_say_the_stalls(spawn: Spawner, tmp_path: object) -> None:
     target = spawn.target("aiohttp_app")
     held: list[float] = []
-    timer = threading.Timer(1.0, _freeze, args=(target, "sleep", 300, held))
-    timer.start()
-    result = sidecar("stats", "--pid", str(target.pid), "--duration", "2", "--json")
-    timer.join()
-    assert result.returncode == 0, result.stderr
-    doc = json.loads(result.stdout)
-    jsonschema.validate(doc, SCHEMA)
-    (stall,) = doc["targets"][0]["stalls"]
+    stall = _one_stall_by_stats(target, ("sleep", 300, held), at=1.0, seconds=2)
     assert stall["state"] == "blocked" and abs(stall["duration_s"] - held[0]) <= 0.05, (stall, held)
     assert stall["site"].startswith("freeze_sleep (targets/handlers.py:"), stall
 
@@ -244,14 +254,7 @@ def test_a_cpu_starved_stall_says_so_with_the_throttling_around_it(
     assert of >= 4 and periods >= of / 2 and lost > 0.2 and span >= 0.5, below
     print(row, below, sep="\n")
 
-    timer = threading.Timer(1.2, _freeze, args=(target, "spin", 500, held))
-    timer.start()
-    result = sidecar("stats", "--pid", str(target.pid), "--duration", "3", "--json")
-    timer.join()
-    assert result.returncode == 0, result.stderr
-    doc = json.loads(result.stdout)
-    jsonschema.validate(doc, SCHEMA)
-    (stall,) = doc["targets"][0]["stalls"]
+    stall = _one_stall_by_stats(target, ("spin", 500, held), at=1.2, seconds=3)
     assert stall["state"] == "cpu_wait", stall
     assert stall["states"]["cpu_wait"] > 0.5 * stall["duration_s"], stall
     assert stall["site"].startswith("freeze_spin (targets/handlers.py:"), stall
