@@ -205,9 +205,13 @@ def test_record_and_stats_say_the_stalls(spawn: Spawner, tmp_path: object) -> No
     assert result.returncode == 0, result.stderr
     lines = result.stderr.splitlines()
     summary = next(line for line in lines if line.startswith("stalls ≥ 150 ms: "))
-    longest = re.match(r"stalls ≥ 150 ms: 1 · longest ([\d.]+) s busy at ", summary)
+    # a spin on a loaded host may wait for its CPU most of the time: then it says so
+    longest = re.match(
+        r"stalls ≥ 150 ms: 1 · longest ([\d.]+) s (busy|cpu_wait waiting for a CPU,) at "
+        r"freeze_spin \(targets/handlers.py:",
+        summary,
+    )
     assert longest and abs(float(longest[1]) - held[1]) <= 0.05, (summary, held)
-    assert "busy at freeze_spin (targets/handlers.py:" in summary, summary
     assert any(line.startswith("longest stalls (lengths within 10 ms") for line in lines), lines
 
     # a process without an event loop has no stall to tell, and no line says it has none
