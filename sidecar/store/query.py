@@ -12,7 +12,8 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -109,6 +110,25 @@ class Reader:
             self._local.conn = conn
             self._local.file_id = file_id
         return conn
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """The reads inside see one state of the database (a read transaction): a range's
+        counts and the stacks they name together, never a retention or downsampling pass
+        between them (its nodes then gone: read as a damaged file). Nested, the outer one."""
+        conn = self._conn()
+        if conn.in_transaction:
+            yield
+            return
+        try:
+            conn.execute("BEGIN")
+        except sqlite3.Error as err:
+            raise StoreUnavailable(f"the database cannot be read: {err}") from err
+        try:
+            yield
+        finally:
+            if conn.in_transaction:
+                conn.rollback()  # it wrote nothing
 
     def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         try:
@@ -254,6 +274,17 @@ class Reader:
     ) -> Profile:
         """Folded stacks of one target (or all) over a range, off-CPU leaves included; with
         ``loop_only``, the samples of event-loop stacks only (the ``stacks.loop`` flag)."""
+        with self.snapshot():
+            return self._profile(target, span, states, thread, loop_only)
+
+    def _profile(
+        self,
+        target: int | None,
+        span: Range,
+        states: set[str] | None,
+        thread: str | None,
+        loop_only: bool,
+    ) -> Profile:
         if target is not None:
             info = self.target(target)
         codes, threads = self._states(states), self._threads(thread)

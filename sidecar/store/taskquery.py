@@ -98,14 +98,15 @@ class TaskReader:
         info = self.reader.target(target) if target is not None else None
         self.require_scans(target, span)
         totals: dict[tuple[int, int], int] = {}
-        try:
-            for _, blob in self.reader.blobs(target, span, COUNT_TABLES[1]):
-                for stack, _, state, count in counts.unpack(blob):
-                    if codes is None or state in codes:
-                        totals[(stack, state)] = totals.get((stack, state), 0) + count
-        except counts.CountsError as err:
-            raise StoreUnavailable(f"the database is damaged: {err}") from err
-        texts = self.reader.stack_texts({stack for stack, _ in totals})
+        with self.reader.snapshot():  # the counts and their stacks' nodes as of one instant
+            try:
+                for _, blob in self.reader.blobs(target, span, COUNT_TABLES[1]):
+                    for stack, _, state, count in counts.unpack(blob):
+                        if codes is None or state in codes:
+                            totals[(stack, state)] = totals.get((stack, state), 0) + count
+            except counts.CountsError as err:
+                raise StoreUnavailable(f"the database is damaged: {err}") from err
+            texts = self.reader.stack_texts({stack for stack, _ in totals})
         profile = Profile(start=float(span.start), end=float(span.end))
         for (stack, state), count in totals.items():
             text = texts[stack]
