@@ -232,6 +232,7 @@ class Writer:
         if self.health.failing:
             log.warning("database writable again; backlog %d", self.health.backlog)
         self.health.failing = False
+        self.store.fit_wal()
         self.health.size_bytes = self.store.size_bytes()
         return True
 
@@ -253,33 +254,44 @@ class Writer:
         if is_corrupt(err):
             self._recreate(f"{CORRUPT} ({err})")
             return
+        if "full" in str(err).lower() and self._at_cap():
+            # what --max-db-size is for: the oldest windows make room, no error
+            self._make_room()
+            return
         self._note_error(err)
         if not self.health.failing:
             log.error("cannot write to the database: %s (keeping a backlog)", err)
         self.health.failing = True
         if "full" in str(err).lower():
-            if not self._at_cap():
-                self.health.disk_full_at = self.clock()
-            try:
-                evicted = self.store.evict_oldest()
-                self.health.evicted_windows += evicted
-                self._room_made = evicted > 0
-                if evicted:
-                    log.warning("database full: evicted the %d oldest windows", evicted)
-                    # stacks only they used go too: with stacks that never repeat, those are
-                    # most of the file, and evicting windows alone never makes room
-                    self.store.collect_stacks()
-                elif self.store.max_bytes is not None:
-                    self._room_made = self._too_big()
-            except sqlite3.Error as again:
-                log.error("cannot free room in the database: %s", again)
-            self.store.checkpoint()  # a WAL folded into the database frees its disk space
+            self.health.disk_full_at = self.clock()
+            self._make_room()
+
+    def _make_room(self) -> None:
+        """Evicts the oldest windows, and the stacks only they used, for the next write."""
+        try:
+            evicted = self.store.evict_oldest()
+            self.health.evicted_windows += evicted
+            self._room_made = evicted > 0
+            if evicted:
+                # at the cap, by design: said at debug level (a full disk is said at error)
+                (log.warning if self.health.failing else log.debug)(
+                    "database full: evicted the %d oldest windows", evicted
+                )
+                # stacks only they used go too: with stacks that never repeat, those are
+                # most of the file, and evicting windows alone never makes room
+                self.store.collect_stacks()
+            elif self.store.max_bytes is not None:
+                self._room_made = self._too_big()
+        except sqlite3.Error as again:
+            log.error("cannot free room in the database: %s", again)
+        self.store.checkpoint()  # a WAL folded into the database frees its disk space
 
     def _at_cap(self) -> bool:
-        """The database has grown to --max-db-size (a full database by design, not a full
-        disk); within a tenth of it, as a window needs room to fit."""
-        cap = self.store.max_bytes
-        return cap is not None and self.store.size_bytes() >= 0.9 * cap
+        """The database file has grown to its share of --max-db-size (``Store.at_cap``)."""
+        try:
+            return self.store.at_cap()
+        except sqlite3.Error:
+            return False
 
     def _too_big(self) -> bool:
         """Nothing left to evict under --max-db-size: the windows are written one at a time,
@@ -315,6 +327,7 @@ class Writer:
             self.store.roll_up(now)
             if pruned_now:
                 self.store.collect_stacks()
+            self.store.fit_wal()
             self.health.size_bytes = self.store.size_bytes()
         except sqlite3.Error as err:
             self._failed(err)

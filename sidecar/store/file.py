@@ -26,6 +26,11 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 #: WAL pages between checkpoints (SQLite's default: 1000). The WAL is a second copy of recent
 #: pages; kept small, a full disk leaves room to evict old windows and write on.
 WAL_PAGES = 128
+#: The share of --max-db-size kept for the WAL (the rest is the database file's), when less
+#: than WAL_PAGES: the cap bounds the file and its WAL together.
+WAL_SHARE = 0.125
+#: Bytes of the WAL's header, and of each page's frame header in it.
+WAL_HEADER, WAL_FRAME = 32, 24
 #: SQLite result codes (primary, the low byte) that mean the file is not a sound database.
 CORRUPT_CODES = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB
 #: What ``Store.check_file`` finds; each is a reason for ``Store.recreate``.
@@ -77,6 +82,10 @@ class StoreFile:
     def __init__(self, path: str | Path, *, max_bytes: int | None = None) -> None:
         self.path = Path(path)
         self.max_bytes = max_bytes
+        #: Under a cap: the most bytes its WAL may hold before it is checkpointed and
+        #: truncated, and the most pages of the database file (set when the file is opened).
+        self.wal_budget: int | None = None
+        self.max_pages: int | None = None
         self._lock = self._acquire_lock()
         try:
             self._open()
@@ -100,10 +109,10 @@ class StoreFile:
             migrate(self.db)
             self.db.execute("PRAGMA journal_mode = WAL")
             self.db.execute("PRAGMA synchronous = NORMAL")
-            self.db.execute(f"PRAGMA wal_autocheckpoint = {WAL_PAGES}")
-            if self.max_bytes is not None:
-                page = int(self.db.execute("PRAGMA page_size").fetchone()[0])
-                self.db.execute(f"PRAGMA max_page_count = {max(16, self.max_bytes // page)}")
+            if self.max_bytes is None:
+                self.db.execute(f"PRAGMA wal_autocheckpoint = {WAL_PAGES}")
+            else:
+                self._cap(self.max_bytes)
             # Processes are re-attached as discovery finds them again.
             with self.transaction():
                 self.db.execute("UPDATE processes SET alive = 0 WHERE alive = 1")
@@ -129,6 +138,52 @@ class StoreFile:
         self._nodes: dict[tuple[int, int], int] = {}
         self._frames: dict[str, int] = {}
         self._processes: dict[ProcessKey, tuple[int, int]] = {}
+
+    def _cap(self, cap: int) -> None:
+        """Splits --max-db-size between the database file and its WAL: the WAL gets WAL_SHARE
+        of it (WAL_PAGES at the most), checkpointed once it holds that many pages and cut
+        back to that size after each checkpoint (``journal_size_limit``); the file gets the
+        rest (SQLite's ``max_page_count``, 16 pages at the least). ``fit_wal`` checkpoints a
+        WAL that a long transaction grew past its share."""
+        page = int(self.db.execute("PRAGMA page_size").fetchone()[0])
+        frame = page + WAL_FRAME
+        wal_pages = max(1, min(WAL_PAGES, int(cap * WAL_SHARE - WAL_HEADER) // frame))
+        self.wal_budget = WAL_HEADER + wal_pages * frame
+        self.max_pages = max(16, (cap - self.wal_budget) // page)
+        self.db.execute(f"PRAGMA wal_autocheckpoint = {wal_pages}")
+        self.db.execute(f"PRAGMA journal_size_limit = {self.wal_budget}")
+        self.db.execute(f"PRAGMA max_page_count = {self.max_pages}")
+
+    def wal_bytes(self) -> int:
+        try:
+            return os.path.getsize(f"{self.path}-wal")
+        except OSError:
+            return 0
+
+    def fit_wal(self) -> None:
+        """Under a cap, after a transaction: checkpoints and truncates a WAL grown past its
+        share (a transaction that changed many pages, a checkpoint a reader held back), so
+        that the file and its WAL are within the cap again."""
+        if self.wal_budget is not None and self.wal_bytes() > self.wal_budget:
+            self.checkpoint()
+
+    def at_cap(self) -> bool:
+        """A write found the database full because of --max-db-size (by design), not because
+        the disk is: the file is within a tenth of its share of the cap, or the disk has
+        room for all the cap still allows (a transaction of many pages can meet the cap well
+        before the file reaches it)."""
+        if self.max_pages is None:
+            return False
+        page = int(self.db.execute("PRAGMA page_size").fetchone()[0])
+        pages = int(self.db.execute("PRAGMA page_count").fetchone()[0])
+        if pages >= 0.9 * self.max_pages:
+            return True
+        try:
+            disk = os.statvfs(self.path.parent)
+        except OSError:
+            return False
+        allowed = (self.max_pages - pages) * page + (self.wal_budget or 0)
+        return disk.f_bavail * disk.f_frsize > allowed
 
     def check_file(self, probe: bool = False) -> str | None:
         """What happened to the database file under this store, if anything (DELETED,

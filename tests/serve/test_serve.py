@@ -177,13 +177,14 @@ def test_full_database_keeps_sampling_and_recovers(
 ) -> None:
     target = spawn.target("aiohttp_app")
     load.start(target.url + "/cpu?repeat=1", seconds=120, connections=2)
-    # A cap a little over the empty database (112 KiB), and many small windows (1 s). How soon
-    # the cap is met depends on how many stacks the windows hold: 5-10 s here under the load,
-    # never within 40 s while the service idles (its few stacks fit the pages it has).
-    server = serve("--max-db-size", "128K", "--rate", "400", pids=(target.pid,))
-    assert wait_until(lambda: server.json("/healthz")["store"]["write_errors"] > 0, timeout=60), (
-        server.json("/healthz")
-    )
+    # A cap a little over the empty database (112 KiB) and its WAL's share (an eighth), and
+    # many small windows (1 s). How soon the cap is met depends on how many stacks the windows
+    # hold: seconds here under the load, never within 40 s while the service idles (its few
+    # stacks fit the pages it has).
+    server = serve("--max-db-size", "256K", "--rate", "400", pids=(target.pid,))
+    assert wait_until(
+        lambda: server.json("/healthz")["store"]["evicted_windows"] > 0, timeout=90
+    ), server.json("/healthz")
     health = server.json("/healthz")
     samples_then = server.metric("sidecar_sampler_samples_total")
     assert wait_until(lambda: server.metric("sidecar_sampler_samples_total") > samples_then)
@@ -192,8 +193,9 @@ def test_full_database_keeps_sampling_and_recovers(
     assert wait_until(
         lambda: server.metric("sidecar_store_windows_written_total") > written, timeout=30
     ), server.json("/healthz")
-    assert health["store"]["last_error"] and "full" in health["store"]["last_error"].lower()
-    assert server.json("/healthz")["store"]["evicted_windows"] > 0
+    # the cap met is what it is for: no write error, the file and its WAL within it
+    assert health["store"]["write_errors"] == 0 and health["status"] == "ok", health
+    assert server.json("/healthz")["store"]["size_bytes"] <= 256 * 1024
 
 
 def test_retention_removes_old_windows(spawn: Spawner, serve: Any, tmp_path: Path) -> None:

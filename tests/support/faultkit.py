@@ -1,7 +1,7 @@
 """Tools of the fault and abuse suite (tests/faults/test_faults.py, test_storage_faults.py,
-test_hostile_http.py, test_scale.py, test_soak.py): /proc readings of a process (state,
-tracer, memory), database checks, and the ledger behind tests/reports/faults.md. The suite's
-``sidecar serve`` is ``helpers.Serve``.
+test_hostile_http.py, test_resource_limits.py, test_scale.py, test_soak.py): /proc readings of
+a process (state, tracer, memory), database checks, and the ledger behind
+tests/reports/faults.md. The suite's ``sidecar serve`` is ``helpers.Serve``.
 """
 
 from __future__ import annotations
@@ -149,8 +149,8 @@ def render(ledger: dict[str, Any]) -> str:
         "# Fault and abuse suite: summary",
         "",
         "Written by the tests marked `faults` (tests/faults/: test_faults.py, "
-        "test_storage_faults.py, test_hostile_http.py, test_hostile_numbers.py, test_scale.py, "
-        "test_soak.py) as they pass; "
+        "test_storage_faults.py, test_hostile_http.py, test_hostile_numbers.py, "
+        "test_resource_limits.py, test_scale.py, test_soak.py) as they pass; "
         "each row is the "
         "latest run of that test. Nothing lost means: no sample, window or process the sidecar "
         "had was missing or attributed elsewhere afterwards.",
