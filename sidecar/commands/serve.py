@@ -7,6 +7,7 @@ import ipaddress
 import logging
 import os
 import re
+import resource
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from sidecar import defaults
 from sidecar.commands.options import add_rate, add_stall_ms, add_task_bound
 from sidecar.commands.signals import terminate_as_interrupt
 from sidecar.errors import UsageError
+from sidecar.serve.http import HEADER_TIMEOUT
 
 HELP = "sample Python processes continuously, store profiles and serve the UI and API"
 
@@ -100,6 +102,21 @@ def add_parser(sub: Any) -> None:
     parser.add_argument(
         "--blocking", action="store_true", help="pause each target during each read"
     )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        metavar="N",
+        help="HTTP connections at once; more are closed as they come (default 100, fewer "
+        "when the open-files limit leaves less room beside sampling and the store)",
+    )
+    parser.add_argument(
+        "--header-timeout",
+        type=float,
+        default=HEADER_TIMEOUT,
+        metavar="S",
+        help="seconds a client has to send a request's headers before its connection is "
+        f"closed (default {HEADER_TIMEOUT:g})",
+    )
     push = parser.add_argument_group(
         "pushing to Grafana Pyroscope",
         "each option's default comes from the environment variable named in brackets",
@@ -165,6 +182,7 @@ def _from_environment(
 def run(args: argparse.Namespace) -> int:
 
     from sidecar.serve.api import create_app
+    from sidecar.serve.descriptors import RESERVED, connection_cap, raise_limit
     from sidecar.serve.http import listen, server_for
     from sidecar.serve.push import endpoint
     from sidecar.serve.service import ServeConfig, Service
@@ -176,6 +194,10 @@ def run(args: argparse.Namespace) -> int:
             f"--max-db-size must be at least 64K (the schema and a few windows), not "
             f"{args.max_db_size:,} bytes; leave it out for no cap"
         )
+    if args.max_connections is not None and not 1 <= args.max_connections <= 1_000_000:
+        raise UsageError("--max-connections must be between 1 and 1000000")
+    if not 0.1 <= args.header_timeout <= 3600:  # nan compares false: refused too
+        raise UsageError("--header-timeout must be between 0.1 and 3600 seconds")
     if not 0 <= args.port <= 65535:
         raise UsageError("--port must be between 0 and 65535 (0: any free port)")
     if args.task_rate is None:  # the default, never above the thread sampling's rate
@@ -230,13 +252,32 @@ def run(args: argparse.Namespace) -> int:
         stall_ms=args.stall_ms,
         push=push,
         service_name=args.service_name,
+        max_connections=args.max_connections,
+        header_timeout=args.header_timeout,
     )
+    soft, hard = raise_limit()
+    wanted = args.max_connections
+    if wanted is not None and wanted > connection_cap(soft) and wanted > soft - RESERVED:
+        logging.getLogger("sidecar.serve").warning(
+            "--max-connections %d leaves fewer than %d of the %d open files allowed for "
+            "sampling and the store: clients may take the descriptors they need",
+            wanted,
+            RESERVED,
+            soft,
+        )
     sock = listen(args.host, args.port)
     service = Service(config)
+    logging.getLogger("sidecar.serve").info(
+        "open files: %d allowed (hard limit %s); HTTP: %d connections at once, %g s for headers",
+        soft,
+        "unlimited" if hard == resource.RLIM_INFINITY else hard,
+        service.http.max_connections,
+        service.http.header_timeout,
+    )
     try:
         service.start()
         with terminate_as_interrupt():
-            server = server_for(create_app(service), args.host, args.port)
+            server = server_for(create_app(service), args.host, args.port, service.http)
             port = sock.getsockname()[1]  # the port given, or the one picked for --port 0
             print(
                 f"sidecar: serving http://{args.host}:{port} (database {args.db})",

@@ -17,6 +17,8 @@ from typing import Any
 from sidecar import defaults
 from sidecar.access import detect
 from sidecar.discover import Selection
+from sidecar.serve.descriptors import Descriptors, connection_cap, soft_limit
+from sidecar.serve.http import HEADER_TIMEOUT, HttpLimits
 from sidecar.serve.push import Client, Endpoint, Pusher, pod_labels
 from sidecar.serve.sessions import Sessions
 from sidecar.serve.sinks import Fanout
@@ -52,6 +54,10 @@ class ServeConfig:
     #: Where to push every window (``--push``), and the series' ``service_name``.
     push: Endpoint | None = None
     service_name: str | None = None
+    #: HTTP connections at once (``--max-connections``; None: ``descriptors.connection_cap``
+    #: of the open-files limit) and seconds for a request's headers (``--header-timeout``).
+    max_connections: int | None = None
+    header_timeout: float = HEADER_TIMEOUT
 
 
 class Service:
@@ -60,6 +66,13 @@ class Service:
     def __init__(self, config: ServeConfig, clock: Callable[[], float] = time.time) -> None:
         self.config = config
         self.clock = clock
+        #: The open-files limit as it is now (``sidecar serve`` raised it first), and the
+        #: limits on HTTP connections that keep clients from taking every descriptor.
+        self.descriptors = Descriptors(soft_limit(), clock=clock)
+        self.http = HttpLimits(
+            max_connections=config.max_connections or connection_cap(self.descriptors.limit),
+            header_timeout=config.header_timeout,
+        )
         self.writer = Writer(
             config.db, retention=config.retention, max_bytes=config.max_db_bytes, clock=clock
         )
@@ -82,6 +95,7 @@ class Service:
             tasks_hz=config.task_rate_hz,
             task_bound=config.task_bound,
             stall_ms=config.stall_ms,
+            descriptors=self.descriptors,
         )
         self.reader = Reader(config.db, config.window)
         self.tracing = detect()
@@ -106,6 +120,7 @@ class Service:
         next_scan = 0.0
         while not self._stop.is_set():
             try:
+                self.descriptors.check()
                 if time.monotonic() >= next_scan:
                     self.sessions.scan()
                     next_scan = time.monotonic() + self.config.scan_interval
@@ -132,7 +147,13 @@ class Service:
         ]
         disk_full = health.disk_full(now)
         push = self._push_health(now)
-        degraded = health.degraded(now) or bool(problems) or bool(push and push["degraded"])
+        descriptors = self.descriptors.health(now)
+        degraded = (
+            health.degraded(now)
+            or bool(problems)
+            or bool(push and push["degraded"])
+            or descriptors["exhausted"]
+        )
         doc: dict[str, Any] = {
             "status": "degraded" if degraded else "ok",
             "uptime": round(now - self.started_at, 1),
@@ -150,6 +171,14 @@ class Service:
                 "dropped_windows": health.dropped_windows,
                 "evicted_windows": health.evicted_windows,
                 "recreated": health.recreated,
+            },
+            "descriptors": descriptors,
+            "http": {
+                "connections": self.http.connections,
+                "max_connections": self.http.max_connections,
+                "refused": self.http.refused,
+                "header_timeout": self.http.header_timeout,
+                "timed_out": self.http.timed_out,
             },
         }
         if push is not None:

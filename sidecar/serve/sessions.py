@@ -30,6 +30,7 @@ from sidecar.discover import (
     prefork_role,
     program,
     read_cmdline,
+    read_proc,
     scan,
 )
 from sidecar.errors import CgroupError, TargetError, TargetGone
@@ -37,6 +38,7 @@ from sidecar.sample.cgroup import CgroupCpu, CpuUnknown, ThrottleLog, Throttling
 from sidecar.sample.messages import Gone, ProcessKey, ProcessRecord, WindowBatch
 from sidecar.sample.record import Tally
 from sidecar.sample.sampler import TORN_SHARE, on_cpu_source, open_sampler, torn_note
+from sidecar.serve.descriptors import Descriptors, soft_limit
 
 if TYPE_CHECKING:
     from sidecar._native import SamplerStats
@@ -79,6 +81,8 @@ class Session:
     on_cpu: str = ""
     #: Where its GIL states come from (the sampler's ``gil`` stat), as last seen.
     gil: str = ""
+    #: Its sampler's errors and task scan errors when last looked at (``Sessions._errors``).
+    errors: tuple[int, int] = (0, 0)
     #: Its recent windows analyzed, for the live shares in /metrics.
     recent: deque[Analysis] = field(default_factory=lambda: deque(maxlen=6))
     #: ``master`` / ``worker`` in a pre-fork server, None alone (checked at every scan).
@@ -221,6 +225,7 @@ class Sessions:
         tasks_hz: float = 0.0,
         task_bound: int | None = None,
         stall_ms: float = defaults.STALL_MS,
+        descriptors: Descriptors | None = None,
     ) -> None:
         #: Where every message goes: one sink, or a ``Fanout`` over several.
         self.sink = sink
@@ -235,6 +240,8 @@ class Sessions:
         #: The shortest stall of an event loop kept.
         self.stall_ms = stall_ms
         self.describe = describe
+        #: Told when sampling fails for want of file descriptors.
+        self.descriptors = descriptors or Descriptors(soft_limit())
         self.sessions: dict[ProcessKey, Session] = {}
         self.problems: dict[ProcessKey, Problem] = {}
         self.lock = threading.Lock()
@@ -257,8 +264,9 @@ class Sessions:
                 found.append((pid, started))
         seen = set(found)
         for key, gone in [(k, s) for k, s in self.sessions.items() if k not in seen]:
-            self._close(key, gone)  # gone, or exec'd a program that is not wanted
-        for key in [k for k in self.problems if k not in seen]:
+            if self._lost(key):
+                self._close(key, gone)  # gone, or exec'd a program that is not wanted
+        for key in [k for k in self.problems if k not in seen and self._lost(k)]:
             with self.lock:
                 del self.problems[key]  # the process is gone; nothing more to report
             self.sink.submit(Gone(key, now))
@@ -275,6 +283,24 @@ class Sessions:
             if problem is not None and problem.retry_at > now:
                 continue
             self._attach(key, now, problem)
+
+    def _lost(self, key: ProcessKey) -> bool:
+        """A process the scan did not find is gone, or runs a program not wanted now; not
+        when /proc could not be read for want of file descriptors (the scan reads an
+        unreadable process as none: its session would end and start again, its samples lost
+        in between)."""
+        pid, started = key
+        try:
+            stat = read_proc(pid, "stat")
+            cmdline = read_proc(pid, "cmdline").rstrip("\0").replace("\0", " ")
+        except TargetGone:
+            return True
+        except TargetError as err:
+            return not self.descriptors.note(f"the scan of PID {pid}", err)
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) <= 19 or fields[19] != str(started):
+            return True  # another process under the same PID
+        return not (cmdline and self.selection.wants(pid, cmdline))
 
     @staticmethod
     def _execed(session: Session) -> bool:
@@ -314,6 +340,7 @@ class Sessions:
                 stall_ms=self.stall_ms,
             )
         except TargetError as err:
+            self.descriptors.note(f"attaching to PID {pid}", err)
             attempts = problem.attempts + 1 if problem else 1
             delay = min(300.0, 5.0 * 2 ** (attempts - 1))
             with self.lock:
@@ -386,6 +413,20 @@ class Sessions:
                     log.log(level, "PID %d: on-CPU state %s", key[0], on_cpu_source(on_cpu))
                 session.on_cpu = on_cpu
             self._judge_reads(session)
+            self._errors(session)
+
+    def _errors(self, session: Session) -> None:
+        """Tells ``descriptors`` when the sampler's newest errors were for want of them."""
+        stats = session.sampler.stats()
+        errors = (int(stats["errors"]), int(stats["task_errors"]))
+        if errors == session.errors:
+            return
+        where = f"the sampler of PID {session.key[0]}"
+        if errors[0] > session.errors[0]:
+            self.descriptors.note(where, stats["last_error"])
+        if errors[1] > session.errors[1]:
+            self.descriptors.note(where + " (task scans)", stats["task_last_error"])
+        session.errors = errors
 
     def _judge_reads(self, session: Session) -> None:
         """Says in the log when a session's ticks, TORN_TICKS at a time, read no sample too
@@ -413,6 +454,7 @@ class Sessions:
 
     def _close(self, key: ProcessKey, session: Session) -> None:
         """Stops one session, hands over every window it has and records the process gone."""
+        self._errors(session)  # a sampler that ended for want of descriptors says so
         session.sampler.stop()
         for window in session.sampler.drain(flush=True):
             self.sink.submit(self._batch(session, window))
