@@ -20,6 +20,7 @@ __all__ = [
     "LOOP_ENTRIES",
     "LOOP_PASSES",
     "PRUNED_FRAME",
+    "REQUEST_ROOTS",
     "SEMICOLON_STANDIN",
     "TASK_LEAVES",
     "TASK_SCAN_BUDGET",
@@ -73,6 +74,8 @@ KNOWN_WAITS: tuple[tuple[str, Literal["endswith", "contains"], str], ...]
 LOOP_ENTRIES: tuple[tuple[str, str], ...]
 CALLBACK_RUNNERS: tuple[tuple[str, str], ...]
 LOOP_PASSES: tuple[tuple[str, str], ...]
+#: The root coroutines of request tasks: (framework, the text their frames begin with) each.
+REQUEST_ROOTS: tuple[tuple[str, str], ...]
 
 class SamplerError(RuntimeError):
     """The sampler could not read the target (not a Python process, unsupported version, ...)."""
@@ -322,6 +325,28 @@ def return_large_allocations() -> bool:
     """Allocations of 128 KiB and more mapped for themselves and given back to the kernel when
     freed (glibc's fixed mmap threshold); True if the allocator took it."""
 
+class RequestRow(TypedDict):
+    """The request a request's task serves, read from its root coroutine."""
+
+    framework: Literal["aiohttp", "tornado"]
+    method: str
+    #: without the query string
+    path: str
+    #: the pattern the framework matched (aiohttp's resource, Tornado's rule); None before it
+    #: matched one, or when none did
+    route: str | None
+    #: Tornado's handler class
+    handler: str | None
+    #: when it started (unix seconds), as the framework keeps it: aiohttp's ``loop.time()`` for
+    #: its access log (None with the access log off), Tornado's ``time.time()``
+    started: float | None
+    started_clock: Literal["loop", "wall"] | None
+    #: seconds since it started, as of the scan
+    age_s: float | None
+    #: from W3C ``traceparent``, else B3, else ``x-request-id``: the header is said
+    trace: str | None
+    trace_header: Literal["traceparent", "x-b3-traceid", "b3", "x-request-id"] | None
+
 class TaskRow(TypedDict):
     """One live asyncio task in a scan."""
 
@@ -338,6 +363,8 @@ class TaskRow(TypedDict):
     #: the id of the task awaiting it (the first that awaits it, else the task whose
     #: ``gather`` or ``TaskGroup`` holds it), as its folded stack follows; maybe not in the scan
     awaited_by: int | None
+    #: the request it serves, for a request's task (``rules.tasks.REQUEST_ROOTS``)
+    request: RequestRow | None
 
 class TaskScan(TypedDict):
     python_version: str
@@ -348,6 +375,8 @@ class TaskScan(TypedDict):
     torn: int
     #: tasks past the scan's bound, not read
     unread: int
+    #: requests' tasks whose request was left out (it changed as it was read)
+    requests_torn: int
 
 def scan_tasks(pid: int) -> TaskScan:
     """One snapshot of the asyncio tasks of a CPython 3.11+ process, read from its memory.

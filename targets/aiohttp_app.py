@@ -5,7 +5,9 @@ store; /stages-time says how long requests spent in each so far), /hard (sequent
 concurrent and timed-out awaits), /cpu (pure-Python classifier), /executor (the classifier in
 the loop's thread pool, ``run_in_executor``: the pool's threads hold the GIL the loop needs),
 /blocking (time.sleep inside the loop), /blocking-fetch (a synchronous HTTP call inside the
-loop), /health. With ``--pool N``
+loop), /items/{item} (an awaited sleep of ``?ms=`` ms, 50 by default: a route with a
+parameter), /health. ``--access-log`` turns aiohttp's access log on (to nowhere): aiohttp then
+keeps each request's start. With ``--pool N``
 the service owns a process pool of N forked workers (multiprocessing's fork start method) and
 /offload runs the classifier there, as services offload CPU work.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import multiprocessing
 import socket
 import time
@@ -42,6 +45,11 @@ async def work() -> None:
 async def sleep_handler(request: web.Request) -> web.Response:
     await work()
     return web.Response(text="slept\n")
+
+
+async def item_handler(request: web.Request) -> web.Response:
+    await asyncio.sleep(float(request.query.get("ms", "50")) / 1000)
+    return web.Response(text=f"item {request.match_info['item']}\n")
 
 
 async def fetch() -> None:
@@ -129,6 +137,7 @@ def make_app(pool: ProcessPoolExecutor | None = None) -> web.Application:
             web.get("/blocking", blocking_handler),
             web.get("/freeze", freeze_handler),
             web.get("/blocking-fetch", blocking_fetch_handler),
+            web.get("/items/{item}", item_handler),
             web.get("/health", health),
             web.get("/offload", offload),
         ]
@@ -142,6 +151,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--uvloop", action="store_true", help="run on uvloop")
     parser.add_argument("--pool", type=int, default=0, help="forked process pool for /offload")
+    parser.add_argument("--access-log", action="store_true", help="aiohttp's access log on")
     args = parser.parse_args()
     pool = None
     if args.pool:  # forked before any thread starts, its workers all up before the port is said
@@ -161,7 +171,13 @@ def main() -> None:
         loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     announce("aiohttp", sock.getsockname()[1], args.uvloop)
-    web.run_app(make_app(pool), sock=sock, loop=loop, print=None, access_log=None)
+    access_log = None
+    if args.access_log:  # enabled at INFO, written nowhere
+        access_log = logging.getLogger("aiohttp.access")
+        access_log.setLevel(logging.INFO)
+        access_log.addHandler(logging.NullHandler())
+        access_log.propagate = False
+    web.run_app(make_app(pool), sock=sock, loop=loop, print=None, access_log=access_log)
 
 
 if __name__ == "__main__":

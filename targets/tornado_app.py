@@ -5,7 +5,8 @@ Each handler of "Tornado vs Aiohttp" (Avito) comes twice: new school (``async de
 and old school (``@gen.coroutine``/``yield``). Routes: /sleep, /sleep-old, /hard, /hard-old, /cpu,
 /executor (the classifier in the loop's thread pool), /blocking, /blocking-fetch, /health; and
 /stages (two awaits in turn: a 30 ms fetch, a 10 ms store; /stages-time says how long requests
-spent in each so far), as the aiohttp service has.
+spent in each so far), and /items/ITEM (an awaited sleep of ``?ms=`` ms, 50 by default: a route
+with a parameter), as the aiohttp service has.
 """
 
 from __future__ import annotations
@@ -55,6 +56,12 @@ class SleepHandler(tornado.web.RequestHandler):
     async def get(self) -> None:
         await work()
         self.write("slept\n")
+
+
+class ItemHandler(tornado.web.RequestHandler):
+    async def get(self, item: str) -> None:
+        await asyncio.sleep(float(self.get_argument("ms", "50")) / 1000)
+        self.write(f"item {item}\n")
 
 
 class OldSleepHandler(tornado.web.RequestHandler):
@@ -169,6 +176,7 @@ def make_app() -> tornado.web.Application:
             (r"/blocking", BlockingHandler),
             (r"/freeze", FreezeHandler),
             (r"/blocking-fetch", BlockingFetchHandler, {"url": pretend.url}),
+            (r"/items/([^/]+)", ItemHandler),
             (r"/health", HealthHandler),
         ]
     )

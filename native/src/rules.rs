@@ -125,6 +125,20 @@ pub const LOOP_ENTRIES: [(&str, &str); 11] = [
     ("run_until_complete", ""),
 ];
 
+/// The root coroutines of request tasks, as their frames begin (`function (file:`), with the
+/// framework each is: aiohttp runs each request's handler in a task of
+/// `RequestHandler._handle_request` (awaited by the connection's `RequestHandler.start` task),
+/// Tornado each request in a task of `RequestHandler._execute`. Every other task is
+/// background. Defined here only: `sidecar.rules.tasks` reads it, and the task scan reads each
+/// such task's request (`crate::tasks::requests`).
+pub const REQUEST_ROOTS: [(&str, &str); 2] = [
+    (
+        "aiohttp",
+        "RequestHandler._handle_request (aiohttp/web_protocol.py:",
+    ),
+    ("tornado", "RequestHandler._execute (tornado/web.py:"),
+];
+
 /// The frame of asyncio's loop that runs one callback (one step of a task, or a plain
 /// callback): the frame above it is the callback's.
 /// uvloop runs its callbacks from C, so there the frame above the loop's entry is.

@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
+from sidecar import _native
+
 STATES = ("running", "ready", "waiting")
 
 #: The leaves of task stacks, one per state.
 TASK_LEAVES = tuple(f"[{state}]" for state in STATES)
 
-#: The root coroutines of request tasks, as frames begin (``function (file:``): aiohttp runs
-#: each request's handler in a task of ``RequestHandler._handle_request`` (awaited by the
-#: connection's ``RequestHandler.start`` task, whose chain comes first in a folded stack),
-#: Tornado each request in a task of ``RequestHandler._execute``. Every other task is
-#: background. ``GET /api/rules`` serves this table to the UI.
-REQUEST_ROOTS = (
-    "RequestHandler._handle_request (aiohttp/web_protocol.py:",
-    "RequestHandler._execute (tornado/web.py:",
-)
+#: The root coroutines of request tasks, as frames begin (``function (file:``), by framework:
+#: aiohttp runs each request's handler in a task of ``RequestHandler._handle_request`` (awaited
+#: by the connection's ``RequestHandler.start`` task, whose chain comes first in a folded
+#: stack), Tornado each request in a task of ``RequestHandler._execute``. Every other task is
+#: background. Defined in the native core (which reads each such task's request);
+#: ``GET /api/rules`` serves this table to the UI.
+REQUEST_FRAMEWORKS: dict[str, str] = {root: framework for framework, root in _native.REQUEST_ROOTS}
+REQUEST_ROOTS = tuple(REQUEST_FRAMEWORKS)
 
 
 def is_request(stack: str) -> bool:

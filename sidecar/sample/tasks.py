@@ -38,6 +38,22 @@ def _header(task: _native.TaskRow, by_id: dict[int, _native.TaskRow]) -> str:
     return text
 
 
+def request_line(request: _native.RequestRow) -> str:
+    """What a request's task serves, in one line: method and path, the route the framework
+    matched, the trace id and how long it has been in flight."""
+    parts = [f"{request['method']} {request['path']}"]
+    route = request["route"]
+    handler = f" ({request['handler']})" if request["handler"] else ""
+    parts.append(f"route {route}{handler}" if route is not None else f"no route yet{handler}")
+    if request["trace"] is not None:
+        parts.append(f"trace {request['trace']} ({request['trace_header']})")
+    if request["age_s"] is not None:
+        parts.append(f"{max(request['age_s'], 0.0):.3f} s in flight")
+    elif request["framework"] == "aiohttp":
+        parts.append("start not kept (aiohttp keeps it for its access log only)")
+    return "request: " + " · ".join(parts)
+
+
 def _order(task: _native.TaskRow) -> tuple[str, int]:
     return task["name"], task["id"]
 
@@ -60,6 +76,8 @@ def tree_lines(scan: _native.TaskScan) -> list[str]:
         shown.add(task["id"])
         lines.append(f"{indent}{branch}{_header(task, by_id)}")
         inner = indent + ("│  " if branch and not last else " " * len(branch))
+        if task["request"] is not None:
+            lines.append(f"{inner}    {request_line(task['request'])}")
         for frame in task["frames"]:
             lines.append(f"{inner}    {frame}")
         # a child already shown closes a loop of tasks awaiting each other (a torn scan)
@@ -85,8 +103,12 @@ def summary_line(pid: int, scan: _native.TaskScan) -> str:
         counts[task["state"]] += 1
     states = " · ".join(f"{state} {counts[state]}" for state in STATES)
     line = f"PID {pid} · Python {scan['python_version']} · {len(scan['tasks'])} tasks: {states}"
+    if requests := sum(task["request"] is not None for task in scan["tasks"]):
+        line += f" · {requests} request{'s' * (requests != 1)} in flight"
     if scan["torn"]:
         line += f" · {scan['torn']} changed as they were read, left out"
+    if torn := scan["requests_torn"]:
+        line += f" · {torn} request{'s' * (torn != 1)} changed as they were read, not shown"
     if scan["unread"]:
         line += f" · {scan['unread']} more not read (the scan's bound)"
     return line

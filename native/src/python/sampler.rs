@@ -393,7 +393,8 @@ impl Sampler {
 }
 
 /// One snapshot of the asyncio tasks of `pid` (CPython 3.11+): `{python_version, tasks, folded,
-/// torn, unread}`, each task `{id, name, state, frames, future, awaits, awaited_by}`.
+/// torn, unread, requests_torn}`, each task `{id, name, state, frames, future, awaits,
+/// awaited_by, request}`.
 #[pyfunction]
 pub fn scan_tasks(py: Python<'_>, pid: i32) -> PyResult<Bound<'_, PyDict>> {
     if pid <= 0 {
@@ -416,13 +417,42 @@ pub fn scan_tasks(py: Python<'_>, pid: i32) -> PyResult<Bound<'_, PyDict>> {
         row.set_item("future", task.future)?;
         row.set_item("awaits", task.awaits)?;
         row.set_item("awaited_by", awaiters.get(&task.id))?;
+        let request = match &task.request {
+            Some(request) => Some(request_row(py, request, scan.clocks)?),
+            None => None,
+        };
+        row.set_item("request", request)?;
         rows.append(row)?;
     }
     dict.set_item("tasks", rows)?;
     dict.set_item("folded", tasks::fold(&scan.tasks))?;
     dict.set_item("torn", scan.torn)?;
     dict.set_item("unread", scan.unread)?;
+    dict.set_item("requests_torn", scan.requests_torn)?;
     Ok(dict)
+}
+
+/// A request in flight as Python data: `{framework, method, path, route, handler, started,
+/// started_clock, age_s, trace, trace_header}`, its start in unix seconds as of the scan's
+/// `clocks` (`tasks::requests::Started::at`).
+fn request_row<'py>(
+    py: Python<'py>,
+    request: &tasks::Request,
+    (wall, mono): (f64, f64),
+) -> PyResult<Bound<'py, PyDict>> {
+    let row = PyDict::new(py);
+    row.set_item("framework", request.framework)?;
+    row.set_item("method", &request.method)?;
+    row.set_item("path", &request.path)?;
+    row.set_item("route", &request.route)?;
+    row.set_item("handler", &request.handler)?;
+    let started = request.started.map(|s| s.at(wall, mono));
+    row.set_item("started", started.map(|(at, _)| at))?;
+    row.set_item("started_clock", request.started.map(|s| s.clock()))?;
+    row.set_item("age_s", started.map(|(_, age)| age))?;
+    row.set_item("trace", request.trace.as_ref().map(|t| &t.id))?;
+    row.set_item("trace_header", request.trace.as_ref().map(|t| t.header))?;
+    Ok(row)
 }
 
 /// Field 22 of /proc/PID/stat (start time in clock ticks), or None if there is no such process.

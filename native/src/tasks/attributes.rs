@@ -32,18 +32,16 @@
 //! (or subclass) that is compact (ASCII, 1/2/4 bytes a character, at most 4096), bytes (or
 //! subclass), an exact float, a tuple (or subclass) whose items are all set.
 
-// the request reader to come is its first caller
-#![cfg_attr(not(test), allow(dead_code))]
-
 use std::collections::HashMap;
 
 use anyhow::{bail, Result};
 use rustc_hash::FxBuildHasher;
 
 use super::objects::{
-    dict_get, Kind, Types, FLOAT_VALUE, INLINE_VALUES, KEYS_INDICES, KEYS_KIND,
-    KEYS_LOG2_INDEX_BYTES, KEYS_LOG2_SIZE, KEYS_NENTRIES, KEYS_USABLE, MANAGED_DICT, TP_AS_ASYNC,
-    TP_BASE, TP_BASICSIZE, TP_DICTOFFSET, TP_FLAGS, TP_MEMBERS, TP_NAME, TUPLE_SIZE,
+    c_string, dict_get, Kind, TypeInfo, Types, CELL_REF, FLOAT_VALUE, INLINE_VALUES, KEYS_INDICES,
+    KEYS_KIND, KEYS_LOG2_INDEX_BYTES, KEYS_LOG2_SIZE, KEYS_NENTRIES, KEYS_USABLE, LIST_ITEMS,
+    LIST_SIZE, MANAGED_DICT, TP_AS_ASYNC, TP_BASE, TP_BASICSIZE, TP_DICTOFFSET, TP_FLAGS,
+    TP_MEMBERS, TP_NAME, TUPLE_SIZE,
 };
 use crate::process::memory::{read, usize_at};
 use crate::walker::objects::{bytes, string};
@@ -56,7 +54,8 @@ const TYPE_SIZES: std::ops::RangeInclusive<usize> = 400..=512;
 const CACHED_KEYS_AFTER_AS_ASYNC: usize = 464;
 /// Type flags, beside objects' managed-dict ones.
 const HEAPTYPE: u64 = 1 << 9;
-const TUPLE_SUBCLASS: u64 = 1 << 26;
+const LIST_SUBCLASS: u64 = 1 << 25;
+pub(super) const TUPLE_SUBCLASS: u64 = 1 << 26;
 const BYTES_SUBCLASS: u64 = 1 << 27;
 const UNICODE_SUBCLASS: u64 = 1 << 28;
 /// Before the object: 3.12+ the managed dict (or 3.12's tagged values), 3.11 its values.
@@ -342,6 +341,63 @@ impl Attributes {
             bail!("a tuple with an item unset: a torn read");
         }
         Ok(items)
+    }
+
+    /// The items of the list at `at` (their addresses), of at most `max_items`.
+    pub fn list(&mut self, pid: i32, at: usize, max_items: usize) -> Result<Vec<usize>> {
+        let head = self.head(pid, at, LIST_ITEMS + 8, LIST_SUBCLASS, "list")?;
+        let count = usize_at(&head, LIST_SIZE);
+        if count > max_items {
+            bail!("a list of {count} items, more than the {max_items} read");
+        }
+        let mut raw = vec![0u8; count * 8];
+        if count > 0 {
+            read(pid, checked(usize_at(&head, LIST_ITEMS))?, &mut raw)?;
+        }
+        let items: Vec<usize> = raw.chunks_exact(8).map(|item| usize_at(item, 0)).collect();
+        if items.iter().any(|&item| checked(item).is_err()) {
+            bail!("a list with an item unset: a torn read");
+        }
+        Ok(items)
+    }
+
+    /// The value under the str key `key` in the dict at `dict` (`objects::dict_get`).
+    pub fn dict_item(
+        &mut self,
+        pid: i32,
+        layout: &Layout,
+        dict: usize,
+        key: &str,
+    ) -> Result<Option<usize>> {
+        dict_get(pid, layout, &mut self.types, checked(dict)?, key)
+    }
+
+    /// The object the cell at `at` holds; an error for an empty cell.
+    pub fn cell(&mut self, pid: i32, at: usize) -> Result<usize> {
+        let mut head = [0u8; CELL_REF + 8];
+        read(pid, checked(at)?, &mut head)?;
+        self.types.expect(pid, at, Some(&head), Kind::Cell)?;
+        checked(usize_at(&head, CELL_REF))
+    }
+
+    /// What the object at `at` is, as the task scan tells kinds (`Kind::None` for None).
+    pub fn kind(&mut self, pid: i32, at: usize) -> Result<Kind> {
+        Ok(self.type_info(pid, at)?.kind)
+    }
+
+    /// The type of the object at `at` as read once: its kind, instance size and flags.
+    pub fn type_info(&mut self, pid: i32, at: usize) -> Result<TypeInfo> {
+        self.types.of(pid, checked(at)?, None)
+    }
+
+    /// The address of the type of the object at `at`, and its name (`tp_name`).
+    pub fn type_of(&mut self, pid: i32, at: usize) -> Result<(usize, String)> {
+        let mut head = [0u8; 16];
+        read(pid, checked(at)?, &mut head)?;
+        let ty = checked(usize_at(&head, 8))?;
+        let mut name = [0u8; 8];
+        read(pid, ty + TP_NAME, &mut name)?;
+        Ok((ty, c_string(pid, usize_at(&name, 0))?))
     }
 
     /// The first `size` bytes of the object at `at`, whose type must have the flag `flag`.

@@ -139,6 +139,11 @@ impl RawTask {
         self.coro
     }
 
+    /// Its outermost coroutine as read, and the code it runs.
+    pub fn root(&self) -> Option<(usize, usize)> {
+        self.gens.first().map(|gen| (gen.address, gen.code))
+    }
+
     /// The future it waits on (0: none).
     pub fn waiter(&self) -> usize {
         self.waiter

@@ -6,6 +6,7 @@
 //! The pieces, by concern: `layout` (where each version keeps the task, future and coroutine
 //! fields, and where its registry is), `objects` (types, dicts, sets and names in the target),
 //! `attributes` (an instance's attribute by name: what a request's objects hold),
+//! `requests` (the request a request's task serves: method, path, route, start, trace id),
 //! `registry` (finding the live tasks: `asyncio.tasks`' registry up to 3.13, the `_asyncio`
 //! module's task lists from 3.14), `chain` (the tasks' await chains and states, kept from one
 //! scan to the next while unchanged), `running` (the coroutines a running task is in, from its
@@ -23,6 +24,7 @@ mod gather;
 mod layout;
 mod objects;
 mod registry;
+mod requests;
 mod running;
 mod timers;
 mod tornado;
@@ -44,6 +46,7 @@ pub use layout::TaskLayout;
 use layout::{Registry, ASYNCIO_DEBUG_WORDS};
 use objects::{task_name, Types};
 use registry::{asyncio_debug, find_sets, list_tasks, set_tasks, Sets};
+pub use requests::Request;
 use rustc_hash::FxBuildHasher as FxBuild;
 
 /// Tasks read per scan at most: past it, a slice of them (a different one each scan, so that
@@ -91,6 +94,8 @@ pub struct Task {
     pub awaits: Option<usize>,
     /// The task that awaits it when it does not say so itself (`gather`, `TaskGroup`).
     pub awaited_by: Option<usize>,
+    /// The request it serves, for a task of a request's root (`requests`).
+    pub request: Option<Request>,
 }
 
 /// What one scan found, and what it left out.
@@ -101,6 +106,12 @@ pub struct Scan {
     pub torn: u64,
     /// Tasks past the scan's bound (`MAX_TASKS`), not read.
     pub unread: u64,
+    /// Requests' tasks whose request was left out: it changed as it was read, or its reads
+    /// did not check out.
+    pub requests_torn: u64,
+    /// When the scan's requests were read, on the clocks their starts are kept on (unix
+    /// seconds, monotonic seconds): `Started::at`.
+    pub clocks: (f64, f64),
 }
 
 /// A scan's task-samples (one per task it read) as a profile counts them: by distinct folded
@@ -144,6 +155,7 @@ pub struct TaskScanner {
     bound: usize,
     timers: timers::Timers,
     first: FirstRead,
+    requests: requests::Requests,
 }
 
 /// The one line an older Python gets.
@@ -194,6 +206,7 @@ impl TaskScanner {
             timers: timers::Timers::default(),
             first: FirstRead::default(),
             chains: ChainCache::new(options.chain_cache),
+            requests: requests::Requests::default(),
         };
         scanner.find_registry()?;
         Ok(scanner)
@@ -206,11 +219,14 @@ impl TaskScanner {
         Ok(())
     }
 
-    /// Every live task now, with its name, chain and state.
+    /// Every live task now, with its name, chain and state, and the request a request's
+    /// task serves.
     pub fn scan(&mut self) -> Result<Scan> {
         let (raw, mut torn, unread) = self.read_all()?;
+        let clocks = requests::clocks();
         let mut tasks = Vec::with_capacity(raw.len());
         let mut nameless = Vec::new();
+        let mut requests_torn = 0;
         for task in &raw {
             let Ok(name) = task_name(
                 self.target.pid,
@@ -221,11 +237,22 @@ impl TaskScanner {
                 nameless.push(task.address);
                 continue;
             };
-            let frames = task
+            let frames: Vec<Arc<str>> = task
                 .frames
                 .iter()
                 .map(|&(code, offset)| frame_text(&mut self.codes, code, offset))
                 .collect();
+            let request = match self.request_of(task, frames.first()) {
+                Some(Ok(request)) => Some(request),
+                Some(Err(e)) => {
+                    if std::env::var_os("SIDECAR_DEBUG_REQUESTS").is_some() {
+                        eprintln!("request: {e:#}");
+                    }
+                    requests_torn += 1;
+                    None
+                }
+                None => None,
+            };
             tasks.push(Task {
                 id: task.address,
                 name,
@@ -237,15 +264,32 @@ impl TaskScanner {
                 }),
                 awaits: task.awaits,
                 awaited_by: task.awaited_by,
+                request,
             });
         }
         torn += nameless.len() as u64 + drop_awaited_by_torn(&mut tasks, &nameless);
+        let alive: std::collections::HashSet<usize, FxBuild> = tasks.iter().map(|t| t.id).collect();
+        self.requests.keep(|task| alive.contains(&task));
         self.chains.keep(raw);
         Ok(Scan {
             tasks,
             torn,
             unread,
+            requests_torn,
+            clocks,
         })
+    }
+
+    /// The request of `task` when its outermost frame (`root`) is a request's root: None
+    /// for other tasks.
+    fn request_of(&mut self, task: &RawTask, root: Option<&Arc<str>>) -> Option<Result<Request>> {
+        let framework = requests::framework_of(root?)?;
+        let (coro, code) = task.root()?;
+        let header = self.codes.get(&code)?.header.clone();
+        Some(
+            self.requests
+                .read(&self.target, task.address, (coro, code, &header), framework),
+        )
     }
 
     /// A scan's folded stacks with their task-samples, and the tasks it left out. Tasks are
@@ -640,6 +684,7 @@ mod tests {
             future: None,
             awaits,
             awaited_by: None,
+            request: None,
         }
     }
 

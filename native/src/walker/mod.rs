@@ -28,7 +28,7 @@ pub mod gil;
 mod layout;
 pub(crate) mod objects;
 mod unchanged;
-mod values;
+pub(crate) mod values;
 
 use std::collections::HashMap;
 use std::ops::Range;

@@ -74,7 +74,7 @@ impl<'a> Values<'a> {
         header: &[u8],
     ) -> Result<Vec<(String, String)>> {
         if !self.names.contains_key(&code) {
-            let names = self.local_names(header)?;
+            let names = local_names(self.pid, self.layout, header)?;
             self.names.insert(code, names);
         }
         let names = self.names.get(&code).cloned().unwrap_or_default();
@@ -107,43 +107,9 @@ impl<'a> Values<'a> {
         Ok(locals)
     }
 
-    /// The names and kinds of a code object's `localsplus`.
-    fn local_names(&self, header: &[u8]) -> Result<Vec<(String, u8)>> {
-        let layout = self.layout;
-        let end = layout.code_localsplusnames.max(layout.code_localspluskinds) + 8;
-        if layout.code_localsplusnames < layout.code_first || end > layout.code_first + header.len()
-        {
-            bail!("the code object's header does not hold its local names");
-        }
-        let field = |offset: usize| usize_at(header, offset - layout.code_first);
-        let (tuple, kinds_at) = (
-            field(layout.code_localsplusnames),
-            field(layout.code_localspluskinds),
-        );
-        let kinds = bytes(self.pid, layout, kinds_at)?;
-        let mut head = [0u8; 24];
-        read(self.pid, tuple, &mut head)?;
-        let count = usize_at(&head, WORD_AFTER_HEAD);
-        if count != kinds.len() || count > MAX_LOCALS {
-            bail!("a code object's local names do not match their kinds: a torn read");
-        }
-        let mut items = vec![0u8; count * 8];
-        read(self.pid, tuple + tuple_items(layout.minor), &mut items)?;
-        (0..count)
-            .map(|i| Ok((string(self.pid, layout, usize_at(&items, i * 8))?, kinds[i])))
-            .collect()
-    }
-
     /// What a slot of `localsplus` holds.
     fn slot(&self, raw: usize) -> Slot {
-        let tags = self.layout.local_tags;
-        if tags != 0 && raw & tags == tags {
-            return Slot::Int((raw as i64) >> 2);
-        }
-        match raw & !tags {
-            0 => Slot::Unbound,
-            address => Slot::Object(address),
-        }
+        slot_of(self.layout, raw)
     }
 
     /// The object a cell holds (0: empty), or None when `address` is not a cell (a cell
@@ -280,6 +246,52 @@ impl<'a> Values<'a> {
             shown,
             size,
         ))
+    }
+}
+
+/// The names and kinds of the `localsplus` of the code object whose checked header
+/// (`Layout::code_first`, `code_size`) is `header`.
+pub fn local_names(pid: i32, layout: &Layout, header: &[u8]) -> Result<Vec<(String, u8)>> {
+    let end = layout.code_localsplusnames.max(layout.code_localspluskinds) + 8;
+    if layout.code_localsplusnames < layout.code_first || end > layout.code_first + header.len() {
+        bail!("the code object's header does not hold its local names");
+    }
+    let field = |offset: usize| usize_at(header, offset - layout.code_first);
+    let (tuple, kinds_at) = (
+        field(layout.code_localsplusnames),
+        field(layout.code_localspluskinds),
+    );
+    let kinds = bytes(pid, layout, kinds_at)?;
+    let mut head = [0u8; 24];
+    read(pid, tuple, &mut head)?;
+    let count = usize_at(&head, WORD_AFTER_HEAD);
+    if count != kinds.len() || count > MAX_LOCALS {
+        bail!("a code object's local names do not match their kinds: a torn read");
+    }
+    let mut items = vec![0u8; count * 8];
+    read(pid, tuple + tuple_items(layout.minor), &mut items)?;
+    (0..count)
+        .map(|i| Ok((string(pid, layout, usize_at(&items, i * 8))?, kinds[i])))
+        .collect()
+}
+
+/// The object a local's slot read as `raw` holds: None when it is unbound, or a small int
+/// tagged in the slot itself (3.14+). A cell variable's slot holds its cell.
+pub fn slot_object(layout: &Layout, raw: usize) -> Option<usize> {
+    match slot_of(layout, raw) {
+        Slot::Object(address) => Some(address),
+        Slot::Unbound | Slot::Int(_) => None,
+    }
+}
+
+fn slot_of(layout: &Layout, raw: usize) -> Slot {
+    let tags = layout.local_tags;
+    if tags != 0 && raw & tags == tags {
+        return Slot::Int((raw as i64) >> 2);
+    }
+    match raw & !tags {
+        0 => Slot::Unbound,
+        address => Slot::Object(address),
     }
 }
 

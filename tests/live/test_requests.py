@@ -1,0 +1,141 @@
+"""Each request in flight, read from outside: real aiohttp and Tornado services (the demo
+ones, on asyncio and on uvloop, under CPython 3.11 to 3.15) serve requests to a route with a
+parameter (``/items/ITEM``) that sleep while a scan reads their tasks. Every request's task
+says its method, its path without the query string, the route the framework matched, its
+trace id from whichever header carried one, and when it started where the framework keeps
+that; nothing of the query string is read.
+
+The requests come from this process, each in a thread of its own that ends with its
+response (``ms`` bounds the sleep); the scan is taken while all of them are in flight.
+"""
+
+from __future__ import annotations
+
+import http.client
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from sidecar import _native
+from sidecar.sample.tasks import snapshot
+from tests.support.helpers import Proc, Spawner, sidecar
+from tests.support.procs import PYTHON
+from tests.support.pythons import frameworks_site, interpreter
+
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+#: (item, the trace header sent, its value, the trace id it must give)
+REQUESTS = (
+    ("7", "traceparent", f"00-{TRACE}-00f067aa0ba902b7-01", TRACE),
+    ("alpha", "X-Request-Id", "req-42/a", "req-42/a"),
+    ("beta", "b3", "80f198ee56343ba8-e457b5a2e4d86bd1-1", "80f198ee56343ba8"),
+)
+HEADER_OF = {"traceparent": "traceparent", "X-Request-Id": "x-request-id", "b3": "b3"}
+SECRET = "s3cretQueryValue"
+#: How long each request sleeps in its handler (ms): long enough for a few scans.
+SLEEP_MS = 2500
+ROUTES = {"aiohttp": ("/items/{item}", None), "tornado": ("/items/([^/]+)", "ItemHandler")}
+MODULES = {"aiohttp": "aiohttp_app", "tornado": "tornado_app"}
+VERSIONS = ("3.11", "3.12", "3.13", "3.14", "3.15")
+#: (framework, loop, version, whether aiohttp's access log is on): asyncio under every version
+#: (aiohttp with its access log, so it keeps each request's start), uvloop under the first and
+#: the last (aiohttp without it).
+VARIANTS = [
+    *[(app, "asyncio", v, app == "aiohttp") for app in MODULES for v in VERSIONS],
+    *[(app, "uvloop", v, False) for app in MODULES for v in ("3.11", "3.15")],
+]
+
+
+def start(spawn: Spawner, app: str, loop: str, version: str, access_log: bool) -> Proc:
+    args = [*(["--uvloop"] if loop == "uvloop" else []), *(["--access-log"] if access_log else [])]
+    if version == "3.11":
+        return spawn.target(MODULES[app], *args, python=PYTHON)
+    python = interpreter(version)
+    return spawn.target(MODULES[app], *args, python=python, path=frameworks_site(version))
+
+
+def send(port: int, item: str, header: str, value: str) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=SLEEP_MS / 1000 + 20)
+    try:
+        conn.request("GET", f"/items/{item}?ms={SLEEP_MS}&token={SECRET}", headers={header: value})
+        conn.getresponse().read()
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def in_flight(spawn: Spawner, request: pytest.FixtureRequest) -> Iterator[tuple[Proc, float]]:
+    """The service of the variant with the requests in flight, and when they were sent (unix
+    seconds, just before)."""
+    service = start(spawn, *request.param)
+    assert service.port is not None
+    sent = time.time()
+    threads = [
+        threading.Thread(target=send, args=(service.port, item, header, value), daemon=True)
+        for item, header, value, _ in REQUESTS
+    ]
+    for thread in threads:
+        thread.start()
+    yield service, sent
+    for thread in threads:
+        thread.join(SLEEP_MS / 1000 + 25)
+
+
+def requests_of(pid: int) -> tuple[list[_native.RequestRow], _native.TaskScan, float]:
+    """The requests of the first scan that finds them all in flight (within a second of
+    scans), that scan, and when it was read (unix seconds, just after)."""
+    deadline = time.monotonic() + SLEEP_MS / 1000 - 0.5
+    while True:
+        scan = snapshot(pid)
+        found = [t["request"] for t in scan["tasks"] if t["request"] is not None]
+        if len(found) == len(REQUESTS) or time.monotonic() > deadline:
+            return found, scan, time.time()
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize(
+    "in_flight", VARIANTS, indirect=True, ids=["-".join(map(str, v)) for v in VARIANTS]
+)
+def test_each_request_in_flight_says_its_route_trace_and_start(
+    in_flight: tuple[Proc, float],
+) -> None:
+    service, sent = in_flight
+    found, scan, read_at = requests_of(service.pid)
+    assert len(found) == len(REQUESTS), (scan["requests_torn"], found)
+    framework = found[0]["framework"]
+    route, handler = ROUTES[framework]
+    by_path = {r["path"]: r for r in found}
+    assert sorted(by_path) == sorted(f"/items/{item}" for item, *_ in REQUESTS), by_path
+    for item, header, _, trace in REQUESTS:
+        got = by_path[f"/items/{item}"]
+        assert (got["method"], got["route"], got["handler"]) == ("GET", route, handler), got
+        assert (got["trace"], got["trace_header"]) == (trace, HEADER_OF[header]), got
+        if got["started"] is None:
+            assert framework == "aiohttp" and got["started_clock"] is None, got
+            continue
+        # started between the sending and the scan: the margin is the clocks' resolution
+        # (uvloop's loop.time() counts milliseconds) and the conversion of the loop's clock
+        assert sent - 0.05 <= got["started"] <= read_at + 0.05, (sent, got, read_at)
+        assert got["age_s"] is not None and 0 <= got["age_s"] <= read_at - sent + 0.05, got
+    clocks = {r["started_clock"] for r in found}
+    assert clocks == {"wall"} if framework == "tornado" else clocks in ({"loop"}, {None})
+    assert SECRET not in repr(scan), "the query string was read"
+
+
+def test_sidecar_tasks_prints_each_request(spawn: Spawner) -> None:
+    service = start(spawn, "aiohttp", "asyncio", "3.11", access_log=False)
+    assert service.port is not None
+    item, header, value, trace = REQUESTS[0]
+    thread = threading.Thread(target=send, args=(service.port, item, header, value), daemon=True)
+    thread.start()
+    requests_of(service.pid)
+    result = sidecar("tasks", "--pid", str(service.pid))
+    thread.join(SLEEP_MS / 1000 + 25)
+    assert result.returncode == 0, result.stderr
+    assert "· 1 request in flight" in result.stdout.splitlines()[0], result.stdout
+    assert (
+        f"request: GET /items/{item} · route /items/{{item}} · trace {trace} (traceparent) · "
+        "start not kept (aiohttp keeps it for its access log only)"
+    ) in result.stdout, result.stdout
+    assert SECRET not in result.stdout
