@@ -19,6 +19,7 @@ __all__ = [
     "KNOWN_WAITS",
     "LOOP_ENTRIES",
     "LOOP_PASSES",
+    "NO_ROUTE",
     "PRUNED_FRAME",
     "REQUEST_ROOTS",
     "SEMICOLON_STANDIN",
@@ -76,6 +77,8 @@ CALLBACK_RUNNERS: tuple[tuple[str, str], ...]
 LOOP_PASSES: tuple[tuple[str, str], ...]
 #: The root coroutines of request tasks: (framework, the text their frames begin with) each.
 REQUEST_ROOTS: tuple[tuple[str, str], ...]
+#: The route of a request no route matched (yet), in its task stacks' route frame.
+NO_ROUTE: str
 
 class SamplerError(RuntimeError):
     """The sampler could not read the target (not a Python process, unsupported version, ...)."""
@@ -227,6 +230,9 @@ class SamplerStats(TypedDict):
     task_unread: int
     task_errors: int
     task_last_error: str | None
+    #: requests' tasks whose request a scan left out (changed as it was read): their
+    #: task-samples have no route frame
+    task_requests_torn: int
     state: Literal["running", "stopped", "exited"]
 
 @final

@@ -45,6 +45,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     m.add("LOOP_PASSES", PyTuple::new(m.py(), rules::LOOP_PASSES)?)?;
     m.add("REQUEST_ROOTS", PyTuple::new(m.py(), rules::REQUEST_ROOTS)?)?;
+    m.add("NO_ROUTE", rules::NO_ROUTE)?;
     m.add("SamplerError", m.py().get_type::<SamplerError>())?;
     m.add_function(wrap_pyfunction!(python::formats::render_svg, m)?)?;
     m.add_function(wrap_pyfunction!(python::sampler::process_start_time, m)?)?;

@@ -139,6 +139,17 @@ pub const REQUEST_ROOTS: [(&str, &str); 2] = [
     ("tornado", "RequestHandler._execute (tornado/web.py:"),
 ];
 
+/// The first frame of a request's task stacks: `[METHOD ROUTE]`, the route the framework
+/// matched (`(no route)` before it matched one, or when none did), a ';' in it written as
+/// `SEMICOLON_STANDIN` (`sidecar.rules.tasks.route_of` reads it).
+pub fn route_frame(method: &str, route: Option<&str>) -> String {
+    let route = route.unwrap_or(NO_ROUTE).replace(';', SEMICOLON_STANDIN);
+    format!("[{method} {route}]")
+}
+
+/// The route of a request no route matched (yet) (`sidecar.rules.tasks.NO_ROUTE`).
+pub const NO_ROUTE: &str = "(no route)";
+
 /// The frame of asyncio's loop that runs one callback (one step of a task, or a plain
 /// callback): the frame above it is the callback's.
 /// uvloop runs its callbacks from C, so there the frame above the loop's entry is.

@@ -15,7 +15,11 @@ leaf, counted in task-samples) and the scans that counted them, the same for ``s
 - the share of their time requests' tasks sat ready;
 - the top await sites of requests' tasks: where in the service's code they wait (the innermost
   frame of the application or the framework, not of the event loop or the standard library),
-  with what that frame awaits (the frame just above the leaf).
+  with what that frame awaits (the frame just above the leaf);
+- per route (``METHOD ROUTE``, from the route frame the scan puts first in a request's task
+  stacks, ``sidecar.rules.tasks.route_of``): its share of requests' task-samples, the shares of
+  its own running, ready (queued behind other work) and waiting, and its top await sites. The
+  routes past ``ROUTES`` are pooled in one ``OTHER_ROUTES`` row.
 
 No I/O happens here.
 """
@@ -29,7 +33,13 @@ from typing import Any
 from sidecar.classify.tasks import InFlight
 from sidecar.rules.frames import parse_frame
 from sidecar.rules.layers import layer_of_file
-from sidecar.rules.tasks import STATES, is_request, split_leaf
+from sidecar.rules.tasks import STATES, is_request, route_of, split_leaf
+
+#: Routes in the tasks block at most (by task-samples); the rest pooled in one row.
+ROUTES = 20
+OTHER_ROUTES = "(other routes)"
+#: Await sites shown per route.
+ROUTE_SITES = 3
 
 
 def await_site(body: str) -> tuple[str, str]:
@@ -49,12 +59,19 @@ def task_block(stacks: Mapping[str, int], flight: InFlight, top: int = 10) -> di
     states: Counter[str] = Counter()
     request_states: Counter[str] = Counter()
     sites: Counter[tuple[str, str]] = Counter()
+    routes: dict[str, tuple[Counter[str], Counter[tuple[str, str]]]] = {}
     for stack, count in stacks.items():
         body, state = split_leaf(stack)
         states[state] += count
         if is_request(body):
             request_states[state] += count
-            sites[await_site(body)] += count
+            site = await_site(body)
+            sites[site] += count
+            route = route_of(body)
+            if route is not None:
+                by_state, by_site = routes.setdefault(route, (Counter(), Counter()))
+                by_state[state] += count
+                by_site[site] += count
     total, requests = sum(states.values()), sum(request_states.values())
     ranked = sorted(sites.items(), key=lambda item: (-item[1], item[0]))[:top]
     return {
@@ -83,7 +100,36 @@ def task_block(stacks: Mapping[str, int], flight: InFlight, top: int = 10) -> di
             }
             for (site, awaits), count in ranked
         ],
+        "routes": _routes(routes, requests),
     }
+
+
+def _routes(
+    routes: Mapping[str, tuple[Counter[str], Counter[tuple[str, str]]]], requests: int
+) -> list[dict[str, Any]]:
+    """The ``routes`` of a tasks block: where each route's requests spent their time."""
+    ranked = sorted(routes.items(), key=lambda item: (-sum(item[1][0].values()), item[0]))
+    if len(ranked) > ROUTES:
+        pooled: tuple[Counter[str], Counter[tuple[str, str]]] = (Counter(), Counter())
+        for _, (by_state, by_site) in ranked[ROUTES - 1 :]:
+            pooled[0].update(by_state)
+            pooled[1].update(by_site)
+        ranked = [*ranked[: ROUTES - 1], (OTHER_ROUTES, pooled)]
+    rows = []
+    for route, (by_state, by_site) in ranked:
+        total = sum(by_state.values())
+        top = sorted(by_site.items(), key=lambda item: (-item[1], item[0]))[:ROUTE_SITES]
+        rows.append({
+            "route": route,
+            "task_samples": total,
+            "share": _share(total, requests),
+            "shares": {state: _share(by_state[state], total) for state in STATES},
+            "await_sites": [
+                {"site": site, "awaits": awaits, "task_samples": n, "share": _share(n, total)}
+                for (site, awaits), n in top
+            ],
+        })  # fmt: skip
+    return rows
 
 
 def _share(part: int, whole: int) -> float:
@@ -125,4 +171,26 @@ def task_lines(block: Mapping[str, Any]) -> list[str]:
         f"{name:<{width}}  {100 * s['share']:5.1f}%  ({s['task_samples']:,})"
         for name, s in zip(names, sites, strict=True)
     ]
+    return lines + route_lines(block["routes"])
+
+
+def route_lines(routes: list[dict[str, Any]]) -> list[str]:
+    """Where each route's requests spent their time, as ``sidecar stats`` prints it."""
+    if not routes:
+        return []
+    width = max(len("requests by route"), *(len(r["route"]) for r in routes))
+    lines = [
+        "",
+        f"{'requests by route':<{width}}  {'of requests':>11}  "
+        + "  ".join(f"{state:>7}" for state in STATES)
+        + "  top await site",
+    ]
+    for r in routes:
+        site = r["await_sites"][0] if r["await_sites"] else None
+        where = f"{site['site']} {_pct(site['share'])}" if site else ""
+        lines.append(
+            f"{r['route']:<{width}}  {_pct(r['share']):>11}  "
+            + "  ".join(f"{_pct(r['shares'][state]):>7}" for state in STATES)
+            + f"  {where}"
+        )
     return lines

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from sidecar import _native
 
 STATES = ("running", "ready", "waiting")
@@ -15,13 +17,27 @@ TASK_LEAVES = tuple(f"[{state}]" for state in STATES)
 #: stack), Tornado each request in a task of ``RequestHandler._execute``. Every other task is
 #: background. Defined in the native core (which reads each such task's request);
 #: ``GET /api/rules`` serves this table to the UI.
-REQUEST_FRAMEWORKS: dict[str, str] = {root: framework for framework, root in _native.REQUEST_ROOTS}
-REQUEST_ROOTS = tuple(REQUEST_FRAMEWORKS)
+REQUEST_ROOTS = tuple(root for _framework, root in _native.REQUEST_ROOTS)
+
+#: The route of a request no route matched (yet), in its route frame.
+NO_ROUTE: str = _native.NO_ROUTE
+
+#: The first frame of a request's task stacks, which the native scan writes: ``[METHOD ROUTE]``,
+#: the route the framework matched (``/users/{id}``, Tornado's rule pattern) or ``NO_ROUTE``.
+ROUTE_FRAME = re.compile(r"^\[(?P<method>[A-Za-z0-9_-]+) (?P<route>.+)\]$")
 
 
 def is_request(stack: str) -> bool:
     """The folded task stack is a request's: one of its frames is a request task's root."""
     return any(frame.startswith(root) for frame in stack.split(";") for root in REQUEST_ROOTS)
+
+
+def route_of(stack: str) -> str | None:
+    """``METHOD ROUTE`` of a request's task stack from its route frame (its first); None for a
+    stack without one (a background task's, a request read torn, or a profile written before
+    requests were read)."""
+    found = ROUTE_FRAME.match(stack.partition(";")[0])
+    return f"{found['method']} {found['route']}" if found else None
 
 
 def task_leaf(state: str) -> str:

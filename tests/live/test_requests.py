@@ -7,22 +7,29 @@ that; nothing of the query string is read.
 
 The requests come from this process, each in a thread of its own that ends with its
 response (``ms`` bounds the sleep); the scan is taken while all of them are in flight.
+
+Over a span (``stats --pid --tasks``), each request's task-samples carry its route (the route
+frame first in its stacks), and the tasks block says where each route's requests spent their
+time: under load of two routes, each route's row holds its own handler's await site.
 """
 
 from __future__ import annotations
 
 import http.client
+import json
 import threading
 import time
 from collections.abc import Iterator
 
+import jsonschema
 import pytest
 
 from sidecar import _native
 from sidecar.sample.tasks import snapshot
-from tests.support.helpers import Proc, Spawner, sidecar
+from tests.support.helpers import LoadDriver, Proc, Spawner, sidecar
 from tests.support.procs import PYTHON
 from tests.support.pythons import frameworks_site, interpreter
+from tests.support.stats_schema import SCHEMA
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 #: (item, the trace header sent, its value, the trace id it must give)
@@ -139,3 +146,58 @@ def test_sidecar_tasks_prints_each_request(spawn: Spawner) -> None:
         "start not kept (aiohttp keeps it for its access log only)"
     ) in result.stdout, result.stdout
     assert SECRET not in result.stdout
+
+
+#: (framework, version, its two routes' names in the task block, their handlers' frames)
+SPLITS = [
+    (
+        "aiohttp",
+        "3.11",
+        ("GET /items/{item}", "GET /stages"),
+        ("item_handler (", "stages_handler ("),
+    ),
+    (
+        "tornado",
+        "3.15",
+        ("GET /items/([^/]+)", "GET /stages"),
+        ("ItemHandler.get (", "StagesHandler.get ("),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("app", "version", "routes", "handlers"), SPLITS, ids=["aiohttp", "tornado"]
+)
+def test_each_route_says_where_its_requests_spent_their_time(
+    spawn: Spawner,
+    load: LoadDriver,
+    app: str,
+    version: str,
+    routes: tuple[str, str],
+    handlers: tuple[str, str],
+) -> None:
+    """Two routes under load at once, /items/ITEM awaiting a 40 ms sleep and /stages its fetch
+    and store: each has a row of its own, the two hold nearly all of the requests'
+    task-samples, their requests mostly wait, and each row's top await site is in its own
+    handler (or the stage functions /stages awaits), never in the other's."""
+    service = start(spawn, app, "asyncio", version, access_log=False)
+    load.start(service.url + "/items/7?ms=40", seconds=8, connections=3)
+    load.start(service.url + "/stages", seconds=8, connections=3)
+    time.sleep(0.5)
+    result = sidecar("stats", "--pid", str(service.pid), "-d", "3", "--tasks", "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    jsonschema.validate(doc, SCHEMA)
+    block = doc["targets"][0]["tasks"]
+    rows = {row["route"]: row for row in block["routes"]}
+    assert set(routes) <= set(rows), rows
+    assert sum(rows[r]["share"] for r in routes) >= 0.9, rows
+    stages = ("stages_handler (", "StagesHandler.get (", "fetch (", "store (")
+    for route, handler in zip(routes, handlers, strict=True):
+        row = rows[route]
+        assert row["task_samples"] >= 30 and row["shares"]["waiting"] >= 0.7, row
+        top = row["await_sites"][0]["site"]
+        own = (handler,) if route != "GET /stages" else stages
+        assert top.startswith(own), (route, row)
+        other = [h for h in handlers if h != handler]
+        assert not any(s["site"].startswith(tuple(other)) for s in row["await_sites"]), row

@@ -45,6 +45,21 @@ SHARES = {
 FRAMEWORK = {"enum": ["aiohttp", "tornado", "unknown"]}
 IN_FLIGHT = {"type": "number", "minimum": 0}
 STATE_NAMES = ["running", "ready", "waiting"]
+#: Where requests' tasks wait: of all requests, or of one route's.
+AWAIT_SITES = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["site", "awaits", "task_samples", "share"],
+        "properties": {
+            "site": {"type": "string"},
+            "awaits": {"type": "string"},
+            "task_samples": {"type": "integer", "minimum": 1},
+            "share": SHARE,
+        },
+    },
+}
 #: The tasks block of a target (null when its tasks were not scanned).
 TASKS: dict[str, Any] = {
     "type": ["object", "null"],
@@ -57,6 +72,7 @@ TASKS: dict[str, Any] = {
         "shares",
         "requests",
         "await_sites",
+        "routes",
     ],
     "properties": {
         "scans": {"type": "integer", "minimum": 1},
@@ -83,17 +99,24 @@ TASKS: dict[str, Any] = {
             "required": ["task_samples", "ready_share"],
             "properties": {"task_samples": {"type": "integer", "minimum": 0}, "ready_share": SHARE},
         },
-        "await_sites": {
+        "await_sites": AWAIT_SITES,
+        "routes": {
             "type": "array",
             "items": {
                 "type": "object",
                 "additionalProperties": False,
-                "required": ["site", "awaits", "task_samples", "share"],
+                "required": ["route", "task_samples", "share", "shares", "await_sites"],
                 "properties": {
-                    "site": {"type": "string"},
-                    "awaits": {"type": "string"},
+                    "route": {"type": "string", "minLength": 1},
                     "task_samples": {"type": "integer", "minimum": 1},
                     "share": SHARE,
+                    "shares": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": STATE_NAMES,
+                        "properties": dict.fromkeys(STATE_NAMES, SHARE),
+                    },
+                    "await_sites": AWAIT_SITES,
                 },
             },
         },

@@ -349,6 +349,7 @@ impl Sampler {
         dict.set_item("task_samples", stats.task_samples)?;
         dict.set_item("task_torn", stats.task_torn)?;
         dict.set_item("task_unread", stats.task_unread)?;
+        dict.set_item("task_requests_torn", stats.task_requests_torn)?;
         dict.set_item("task_errors", stats.task_errors)?;
         dict.set_item("task_last_error", stats.task_last_error)?;
         let state = match end {

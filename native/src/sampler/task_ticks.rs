@@ -171,6 +171,7 @@ pub(crate) fn count(result: ScanResult, window: &mut Window, stats: &mut Stats) 
             stats.task_scans += 1;
             stats.task_torn += scan.torn;
             stats.task_unread += scan.unread;
+            stats.task_requests_torn += scan.requests_torn;
             for (stack, n) in scan.stacks {
                 stats.task_samples += n;
                 *window.tasks.entry(stack).or_insert(0) += n;

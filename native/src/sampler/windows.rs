@@ -218,6 +218,9 @@ pub struct Stats {
     pub task_unread: u64,
     pub task_errors: u64,
     pub task_last_error: Option<String>,
+    /// Requests' tasks whose request a scan left out (it changed as it was read): their
+    /// task-samples have no route frame.
+    pub task_requests_torn: u64,
 }
 
 /// Pause lengths of blocking mode: sum, worst case and the most recent ones for percentiles.

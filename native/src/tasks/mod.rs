@@ -126,6 +126,15 @@ pub struct TaskSamples {
     pub torn: u64,
     /// Tasks past the scan's bound, not read.
     pub unread: u64,
+    /// Requests' tasks whose request was left out (their stacks have no route frame).
+    pub requests_torn: u64,
+}
+
+/// The route frames of a scan's requests' tasks: each task's tag, an index into `frames` + 1.
+#[derive(Default)]
+struct Routes {
+    tags: HashMap<usize, u32, FxBuild>,
+    frames: Vec<String>,
 }
 
 /// The process a scan reads and where its version keeps what the scan reads: what every
@@ -292,6 +301,36 @@ impl TaskScanner {
         )
     }
 
+    /// The route frame (`rules::route_frame`) of each request's task of a scan, and the
+    /// requests left out.
+    fn routes(&mut self, raw: &[RawTask]) -> (Routes, u64) {
+        let mut routes = Routes::default();
+        let mut index: HashMap<String, u32, FxBuild> = HashMap::default();
+        let mut torn = 0;
+        for task in raw {
+            let Some(&(code, offset)) = task.frames.first() else {
+                continue;
+            };
+            let root = frame_text(&mut self.codes, code, offset);
+            match self.request_of(task, Some(&root)) {
+                Some(Ok(request)) => {
+                    let frame =
+                        crate::rules::route_frame(&request.method, request.route.as_deref());
+                    let next = index.len() as u32 + 1;
+                    let tag = *index.entry(frame.clone()).or_insert_with(|| {
+                        routes.frames.push(frame);
+                        next
+                    });
+                    routes.tags.insert(task.address, tag);
+                }
+                Some(Err(_)) => torn += 1,
+                None => {}
+            }
+        }
+        self.requests.keep(|task| routes.tags.contains_key(&task));
+        (routes, torn)
+    }
+
     /// A scan's folded stacks with their task-samples, and the tasks it left out. Tasks are
     /// told apart by their chains' code objects and instructions, and each distinct line is
     /// written once, not once a task.
@@ -300,13 +339,19 @@ impl TaskScanner {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
         let (raw, torn, unread) = self.read_all()?;
+        let (routes, requests_torn) = self.routes(&raw);
         let codes = &mut self.codes;
         let mut running = Vec::new();
         let stacks = fold_counts(
             &raw,
             |task| &task.frames,
-            |task, chain| {
+            |task| routes.tags.get(&task.address).copied().unwrap_or(0),
+            |task, chain, tag| {
                 let mut line = String::new();
+                if tag != 0 {
+                    line.push_str(&routes.frames[tag as usize - 1]);
+                    line.push(';');
+                }
                 for t in chain {
                     for &(code, offset) in &t.frames {
                         line.push_str(&frame_text(codes, code, offset));
@@ -335,6 +380,7 @@ impl TaskScanner {
             at,
             torn,
             unread,
+            requests_torn,
         })
     }
 
@@ -597,9 +643,14 @@ fn chains<'a, T: Linked>(tasks: &'a [T], mut each: impl FnMut(&'a T, &[&'a T])) 
     }
 }
 
-/// The folded line of a task whose chain is `chain`: the frames of each, then its state.
+/// The folded line of a task whose chain is `chain`: the route frame of the first request of
+/// the chain, the frames of each, then its state.
 fn line(task: &Task, chain: &[&Task]) -> String {
-    let mut parts: Vec<&str> = Vec::new();
+    let route = chain
+        .iter()
+        .find_map(|t| t.request.as_ref())
+        .map(|r| crate::rules::route_frame(&r.method, r.route.as_deref()));
+    let mut parts: Vec<&str> = route.iter().map(String::as_str).collect();
     for t in chain {
         parts.extend(t.frames.iter().map(|f| f.as_ref()));
     }
@@ -607,8 +658,9 @@ fn line(task: &Task, chain: &[&Task]) -> String {
     parts.join(";")
 }
 
-/// The folded stack of every task of a scan, in the scan's order: the chains of the tasks
-/// that await it (outermost first), its own chain, and its state's leaf.
+/// The folded stack of every task of a scan, in the scan's order: a request's route frame,
+/// the chains of the tasks that await it (outermost first), its own chain, and its state's
+/// leaf.
 pub fn fold(tasks: &[Task]) -> Vec<String> {
     let mut out = Vec::with_capacity(tasks.len());
     chains(tasks, |task, chain| out.push(line(task, chain)));
@@ -616,27 +668,30 @@ pub fn fold(tasks: &[Task]) -> Vec<String> {
 }
 
 /// `fold`'s lines with their task-samples, each distinct line once, in the order first met:
-/// tasks are told apart by their state and their chains' `frames` (any key that stands for a
-/// frame's text), and a line is written (`line`) once per distinct one.
+/// tasks are told apart by their state, the first nonzero `tag` of their chain (a request's
+/// route) and their chains' `frames` (any key that stands for a frame's text), and a line is
+/// written (`line`, given that tag) once per distinct one.
 pub fn fold_counts<T: Linked, K: Clone + Eq + Hash>(
     tasks: &[T],
     frames: impl Fn(&T) -> &[K],
-    mut line: impl FnMut(&T, &[&T]) -> String,
+    tag: impl Fn(&T) -> u32,
+    mut line: impl FnMut(&T, &[&T], u32) -> String,
 ) -> Vec<(String, u64)> {
-    let mut index: HashMap<(TaskState, Vec<K>), usize, FxBuild> = HashMap::default();
+    let mut index: HashMap<(TaskState, u32, Vec<K>), usize, FxBuild> = HashMap::default();
     let mut out: Vec<(String, u64)> = Vec::new();
-    let mut key: (TaskState, Vec<K>) = (TaskState::Ready, Vec::new());
+    let mut key: (TaskState, u32, Vec<K>) = (TaskState::Ready, 0, Vec::new());
     chains(tasks, |task, chain| {
         key.0 = task.state();
-        key.1.clear();
+        key.1 = chain.iter().map(|t| tag(t)).find(|&t| t != 0).unwrap_or(0);
+        key.2.clear();
         for t in chain {
-            key.1.extend_from_slice(frames(t));
+            key.2.extend_from_slice(frames(t));
         }
         if let Some(&i) = index.get(&key) {
             out[i].1 += 1;
         } else {
             index.insert(key.clone(), out.len());
-            out.push((line(task, chain), 1));
+            out.push((line(task, chain, key.1), 1));
         }
     });
     out
@@ -749,7 +804,7 @@ mod tests {
             *expected.entry(line).or_default() += 1;
         }
         let mut counted: HashMap<String, u64> = HashMap::new();
-        let counts = fold_counts(&tasks, |t| &t.frames, line);
+        let counts = fold_counts(&tasks, |t| &t.frames, |_| 0, |t, chain, _| line(t, chain));
         for (line, n) in counts.clone() {
             *counted.entry(line).or_default() += n;
         }
