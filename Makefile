@@ -104,8 +104,8 @@ fmt: install
 # benchmarks/store.py's measurement); the others write their own reports
 # (REPORT-versions.md: a sample's cost under each CPython version, with the GIL's reads against
 # without them, sidecar beside CPython 3.15's own sampler and py-spy at 1 kHz, and under 3.8-3.15
-# the read of the waits for a CPU against without it, a section `--cpu-wait` runs alone, 21
-# minutes at 6 s a leg; REPORT-push.md: what pushing to Pyroscope adds to serve's CPU per target;
+# the read of the waits for a CPU against without it, both at once, a section `--cpu-wait` runs
+# alone, about 15 minutes at 6 s a leg; REPORT-push.md: what pushing to Pyroscope adds to serve's CPU per target;
 # REPORT-tasks.md: the asyncio task scan's cost per task and per scan under 3.11-3.14, and with
 # 100,000 tasks; REPORT-top.md: the CPU `sidecar top` takes at its default rate, and its target's
 # latency beside it). About 75 minutes in all on two cores.

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
+import os
 import subprocess
 import sys
 import time
@@ -54,6 +55,15 @@ def tick(rate: float, seconds: float) -> dict[str, float]:
     return {"samples": samples, "late": late, "missed": missed, "errors": 0, "seconds": seconds}
 
 
+def example(name: str) -> Path:
+    """The release build of ``native/examples/NAME.rs``, built now if it is not up to date (in
+    ``CARGO_TARGET_DIR`` where that is set, as cargo does)."""
+    build = ["cargo", "build", "--release", "--quiet", "--example", name]
+    subprocess.run(build, cwd=NATIVE, check=True)
+    target = Path(os.environ.get("CARGO_TARGET_DIR") or NATIVE / "target")
+    return (NATIVE / target).resolve() / "release" / "examples" / name
+
+
 def native_floor(procs: Procs, pid: int, *, rate: float, seconds: float, rt: int | None,
                  shape: tuple[int, int] | None = None, also: tuple[int, ...] = (),
                  replay: tuple[Path, int] | None = None, state_file: str = "stat",
@@ -64,10 +74,12 @@ def native_floor(procs: Procs, pid: int, *, rate: float, seconds: float, rt: int
     recorded reads, and the ticks they were made in; it needs ``shape``), also those of
     replaying them, each tick its share, and of that with a read of each target thread's
     ``state_file`` (``stat`` or ``syscall``, as the samplers read run states)."""
-    build = ["cargo", "build", "--release", "--quiet", "--example", "floor"]
-    subprocess.run(build, cwd=NATIVE, check=True)
-    binary = NATIVE / "target" / "release" / "examples" / "floor"
-    argv = [str(binary), ",".join(str(p) for p in (pid, *also)), f"{rate:g}", f"{seconds:g}"]
+    argv = [
+        str(example("floor")),
+        ",".join(str(p) for p in (pid, *also)),
+        f"{rate:g}",
+        f"{seconds:g}",
+    ]
     argv += [str(n) for n in shape] if shape else []
     argv += [str(replay[0]), str(replay[1]), state_file] if shape and replay else []
     from benchmarks.procs import finish

@@ -21,12 +21,19 @@ the wakeup and those reads; the round with the median own work stands for the ru
 
 Last, the waits for a CPU: the default sampler reads each thread a sample finds runnable from its
 ``schedstat`` (``native/src/process/cpuwait.rs``), ``cpu_wait=False`` leaves that read out. In
-interleaved rounds of their own, each under every version a sampler reads (3.8-3.10 through
-py-spy's reader, 3.11-3.15 the walker), a ``deep`` and a spinning ``gil`` target are started and
-read with the read and without it, one leg after the other (the order turns every round): the
-sampling thread's CPU per sample, its read system calls (its /proc io) and, from the walker, the
-reads' time timed in place. ``--cpu-wait`` runs that section alone and writes it into the saved
-figures in place of the last run's, the other sections' figures as they were.
+rounds of their own, each under every version a sampler reads (3.8-3.10 through py-spy's reader,
+3.11-3.15 the walker), a ``deep`` and a spinning ``gil`` target are started and read by two
+samplers at the same time, crossed over: the seconds of a leg are cut in slices, and at each
+slice the two swap their settings (``Sampler.set_cpu_wait``), so that each sampler has the read
+half the time; a leg's CPU per sample is pooled over the slices that either sampler had it, each
+sampler's CPU from its own thread's schedstat. Two samplers of one target at the same time
+differ by far more than the read costs, and keep it for seconds: crossing over cancels that, as
+running both at once cancels the machine's load moving. On the spinning target a control follows,
+two samplers both without the read crossed over alike. Per leg: the CPU per sample, its read
+system calls (its /proc io) and, from the walker, the reads' time timed in place; each round
+also times the read alone, ``native/examples/schedstat.rs``. ``--cpu-wait`` runs that section
+alone and writes it into the saved figures in place of the last run's, the other sections'
+figures as they were.
 
     python -m benchmarks.versions [--rounds 5] [--shared-rounds 5] [--seconds 6] [--cpu-wait]
 
@@ -46,7 +53,8 @@ from typing import Any
 
 from benchmarks import floor
 from benchmarks.common import main, measured, pythons, sampled, stamp, thread_seconds
-from benchmarks.procs import load_average
+from benchmarks.floor import example
+from benchmarks.procs import finish, load_average
 from benchmarks.report import judged, paired_cell
 from benchmarks.table import HERE, Col, Report, cols, med, table
 from sidecar import _native
@@ -73,6 +81,13 @@ SHARED_TARGETS, RECORD_SECONDS = 4, 1.0
 #: (``Sampler``'s keywords) and the CPU per sample with the read within this much of without it.
 CPU_WAIT_VERSIONS = ("3.8", "3.9", "3.10", *VERSIONS)
 CPU_WAIT_LEGS: dict[str, dict[str, Any]] = {"with the read": {}, "without": {"cpu_wait": False}}
+#: The control: two samplers alike (both without the read) side by side on the spinning target,
+#: as the legs are: what the design gives where there is nothing to find.
+CPU_WAIT_CONTROL: dict[str, dict[str, Any]] = {"without": {"cpu_wait": False},
+                                               "without, again": {"cpu_wait": False}}  # fmt: skip
+CPU_WAIT_CONTROLLED = "gil"
+#: The slices a round's legs are crossed over in (``side_by_side``): an even number.
+CPU_WAIT_SLICES = 16
 CPU_WAIT_WITHIN = 1.05
 
 
@@ -188,16 +203,120 @@ def shared_leg(pids: list[int], seconds: float, reads: Path) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def sampler_threads() -> set[int]:
+    """The ids of this process's threads whose names begin with ``sidecar-sampl``: each sampler
+    on its own clock ticks on a thread of its own so named."""
+    tids = set()
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            if (task / "comm").read_text().startswith("sidecar-sampl"):
+                tids.add(int(task.name))
+        except OSError:
+            continue  # the thread ended meanwhile
+    return tids
+
+
+def thread_counts(tid: int) -> tuple[float, int]:
+    """A thread of this process so far: its CPU seconds (the scheduler's nanoseconds on a CPU,
+    schedstat) and its read system calls (``syscr`` of its /proc io)."""
+    task = Path(f"/proc/self/task/{tid}")
+    found = re.search(r"^syscr: (\d+)$", (task / "io").read_text(), re.M)
+    return int((task / "schedstat").read_text().split()[0]) / 1e9, int(found[1]) if found else 0
+
+
+def side_by_side(pid: int, seconds: float, legs: dict[str, dict[str, Any]]
+                 ) -> tuple[dict[str, Any], float]:  # fmt: skip
+    """Two samplers of ``pid`` at the same time, each on its own clock, started in the order of
+    ``legs`` (two, ``Sampler``'s keywords, ``cpu_wait`` alone differing) and crossed over: over
+    ``seconds`` after the warm-up, in ``CPU_WAIT_SLICES`` slices, the first sampler has the
+    first leg's setting in even slices and the second's in odd ones, the other sampler the
+    opposite (``Sampler.set_cpu_wait``). Each leg's CPU, reads and read system calls per sample
+    are pooled over the slices that sampler or the other had it, from the samplers' own threads
+    (each the one that appeared as it started): what one sampler instance costs more than the
+    other, whatever it be, falls on both legs alike. Also that: the first sampler's CPU per
+    sample over the second's, over all the slices."""
+    names, samplers, tids = list(legs), [], []
+    try:
+        for kw in legs.values():
+            before = sampler_threads()
+            samplers.append(_native.Sampler(pid, rate_hz=RATE, **kw))
+            new = sampler_threads() - before
+            if len(new) != 1:
+                raise RuntimeError(f"{len(new)} new sampling threads for one sampler: {new}")
+            tids.append(new.pop())
+        time.sleep(WARMUP)
+        # each slice: for each sampler, the leg it had and its counts at the slice's two ends
+        marks = [[(thread_counts(t), s.stats()) for t, s in zip(tids, samplers, strict=True)]]
+        for i in range(CPU_WAIT_SLICES):
+            had = [names[(j + i) % 2] for j in range(2)]
+            for sampler, name in zip(samplers, had, strict=True):
+                sampler.set_cpu_wait(legs[name].get("cpu_wait", True))
+            time.sleep(seconds / CPU_WAIT_SLICES)
+            marks.append(
+                [(thread_counts(t), s.stats()) for t, s in zip(tids, samplers, strict=True)]
+            )
+    finally:
+        for sampler in samplers:
+            sampler.stop()
+    pooled = {n: {"cpu": 0.0, "calls": 0, "ticks": 0, "errors": 0, "in_place": 0.0,
+                  "state_reads": 0.0, "read_calls": 0.0, "stats": None} for n in names}  # fmt: skip
+    for i in range(CPU_WAIT_SLICES):
+        for j in range(2):
+            ((cpu0, calls0), a), ((cpu1, calls1), b) = marks[i][j], marks[i + 1][j]
+            leg_ = pooled[names[(j + i) % 2]]
+            made = ticks(b) - ticks(a)
+            leg_["cpu"] += cpu1 - cpu0
+            leg_["calls"] += calls1 - calls0
+            leg_["ticks"] += made
+            leg_["errors"] += b["errors"] - a["errors"]
+            for key, into in (("state_reads_mean", "in_place"), ("state_reads", "state_reads"),
+                              ("read_calls", "read_calls")):  # fmt: skip
+                leg_[into] += per_tick(a, b, key) * made
+            leg_["stats"] = b
+    out = {}
+    for name, leg_ in pooled.items():
+        made, b = max(leg_["ticks"], 1), leg_["stats"]
+        out[name] = {
+            "reader": b["reader"], "samples": made, "errors": leg_["errors"],
+            "cpu_per_sample_us": leg_["cpu"] / made * 1e6, "read_syscalls": leg_["calls"] / made,
+            "state_reads_mean": leg_["in_place"] / made, "state_reads": leg_["state_reads"] / made,
+            "read_calls": leg_["read_calls"] / made,
+        }  # fmt: skip
+    # where the waits came from, as the sampler that ended with the read said
+    ended = [names[(j + CPU_WAIT_SLICES - 1) % 2] for j in range(2)]
+    for j, name in enumerate(ended):
+        out[name]["cpu_wait"] = marks[-1][j][1].get("cpu_wait")
+    per_sample = [
+        (marks[-1][j][0][0] - marks[0][j][0][0])
+        / max(ticks(marks[-1][j][1]) - ticks(marks[0][j][1]), 1)
+        for j in range(2)
+    ]
+    return out, per_sample[0] / max(per_sample[1], 1e-12)
+
+
+def read_costs(procs: Procs) -> dict[str, Any]:
+    """``native/examples/schedstat.rs``: the kernel's read of a thread's ``schedstat`` alone,
+    and of the calls beside it, in ns per call."""
+    figures: dict[str, Any] = json.loads(finish(procs, [str(example("schedstat"))], 120,
+                                                "schedstat"))  # fmt: skip
+    return figures
+
+
 def cpu_wait_rounds(procs: Procs, rounds: int, seconds: float) -> dict[str, Any]:
-    """The waits for a CPU: in each round, each version's targets started afresh and read with
-    the read and without it (``CPU_WAIT_LEGS``), the order turning every round."""
+    """The waits for a CPU: in each round, each version's targets started afresh and read by
+    two samplers at once, with the read and without it (``CPU_WAIT_LEGS``), the one named first
+    started first in odd rounds, second in even ones; on the spinning target then by two
+    samplers without it, the same way (``CPU_WAIT_CONTROL``); and the read alone timed
+    (``read_costs``)."""
     interpreters, start = pythons(CPU_WAIT_VERSIONS), (load_average(), time.monotonic())
     legs: dict[str, Any] = {t: {v: {n: [] for n in CPU_WAIT_LEGS} for v in CPU_WAIT_VERSIONS}
                             for t in TARGETS}  # fmt: skip
-    loads, unrun = [], {}  # a target that exits before it is ready, under a version: why
+    control: dict[str, Any] = {v: {n: [] for n in CPU_WAIT_CONTROL} for v in CPU_WAIT_VERSIONS}
+    loads, costs, unrun = [], [], {}  # a target that exits before it is ready, under a version
     for round_ in range(rounds):
         loads.append(load_average())
-        order = list(CPU_WAIT_LEGS)[:: 1 - round_ % 2 * 2]
+        costs.append(read_costs(procs))
+        turn = 1 - round_ % 2 * 2
         for version in CPU_WAIT_VERSIONS:
             for target, (argv, _) in TARGETS.items():
                 if f"{target} {version}" in unrun:
@@ -208,17 +327,25 @@ def cpu_wait_rounds(procs: Procs, rounds: int, seconds: float) -> dict[str, Any]
                     unrun[f"{target} {version}"] = str(err).strip().splitlines()[-1]
                     print(f"{target} under {version}: {unrun[f'{target} {version}']}", flush=True)
                     continue
-                for name in order:
-                    r = leg(child.pid, seconds, **CPU_WAIT_LEGS[name])
-                    legs[target][version][name].append(r)
-                    print(f"round {round_ + 1} {version} {target} {name}: "
-                          f"{r['cpu_per_sample_us']:.1f} µs per sample, {r['read_syscalls']:.2f} "
-                          f"reads ({r['reader']}; {r['cpu_wait']})", flush=True)  # fmt: skip
+                pairs = [(legs[target][version], CPU_WAIT_LEGS)]
+                pairs += [(control[version], CPU_WAIT_CONTROL)] * (target == CPU_WAIT_CONTROLLED)
+                for into, pair in pairs:
+                    r, apart = side_by_side(child.pid, seconds, dict(list(pair.items())[::turn]))
+                    for name in pair:
+                        into[name].append({**r[name], "instances": apart})
+                    print(f"round {round_ + 1} {version} {target}: " + ", ".join(
+                        f"{n} {f['cpu_per_sample_us']:.1f} µs per sample, "
+                        f"{f['read_syscalls']:.2f} reads" for n, f in r.items())
+                        + f"; the two samplers apart {apart:.3f}x", flush=True)  # fmt: skip
                 procs.stop(child)
     return {**stamp(), "load_average_start": start[0], "round_loads": loads,
             "minutes": (time.monotonic() - start[1]) / 60, "rounds": rounds, "seconds": seconds,
+            "design": "side by side, crossed over", "slices": CPU_WAIT_SLICES,
+            "read_costs": costs,
             "legs": {t: {v: r for v, r in legs[t].items() if f"{t} {v}" not in unrun}
-                     for t in legs}, "unrun": unrun}  # fmt: skip
+                     for t in legs},
+            "control": {v: r for v, r in control.items()
+                        if f"{CPU_WAIT_CONTROLLED} {v}" not in unrun}, "unrun": unrun}  # fmt: skip
 
 
 def cpu_wait_only(rounds: int, seconds: float, workdir: Path, out: Path | None) -> dict[str, Any]:
@@ -372,14 +499,16 @@ def detector_work(legs: dict[str, Any]) -> list[str | list[str]]:
 
 def cpu_wait_section(c: dict[str, Any]) -> list[str | list[str]]:
     """The waits for a CPU: per target and version both legs' CPU per sample, the ratio in each
-    round, its median and spread, what the read adds; each round's spread; the verdicts."""
+    round, its median and spread, what the read adds; the control's; each round's spread; the
+    read alone; the verdicts."""
     legs, n, order = c["legs"], c["rounds"], list(CPU_WAIT_LEGS)
+    control, twins = c["control"], list(CPU_WAIT_CONTROL)
 
     def added(runs: dict[str, list[dict[str, Any]]], key: str, scale: float = 1.0) -> float:
-        """The median round's difference of ``key`` with the read and without it."""
+        """The median round's difference of ``key`` between the two legs."""
         return med((a[key] - b[key]) * scale for a, b in zip(*runs.values(), strict=True))
 
-    ratios = {(t, v): cpus(runs["with the read"], runs["without"])
+    ratios = {(t, v): cpus(runs[order[0]], runs[order[1]])
               for t in legs for v, runs in legs[t].items()}  # fmt: skip
     rows = [{"target": t, "version": v, "reader": runs[order[0]][-1]["reader"].split(" (")[0],
              "source": runs[order[0]][-1]["cpu_wait"], "ratios": ratios[t, v],
@@ -395,36 +524,136 @@ def cpu_wait_section(c: dict[str, Any]) -> list[str | list[str]]:
         Col("ratio per round", "ratios", lambda v: ", ".join(f"{x:.3f}" for x in v)),
         Col("median", "ratios", lambda v: f"{med(v):.3f}x"),
         Col("spread", "ratios", lambda v: f"{min(v):.3f}-{max(v):.3f}"),
-        Col("added CPU (µs)", "cpu", "{:+.1f}"), Col("added reads per sample", "reads", "{:+.2f}"),
+        Col("added CPU (µs)", "cpu", "{:+.2f}"), Col("added reads per sample", "reads", "{:+.2f}"),
         Col("added in place (µs)", "in_place", "{:+.2f}"), Col("errors"),
+    ]  # fmt: skip
+    same = {v: cpus(runs[twins[0]], runs[twins[1]]) for v, runs in control.items()}
+    control_rows = [{"version": v, "ratios": same[v],
+                     "cpu": med(cpus(control[v][twins[0]])), "gap": added(control[v],
+                     "cpu_per_sample_us"), "apart": [r["instances"] for r in
+                     control[v][twins[0]]]} for v in same]  # fmt: skip
+    control_columns = [
+        Col("version", left=True), Col("CPU per sample (µs)", "cpu", "{:.1f}"),
+        Col("ratio per round", "ratios", lambda v: ", ".join(f"{x:.3f}" for x in v)),
+        Col("median", "ratios", lambda v: f"{med(v):.3f}x"),
+        Col("spread", "ratios", lambda v: f"{min(v):.3f}-{max(v):.3f}"),
+        Col("difference (µs)", "gap", "{:+.2f}"),
+        Col("two samplers apart, per round", "apart", lambda v: ", ".join(f"{x:.2f}"
+            for x in v)),
     ]  # fmt: skip
     per_round = [[r[i] for r in ratios.values()] for i in range(n)]
     round_columns = [
         Col("round", lambda x: x[0] + 1),
-        Col("legs in order", lambda x: ", then ".join(order[:: 1 - x[0] % 2 * 2]), left=True),
+        Col("started first", lambda x: order[x[0] % 2], left=True),
         Col("load average at its start", lambda x: c["round_loads"][x[0]], "{:.2f}"),
         Col("median ratio", lambda x: med(x[1]), "{:.3f}x"),
         Col("spread", lambda x: f"{min(x[1]):.3f}-{max(x[1]):.3f}"),
         Col(f"above {CPU_WAIT_WITHIN:g}x", lambda x: sum(r > CPU_WAIT_WITHIN for r in x[1])),
+        Col("control's median ratio", lambda x: med(r[x[0]] for r in same.values()), "{:.3f}x"),
     ]  # fmt: skip
+    costs = c["read_costs"]
+    cost_names = {
+        "schedstat_spinning": "`schedstat` of a spinning thread",
+        "schedstat_sleeping": "`schedstat` of a sleeping thread",
+        "stat_spinning": "`stat` (96 bytes) of the spinning thread",
+        "syscall_spinning": "`syscall` (40 bytes) of the spinning thread",
+        "getppid": "`getppid`, a system call that does nothing",
+        "instant_now": "`Instant::now()`",
+        "open_missing": "the path of a thread gone, formatted and opened (it fails)",
+    }
+    cost_rows = [{"what": what, "ns": [r[k]["median_ns"] for r in costs],
+                  "least": min(r[k]["least_ns"] for r in costs)}
+                 for k, what in cost_names.items()]  # fmt: skip
+    cost_columns = [
+        Col("call", "what", left=True),
+        Col("ns per call, median turn of each round", "ns", lambda v: ", ".join(f"{x:.0f}"
+            for x in v)),
+        Col("median", "ns", lambda v: f"{med(v):.0f}"), Col("least turn", "least", "{:.0f}"),
+    ]  # fmt: skip
+    pread_us = med(r["schedstat_spinning"]["median_ns"] for r in costs) / 1000
+    clock_ns = med(r["instant_now"]["median_ns"] for r in costs)
+    # the walker on the spinning target: one read more a sample, timed in place
+    walked = [r for r in rows if r["target"] == CPU_WAIT_CONTROLLED and r["in_place"] is not None]
+    in_place = [r["in_place"] for r in walked]
+    gaps = [r["gap"] for r in control_rows]
+    cheapest = min(walked, key=lambda r: r["off"])
+    share = cheapest["in_place"] / cheapest["off"]
     named = {f"{v} on {t}": r for (t, v), r in ratios.items()}
+    noise = max(max(abs(x - 1) for x in r) for r in same.values()) if same else None
     return [
         "## The waits for a CPU",
         f"{measured(c)} at the end, {c['load_average_start']:.2f} at the start (on 2 cores other "
-        f"work shared; {c['minutes']:.0f} minutes); {n} interleaved rounds of {c['seconds']:g} s "
-        f"per leg at {RATE:g} Hz: the default sampler, which reads the `schedstat` of each "
-        "thread a sample finds runnable, against the same with `cpu_wait=False`, on `deep` and "
-        "on the spinning `gil` target (runnable at every sample: the read's worst case), both "
-        "started afresh each round under every version (3.8-3.10 read through py-spy's reader, "
-        "3.11-3.15 by the walker); a round's two legs one after the other, in the other order "
-        "every other round. The ratio is of the two legs of a round; what the read adds is the "
-        "median round's difference of the two: the sampling thread's CPU, its read system calls "
-        "(its /proc io, `syscr`) and, from the walker, the run-state reads timed in place "
-        "(`state_reads_mean`, which counts the `schedstat` reads with them).",
+        f"work shared; {c['minutes']:.0f} minutes); {n} rounds of {c['seconds']:g} s at {RATE:g} "
+        "Hz after a warm-up: the default sampler, which reads the `schedstat` of each thread a "
+        "sample finds runnable, against the same with `cpu_wait=False`, on `deep` and on the "
+        "spinning `gil` target (runnable at every sample: the read's worst case), both started "
+        "afresh each round under every version (3.8-3.10 read through py-spy's reader, 3.11-3.15 "
+        "by the walker). **The two legs run side by side, crossed over**: two samplers of the "
+        "same target process at the same time, each on its own clock (a thread of its own, its "
+        "ticks on a grid from its own start), started one after the other (which leg's sampler "
+        f"starts first turns every round); the {c['seconds']:g} s are cut in "
+        f"{c['slices']} slices, and at each slice the two samplers swap their settings "
+        "(`Sampler.set_cpu_wait`), so that each has the read for half the slices and not for "
+        "the other half. A leg's CPU per sample is pooled over the slices either sampler had "
+        "it, each sampler's CPU its own thread's (the scheduler's nanoseconds on a CPU, "
+        "`/proc/self/task/TID/schedstat`). Whatever the machine's load or speed does meanwhile "
+        "falls on both legs alike, and so does what one sampler costs more than the other "
+        "(below: the two identical samplers of the control differ by far more than the read). "
+        "The ratio is of the two legs of a round; what the read adds is the median round's "
+        "difference of the two: the sampling thread's CPU, its read system calls (its /proc io, "
+        "`syscr`) and, from the walker, the run-state reads timed in place (`state_reads_mean`, "
+        "which counts the `schedstat` reads with them).",
         table(rows, columns),
         verdicts("The CPU per sample with the read against without it", named, CPU_WAIT_WITHIN),
+        "**The control.** On the spinning target, right after its legs, two samplers alike (both "
+        "without the read) side by side and crossed over the same way: their ratio is what the "
+        "design reads where there is nothing to find. *Two samplers apart* is the first "
+        "started sampler's CPU per sample over the second's, over all the slices, without the "
+        "crossing over: two identical samplers of one target at the same time, on their own "
+        "clocks, differ that much and keep it for seconds (all of a sample's parts alike: the "
+        "memory reads, the run states, the folding), which is why the legs are crossed over "
+        "rather than given a sampler each.",
+        table(control_rows, control_columns),
+        (
+            f"The control's rounds lie within {noise:.1%} of 1 at most: a difference between the "
+            "legs smaller than that is not resolved by a round, only by the median of several. "
+            if noise is not None
+            else ""
+        ),
         "Each round's spread, over the targets and versions:",
         table(enumerate(per_round), round_columns),
+        "**Where the read's CPU goes.** Timed in place (the wall time around each read, a "
+        "preemption inside it counted too), the read adds "
+        f"{med(in_place):.2f} µs a sample on the spinning target under the walker (median of "
+        f"the versions, from {min(in_place):.2f} to {max(in_place):.2f}), for "
+        f"{med(r['reads'] for r in walked):.2f} read system calls more; the CPU per sample adds "
+        f"{med(r['cpu'] for r in walked):.2f} µs (from {min(r['cpu'] for r in walked):.2f} to "
+        f"{max(r['cpu'] for r in walked):.2f}), where the control's two alike legs differ by "
+        f"{min(gaps):+.2f} to {max(gaps):+.2f} µs: within that, the read costs what its timing "
+        "in place says, and nothing beyond it. Alone, in a loop, the same read costs "
+        f"{pread_us:.2f} µs (below), {med(in_place) / pread_us:.1f}x less than in a sample: "
+        "there the kernel's path through procfs and the target thread's data are likely out of "
+        "the caches, the sampler having slept 10 ms since it last read them. On the target "
+        f"where a sample costs least ({cheapest['version']} on `{cheapest['target']}`, "
+        f"{cheapest['off']:.1f} µs a sample without the read) the read timed in place is "
+        f"{share:.1%} of a sample"
+        + (
+            f", above the {CPU_WAIT_WITHIN - 1:.0%} the goal allows: the kernel's read itself "
+            "does not fit the goal there."
+            if share > CPU_WAIT_WITHIN - 1
+            else f", within the {CPU_WAIT_WITHIN - 1:.0%} the goal allows."
+        )
+        + " Around it the sampler reads the clock three times (the sample's instant, and the "
+        f"read timed in place: {3 * clock_ns:.0f} ns by the `Instant::now()` row below), looks "
+        "the thread up in a hash map, parses three numbers and steps its ledger; it opens a "
+        "thread's file once (an open that fails costs the row below, but `waits` is only asked "
+        "of a thread whose run state was just read from its own /proc file, so it fails only "
+        "as the thread exits), and forgets the ledgers of threads gone only when there are more "
+        "ledgers than threads.",
+        "**The read alone**, `native/examples/schedstat.rs` once at the start of each round: "
+        "batches of calls from a file kept open, timed in the thread's own CPU time, in turns "
+        "(the module's docstring says how):",
+        table(cost_rows, cost_columns),
         "Not measured, as the target exits before it is ready: "
         + "; ".join(f"`{k.split()[0]}` under {k.split()[1]} ({why})" for k, why in unrun.items())
         + "."

@@ -64,6 +64,9 @@ struct Thread {
     moved: Instant,
     /// Waits the kernel posted less waits counted by samples (ns).
     credit: i64,
+    /// Its counters moved unseen since `last` (`CpuWaits::restart`): the next reading is as
+    /// a first one.
+    stale: bool,
 }
 
 pub(crate) struct CpuWaits {
@@ -140,6 +143,7 @@ impl CpuWaits {
                     last: first,
                     moved: self.now,
                     credit: 0,
+                    stale: false,
                 });
                 return false;
             }
@@ -148,7 +152,24 @@ impl CpuWaits {
             self.threads.remove(&tid);
             return false;
         };
+        if thread.stale {
+            (thread.last, thread.moved, thread.credit) = (now, self.now, 0);
+            thread.stale = false;
+            return false;
+        }
         thread.step(now, self.now, self.since)
+    }
+
+    /// Begins again after a span without reads (`ThreadStates::set_cpu_waits`): every ledger
+    /// begins afresh at its next reading, as a first one (its counters moved meanwhile
+    /// unseen), and the next sample stands for nothing. The files stay open; what the kernel
+    /// was found to tell, and the time spent reading, stay too.
+    pub(crate) fn restart(&mut self) {
+        for thread in self.threads.values_mut() {
+            thread.stale = true;
+        }
+        self.ticked = false;
+        self.since = 0;
     }
 
     /// Forgets the threads not in `alive`.
@@ -247,6 +268,7 @@ mod tests {
                 last,
                 moved: at,
                 credit: 0,
+                stale: false,
             },
         )
     }
@@ -338,6 +360,39 @@ mod tests {
             }
             assert!(!t.step(stat, at, MS));
         }
+    }
+
+    /// Turned off and on again (a benchmark's crossover): the first reading after says
+    /// nothing, as at a thread's first, and its file stays open.
+    #[test]
+    fn a_restart_begins_each_ledger_afresh() {
+        let mut waits = CpuWaits::new(std::process::id() as i32);
+        // SAFETY: gettid takes no arguments.
+        let tid = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
+        waits.tick();
+        assert!(!waits.waits(tid), "a first reading says nothing");
+        waits.tick();
+        waits.waits(tid);
+        if waits.source() != "schedstat" {
+            return; // a kernel without scheduler statistics: nothing is ever said to wait
+        }
+        let thread = waits.threads.get_mut(&tid).expect("a ledger");
+        // as if the kernel had posted a long wait meanwhile, unseen
+        thread.credit = LEDGER_BOUND;
+        waits.restart();
+        waits.tick();
+        assert!(
+            !waits.waits(tid),
+            "the first reading after a restart says nothing"
+        );
+        assert_eq!(waits.len(), 1, "its file stays open");
+        let thread = &waits.threads[&tid];
+        assert!(!thread.stale);
+        assert_eq!(thread.credit, 0, "what was owed before is forgotten");
+        assert_eq!(
+            waits.since, 0,
+            "the sample after a restart stands for nothing"
+        );
     }
 
     #[test]

@@ -82,8 +82,9 @@ pub(crate) struct ThreadStates {
     source: Source,
     /// Time spent in the reads of the files so far, timed around each.
     nanos: u64,
-    /// Which runnable threads wait for a CPU; None when not asked.
-    cpu: Option<CpuWaits>,
+    /// Which runnable threads wait for a CPU, and whether that is read now.
+    cpu: CpuWaits,
+    cpu_on: bool,
 }
 
 impl ThreadStates {
@@ -96,34 +97,41 @@ impl ThreadStates {
             futex_reads: (0, 0),
             source: Source::Stat(SYSCALL_TRIES),
             nanos: 0,
-            cpu: Some(CpuWaits::new(pid)),
+            cpu: CpuWaits::new(pid),
+            cpu_on: true,
         }
     }
 
-    /// No thread is said to wait for a CPU: its `schedstat` is not read (the benchmarks
-    /// measure what the read costs against samplers without).
-    pub(crate) fn without_cpu_waits(&mut self) {
-        self.cpu = None;
+    /// Whether runnable threads are told waiting for a CPU from their `schedstat`; without,
+    /// none is said to wait and nothing is read (the benchmarks measure what the read costs
+    /// against samplers without, and turn it on and off in one sampler). Turned on again, it
+    /// begins afresh (`CpuWaits::restart`).
+    pub(crate) fn set_cpu_waits(&mut self, on: bool) {
+        if on && !self.cpu_on {
+            self.cpu.restart();
+        }
+        self.cpu_on = on;
     }
 
     /// A sample begins (`CpuWaits::tick`).
     pub(crate) fn tick(&mut self) {
-        if let Some(cpu) = &mut self.cpu {
-            cpu.tick();
+        if self.cpu_on {
+            self.cpu.tick();
         }
     }
 
     /// Whether the thread `tid`, found running (runnable), waits for a CPU
     /// (`CpuWaits::waits`); false when not asked.
     pub(crate) fn waits_for_cpu(&mut self, tid: i32) -> bool {
-        self.cpu.as_mut().is_some_and(|cpu| cpu.waits(tid))
+        self.cpu_on && self.cpu.waits(tid)
     }
 
     /// Where waits for a CPU come from (`CpuWaits::source`), or that they are not read.
     pub(crate) fn cpu_wait_source(&self) -> &'static str {
-        match &self.cpu {
-            Some(cpu) => cpu.source(),
-            None => "not read (asked not to)",
+        if self.cpu_on {
+            self.cpu.source()
+        } else {
+            "not read (asked not to)"
         }
     }
 
@@ -195,7 +203,7 @@ impl ThreadStates {
     /// Time spent reading the files so far (ns): the kernel's share of the run states, with
     /// the waits for a CPU.
     pub(crate) fn nanos(&self) -> u64 {
-        self.nanos + self.cpu.as_ref().map_or(0, CpuWaits::nanos)
+        self.nanos + self.cpu.nanos()
     }
 
     /// The file the states come from now: "stat" or "syscall".
@@ -208,14 +216,11 @@ impl ThreadStates {
 
     /// Closes the files of threads not in `alive`.
     pub(crate) fn keep(&mut self, alive: impl ExactSizeIterator<Item = i32>) {
-        let cpu_threads = self.cpu.as_ref().map_or(0, CpuWaits::len);
-        if self.files.len().max(cpu_threads) > alive.len() {
+        if self.files.len().max(self.cpu.len()) > alive.len() {
             let alive: HashSet<i32> = alive.collect();
             self.files.retain(|tid, _| alive.contains(tid));
             self.syscalls.retain(|tid, _| alive.contains(tid));
-            if let Some(cpu) = &mut self.cpu {
-                cpu.keep(&alive);
-            }
+            self.cpu.keep(&alive);
         }
     }
 }

@@ -292,6 +292,12 @@ impl Sampler {
         self.session.gil()
     }
 
+    /// Tells (or stops telling) the runnable threads that wait for a CPU from the next sample
+    /// on, as `cpu_wait` does from the start; turned on again, the read begins afresh.
+    fn set_cpu_wait(&self, on: bool) {
+        self.session.set_cpu_wait(on);
+    }
+
     /// Completed windows since the last call, oldest first; `flush` adds the one in progress.
     #[pyo3(signature = (flush=false))]
     fn drain<'py>(&self, py: Python<'py>, flush: bool) -> PyResult<Bound<'py, PyList>> {

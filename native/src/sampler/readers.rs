@@ -136,11 +136,9 @@ impl Readers {
         let gil = walker.is_none().then(|| gil_of(&spy, options.gil));
         let mut os = OnCpu::new(pid);
         let mut walker = walker;
-        if !options.cpu_wait {
-            os.without_cpu_waits();
-            if let Some(walker) = walker.as_mut() {
-                walker.without_cpu_waits();
-            }
+        os.set_cpu_waits(options.cpu_wait);
+        if let Some(walker) = walker.as_mut() {
+            walker.set_cpu_waits(options.cpu_wait);
         }
         let readers = Readers {
             spy,
@@ -153,6 +151,14 @@ impl Readers {
             os,
         };
         Ok((readers, reader))
+    }
+
+    /// Whether runnable threads are told waiting for a CPU (`ThreadStates::set_cpu_waits`).
+    pub(crate) fn set_cpu_waits(&mut self, on: bool) {
+        self.os.set_cpu_waits(on);
+        if let Some(walker) = self.walker.as_mut() {
+            walker.set_cpu_waits(on);
+        }
     }
 
     /// The target's Python version, as py-spy found it.

@@ -144,6 +144,10 @@ pub(crate) struct Runner {
     started: u64,
     shared: Arc<Mutex<Shared>>,
     stop: Arc<AtomicBool>,
+    /// Whether runnable threads are told waiting for a CPU, as asked now
+    /// (`Session::set_cpu_wait`), and as the readers do.
+    cpu_wait: Arc<AtomicBool>,
+    cpu_wait_on: bool,
     period: Duration,
     /// When the next tick is due.
     pub(crate) next: Instant,
@@ -169,9 +173,11 @@ impl Runner {
         started: u64,
         shared: Arc<Mutex<Shared>>,
         stop: Arc<AtomicBool>,
+        cpu_wait: Arc<AtomicBool>,
         done: mpsc::Sender<()>,
     ) -> Runner {
         let pid = options.pid;
+        let cpu_wait_on = options.cpu_wait;
         Runner {
             readers,
             period: Duration::from_secs_f64(1.0 / options.rate_hz),
@@ -188,6 +194,8 @@ impl Runner {
             started,
             shared,
             stop,
+            cpu_wait,
+            cpu_wait_on,
             _done: done,
             options,
         }
@@ -228,6 +236,11 @@ impl Runner {
     /// also starts the read's time): reads a sample, to be counted by `count` once the target
     /// is known to still run.
     pub(crate) fn read(&mut self, now: Instant) -> Read {
+        let cpu_wait = self.cpu_wait.load(Ordering::Relaxed);
+        if cpu_wait != self.cpu_wait_on {
+            self.readers.set_cpu_waits(cpu_wait);
+            self.cpu_wait_on = cpu_wait;
+        }
         let options = &self.options;
         let period_s = self.period.as_secs_f64();
         let lag = now.saturating_duration_since(self.next).as_secs_f64();

@@ -26,6 +26,8 @@ pub struct Session {
     pub python_version: String,
     shared: Arc<Mutex<Shared>>,
     stop: Arc<AtomicBool>,
+    /// Whether runnable threads are told waiting for a CPU (`set_cpu_wait`).
+    cpu_wait: Arc<AtomicBool>,
     handle: Mutex<Option<JoinHandle<()>>>,
     /// Disconnected once the session's runner is dropped (wherever it ticked).
     done: Mutex<Option<mpsc::Receiver<()>>>,
@@ -46,11 +48,13 @@ impl Session {
             end: End::Running,
         }));
         let stop = Arc::new(AtomicBool::new(false));
+        let cpu_wait = Arc::new(AtomicBool::new(options.cpu_wait));
         let (ready_tx, ready_rx) = mpsc::channel::<Result<String, InitError>>();
         let (done_tx, done_rx) = mpsc::channel::<()>();
 
         let thread_shared = shared.clone();
         let thread_stop = stop.clone();
+        let thread_cpu_wait = cpu_wait.clone();
         let thread_options = options.clone();
         let handle = std::thread::Builder::new()
             .name(format!("sidecar-sampler-{pid}"))
@@ -80,6 +84,7 @@ impl Session {
                     started,
                     thread_shared,
                     thread_stop,
+                    thread_cpu_wait,
                     done_tx,
                 );
                 if shared_clock {
@@ -112,6 +117,7 @@ impl Session {
             python_version,
             shared,
             stop,
+            cpu_wait,
             handle: Mutex::new(Some(handle)),
             done: Mutex::new(Some(done_rx)),
         })
@@ -157,6 +163,13 @@ impl Session {
     pub fn stats(&self) -> (Stats, End) {
         let shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
         (shared.stats.clone(), shared.end.clone())
+    }
+
+    /// Tells (or stops telling) the runnable threads that wait for a CPU from the next tick on,
+    /// as `Options::cpu_wait` does from the start: the benchmarks turn one sampler's read on
+    /// and off while another beside it does the opposite.
+    pub fn set_cpu_wait(&self, on: bool) {
+        self.cpu_wait.store(on, Ordering::Relaxed);
     }
 
     /// Stops the sampling thread and waits for it; the target is never left stopped because

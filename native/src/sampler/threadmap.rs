@@ -337,9 +337,9 @@ impl OnCpu {
         self.states.tick();
     }
 
-    /// No thread is said to wait for a CPU (`ThreadStates::without_cpu_waits`).
-    pub(crate) fn without_cpu_waits(&mut self) {
-        self.states.without_cpu_waits();
+    /// Whether runnable threads are told waiting for a CPU (`ThreadStates::set_cpu_waits`).
+    pub(crate) fn set_cpu_waits(&mut self, on: bool) {
+        self.states.set_cpu_waits(on);
     }
 
     /// Where waits for a CPU come from (`ThreadStates::cpu_wait_source`).
