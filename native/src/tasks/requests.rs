@@ -146,12 +146,14 @@ impl Requests {
         (coro, code, header): (usize, usize, &[u8]),
         framework: &'static str,
     ) -> Result<Request> {
-        let wanted = match framework {
-            "aiohttp" => ["request", "start_time"],
-            _ => ["self", "self"],
+        // the local that holds the request (aiohttp's) or its handler (Tornado's)
+        let held = if framework == "aiohttp" {
+            "request"
+        } else {
+            "self"
         };
         let frame = coro + target.tl.gen.iframe;
-        let slot = self.slots(target, frame, code, header, wanted[0])?;
+        let slot = self.slots(target, frame, code, header, held)?;
         let request = slot_object(&target.layout, slot).context("a request not bound yet")?;
         // a local an inner function refers to is kept in a cell (Tornado's `self`)
         let request = match self.attributes.kind(target.pid, request)? {
@@ -166,13 +168,13 @@ impl Requests {
         }
         let read = match framework {
             "aiohttp" => {
-                let start = self.slots(target, frame, code, header, wanted[1])?;
+                let start = self.slots(target, frame, code, header, "start_time")?;
                 self.aiohttp(target, request, slot_object(&target.layout, start))?
             }
             _ => self.tornado(target, request)?,
         };
         // the same request still: else the task moved on while it was read
-        if self.slots(target, frame, code, header, wanted[0])? != slot {
+        if self.slots(target, frame, code, header, held)? != slot {
             bail!("the request changed as it was read");
         }
         if self.kept.len() >= MAX_KEPT {
