@@ -277,8 +277,6 @@ impl TaskScanner {
             });
         }
         torn += nameless.len() as u64 + drop_awaited_by_torn(&mut tasks, &nameless);
-        let alive: std::collections::HashSet<usize, FxBuild> = tasks.iter().map(|t| t.id).collect();
-        self.requests.keep(|task| alive.contains(&task));
         self.chains.keep(raw);
         Ok(Scan {
             tasks,
@@ -297,7 +295,7 @@ impl TaskScanner {
         let header = self.codes.get(&code)?.header.clone();
         Some(
             self.requests
-                .read(&self.target, task.address, (coro, code, &header), framework),
+                .read(&self.target, (coro, code, &header), framework),
         )
     }
 
@@ -327,7 +325,6 @@ impl TaskScanner {
                 None => {}
             }
         }
-        self.requests.keep(|task| routes.tags.contains_key(&task));
         (routes, torn)
     }
 

@@ -21,8 +21,9 @@
 //! the single `b3` header's first field), else `x-request-id` (up to 128 visible characters),
 //! and the header it came from is said. Every read is typed and bounded; a request whose
 //! task's slot of it changed while it was read, or whose reads do not check out, is left out
-//! and counted (`Requests::torn`). What a request was read as is kept while its task holds the
-//! same request object: a later scan reads its slot, and its route until it has one.
+//! and counted. Each scan reads each request anew: a task and its request may be freed and
+//! others made at the same addresses, so no address tells that a request is the one read
+//! before (a connection's next request once read as its last one's route).
 
 use std::collections::HashMap;
 
@@ -46,7 +47,7 @@ const MAX_HEADERS: usize = 512;
 const MAX_HEADER_NAME: usize = 64;
 const MAX_HEADER_VALUE: usize = 512;
 const MAX_REQUEST_ID: usize = 128;
-/// The most rules of a Tornado application looked through, and routes kept.
+/// The most rules of a Tornado application looked through, and routes and names kept.
 const MAX_RULES: usize = 4096;
 const MAX_KEPT: usize = 65_536;
 const MAX_LOCALS: usize = 64;
@@ -110,20 +111,12 @@ pub struct Trace {
     pub id: String,
 }
 
-/// A request as kept from one scan to the next: the object it was read from.
-struct Kept {
-    request: usize,
-    read: Request,
-}
-
 /// The requests of a target's tasks, scan after scan.
 #[derive(Default)]
 pub struct Requests {
     attributes: Attributes,
     /// Each root code's local names, by its address.
     names: HashMap<usize, Vec<String>, FxBuild>,
-    /// By task.
-    kept: HashMap<usize, Kept, FxBuild>,
     /// Tornado: each handler class's rule pattern (None: no rule of the application has it).
     rules: HashMap<usize, Option<String>, FxBuild>,
 }
@@ -137,12 +130,11 @@ pub fn framework_of(root: &str) -> Option<&'static str> {
 }
 
 impl Requests {
-    /// The request of the task at `task`, whose outermost coroutine `coro` runs the code at
-    /// `code` (its checked header `header`), a root of `framework`'s requests.
+    /// The request of the task whose outermost coroutine `coro` runs the code at `code` (its
+    /// checked header `header`), a root of `framework`'s requests.
     pub fn read(
         &mut self,
         target: &Target,
-        task: usize,
         (coro, code, header): (usize, usize, &[u8]),
         framework: &'static str,
     ) -> Result<Request> {
@@ -160,12 +152,6 @@ impl Requests {
             Kind::Cell => self.attributes.cell(target.pid, request)?,
             _ => request,
         };
-        if let Some(kept) = self.kept.get_mut(&task).filter(|k| k.request == request) {
-            if kept.read.route.is_none() && framework == "aiohttp" {
-                kept.read.route = aiohttp_route(&mut self.attributes, target, request)?;
-            }
-            return Ok(kept.read.clone());
-        }
         let read = match framework {
             "aiohttp" => {
                 let start = self.slots(target, frame, code, header, "start_time")?;
@@ -177,22 +163,7 @@ impl Requests {
         if self.slots(target, frame, code, header, held)? != slot {
             bail!("the request changed as it was read");
         }
-        if self.kept.len() >= MAX_KEPT {
-            self.kept.clear();
-        }
-        self.kept.insert(
-            task,
-            Kept {
-                request,
-                read: read.clone(),
-            },
-        );
         Ok(read)
-    }
-
-    /// Forgets the requests of tasks `alive` does not hold.
-    pub fn keep(&mut self, alive: impl Fn(usize) -> bool) {
-        self.kept.retain(|&task, _| alive(task));
     }
 
     /// The raw slot of the local `name` in the frame at `frame` running `code`.
