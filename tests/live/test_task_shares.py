@@ -49,17 +49,18 @@ def test_the_shares_of_await_sites_are_the_time_requests_spent_there(
     """Requests to /stages wait 30 ms on fetch, then 10 ms on store: of the task-samples of
     requests at either await, fetch holds the share of the time the requests spent there, as
     the service measured it (about three quarters; the loop's delays count in both), within
-    0.08. The scans run at 47 Hz, each at a random instant of its period, for 5 s: about 900
-    task-samples (8 s and 1,500 once; the share's spread at 900 is under 0.02). Every
-    request's stack begins with its route, then its chain as its framework runs requests; and
-    ``stats`` of the task profile gives the route its requests' figures."""
+    0.08. The scans run at 97 Hz, each at a random instant of its period, for 5 s: about 1,900
+    task-samples (at 47 Hz, 900, the share's standard deviation over 18 runs was 0.023 and
+    one CI run fell 0.081 short; at 97 Hz, over 36 runs, 0.014, and at most 0.029 off). A request's
+    stack begins with its route, then its chain as its framework runs requests (all but the
+    few whose read tore, under 2%, which begin with the chain)."""
     module, handler, root = APPS[app]
     target = start(spawn, app, loop, version)
     load.start(target.url + "/stages", seconds=9, connections=4)
     time.sleep(0.5)
     before = json.loads(target.get("/stages-time"))
     out = tmp_path / "profile.folded"
-    result = record_tasks(target.pid, out, duration=5)
+    result = record_tasks(target.pid, out, duration=5, rate=97)
     after = json.loads(target.get("/stages-time"))
     assert result.returncode == 0, result.stderr
     assert out.read_text().strip(), "the thread profile is written too"
@@ -83,17 +84,24 @@ def test_the_shares_of_await_sites_are_the_time_requests_spent_there(
     expected = spent["fetch"] / (spent["fetch"] + spent["store"])
     share = at_fetch / (at_fetch + at_store)
     assert abs(share - expected) <= 0.08, (share, expected, at_fetch, at_store)
-    for stack in counts:
+    unrouted = 0
+    for stack, n in counts.items():
         if fetch in stack or store in stack:
             # its route frame first (the route /stages, or none yet for a task caught before
-            # aiohttp routed it), then the chain as the framework runs requests
-            assert re.match(rf"\[GET (/stages|{re.escape(NO_ROUTE)})\];", stack), stack
-            assert stack.partition(";")[2].startswith(root), stack
+            # aiohttp routed it), then the chain as the framework runs requests; or, for a
+            # request whose read tore (its task finished between the scan's read of its chain
+            # and of its request: a few in a thousand under this load), the chain alone
+            if re.match(rf"\[GET (/stages|{re.escape(NO_ROUTE)})\];", stack):
+                assert stack.partition(";")[2].startswith(root), stack
+            else:
+                assert stack.startswith(root), stack
+                unrouted += n
             assert is_request(stack), stack
             # parked in asyncio.sleep; or caught running as it resumes, in sleep or already back
             # in its own frame (a running task's chain holds the coroutines it is in)
             in_sleep = r";sleep \(asyncio/tasks\.py:\d+\);\[(waiting|ready|running)\]$"
             assert re.search(in_sleep, stack) or re.search(r";\[(ready|running)\]$", stack), stack
+    assert unrouted <= 0.02 * (at_fetch + at_store), (unrouted, at_fetch, at_store)
 
 
 def ready_share(counts: dict[str, int]) -> tuple[float, int]:

@@ -22,11 +22,13 @@ def await_lines(path: Path) -> dict[str, int]:
     return lines
 
 
-def record_tasks(pid: int, out: Path, duration: float) -> subprocess.CompletedProcess[str]:
+def record_tasks(
+    pid: int, out: Path, duration: float, rate: int = 47
+) -> subprocess.CompletedProcess[str]:
     """``sidecar record --tasks`` of ``pid`` into ``out`` as folded stacks (the task profile
-    beside it, ``NAME.tasks.folded``), scanning at 47 Hz (each scan at a random instant of its
-    period, so the targets' cycles, 40 ms requests and 10 Hz tickers, meet them at every
-    phase)."""
+    beside it, ``NAME.tasks.folded``), scanning at ``rate`` Hz, 47 unless told (each scan at a
+    random instant of its period, so the targets' cycles, 40 ms requests and 10 Hz tickers,
+    meet them at every phase)."""
     return sidecar(
         "record",
         "--pid",
@@ -35,7 +37,7 @@ def record_tasks(pid: int, out: Path, duration: float) -> subprocess.CompletedPr
         f"{duration:g}",
         "--tasks",
         "--task-rate",
-        "47",
+        str(rate),
         "--format",
         "folded",
         "-o",

@@ -253,10 +253,7 @@ impl TaskScanner {
                 .collect();
             let request = match self.request_of(task, frames.first()) {
                 Some(Ok(request)) => Some(request),
-                Some(Err(e)) => {
-                    if std::env::var_os("SIDECAR_DEBUG_REQUESTS").is_some() {
-                        eprintln!("request: {e:#}");
-                    }
+                Some(Err(_)) => {
                     requests_torn += 1;
                     None
                 }
@@ -293,10 +290,15 @@ impl TaskScanner {
         let framework = requests::framework_of(root?)?;
         let (coro, code) = task.root()?;
         let header = self.codes.get(&code)?.header.clone();
-        Some(
-            self.requests
-                .read(&self.target, (coro, code, &header), framework),
-        )
+        let read = self
+            .requests
+            .read(&self.target, (coro, code, &header), framework);
+        if let Err(e) = &read {
+            if std::env::var_os("SIDECAR_DEBUG_REQUESTS").is_some() {
+                eprintln!("request: {e:#}");
+            }
+        }
+        Some(read)
     }
 
     /// The route frame (`rules::route_frame`) of each request's task of a scan, and the
