@@ -12,6 +12,7 @@ __all__ = [
     "CALLBACK_RUNNERS",
     "CPU_WAIT_LEAF",
     "DEFAULT_RATE_HZ",
+    "DEFAULT_SLOW_MS",
     "DEFAULT_STALL_MS",
     "DEFAULT_WINDOW_S",
     "GIL_LEAF",
@@ -47,6 +48,8 @@ DEFAULT_RATE_HZ: float
 DEFAULT_WINDOW_S: float
 #: The shortest stall of an event loop a sampler reports when none is asked for (ms).
 DEFAULT_STALL_MS: float
+#: The shortest slow request a sampler reports when none is asked for (ms).
+DEFAULT_SLOW_MS: float
 #: The share of the time task scans (on a thread of their own) may take: a longer scan puts the
 #: next off.
 TASK_SCAN_BUDGET: float
@@ -139,6 +142,38 @@ class Window(TypedDict):
     #: more did
     stalls: list[Stall]
     stalls_dropped: int
+    #: the slow requests that ended in it (at most 100, the longest), and how many more did
+    slow_requests: list[SlowRequest]
+    slow_requests_dropped: int
+
+class SlowRequest(TypedDict):
+    """A request the task scans saw in flight for ``slow_ms`` or longer."""
+
+    #: its task's name
+    task: str
+    framework: str
+    method: str
+    #: without its query string
+    path: str
+    #: the pattern the framework matched (None: none yet, or none did)
+    route: str | None
+    #: Tornado's handler class
+    handler: str | None
+    trace: str | None
+    trace_header: str | None
+    #: unix seconds: the framework's start (``start_from`` "framework"), or the first scan
+    #: that saw it ("scans")
+    start: float
+    start_from: Literal["framework", "scans"]
+    #: seconds, at least (to the last scan that saw it) and at most (to the first that did
+    #: not; for one still in flight when sampling ended, ``ongoing``, the last scan's)
+    duration: float
+    duration_max: float
+    ongoing: bool
+    scans: int
+    #: its task-samples by folded task stack (route frame first), and those past 32 stacks
+    stacks: list[tuple[str, int]]
+    other: int
 
 class Stall(TypedDict):
     """One callback of an event loop that kept the loop from its poll for the threshold."""
@@ -233,6 +268,8 @@ class SamplerStats(TypedDict):
     #: requests' tasks whose request a scan left out (changed as it was read): their
     #: task-samples have no route frame
     task_requests_torn: int
+    #: requests in flight the scans did not follow for slow requests: seen while 10,000 were
+    slow_requests_untracked: int
     state: Literal["running", "stopped", "exited"]
 
 @final
@@ -255,7 +292,8 @@ class Sampler:
     every await chain again at each scan instead of keeping those unchanged (the benchmarks
     compare the cost). ``cpu_wait=False`` leaves out the read of each runnable thread's
     ``schedstat`` that tells those waiting for a CPU (they read busy; the benchmarks compare
-    the cost).
+    the cost). ``slow_ms`` (default ``DEFAULT_SLOW_MS``; 0: none) is the shortest request in
+    flight, as the task scans saw it, that a window reports as slow (``SlowRequest``).
 
     Raises ProcessLookupError (no such process), PermissionError (the message names the fix)
     or SamplerError (anything else) when it cannot attach.
@@ -277,6 +315,7 @@ class Sampler:
         task_bound: int | None = None,
         task_cache: bool = True,
         cpu_wait: bool = True,
+        slow_ms: float = ...,
     ) -> Sampler: ...
     @property
     def python_version(self) -> str: ...

@@ -29,6 +29,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DEFAULT_RATE_HZ", python::sampler::DEFAULT_RATE_HZ)?;
     m.add("DEFAULT_WINDOW_S", python::sampler::DEFAULT_WINDOW_S)?;
     m.add("DEFAULT_STALL_MS", python::sampler::DEFAULT_STALL_MS)?;
+    m.add("DEFAULT_SLOW_MS", python::sampler::DEFAULT_SLOW_MS)?;
     m.add("TASK_SCAN_BUDGET", crate::sampler::task_ticks::BUDGET)?;
     m.add("IDLE_LEAF", rules::IDLE_LEAF)?;
     m.add("BLOCKED_LEAF", rules::BLOCKED_LEAF)?;

@@ -31,27 +31,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from sidecar.classify.tasks import InFlight
-from sidecar.rules.frames import parse_frame
-from sidecar.rules.layers import layer_of_file
-from sidecar.rules.tasks import STATES, is_request, route_of, split_leaf
+from sidecar.rules.tasks import STATES, await_site, is_request, route_of, split_leaf
 
 #: Routes in the tasks block at most (by task-samples); the rest pooled in one row.
 ROUTES = 20
 OTHER_ROUTES = "(other routes)"
 #: Await sites shown per route.
 ROUTE_SITES = 3
-
-
-def await_site(body: str) -> tuple[str, str]:
-    """(where in the service's code a task waits, the frame just above its leaf) of a task
-    stack without its leaf."""
-    frames = body.split(";")
-    awaits = frames[-1]
-    for text in reversed(frames):
-        frame = parse_frame(text)
-        if frame.is_code and layer_of_file(frame.file) in ("application", "framework"):
-            return text, awaits
-    return awaits, awaits
 
 
 def task_block(stacks: Mapping[str, int], flight: InFlight, top: int = 10) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 The native sampler hands over windows of unique stacks (``sidecar._native.Window``); ``window_of``
 decodes one into a ``Window``: its thread rows with their state (``classify.threads``), who held
 the GIL while a loop thread waited, its stalls with what held each (``classify.stalls``), its
-asyncio task rows by state (``classify.tasks``) and what its task scans counted. Nothing of a
+asyncio task rows by state (``classify.tasks``), what its task scans counted, and the slow
+requests they saw end (``classify.requests``). Nothing of a
 window is derived anywhere else: ``record`` and ``stats`` count windows (``sample.record``),
 ``top`` rolls them (``analyze.top``), ``serve`` hands them to its sinks (``serve.sessions``), each
 through one ``add(window)`` (``Consumer``). A new field of a window is added here.
@@ -14,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from sidecar.classify.requests import SlowRequest, slow_request_of
 from sidecar.classify.stalls import Stall, stall_of
 from sidecar.classify.tasks import in_flight, task_rows
 from sidecar.classify.threads import GilHolder, classify, holder_site, is_loop_stack
@@ -51,6 +53,10 @@ class Window:
     tasks: list[TaskRow] = field(default_factory=list)
     task_scans: int = 0
     task_unread: int = 0
+    #: the slow requests that ended in it (oldest first; still in flight at the end:
+    #: ``ongoing``), and those past the sampler's bound
+    slow_requests: list[SlowRequest] = field(default_factory=list)
+    slow_requests_dropped: int = 0
 
     @property
     def states(self) -> dict[str, int]:
@@ -110,4 +116,8 @@ def window_of(native: NativeWindow) -> Window:
         tasks=task_rows(native.get("tasks", [])),
         task_scans=int(native.get("task_scans", 0)),
         task_unread=int(native.get("task_unread", 0)),
+        slow_requests=sorted(
+            (slow_request_of(r) for r in native.get("slow_requests", [])), key=lambda r: r.start
+        ),
+        slow_requests_dropped=int(native.get("slow_requests_dropped", 0)),
     )

@@ -4,19 +4,28 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 
 from sidecar import defaults
 from sidecar.errors import UsageError
 
 
-def _stall_ms(text: str) -> float:
+def _milliseconds(text: str, problem_of: Callable[[float], str | None]) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of milliseconds: {text!r}") from None
-    if problem := defaults.stall_problem(value):
+    if problem := problem_of(value):
         raise argparse.ArgumentTypeError(problem.split(": ", 1)[1])
     return value
+
+
+def _stall_ms(text: str) -> float:
+    return _milliseconds(text, defaults.stall_problem)
+
+
+def _slow_ms(text: str) -> float:
+    return _milliseconds(text, defaults.slow_problem)
 
 
 def add_stall_ms(parser: argparse.ArgumentParser, variable: str | None = None) -> None:
@@ -32,6 +41,20 @@ def add_stall_ms(parser: argparse.ArgumentParser, variable: str | None = None) -
         help="the shortest stall of the event loop reported: one callback that kept the loop "
         f"from its poll this long (default {defaults.STALL_MS:g}, asyncio's own "
         "slow_callback_duration)" + (f" [{variable}]" if variable else ""),
+    )
+
+
+def add_slow_ms(parser: argparse.ArgumentParser, variable: str | None = None) -> None:
+    """``--slow-ms MS``: the shortest slow request reported (of the task scans); its default
+    comes from the environment variable ``variable`` when given and set."""
+    default = (os.environ.get(variable) if variable else None) or defaults.SLOW_MS
+    parser.add_argument(
+        "--slow-ms",
+        type=_slow_ms,
+        default=default,
+        metavar="MS",
+        help="with task scans, the shortest slow request reported: one the scans saw in "
+        f"flight this long (default {defaults.SLOW_MS:g})" + (f" [{variable}]" if variable else ""),
     )
 
 

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sidecar import _native, defaults
+from sidecar.analyze.requests import request_rows
+from sidecar.analyze.requests import summary_line as slow_line
 from sidecar.analyze.stalls import stall_rows, summary_line
 from sidecar.analyze.stats import Sampling
 from sidecar.analyze.threads import analyze, state_line
@@ -17,6 +19,7 @@ from sidecar.commands.habits import add_answers
 from sidecar.commands.options import (
     add_blocking,
     add_rate,
+    add_slow_ms,
     add_stall_ms,
     add_task_rate,
     check_blocking,
@@ -37,6 +40,8 @@ if TYPE_CHECKING:
 HELP = "sample a running Python process and write a flamegraph or profile"
 #: The longest stalls the summary lists.
 STALL_ROWS = 5
+#: Slow requests listed in the summary, the longest.
+REQUEST_ROWS = 5
 
 
 def add_parser(sub: Any) -> None:
@@ -60,6 +65,7 @@ def add_parser(sub: Any) -> None:
         parser, "pause the target for each sample (consistent stacks, small pause per sample)"
     )
     add_stall_ms(parser)
+    add_slow_ms(parser)
     parser.add_argument("--cpu", action="store_true", help="keep on-CPU samples only")
     parser.add_argument("-t", "--threads", action="store_true", help="add a root frame per thread")
     parser.add_argument(
@@ -201,7 +207,10 @@ def task_summary(rec: Recording) -> list[str]:
         )
     if stats["task_last_error"] and stats["task_errors"]:
         lines.append(f"last task scan error: {stats['task_last_error']}")
-    return lines
+    slow = counts.slow_requests
+    untracked = stats["slow_requests_untracked"]
+    lines.append(slow_line(slow, rec.slow_ms, counts.slow_requests_dropped, untracked))
+    return lines + request_rows(slow, REQUEST_ROWS, 1 / rec.task_rate_hz)
 
 
 def tasks_path(output: str) -> str:
@@ -280,6 +289,7 @@ def _record(args: argparse.Namespace, output: str, launched: Launched | None) ->
                 tasks_hz=args.task_rate if args.tasks else 0.0,
                 launched=launched,
                 stall_ms=args.stall_ms,
+                slow_ms=args.slow_ms,
             )
     finally:
         progress.done()

@@ -16,13 +16,16 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sidecar import defaults
+from sidecar.analyze.requests import request_rows, requests_block
+from sidecar.analyze.requests import summary_line as slow_line
 from sidecar.analyze.stalls import stall_rows, summary_line
 from sidecar.analyze.stats import Sampling, TargetStats, stats_document
 from sidecar.analyze.tasks import task_block, task_lines
 from sidecar.analyze.threads import Analysis, Ranked, analyze, state_line
 from sidecar.classify.process import ProcessInfo, refine
+from sidecar.classify.requests import SlowRequest
 from sidecar.classify.stalls import Stall
-from sidecar.commands.options import add_stall_ms, add_task_bound, add_task_rate
+from sidecar.commands.options import add_slow_ms, add_stall_ms, add_task_bound, add_task_rate
 from sidecar.commands.signals import terminate_as_interrupt
 from sidecar.discover import describe
 from sidecar.errors import NoSamples, UsageError
@@ -72,6 +75,7 @@ def add_parser(sub: Any) -> None:
     )
     add_task_rate(parser, defaults.TASK_RATE_HZ)
     add_stall_ms(parser)
+    add_slow_ms(parser)
     add_task_bound(parser)
     parser.add_argument("--json", action="store_true", help="print the stats as JSON")
     parser.add_argument(
@@ -96,10 +100,21 @@ class Live:
     kernel: dict[str, Any] | None = None
     #: how the sampler kept its clock, and the kernel's shares beside the sampled ones
     sampling: Sampling | None = None
+    #: with task scans: the slow requests, the shortest reported (ms), those the sampler
+    #: left out and those it did not follow
+    slow: list[SlowRequest] = field(default_factory=list)
+    slow_ms: float = defaults.SLOW_MS
+    slow_dropped: int = 0
+    slow_untracked: int = 0
 
 
 def _live(
-    pid: int, duration: float, tasks_hz: float, stall_ms: float, task_bound: int | None = None
+    pid: int,
+    duration: float,
+    tasks_hz: float,
+    stall_ms: float,
+    task_bound: int | None = None,
+    slow_ms: float = defaults.SLOW_MS,
 ) -> tuple[Profile, ProcessInfo, dict[str, Any] | None, dict[tuple[str, str], int], Live]:
     info = describe(pid)
     if tasks_hz:
@@ -107,7 +122,12 @@ def _live(
     print(f"sampling PID {pid} for {duration:g} s", file=sys.stderr)
     with terminate_as_interrupt():
         rec = record(
-            pid, duration=duration, tasks_hz=tasks_hz, stall_ms=stall_ms, task_bound=task_bound
+            pid,
+            duration=duration,
+            tasks_hz=tasks_hz,
+            stall_ms=stall_ms,
+            task_bound=task_bound,
+            slow_ms=slow_ms,
         )
     profile = rec.counts.to_profile()
     profile.target = rec.target
@@ -135,6 +155,12 @@ def _live(
         if flight is None:
             raise NoSamples(f"no task scan of PID {pid} succeeded: {rec.stats['task_last_error']}")
         tasks = task_block(rec.counts.tasks, flight)
+        tasks["slow_requests"] = requests_block(
+            rec.counts.slow_requests,
+            slow_ms,
+            rec.counts.slow_requests_dropped,
+            rec.stats["slow_requests_untracked"],
+        )
     live = Live(
         rec.counts.stalls(),
         rec.counts.stalls_dropped,
@@ -143,6 +169,10 @@ def _live(
         rec.cpu_lines(),
         rec.kernel_json(),
         Sampling.of(rec),
+        rec.counts.slow_requests,
+        slow_ms,
+        rec.counts.slow_requests_dropped,
+        rec.stats["slow_requests_untracked"],
     )
     return profile, refine(info, profile.stacks), tasks, rec.counts.holders(), live
 
@@ -167,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
         rate = args.task_rate if args.tasks else 0.0
         duration = args.duration or DEFAULT_DURATION
         profile, info, tasks, holders, live = _live(
-            args.pid, duration, rate, args.stall_ms, args.task_bound
+            args.pid, duration, rate, args.stall_ms, args.task_bound, args.slow_ms
         )
     else:
         profile = load_profile(args.profile)
@@ -198,6 +228,10 @@ def run(args: argparse.Namespace) -> int:
             lines += stall_rows(live.stalls, args.top, 1 / live.rate_hz)
         if tasks is not None:
             lines += task_lines(tasks)
+        if tasks is not None and live is not None:
+            slow = slow_line(live.slow, live.slow_ms, live.slow_dropped, live.slow_untracked)
+            lines += ["", slow]
+            lines += request_rows(live.slow, args.top, 1 / args.task_rate)
         print("\n".join(lines))
     return 0
 

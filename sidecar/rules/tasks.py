@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 
 from sidecar import _native
+from sidecar.rules.frames import parse_frame
+from sidecar.rules.layers import layer_of_file
 
 STATES = ("running", "ready", "waiting")
 
@@ -25,6 +27,19 @@ NO_ROUTE: str = _native.NO_ROUTE
 #: The first frame of a request's task stacks, which the native scan writes: ``[METHOD ROUTE]``,
 #: the route the framework matched (``/users/{id}``, Tornado's rule pattern) or ``NO_ROUTE``.
 ROUTE_FRAME = re.compile(r"^\[(?P<method>[A-Za-z0-9_-]+) (?P<route>.+)\]$")
+
+
+def await_site(body: str) -> tuple[str, str]:
+    """(where in the service's code a task waits, the frame just above its leaf) of a task
+    stack without its leaf: the innermost frame of the application or the framework, not of
+    the event loop or the standard library."""
+    frames = body.split(";")
+    awaits = frames[-1]
+    for text in reversed(frames):
+        frame = parse_frame(text)
+        if frame.is_code and layer_of_file(frame.file) in ("application", "framework"):
+            return text, awaits
+    return awaits, awaits
 
 
 def is_request(stack: str) -> bool:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sidecar import _native, defaults
+from sidecar.classify.requests import SlowRequest
 from sidecar.classify.stalls import Stall
 from sidecar.classify.tasks import InFlight
 from sidecar.classify.threads import holder_name, is_loop_stack, state_counts
@@ -66,6 +67,9 @@ class Tally:
     #: the stalls of the event loops, and those the sampler left out
     stall_list: list[Stall] = field(default_factory=list)
     stalls_dropped: int = 0
+    #: the slow requests the task scans saw, and those the sampler left out
+    slow_requests: list[SlowRequest] = field(default_factory=list)
+    slow_requests_dropped: int = 0
     ticks: int = 0
     start: float | None = None
     end: float | None = None
@@ -83,6 +87,8 @@ class Tally:
             self.gil_holders[at] = self.gil_holders.get(at, 0) + holder.samples
         self.stall_list += window.stalls
         self.stalls_dropped += window.stalls_dropped
+        self.slow_requests += window.slow_requests
+        self.slow_requests_dropped += window.slow_requests_dropped
         for body, state, count in window.tasks:
             stack = f"{body};{task_leaf(state)}"
             self.tasks[stack] = self.tasks.get(stack, 0) + count
@@ -169,6 +175,8 @@ class Recording:
     blocking: bool = False
     #: The shortest stall reported (ms).
     stall_ms: float = defaults.STALL_MS
+    #: The shortest slow request reported (ms).
+    slow_ms: float = defaults.SLOW_MS
     #: What the kernel counted of the target when sampling began and ended (None: not read,
     #: the end's when the target exited).
     kernel_before: KernelReading | None = None
@@ -283,13 +291,15 @@ def record(
     launched: Launched | None = None,
     stall_ms: float = defaults.STALL_MS,
     task_bound: int | None = None,
+    slow_ms: float = defaults.SLOW_MS,
 ) -> Recording:
     """Samples ``pid`` for ``duration`` seconds (until Ctrl-C when None, or until it exits).
 
     ``on_attach`` is told the target's Python version once sampling runs. Ctrl-C ends the
     recording early and keeps what was sampled. ``tasks_hz`` > 0 scans the asyncio tasks
     too, at that rate (``Tally.task_profile``); stalls of ``stall_ms`` or more are kept
-    (``Tally.stalls``); ``task_bound`` lowers a task scan's bound (tests). ``launched``:
+    (``Tally.stalls``), and with task scans requests in flight ``slow_ms`` or more
+    (``Tally.slow_requests``); ``task_bound`` lowers a task scan's bound (tests). ``launched``:
     ``pid`` is a program sidecar just started, attached to once its interpreter can be read.
     """
 
@@ -301,6 +311,7 @@ def record(
             tasks_hz=tasks_hz,
             stall_ms=stall_ms,
             task_bound=task_bound,
+            slow_ms=slow_ms,
         )
 
     sampler = launched.attach(attach) if launched is not None else attach()
@@ -356,6 +367,7 @@ def record(
         task_rate_hz=tasks_hz,
         blocking=blocking,
         stall_ms=stall_ms,
+        slow_ms=slow_ms,
         kernel_before=kernel_before,
         kernel_after=kernel_after,
         fate=fate,

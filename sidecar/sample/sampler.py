@@ -59,11 +59,13 @@ def open_sampler(
     stall_ms: float = defaults.STALL_MS,
     task_bound: int | None = None,
     task_cache: bool = True,
+    slow_ms: float = defaults.SLOW_MS,
 ) -> _native.Sampler:
     """Attaches to ``pid``; native errors become sidecar's domain errors. ``clock="shared"``
     ticks it on the one sampling thread of every sampler that asks for it (``serve``);
     ``tasks_hz`` > 0 scans its asyncio tasks too, at that rate; ``stall_ms`` is the shortest
-    stall of its event loops reported. ``task_bound`` lowers the most tasks a scan reads
+    stall of its event loops reported, ``slow_ms`` the shortest slow request (of the task
+    scans). ``task_bound`` lowers the most tasks a scan reads
     (20,000) for tests; ``task_cache=False`` reads every await chain again at each scan (for
     benchmarks)."""
     if blocking:
@@ -79,4 +81,5 @@ def open_sampler(
             stall_ms=stall_ms,
             task_bound=task_bound,
             task_cache=task_cache,
+            slow_ms=slow_ms,
         )

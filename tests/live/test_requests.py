@@ -179,16 +179,62 @@ def test_each_route_says_where_its_requests_spent_their_time(
     """Two routes under load at once, /items/ITEM awaiting a 40 ms sleep and /stages its fetch
     and store: each has a row of its own, the two hold nearly all of the requests'
     task-samples, their requests mostly wait, and each row's top await site is in its own
-    handler (or the stage functions /stages awaits), never in the other's."""
+    handler (or the stage functions /stages awaits), never in the other's.
+
+    Beside them, two clients send /items/slow-N requests of 900 ms in turn, with a
+    ``traceparent``: with ``--slow-ms 400``, those are the slow requests, each with its route,
+    path, trace id and task, and a duration the scans bound (at least, at most) about what
+    the client measured; the 40 ms ones and /stages never are."""
     service = start(spawn, app, "asyncio", version, access_log=False)
-    load.start(service.url + "/items/7?ms=40", seconds=8, connections=3)
-    load.start(service.url + "/stages", seconds=8, connections=3)
+    assert service.port is not None
+    load.start(service.url + "/items/7?ms=40", seconds=9, connections=3)
+    load.start(service.url + "/stages", seconds=9, connections=3)
+    done = threading.Event()
+    taken: list[float] = []
+
+    def slow_client(client: int) -> None:
+        deadline = time.monotonic() + 30  # bounded, whatever becomes of the stats run
+        n = 0
+        while not done.is_set() and time.monotonic() < deadline:
+            began = time.monotonic()
+            conn = http.client.HTTPConnection("127.0.0.1", service.port, timeout=20)
+            try:
+                headers = {"traceparent": f"00-{TRACE}-00f067aa0ba902b7-01"}
+                conn.request("GET", f"/items/slow-{client}-{n}?ms=900", headers=headers)
+                conn.getresponse().read()
+            finally:
+                conn.close()
+            taken.append(time.monotonic() - began)
+            n += 1
+
+    clients = [threading.Thread(target=slow_client, args=(i,), daemon=True) for i in range(2)]
+    for client in clients:
+        client.start()
     time.sleep(0.5)
-    result = sidecar("stats", "--pid", str(service.pid), "-d", "3", "--tasks", "--json")
+    result = sidecar(
+        "stats", "--pid", str(service.pid), "-d", "4", "--tasks", "--slow-ms", "400", "--json"
+    )
+    done.set()
+    for client in clients:
+        client.join(25)
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     jsonschema.validate(doc, SCHEMA)
     block = doc["targets"][0]["tasks"]
+    slow = block["slow_requests"]
+    ended = [r for r in slow["requests"] if not r["ongoing"]]
+    assert slow["threshold_ms"] == 400 and len(ended) >= 3, slow
+    assert [(r["method"], r["route"]) for r in slow["routes"]] == [("GET", routes[0][4:])], slow
+    longest_taken = 1000 * max(taken)
+    for request in ended:
+        assert request["path"].startswith("/items/slow-"), request
+        assert (request["trace"], request["trace_header"]) == (TRACE, "traceparent"), request
+        assert request["start_from"] == ("framework" if app == "tornado" else "scans"), request
+        # the handler slept 900 ms: the scans' bounds hold that, within what the client saw
+        assert 400 <= request["duration_ms"] <= longest_taken, (request, taken)
+        assert request["duration_max_ms"] >= 900, request
+        assert request["shares"]["waiting"] >= 0.7, request
+        assert request["await_sites"][0]["site"].startswith(handlers[0]), request
     rows = {row["route"]: row for row in block["routes"]}
     assert set(routes) <= set(rows), rows
     assert sum(rows[r]["share"] for r in routes) >= 0.9, rows

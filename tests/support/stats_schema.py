@@ -60,6 +60,82 @@ AWAIT_SITES = {
         },
     },
 }
+#: Where one slow request waited: the share of its task-samples at each site.
+REQUEST_SITES = {
+    "type": "array",
+    "maxItems": 3,
+    "items": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["site", "awaits", "share"],
+        "properties": {"site": {"type": "string"}, "awaits": {"type": "string"}, "share": SHARE},
+    },
+}
+TEXT_OR_NULL = {"type": ["string", "null"]}
+MS = {"type": "number", "minimum": 0}
+#: One slow request (``GET /api/requests`` lists them in this shape too).
+SLOW_REQUEST: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": [
+        "start", "start_from", "duration_ms", "duration_max_ms", "ongoing", "framework",
+        "method", "path", "route", "handler", "trace", "trace_header", "task", "scans",
+        "task_samples", "shares", "await_sites",
+    ],
+    "properties": {
+        "start": {"type": "number", "minimum": 0},
+        "start_from": {"enum": ["framework", "scans"]},
+        "duration_ms": MS,
+        "duration_max_ms": MS,
+        "ongoing": {"type": "boolean"},
+        "framework": {"enum": ["aiohttp", "tornado"]},
+        "method": {"type": "string", "minLength": 1},
+        "path": {"type": "string"},
+        "route": {"type": "string", "minLength": 1},
+        "handler": TEXT_OR_NULL,
+        "trace": TEXT_OR_NULL,
+        "trace_header": {"enum": ["traceparent", "x-b3-traceid", "b3", "x-request-id", None]},
+        "task": {"type": "string"},
+        "scans": {"type": "integer", "minimum": 1},
+        "task_samples": {"type": "integer", "minimum": 1},
+        "shares": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": STATE_NAMES,
+            "properties": dict.fromkeys(STATE_NAMES, SHARE),
+        },
+        "await_sites": REQUEST_SITES,
+    },
+}  # fmt: skip
+#: The slow requests of the span: how many, per route, and the longest listed.
+SLOW_REQUESTS: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["threshold_ms", "count", "dropped", "untracked", "routes", "requests"],
+    "properties": {
+        "threshold_ms": {"type": "number", "minimum": 1},
+        "count": {"type": "integer", "minimum": 0},
+        "dropped": {"type": "integer", "minimum": 0},
+        "untracked": {"type": "integer", "minimum": 0},
+        "routes": {
+            "type": "array",
+            "maxItems": 20,
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["method", "route", "count", "longest_ms", "p50_ms"],
+                "properties": {
+                    "method": {"type": "string", "minLength": 1},
+                    "route": {"type": "string", "minLength": 1},
+                    "count": {"type": "integer", "minimum": 1},
+                    "longest_ms": MS,
+                    "p50_ms": MS,
+                },
+            },
+        },
+        "requests": {"type": "array", "maxItems": 20, "items": SLOW_REQUEST},
+    },
+}
 #: The tasks block of a target (null when its tasks were not scanned).
 TASKS: dict[str, Any] = {
     "type": ["object", "null"],
@@ -100,6 +176,7 @@ TASKS: dict[str, Any] = {
             "properties": {"task_samples": {"type": "integer", "minimum": 0}, "ready_share": SHARE},
         },
         "await_sites": AWAIT_SITES,
+        "slow_requests": SLOW_REQUESTS,
         "routes": {
             "type": "array",
             "items": {

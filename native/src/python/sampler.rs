@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 
 use crate::process::{memory, procfs};
+use crate::sampler::requests::SlowRequest;
 use crate::sampler::stalls::Stall;
 use crate::sampler::windows::{End, Options, Window};
 use crate::sampler::Session;
@@ -126,6 +127,45 @@ fn window_to_py<'py>(py: Python<'py>, window: &Window) -> PyResult<Bound<'py, Py
     }
     dict.set_item("stalls", stalls)?;
     dict.set_item("stalls_dropped", window.stalls_dropped)?;
+    let slow = PyList::empty(py);
+    for request in &window.slow_requests {
+        slow.append(slow_request_to_py(py, request)?)?;
+    }
+    dict.set_item("slow_requests", slow)?;
+    dict.set_item("slow_requests_dropped", window.slow_requests_dropped)?;
+    Ok(dict)
+}
+
+fn slow_request_to_py<'py>(py: Python<'py>, slow: &SlowRequest) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    let request = &slow.request;
+    dict.set_item("task", &slow.task)?;
+    dict.set_item("framework", request.framework)?;
+    dict.set_item("method", &request.method)?;
+    dict.set_item("path", &request.path)?;
+    dict.set_item("route", &request.route)?;
+    dict.set_item("handler", &request.handler)?;
+    dict.set_item("trace", request.trace.as_ref().map(|t| &t.id))?;
+    dict.set_item("trace_header", request.trace.as_ref().map(|t| t.header))?;
+    dict.set_item("start", slow.start)?;
+    dict.set_item(
+        "start_from",
+        if slow.from_scans {
+            "scans"
+        } else {
+            "framework"
+        },
+    )?;
+    dict.set_item("duration", slow.duration)?;
+    dict.set_item("duration_max", slow.duration_max)?;
+    dict.set_item("ongoing", slow.ongoing)?;
+    dict.set_item("scans", slow.scans)?;
+    let stacks = PyList::empty(py);
+    for (stack, count) in &slow.stacks {
+        stacks.append((stack.as_str(), *count))?;
+    }
+    dict.set_item("stacks", stacks)?;
+    dict.set_item("other", slow.other)?;
     Ok(dict)
 }
 
@@ -162,12 +202,14 @@ pub const DEFAULT_RATE_HZ: f64 = 100.0;
 pub const DEFAULT_WINDOW_S: f64 = 1.0;
 /// The shortest stall reported when none is asked for: asyncio's own `slow_callback_duration`.
 pub const DEFAULT_STALL_MS: f64 = 100.0;
+/// The shortest slow request reported when none is asked for (with task scans on).
+pub const DEFAULT_SLOW_MS: f64 = 500.0;
 
 #[pymethods]
 impl Sampler {
     #[new]
     #[allow(clippy::too_many_arguments)] // the Python signature: keywords with defaults
-    #[pyo3(signature = (pid, rate_hz=DEFAULT_RATE_HZ, blocking=false, window=DEFAULT_WINDOW_S, max_pending=360, reader="auto", clock="own", tasks_hz=0.0, gil=true, stall_ms=DEFAULT_STALL_MS, *, task_bound=None, task_cache=true, cpu_wait=true))]
+    #[pyo3(signature = (pid, rate_hz=DEFAULT_RATE_HZ, blocking=false, window=DEFAULT_WINDOW_S, max_pending=360, reader="auto", clock="own", tasks_hz=0.0, gil=true, stall_ms=DEFAULT_STALL_MS, *, task_bound=None, task_cache=true, cpu_wait=true, slow_ms=DEFAULT_SLOW_MS))]
     fn new(
         py: Python<'_>,
         pid: i32,
@@ -183,6 +225,7 @@ impl Sampler {
         task_bound: Option<usize>,
         task_cache: bool,
         cpu_wait: bool,
+        slow_ms: f64,
     ) -> PyResult<Self> {
         if pid <= 0 {
             return Err(PyValueError::new_err(format!(
@@ -208,6 +251,12 @@ impl Sampler {
             return Err(PyValueError::new_err(format!(
                 "the stall threshold must be between 1 ms and an hour (0: no stalls), not \
                  {stall_ms} ms"
+            )));
+        }
+        if slow_ms != 0.0 && !(1.0..=86_400_000.0).contains(&slow_ms) {
+            return Err(PyValueError::new_err(format!(
+                "the slow request threshold must be between 1 ms and a day (0: none), not \
+                 {slow_ms} ms"
             )));
         }
         if let Some(bound) = task_bound.filter(|b| !(1..=tasks::MAX_TASKS).contains(b)) {
@@ -248,6 +297,7 @@ impl Sampler {
             gil,
             stall_s: stall_ms / 1000.0,
             cpu_wait,
+            slow_s: slow_ms / 1000.0,
         };
         let session = py.detach(|| Session::start(options))?;
         Ok(Sampler { session })
@@ -356,6 +406,7 @@ impl Sampler {
         dict.set_item("task_torn", stats.task_torn)?;
         dict.set_item("task_unread", stats.task_unread)?;
         dict.set_item("task_requests_torn", stats.task_requests_torn)?;
+        dict.set_item("slow_requests_untracked", stats.slow_requests_untracked)?;
         dict.set_item("task_errors", stats.task_errors)?;
         dict.set_item("task_last_error", stats.task_last_error)?;
         let state = match end {

@@ -67,6 +67,7 @@ pub fn dump(pid: i32, blocking: bool, locals: Option<usize>) -> Result<Dump, Ini
         gil: true,
         stall_s: 0.0,
         cpu_wait: true,
+        slow_s: 0.0,
     };
     let (mut readers, reader) = Readers::attach(pid, started, &options)?;
     let version = readers.version();

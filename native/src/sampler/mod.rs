@@ -7,6 +7,7 @@
 pub mod clock;
 pub mod dump;
 pub mod readers;
+pub mod requests;
 pub mod runner;
 pub mod session;
 pub mod stalls;

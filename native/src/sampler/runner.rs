@@ -8,6 +8,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::readers::Readers;
+use super::requests::SlowRequests;
 use super::stalls::{keep_longest, Stall, Stalls};
 use super::task_ticks::{ScanResult, TaskTicks};
 use super::windows::{End, HolderKey, Options, Shared, StackKey, Stats, Window};
@@ -163,6 +164,8 @@ pub(crate) struct Runner {
     process: Result<remoteprocess::Process, remoteprocess::Error>,
     liveness: Liveness,
     tasks: Option<TaskTicks>,
+    /// The requests the task scans saw in flight, followed for the slow ones.
+    slow: Option<SlowRequests>,
     _done: mpsc::Sender<()>,
 }
 
@@ -191,6 +194,7 @@ impl Runner {
             process: remoteprocess::Process::new(pid),
             liveness: Liveness::open(pid, started),
             tasks: TaskTicks::new(options.tasks_hz, options.task_scan),
+            slow: SlowRequests::new(options.slow_s),
             started,
             shared,
             stop,
@@ -393,6 +397,7 @@ impl Runner {
             holders,
             stalls,
             ended,
+            slow,
             ..
         } = self;
         let mut guard = shared.lock().unwrap_or_else(|e| e.into_inner());
@@ -418,7 +423,7 @@ impl Runner {
         stats.stall_nanos += fold.stall_nanos;
         stats.stalled_since = stalls.stalled_since(read.wall);
         for scan in task_scans {
-            super::task_ticks::count(scan, window, stats);
+            super::task_ticks::count(scan, window, stats, slow.as_mut());
         }
         for (thread_id, key) in folded.drain(..) {
             if let Some(name) = readers.names().get(&thread_id) {
@@ -525,9 +530,21 @@ impl Drop for Runner {
         // the stalls still running go with the last window
         self.stalls.flush(&mut self.ended);
         let state = &mut *state;
+        // and so do the requests still in flight that were slow
+        let mut slow = Vec::new();
+        if let Some(requests) = self.slow.as_mut() {
+            requests.flush(&mut slow);
+        }
         if let Some(window) = state.current.as_mut().or(state.pending.back_mut()) {
             for stall in self.ended.drain(..) {
                 keep_longest(&mut window.stalls, &mut window.stalls_dropped, stall);
+            }
+            for request in slow {
+                super::requests::keep_longest(
+                    &mut window.slow_requests,
+                    &mut window.slow_requests_dropped,
+                    request,
+                );
             }
         }
         if let Some(done) = state.current.take() {

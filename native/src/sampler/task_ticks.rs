@@ -17,6 +17,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::readers::Readers;
+use super::requests::{keep_longest, SlowRequests};
 use super::windows::{Stats, Window};
 use crate::tasks::{ScanOptions, TaskSamples, TaskScanner};
 
@@ -162,10 +163,35 @@ impl Scans {
     }
 }
 
-/// Counts a scan into the window (one task-sample per task) and the session's counters.
-pub(crate) fn count(result: ScanResult, window: &mut Window, stats: &mut Stats) {
+/// Counts a scan into the window (one task-sample per task) and the session's counters, and
+/// follows its requests (`slow`, when slow requests are looked for): those that were slow and
+/// ended go with the window.
+pub(crate) fn count(
+    result: ScanResult,
+    window: &mut Window,
+    stats: &mut Stats,
+    slow: Option<&mut SlowRequests>,
+) {
     match result {
-        Ok(scan) => {
+        Ok(mut scan) => {
+            if let Some(slow) = slow {
+                let mut ended = Vec::new();
+                let untracked = slow.untracked;
+                slow.scan(
+                    scan.at,
+                    std::mem::take(&mut scan.seen),
+                    &scan.stacks,
+                    &mut ended,
+                );
+                stats.slow_requests_untracked += slow.untracked - untracked;
+                for request in ended {
+                    keep_longest(
+                        &mut window.slow_requests,
+                        &mut window.slow_requests_dropped,
+                        request,
+                    );
+                }
+            }
             window.task_scans += 1;
             window.task_unread += scan.unread;
             stats.task_scans += 1;

@@ -3,6 +3,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use super::requests::SlowRequest;
 use super::stalls::Stall;
 use crate::process::memory::MemoryReads;
 use crate::stack::Stack;
@@ -37,6 +38,9 @@ pub struct Options {
     /// Tell the runnable threads that wait for a CPU (`crate::process::cpuwait`; the
     /// benchmarks measure what that costs against samplers without).
     pub cpu_wait: bool,
+    /// The shortest slow request kept, in seconds (`super::requests`, from the task scans);
+    /// 0 follows none.
+    pub slow_s: f64,
 }
 
 /// One thread's stack as seen in one sample, the aggregation key of a window.
@@ -94,6 +98,10 @@ pub struct Window {
     /// the longest), and how many more ended in it.
     pub stalls: Vec<Stall>,
     pub stalls_dropped: u64,
+    /// The slow requests that ended in it (at most `super::requests::MAX_SLOW`, the
+    /// longest), and how many more did.
+    pub slow_requests: Vec<SlowRequest>,
+    pub slow_requests_dropped: u64,
 }
 
 impl Window {
@@ -110,6 +118,8 @@ impl Window {
             task_unread: 0,
             stalls: Vec::new(),
             stalls_dropped: 0,
+            slow_requests: Vec::new(),
+            slow_requests_dropped: 0,
         }
     }
 
@@ -221,6 +231,9 @@ pub struct Stats {
     /// Requests' tasks whose request a scan left out (it changed as it was read): their
     /// task-samples have no route frame.
     pub task_requests_torn: u64,
+    /// Requests in flight not followed for slow requests: seen while
+    /// `super::requests::MAX_TRACKED` were.
+    pub slow_requests_untracked: u64,
 }
 
 /// Pause lengths of blocking mode: sum, worst case and the most recent ones for percentiles.

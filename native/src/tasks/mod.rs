@@ -128,6 +128,21 @@ pub struct TaskSamples {
     pub unread: u64,
     /// Requests' tasks whose request was left out (their stacks have no route frame).
     pub requests_torn: u64,
+    /// Each request the scan read: what the slow requests are tracked from.
+    pub seen: Vec<Seen>,
+}
+
+/// A request as one scan saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Seen {
+    /// Its task's address and name (`Task-N`): a task's name is not reused by the next one
+    /// made at its address.
+    pub task: (usize, String),
+    pub request: Request,
+    /// When it started (unix seconds), where its framework keeps that.
+    pub started: Option<f64>,
+    /// Its task's folded stack: an index into the scan's `stacks`.
+    pub line: usize,
 }
 
 /// The route frames of a scan's requests' tasks: each task's tag, an index into `frames` + 1.
@@ -135,6 +150,8 @@ pub struct TaskSamples {
 struct Routes {
     tags: HashMap<usize, u32, FxBuild>,
     frames: Vec<String>,
+    /// The request of each request's task read, by the task's address.
+    requests: HashMap<usize, Request, FxBuild>,
 }
 
 /// The process a scan reads and where its version keeps what the scan reads: what every
@@ -322,6 +339,7 @@ impl TaskScanner {
                         next
                     });
                     routes.tags.insert(task.address, tag);
+                    routes.requests.insert(task.address, request);
                 }
                 Some(Err(_)) => torn += 1,
                 None => {}
@@ -338,13 +356,19 @@ impl TaskScanner {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
         let (raw, torn, unread) = self.read_all()?;
-        let (routes, requests_torn) = self.routes(&raw);
+        let (mut routes, requests_torn) = self.routes(&raw);
         let codes = &mut self.codes;
         let mut running = Vec::new();
+        let mut placed: Vec<(usize, usize, usize)> = Vec::new();
         let stacks = fold_counts(
             &raw,
             |task| &task.frames,
             |task| routes.tags.get(&task.address).copied().unwrap_or(0),
+            |task, line| {
+                if routes.requests.contains_key(&task.address) {
+                    placed.push((task.address, task.name, line));
+                }
+            },
             |task, chain, tag| {
                 let mut line = String::new();
                 if tag != 0 {
@@ -372,6 +396,23 @@ impl TaskScanner {
                 Some((name, line))
             })
             .collect();
+        let (wall, mono) = requests::clocks();
+        let mut seen = Vec::with_capacity(placed.len());
+        for (address, name, line) in placed {
+            let Some(request) = routes.requests.remove(&address) else {
+                continue;
+            };
+            let Ok(name) = task_name(target.pid, &target.layout, &mut self.types, name) else {
+                continue; // no name to tell it from the next task at its address
+            };
+            let started = request.started.map(|s| s.at(wall, mono).0);
+            seen.push(Seen {
+                task: (address, name),
+                request,
+                started,
+                line,
+            });
+        }
         self.chains.keep(raw);
         Ok(TaskSamples {
             stacks,
@@ -380,6 +421,7 @@ impl TaskScanner {
             torn,
             unread,
             requests_torn,
+            seen,
         })
     }
 
@@ -669,11 +711,13 @@ pub fn fold(tasks: &[Task]) -> Vec<String> {
 /// `fold`'s lines with their task-samples, each distinct line once, in the order first met:
 /// tasks are told apart by their state, the first nonzero `tag` of their chain (a request's
 /// route) and their chains' `frames` (any key that stands for a frame's text), and a line is
-/// written (`line`, given that tag) once per distinct one.
+/// written (`line`, given that tag) once per distinct one; `placed` is told each task's line
+/// (its index in the output).
 pub fn fold_counts<T: Linked, K: Clone + Eq + Hash>(
     tasks: &[T],
     frames: impl Fn(&T) -> &[K],
     tag: impl Fn(&T) -> u32,
+    mut placed: impl FnMut(&T, usize),
     mut line: impl FnMut(&T, &[&T], u32) -> String,
 ) -> Vec<(String, u64)> {
     let mut index: HashMap<(TaskState, u32, Vec<K>), usize, FxBuild> = HashMap::default();
@@ -688,8 +732,10 @@ pub fn fold_counts<T: Linked, K: Clone + Eq + Hash>(
         }
         if let Some(&i) = index.get(&key) {
             out[i].1 += 1;
+            placed(task, i);
         } else {
             index.insert(key.clone(), out.len());
+            placed(task, out.len());
             out.push((line(task, chain, key.1), 1));
         }
     });
@@ -803,7 +849,13 @@ mod tests {
             *expected.entry(line).or_default() += 1;
         }
         let mut counted: HashMap<String, u64> = HashMap::new();
-        let counts = fold_counts(&tasks, |t| &t.frames, |_| 0, |t, chain, _| line(t, chain));
+        let counts = fold_counts(
+            &tasks,
+            |t| &t.frames,
+            |_| 0,
+            |_, _| {},
+            |t, chain, _| line(t, chain),
+        );
         for (line, n) in counts.clone() {
             *counted.entry(line).or_default() += n;
         }

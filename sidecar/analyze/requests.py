@@ -1,0 +1,115 @@
+"""What a span's slow requests say: how many, the longest and where their time went, per route,
+and a table of the longest (``classify.requests`` decodes each). No I/O happens here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from sidecar.analyze.stalls import percentile
+from sidecar.classify.requests import SlowRequest
+
+#: Slow requests a block lists at most (the longest), and routes it sums up.
+LISTED = 20
+ROUTES = 20
+
+
+def longest(requests: Sequence[SlowRequest], n: int) -> list[SlowRequest]:
+    return sorted(requests, key=lambda r: (-r.duration_s, r.start))[:n]
+
+
+def _split(request: SlowRequest) -> str:
+    """``61% waiting at fetch (app.py:12) · 22% ready · 9% running``."""
+    shares = request.shares()
+    parts = []
+    sites = request.await_sites(1)
+    if shares["waiting"] and sites:
+        parts.append(f"{shares['waiting']:.0%} waiting, most at {sites[0]['site']}")
+    elif shares["waiting"]:
+        parts.append(f"{shares['waiting']:.0%} waiting")
+    for state, said in (("ready", "ready (queued behind other work)"), ("running", "running")):
+        if shares[state]:
+            parts.append(f"{shares[state]:.0%} {said}")
+    return " · ".join(parts)
+
+
+def summary_line(
+    requests: Sequence[SlowRequest], threshold_ms: float, dropped: int = 0, untracked: int = 0
+) -> str:
+    """``slow requests ≥ 500 ms: 4 · longest 1.20 s GET /items/{item} · p50 0.81 s``; or
+    that there were none."""
+    head = f"slow requests ≥ {threshold_ms:g} ms"
+    if not requests:
+        line = f"{head}: none"
+    else:
+        top = longest(requests, 1)[0]
+        durations = [r.duration_s for r in requests]
+        parts = [
+            f"{head}: {len(requests) + dropped:,}",
+            f"longest {top.duration_s:.2f} s {top.method} {top.route}",
+            f"p50 {percentile(durations, 50):.2f} s",
+        ]
+        if dropped:
+            parts.append(f"{dropped:,} not kept (past 100 a window, the shortest)")
+        line = " · ".join(parts)
+    if untracked:
+        line += f" · {untracked:,} requests not followed (past 10,000 in flight at once)"
+    return line
+
+
+def request_rows(requests: Sequence[SlowRequest], top: int, period_s: float) -> list[str]:
+    """The longest slow requests as a table: duration, start, method, path and route, trace
+    id, and where the time went; and the durations' resolution."""
+    if not requests:
+        return []
+    lines = [
+        "",
+        f"slowest requests (durations within {1000 * period_s:g} ms, the task scans' period; "
+        "+ still in flight when sampling ended; ~ started at the first scan that saw it)",
+    ]
+    for request in longest(requests, top):
+        when = time.strftime("%H:%M:%S", time.localtime(request.start))
+        when += f".{int(request.start * 1000) % 1000:03d}"
+        mark = "+" if request.ongoing else ("~" if request.start_from == "scans" else " ")
+        route = f" · route {request.route}" if request.route != request.path else ""
+        trace = f" · trace {request.trace}" if request.trace else ""
+        lines.append(
+            f"{request.duration_s:5.2f} s{mark} {when}  {request.method} {request.path}"
+            f"{route}{trace}"
+        )
+        if split := _split(request):
+            lines.append(f"{'':>9}{split}")
+    return lines
+
+
+def requests_block(
+    requests: Sequence[SlowRequest],
+    threshold_ms: float,
+    dropped: int = 0,
+    untracked: int = 0,
+) -> dict[str, Any]:
+    """The ``slow_requests`` of a tasks block: the threshold, how many, per route (count,
+    longest, p50), and the longest listed (``SlowRequest.as_json``)."""
+    by_route: dict[tuple[str, str], list[float]] = {}
+    for request in requests:
+        by_route.setdefault((request.method, request.route), []).append(request.duration_s)
+    ranked = sorted(by_route.items(), key=lambda item: (-len(item[1]), -max(item[1]), item[0]))
+    return {
+        "threshold_ms": threshold_ms,
+        "count": len(requests) + dropped,
+        "dropped": dropped,
+        "untracked": untracked,
+        "routes": [
+            {
+                "method": method,
+                "route": route,
+                "count": len(durations),
+                "longest_ms": round(1000 * max(durations), 1),
+                "p50_ms": round(1000 * percentile(durations, 50), 1),
+            }
+            for (method, route), durations in ranked[:ROUTES]
+        ],
+        "requests": [request.as_json() for request in longest(requests, LISTED)],
+    }
