@@ -89,16 +89,18 @@ def requests_block(
     threshold_ms: float,
     dropped: int = 0,
     untracked: int = 0,
+    total: int | None = None,
 ) -> dict[str, Any]:
-    """The ``slow_requests`` of a tasks block: the threshold, how many, per route (count,
-    longest, p50), and the longest listed (``SlowRequest.as_json``)."""
+    """The ``slow_requests`` of a tasks block: the threshold, how many (``total`` when only
+    some of them are given: the store's longest), per route (count, longest, p50), and the
+    longest listed (``SlowRequest.as_json``)."""
     by_route: dict[tuple[str, str], list[float]] = {}
     for request in requests:
         by_route.setdefault((request.method, request.route), []).append(request.duration_s)
     ranked = sorted(by_route.items(), key=lambda item: (-len(item[1]), -max(item[1]), item[0]))
     return {
         "threshold_ms": threshold_ms,
-        "count": len(requests) + dropped,
+        "count": (len(requests) if total is None else total) + dropped,
         "dropped": dropped,
         "untracked": untracked,
         "routes": [

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar import defaults
-from sidecar.commands.options import add_rate, add_stall_ms, add_task_bound
+from sidecar.commands.options import add_rate, add_slow_ms, add_stall_ms, add_task_bound
 from sidecar.commands.signals import terminate_as_interrupt
 from sidecar.errors import UsageError
 from sidecar.serve.http import HEADER_TIMEOUT
@@ -98,6 +98,7 @@ def add_parser(sub: Any) -> None:
         "[SIDECAR_TASK_RATE]",
     )
     add_stall_ms(parser, "SIDECAR_STALL_MS")
+    add_slow_ms(parser, "SIDECAR_SLOW_MS")
     add_task_bound(parser)
     parser.add_argument(
         "--blocking", action="store_true", help="pause each target during each read"
@@ -250,6 +251,7 @@ def run(args: argparse.Namespace) -> int:
         task_rate_hz=args.task_rate,
         task_bound=args.task_bound,
         stall_ms=args.stall_ms,
+        slow_ms=args.slow_ms,
         push=push,
         service_name=args.service_name,
         max_connections=args.max_connections,

@@ -26,6 +26,7 @@ from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoin
 
 from sidecar import __version__
 from sidecar.analyze.diff import Change, diff_profiles, render_diff
+from sidecar.analyze.requests import requests_block
 from sidecar.analyze.stats import TargetStats, stats_document
 from sidecar.analyze.tasks import task_block
 from sidecar.analyze.threads import Analysis, analyze
@@ -40,6 +41,7 @@ from sidecar.rules.layers import layer_of_file
 from sidecar.rules.tasks import STATES as TASK_STATES
 from sidecar.serve.metrics import registry_for
 from sidecar.store.query import QueryError, Range, StoreUnavailable, UnknownTarget
+from sidecar.store.requestquery import MAX_REQUESTS, RequestReader
 from sidecar.store.stallquery import MAX_STALLS, StallReader
 from sidecar.store.taskquery import WHICH, NoTaskScans, TaskReader
 from sidecar.store.threadquery import ThreadReader
@@ -134,6 +136,7 @@ def create_app(service: Service) -> FastAPI:
     reader = service.reader
     tasks = TaskReader(reader)
     stall_reader = StallReader(reader)
+    request_reader = RequestReader(reader)
     thread_reader = ThreadReader(reader)
 
     @app.exception_handler(SidecarError)
@@ -344,6 +347,53 @@ def create_app(service: Service) -> FastAPI:
             "to": span.end,
         }
 
+    @app.get(
+        "/api/requests",
+        summary="Slow requests: each request the task scans saw in flight for serve's "
+        "--slow-ms or more, with its route, trace id, duration and where its time went",
+    )
+    def slow_requests(
+        target: TargetId = None,
+        start: From = None,
+        end: To = None,
+        route: Annotated[
+            str | None,
+            Query(max_length=2048, description="METHOD ROUTE, or the route alone"),
+        ] = None,
+        trace: Annotated[
+            str | None, Query(max_length=256, description="the trace id a request carried")
+        ] = None,
+        min_ms: Annotated[float, Query(ge=0, description="the shortest listed (ms)")] = 0.0,
+        limit: Annotated[int, Query(ge=1, le=MAX_REQUESTS, description="the most listed")] = 100,
+        order: Annotated[
+            str,
+            Query(
+                pattern="^(start|longest)$",
+                description="start: the oldest, oldest first; longest: the longest first",
+            ),
+        ] = "start",
+    ) -> dict[str, Any]:
+        span = _span(start, end)
+        found, total = request_reader.requests(
+            target,
+            span,
+            route=route,
+            trace=trace,
+            min_ms=min_ms,
+            limit=limit,
+            longest=order == "longest",
+        )
+        return {
+            "requests": [
+                {"target": t, "pid": pid, **request.as_json()} for t, pid, request in found
+            ],
+            "total": total,
+            "dropped": request_reader.dropped(target, span),
+            "slow_ms": service.config.slow_ms,
+            "from": span.start,
+            "to": span.end,
+        }
+
     @app.get("/api/diff", summary="Differential flamegraph of two ranges or two targets")
     def diff(
         target: TargetId = None,
@@ -443,7 +493,15 @@ def create_app(service: Service) -> FastAPI:
             flight = tasks.in_flight(target, span)
         except NoTaskScans:
             return None
-        return task_block(tasks.profile(target, span).stacks, flight)
+        block = task_block(tasks.profile(target, span).stacks, flight)
+        found, total = request_reader.requests(target, span, limit=MAX_REQUESTS, longest=True)
+        block["slow_requests"] = requests_block(
+            [request for _, _, request in found],
+            service.config.slow_ms,
+            request_reader.dropped(target, span),
+            total=total,
+        )
+        return block
 
     def _title(target: int | None) -> str:
         return f"sidecar: target {target}" if target is not None else "sidecar: all targets"

@@ -50,6 +50,8 @@ class ServeConfig:
     task_bound: int | None = None
     #: The shortest stall of an event loop kept (``--stall-ms``).
     stall_ms: float = defaults.STALL_MS
+    #: The shortest slow request kept (``--slow-ms``), of the task scans.
+    slow_ms: float = defaults.SLOW_MS
     scan_interval: float = 2.0
     #: Where to push every window (``--push``), and the series' ``service_name``.
     push: Endpoint | None = None
@@ -95,6 +97,7 @@ class Service:
             tasks_hz=config.task_rate_hz,
             task_bound=config.task_bound,
             stall_ms=config.stall_ms,
+            slow_ms=config.slow_ms,
             descriptors=self.descriptors,
         )
         self.reader = Reader(config.db, config.window)

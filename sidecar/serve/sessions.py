@@ -225,6 +225,7 @@ class Sessions:
         tasks_hz: float = 0.0,
         task_bound: int | None = None,
         stall_ms: float = defaults.STALL_MS,
+        slow_ms: float = defaults.SLOW_MS,
         descriptors: Descriptors | None = None,
     ) -> None:
         #: Where every message goes: one sink, or a ``Fanout`` over several.
@@ -239,6 +240,8 @@ class Sessions:
         self.task_bound = task_bound
         #: The shortest stall of an event loop kept.
         self.stall_ms = stall_ms
+        #: The shortest slow request kept.
+        self.slow_ms = slow_ms
         self.describe = describe
         #: Told when sampling fails for want of file descriptors.
         self.descriptors = descriptors or Descriptors(soft_limit())
@@ -338,6 +341,7 @@ class Sessions:
                 tasks_hz=self.tasks_hz,
                 task_bound=self.task_bound,
                 stall_ms=self.stall_ms,
+                slow_ms=self.slow_ms,
             )
         except TargetError as err:
             self.descriptors.note(f"attaching to PID {pid}", err)

@@ -44,6 +44,7 @@ class Retention(StoreFile):
             self.db.execute(f"DELETE FROM {holders} WHERE window <= ?", (last,))
             self.db.execute(f"DELETE FROM {hour_holders} WHERE hour <= ?", (last,))
             self.db.execute("DELETE FROM stalls WHERE window <= ?", (last,))
+            self.db.execute("DELETE FROM slow_requests WHERE window <= ?", (last,))
             self.db.execute("DELETE FROM windows WHERE window <= ?", (last,))
             self.db.execute("DELETE FROM rollup_hours WHERE hour <= ?", (last,))
         self._rolled = {hour for hour in self._rolled if hour > last}
@@ -121,9 +122,11 @@ class Retention(StoreFile):
             merged_holders = self._span_holders(span, end)
             self.db.execute(f"DELETE FROM {holders} WHERE window >= ? AND window < ?", (span, end))
             self._insert_holders(holders, span, merged_holders)
-            self.db.execute(
-                "UPDATE stalls SET window = ? WHERE window >= ? AND window < ?", (span, span, end)
-            )
+            for events in ("stalls", "slow_requests"):
+                self.db.execute(
+                    f"UPDATE {events} SET window = ? WHERE window >= ? AND window < ?",
+                    (span, span, end),
+                )
             sums = self.db.execute(
                 "SELECT target_id, process_id, "
                 + ", ".join(f"SUM({column})" for column in WINDOW_SUMS)

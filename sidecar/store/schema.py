@@ -64,6 +64,13 @@ Before anything is written, ``claim`` refuses another program's database and one
 schema version no sidecar writes; an older sidecar database, without the id, is known by
 its tables.
 
+Version 13 adds the slow requests the task scans saw (``sidecar.classify.requests``):
+``slow_requests``, one row per request, keyed by target, start, process and task, with the
+stored window it ended in (it goes with that window, as a stall does), its duration's bounds,
+what it was (method, path, route, trace id) and its task-samples by stack as JSON text
+(``[[stack, count], ...]``, 32 at most, and ``other``); ``windows`` gains those past the
+sampler's bound a window did not keep (``slow_requests_dropped``).
+
 Schema versions 1 to 3 kept one row per (window, process, stack, thread, state) in
 ``samples`` and per hour in ``rollups``; version 4 packs them.
 """
@@ -331,6 +338,57 @@ V12 = f"""
         PRAGMA application_id = {APPLICATION_ID};
 """
 
+V13 = """
+        ALTER TABLE windows ADD COLUMN slow_requests_dropped INTEGER NOT NULL DEFAULT 0;
+        CREATE TABLE slow_requests (
+            window INTEGER NOT NULL,
+            target_id INTEGER NOT NULL,
+            process_id INTEGER NOT NULL,
+            start REAL NOT NULL,
+            task TEXT NOT NULL,
+            start_from TEXT NOT NULL,
+            duration REAL NOT NULL,
+            duration_max REAL NOT NULL,
+            ongoing INTEGER NOT NULL,
+            framework TEXT NOT NULL,
+            method TEXT NOT NULL,
+            path TEXT NOT NULL,
+            route TEXT NOT NULL,
+            handler TEXT,
+            trace TEXT,
+            trace_header TEXT,
+            scans INTEGER NOT NULL,
+            stacks TEXT NOT NULL,
+            other INTEGER NOT NULL,
+            PRIMARY KEY (target_id, start, process_id, task)
+        ) WITHOUT ROWID;
+        CREATE INDEX slow_requests_by_window ON slow_requests (window);
+        CREATE INDEX slow_requests_by_trace ON slow_requests (trace);
+"""
+
+#: The columns of ``slow_requests``, in the order rows are written.
+REQUEST_COLUMNS = (
+    "window",
+    "target_id",
+    "process_id",
+    "start",
+    "task",
+    "start_from",
+    "duration",
+    "duration_max",
+    "ongoing",
+    "framework",
+    "method",
+    "path",
+    "route",
+    "handler",
+    "trace",
+    "trace_header",
+    "scans",
+    "stacks",
+    "other",
+)
+
 #: A stall's seconds in each state, its columns of ``stalls``.
 STALL_SECONDS = ("busy", "blocked", "gil", "cpu_wait", "gc")
 #: The throttling around a stall, its columns of ``stalls`` (``classify.stalls.Throttled``'s
@@ -401,6 +459,7 @@ WINDOW_SUMS: tuple[str, ...] = (
     *(c for c, _, _ in TASK_COLUMNS),
     "task_unread",
     "stalls_dropped",
+    "slow_requests_dropped",
 )
 
 
@@ -477,6 +536,7 @@ MIGRATIONS: tuple[str | Callable[[sqlite3.Connection], None], ...] = (
     V10,
     V11,
     V12,
+    V13,
 )
 
 

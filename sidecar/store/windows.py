@@ -11,6 +11,8 @@ alike), the holder's place interned as a frame.
 
 from __future__ import annotations
 
+import json
+
 from sidecar.classify.stalls import throttle_row
 from sidecar.classify.threads import is_loop_stack
 from sidecar.rules.frames import code_frames
@@ -24,6 +26,7 @@ from sidecar.store.schema import (
     HOLDER_KEY,
     HOLDER_TABLES,
     HOUR,
+    REQUEST_COLUMNS,
     STALL_COLUMNS,
     STALL_SECONDS,
     STATE_CODES,
@@ -248,10 +251,13 @@ class WindowWriter(StoreFile):
                         *task_sums,
                         batch.window.task_unread,
                         batch.window.stalls_dropped,
+                        batch.window.slow_requests_dropped,
                     ),
                 )
                 if batch.window.stalls:
                     self._add_stalls(batch, target_id, process_id)
+                if batch.window.slow_requests:
+                    self._add_slow_requests(batch, target_id, process_id)
                 names_of = batch.window.thread_names
                 if names_of:
                     self.db.executemany(
@@ -301,6 +307,37 @@ class WindowWriter(StoreFile):
                     *throttle_row(s.throttling),
                 )
                 for s in batch.window.stalls
+            ],
+        )
+
+    def _add_slow_requests(self, batch: WindowBatch, target_id: int, process_id: int) -> None:
+        """A window's slow requests, each once (handed over by the window it ended in)."""
+        self.db.executemany(
+            f"INSERT INTO slow_requests ({', '.join(REQUEST_COLUMNS)}) "
+            f"VALUES ({', '.join('?' * len(REQUEST_COLUMNS))}) ON CONFLICT DO NOTHING",
+            [
+                (
+                    batch.start,
+                    target_id,
+                    process_id,
+                    r.start,
+                    r.task,
+                    r.start_from,
+                    r.duration_s,
+                    r.duration_max_s,
+                    int(r.ongoing),
+                    r.framework,
+                    r.method,
+                    r.path,
+                    r.route,
+                    r.handler,
+                    r.trace,
+                    r.trace_header,
+                    r.scans,
+                    json.dumps(r.stacks),
+                    r.other,
+                )
+                for r in batch.window.slow_requests
             ],
         )
 

@@ -4,8 +4,10 @@ CLI and the Prometheus gauges agreeing with them."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ from tests.support.pythons import interpreter
 from tests.support.stats_schema import SCHEMA
 from tests.support.task_scans import await_lines
 
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARKED = 12
 #: The parked tasks, the ticker and main's task.
 LIVE_TASKS = PARKED + 2
@@ -220,17 +223,59 @@ def test_requests_of_a_loaded_tornado_server_are_told_by_execute(
     spawn: Spawner, load: LoadDriver, serve: Any
 ) -> None:
     """Tornado under load on /sleep (four connections): each request's task runs
-    RequestHandler._execute, so about four requests are in flight, waiting in the handler's
-    sleep, and the requests' task profile holds only stacks through _execute."""
+    RequestHandler._execute, so about four requests are in flight (five with the slow one
+    below), waiting in the handler's sleep, and the requests' task profile holds only stacks
+    through _execute.
+
+    Beside them, four /items/slow-N requests of 700 ms in turn, with a ``traceparent`` on the
+    first two: with ``--slow-ms 300`` those are stored as slow requests, and
+    ``GET /api/requests`` lists them (by route, by trace id, by length) as /api/stats counts
+    them; the /sleep ones never are."""
     target = spawn.target("tornado_app")
+    assert target.port is not None
     load.start(target.url + "/sleep", seconds=20, connections=4)
-    server = serve("--task-rate", "20", pids=(target.pid,))
-    row = scanned_target(server, 100)
+    server = serve("--task-rate", "20", "--slow-ms", "300", pids=(target.pid,))
+    row = scanned_target(server, 20)
+    for n in range(4):
+        headers = {"traceparent": f"00-{TRACE}-00f067aa0ba902b7-01"} if n < 2 else {}
+        conn = http.client.HTTPConnection("127.0.0.1", target.port, timeout=20)
+        try:
+            conn.request("GET", f"/items/slow-{n}?ms=700", headers=headers)
+            assert conn.getresponse().read() is not None
+        finally:
+            conn.close()
+    assert wait_until(lambda: scanned(server.db, row["id"], 100), timeout=30)
     block = server.json(f"/api/stats?target={row['id']}&from=0")["targets"][0]["tasks"]
-    assert 2.5 <= block["in_flight"]["requests"] <= 4.05, block
+    # four /sleep at a time, and for most of the scans a slow one beside them
+    assert 2.5 <= block["in_flight"]["requests"] <= 5.05, block
     assert block["await_sites"][0]["site"].startswith("work (targets/tornado_app.py:"), block
     for line in request_stacks(server, row["id"]):
         assert "RequestHandler._execute (tornado/web.py:" in line, line
+    listed = f"/api/requests?target={row['id']}&from=0"
+    assert wait_until(lambda: server.json(listed)["total"] >= 4, timeout=30), server.json(listed)
+    found = server.json(listed)
+    assert found["slow_ms"] == 300 and found["total"] == 4, found
+    assert sorted(r["path"] for r in found["requests"]) == [f"/items/slow-{n}" for n in range(4)]
+    for request in found["requests"]:
+        assert (request["route"], request["handler"]) == ("/items/([^/]+)", "ItemHandler")
+        assert request["start_from"] == "framework" and request["target"] == row["id"], request
+        assert 300 <= request["duration_ms"] <= request["duration_max_ms"], request
+        assert request["duration_max_ms"] >= 700 and request["duration_ms"] < 1500, request
+        assert request["await_sites"][0]["site"].startswith("ItemHandler.get ("), request
+    route = urllib.parse.quote("GET /items/([^/]+)")
+    assert server.json(f"{listed}&route={route}")["total"] == 4
+    assert server.json(f"{listed}&route=/stages")["total"] == 0
+    traced = server.json(f"{listed}&trace={TRACE}")["requests"]
+    assert sorted(r["path"] for r in traced) == ["/items/slow-0", "/items/slow-1"], traced
+    assert server.json(f"{listed}&min_ms=5000")["total"] == 0
+    slow = block["slow_requests"]
+    assert slow["threshold_ms"] == 300, slow
+    assert (
+        server.json(f"/api/stats?target={row['id']}&from=0")["targets"][0]["tasks"][
+            "slow_requests"
+        ]["count"]
+        == 4
+    )
 
 
 def test_tasks_past_the_scans_bound_count_in_flight(spawn: Spawner, serve: Any) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from sidecar.classify.requests import SlowRequest
 from sidecar.classify.stalls import Stall
 from sidecar.classify.threads import GilHolder
 from sidecar.classify.window import TaskRow, ThreadRow, Window
@@ -25,6 +26,8 @@ def window_batch(
     gil_holders: Iterable[HolderRow] = (),
     stalls: Iterable[Stall] = (),
     stalls_dropped: int = 0,
+    slow_requests: Iterable[SlowRequest] = (),
+    slow_requests_dropped: int = 0,
 ) -> WindowBatch:
     """The window of ``width`` seconds at ``start`` with these rows; each GIL holding
     (waiter, holder, holder's name, site, samples) names its holder as the window's threads."""
@@ -46,5 +49,7 @@ def window_batch(
         tasks=list(tasks),
         task_scans=task_scans,
         task_unread=task_unread,
+        slow_requests=list(slow_requests),
+        slow_requests_dropped=slow_requests_dropped,
     )
     return WindowBatch(process, width, window)

@@ -148,6 +148,7 @@ TASKS: dict[str, Any] = {
         "shares",
         "requests",
         "await_sites",
+        "slow_requests",
         "routes",
     ],
     "properties": {
