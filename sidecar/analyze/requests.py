@@ -1,15 +1,21 @@
 """What a span's slow requests say: how many, the longest and where their time went, per route,
-and a table of the longest (``classify.requests`` decodes each). No I/O happens here.
+and a table of the longest (``classify.requests`` decodes each); and the per-route figures
+``serve``'s ``/metrics`` exposes (``RouteSeries``). No I/O happens here.
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sidecar.analyze.stalls import percentile
 from sidecar.classify.requests import SlowRequest
+from sidecar.rules.tasks import route_of
+
+if TYPE_CHECKING:
+    from sidecar.classify.window import Window
 
 #: Slow requests a block lists at most (the longest), and routes it sums up.
 LISTED = 20
@@ -115,3 +121,41 @@ def requests_block(
         ],
         "requests": [request.as_json() for request in longest(requests, LISTED)],
     }
+
+
+#: The routes of one process /metrics labels at most (the first seen); the others count as
+#: ``OTHER_ROUTES``, so a service with a route per user cannot grow the series without bound.
+METRIC_ROUTES = 50
+OTHER_ROUTES = "(other routes)"
+
+
+class RouteSeries:
+    """One process's per-route figures for ``/metrics``: the requests in flight per route and
+    state in its last window with task scans, and its slow requests per route so far."""
+
+    def __init__(self, bound: int = METRIC_ROUTES) -> None:
+        self.bound = bound
+        #: the routes labelled so far (``METHOD ROUTE``), in the order first seen
+        self.known: dict[str, None] = {}
+        #: requests in flight per (route, state), the mean over the last window's scans
+        self.in_flight: dict[tuple[str, str], float] = {}
+        #: slow requests per route since sampling began
+        self.slow: Counter[str] = Counter()
+
+    def label(self, route: str) -> str:
+        """``route`` as a label: itself while the bound allows, else ``OTHER_ROUTES``."""
+        if route not in self.known and len(self.known) < self.bound:
+            self.known[route] = None
+        return route if route in self.known else OTHER_ROUTES
+
+    def add(self, window: Window) -> None:
+        for request in window.slow_requests:
+            self.slow[self.label(f"{request.method} {request.route}")] += 1
+        if not window.task_scans:
+            return
+        counts: Counter[tuple[str, str]] = Counter()
+        for stack, state, count in window.tasks:
+            route = route_of(stack)
+            if route is not None:
+                counts[self.label(route), state] += count
+        self.in_flight = {at: n / window.task_scans for at, n in counts.items()}

@@ -1,8 +1,10 @@
 """Prometheus metrics of ``sidecar serve``, read from the live service at scrape time.
 
 Labels never carry stack or function names: only PID, framework, loop, role (``master`` /
-``worker`` in a pre-fork server, empty for a lone process), state and the kind of a task
-(``request`` or ``background``, ``sidecar.rules.tasks.is_request``).
+``worker`` in a pre-fork server, empty for a lone process), state, the kind of a task
+(``request`` or ``background``, ``sidecar.rules.tasks.is_request``) and a request's route
+(``METHOD ROUTE``, the pattern the framework matched, never a path: 50 a process, the rest one
+label, ``analyze.requests.RouteSeries``).
 """
 
 from __future__ import annotations
@@ -173,6 +175,19 @@ class ServiceCollector(Collector):
             "it as it ends",
             labels=TARGET_LABELS,
         )
+        routes = GaugeMetricFamily(
+            "sidecar_route_requests",
+            "Requests in flight per route (METHOD ROUTE as the framework matched it) and task "
+            "state, the mean over the last window with task scans; 50 routes a process at most, "
+            'the rest as route "(other routes)"',
+            labels=[*TARGET_LABELS, "route", "state"],
+        )
+        slow = CounterMetricFamily(
+            "sidecar_slow_requests",
+            "Slow requests: in flight for serve --slow-ms or more (default 0.5 s), per route, "
+            "since sampling of the process began",
+            labels=[*TARGET_LABELS, "route"],
+        )
         cpu = CpuFamilies()
         now = time.time()
         for session, stats in live:
@@ -186,6 +201,10 @@ class ServiceCollector(Collector):
                 tasks.add_metric([*labels, state, kind], mean)
             if session.tasks:
                 unread.add_metric(labels, session.tasks_unread)
+            for (route, state), mean in session.routes.in_flight.items():
+                routes.add_metric([*labels, route, state], mean)
+            for route, count in session.routes.slow.items():
+                slow.add_metric([*labels, route], count)
             recent = merge(list(session.recent))  # the shares of stats, over the last minute
             if recent.samples:
                 for state in STATES:
@@ -200,6 +219,8 @@ class ServiceCollector(Collector):
         yield unread
         yield stalls
         yield stalled
+        yield routes
+        yield slow
         yield from cpu.families()
 
         targets = GaugeMetricFamily(

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from sidecar import _native, defaults
+from sidecar.analyze.requests import RouteSeries
 from sidecar.analyze.stalls import StallHistogram
 from sidecar.analyze.threads import Analysis, analyze
 from sidecar.classify.process import role_marks, settle_role
@@ -102,6 +103,8 @@ class Session:
     torn: str | None = None
     #: The lengths of its event loops' stalls so far, for /metrics.
     stalls: StallHistogram = field(default_factory=StallHistogram)
+    #: Its requests in flight and slow requests per route, for /metrics.
+    routes: RouteSeries = field(default_factory=RouteSeries)
     #: Its cgroup's CPU limit and throttling as /metrics shows them (read once a window; the
     #: counters carried on across a move to another cgroup), None while unread or unreadable.
     cpu: CgroupCpu | None = None
@@ -125,6 +128,7 @@ class Session:
         tally.add(window)
         self.recent.append(analyze(tally.to_profile()))
         self.stalls.add([stall.duration_s for stall in window.stalls], window.stalls_dropped)
+        self.routes.add(window)
         self.read_cpu()
         if not window.stalls:
             return window

@@ -230,7 +230,7 @@ def test_requests_of_a_loaded_tornado_server_are_told_by_execute(
     Beside them, four /items/slow-N requests of 700 ms in turn, with a ``traceparent`` on the
     first two: with ``--slow-ms 300`` those are stored as slow requests, and
     ``GET /api/requests`` lists them (by route, by trace id, by length) as /api/stats counts
-    them; the /sleep ones never are."""
+    them, and /metrics counts them per route; the /sleep ones never are."""
     target = spawn.target("tornado_app")
     assert target.port is not None
     load.start(target.url + "/sleep", seconds=20, connections=4)
@@ -270,6 +270,16 @@ def test_requests_of_a_loaded_tornado_server_are_told_by_execute(
     assert server.json(f"{listed}&min_ms=5000")["total"] == 0
     slow = block["slow_requests"]
     assert slow["threshold_ms"] == 300, slow
+    # /metrics: the slow ones per route; the requests in flight per route and state
+    counted: dict[tuple[str, str], float] = {}
+    text = server.request("/metrics")[1].decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in ("sidecar_slow_requests_total", "sidecar_route_requests"):
+                at = (sample.name, sample.labels["route"] + " " + sample.labels.get("state", ""))
+                counted[at] = counted.get(at, 0) + sample.value
+    assert counted[("sidecar_slow_requests_total", "GET /items/([^/]+) ")] == 4, counted
+    assert 2.5 <= counted[("sidecar_route_requests", "GET /sleep waiting")] <= 4.05, counted
     assert (
         server.json(f"/api/stats?target={row['id']}&from=0")["targets"][0]["tasks"][
             "slow_requests"

@@ -3,10 +3,19 @@ task-samples by state and await site, the summary line, the table and the block 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import jsonschema
 
-from sidecar.analyze.requests import request_rows, requests_block, summary_line
+from sidecar.analyze.requests import (
+    OTHER_ROUTES,
+    RouteSeries,
+    request_rows,
+    requests_block,
+    summary_line,
+)
 from sidecar.classify.requests import SlowRequest
+from sidecar.classify.window import Window
 from tests.support.stats_schema import SLOW_REQUESTS
 
 ROOT = "RequestHandler._execute (tornado/web.py:1990)"
@@ -82,3 +91,15 @@ def test_the_block_counts_per_route_and_lists_the_longest_first() -> None:
     ]
     assert [r["path"] for r in block["requests"]] == ["/items/2", "/items/1"]
     assert block["requests"][0]["duration_max_ms"] == 1000.0
+
+
+def test_metrics_label_50_routes_a_process_and_pool_the_rest() -> None:
+    series = RouteSeries()
+    requests = [replace(slow(0.6, f"/u/{n}"), route=f"/u/{n}") for n in range(60)]
+    tasks = [(f"[GET /u/{n}];{ROOT}", "waiting", 4) for n in range(60)]
+    window = Window(start=0.0, end=1.0, ticks=10, rows=[], tasks=tasks, task_scans=2)
+    series.add(replace(window, slow_requests=requests))
+    assert len(series.slow) == 51 and series.slow[OTHER_ROUTES] == 10, series.slow
+    assert series.slow["GET /u/0"] == 1
+    assert series.in_flight[("GET /u/3", "waiting")] == 2.0
+    assert series.in_flight[(OTHER_ROUTES, "waiting")] == 20.0
