@@ -11,7 +11,8 @@ is never worked out twice. On top of them:
   over the span, own time and total time since ``top`` started (seconds of samples), sorted by
   any of the four;
 - the asyncio tasks in flight by state over the span (where the sampler scans tasks);
-- the stalls of the loop that ended in the span, newest first.
+- the stalls of the loop that ended in the span, newest first;
+- the slow requests the task scans saw end in the span, newest first.
 
 With several processes (a pre-fork group), the view of all of them counts those that serve
 requests, as ``stats`` does per framework (a pre-fork master serves none), or one process.
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 
 from sidecar.analyze.threads import Analysis, analyze, merge
 from sidecar.classify.process import ProcessInfo, refine
+from sidecar.classify.requests import SlowRequest
 from sidecar.classify.stalls import Stall
 from sidecar.classify.tasks import InFlight
 from sidecar.classify.window import Window
@@ -123,6 +125,8 @@ class View:
     functions: list[FunctionRow]
     #: processes counted
     pids: list[int]
+    #: slow requests that ended in the span, newest first
+    slow_requests: list[SlowRequest] = field(default_factory=list)
 
 
 @dataclass
@@ -178,6 +182,10 @@ class Rolling:
             stalls=sorted((x for s in recent for x in s.window.stalls), key=lambda x: -x.end),
             functions=self._functions(merged, pids),
             pids=pids,
+            slow_requests=sorted(
+                (r for s in recent for r in s.window.slow_requests),
+                key=lambda r: -(r.start + r.duration_s),
+            ),
         )
 
     def _functions(self, merged: Analysis, pids: Sequence[int]) -> list[FunctionRow]:

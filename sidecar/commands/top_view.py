@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from sidecar import defaults
+from sidecar.analyze.requests import summary_line as slow_line
 from sidecar.analyze.stalls import summary_line
 from sidecar.analyze.top import SORTS, FunctionRow, View, sort_rows
 from sidecar.rules.frames import STATES
@@ -57,6 +59,7 @@ class Frame:
     #: a stall still in progress: when it began (unix seconds), None when none is
     stalled_since: float | None = None
     stall_ms: float = 100.0
+    slow_ms: float = defaults.SLOW_MS
     #: why the tasks are not scanned, when they are not
     tasks_note: str = ""
     #: a line of its own under the title (a target that exited, a sampler's trouble)
@@ -170,6 +173,8 @@ def screen(view: View, frame: Frame, width: int = 80, height: int = 24) -> list[
     lines += state_lines(view, width)
     lines.append(gil_line(view))
     lines.append(tasks_line(view, frame.tasks_note))
+    if view.tasks is not None:
+        lines.append(slow_line(view.slow_requests, frame.slow_ms))
     lines += stall_lines(view, frame, time.time())
     lines.append("")
     rest = height - len(lines) - 1

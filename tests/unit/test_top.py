@@ -162,6 +162,8 @@ def test_tasks_in_flight_and_the_stalls_of_the_span() -> None:
     assert view.stalls[0].state == "blocked" and view.stalls[0].site == "handler (app.py:20)"
     assert rolling.view(5).analysis.states["blocked"] == 50
     assert Rolling(RATE).view(5).tasks is None
+    lines = screen(view, Frame(title="PID 7", rate_hz=RATE, slow_ms=400), 80, 24)
+    assert "slow requests ≥ 400 ms: none" in lines, lines
 
 
 def test_the_screen_fits_80_by_24_and_names_what_it_shows() -> None:
