@@ -5,7 +5,9 @@ frame, so the flamegraph shows where the loop waited, and a ``[gc]`` frame on to
 stack taken while the thread collected garbage) with a ``state`` label (busy, idle, blocked,
 gil: waiting for the GIL another thread held) and, where the sampler saw it, a
 ``thread_name`` label. A task sample (leaf ``[running]``, ``[ready]`` or
-``[waiting]``) has its state and a ``task`` label: ``request`` or ``background``. Frames are
+``[waiting]``) has its state and a ``task`` label: ``request`` or ``background``; a request's, a
+``route`` label too (``GET /items/{item}``, from its route frame), so Pyroscope and
+``-tagfocus`` select one route's requests. Frames are
 parsed here by the one frame grammar (``function (file:line)``); the message itself is built
 and compressed in the native core.
 """
@@ -20,7 +22,7 @@ from sidecar import _native
 from sidecar.errors import NoSamples
 from sidecar.profile import Profile
 from sidecar.rules.frames import parse_frame, state_of
-from sidecar.rules.tasks import TASK_LEAVES, task_kind
+from sidecar.rules.tasks import TASK_LEAVES, route_of, task_kind
 
 MEDIA_TYPE = "application/vnd.google.protobuf+gzip"
 #: What a value measures: pprof's (type, unit).
@@ -44,6 +46,8 @@ class Sample:
     count: int
     thread: str = ""
     task: str = ""
+    #: a request's task sample: ``METHOD ROUTE`` of its route frame
+    route: str = ""
 
 
 def samples_of(profile: Profile) -> list[Sample]:
@@ -53,7 +57,8 @@ def samples_of(profile: Profile) -> list[Sample]:
     for stack, count in profile.stacks.items():
         leaf = stack.rsplit(";", 1)[-1]
         if leaf in TASK_LEAVES:
-            out.append(Sample(stack, leaf[1:-1], count, task=task_kind(stack)))
+            route = route_of(stack) or ""
+            out.append(Sample(stack, leaf[1:-1], count, task=task_kind(stack), route=route))
         else:
             out.append(Sample(stack, state_of(stack), count))
     return out
@@ -86,6 +91,8 @@ def encode(
             labels.append(("thread_name", sample.thread))
         if sample.task:
             labels.append(("task", sample.task))
+        if sample.route:
+            labels.append(("route", sample.route))
         amounts = [sample.count if name == "samples" else sample.count * period for name in values]
         rows.append((sample.stack, amounts, labels))
     if not rows:

@@ -126,4 +126,5 @@ def test_the_task_profile_of_a_recording_as_pprof(
     labels = tags(pprof(tasks, "-tags"))
     assert "waiting" in labels["state"] and set(labels["state"]) <= {"running", "ready", "waiting"}
     assert set(labels["task"]) == {"request", "background"}  # request handlers and the rest
+    assert "GET /stages" in labels["route"], labels  # a request's route, from its route frame
     assert "stages_handler" in pprof(tasks, "-top", "-nodecount=200")

@@ -202,7 +202,7 @@ def test_task_windows_arrive_as_asyncio_tasks_with_the_stores_counts(
 ) -> None:
     """With task scans on (20 Hz here), each window's tasks go out as a third profile type,
     ``asyncio_tasks``: one scan period of wall time per task-sample, labelled with the task's
-    state and kind, the totals those of the store."""
+    state and kind (a request's with its route), the totals those of the store."""
     target = spawn.target("aiohttp_app")
     load.start(target.url + "/stages", seconds=40, connections=4)
     db = tmp_path / "s.db"
@@ -233,6 +233,10 @@ def test_task_windows_arrive_as_asyncio_tasks_with_the_stores_counts(
     # the requests' await chains: the handler and the awaits it is parked on
     names = pyroscope.names(TASKS, '{service_name="tasks", task="request"}', start, end)
     assert {"stages_handler", "fetch", "[waiting]"} <= {n.split(" (")[0] for n in names}, names
+    # each request's samples carry its route: those of GET /stages are nearly all of them
+    assert "GET /stages" in pyroscope.label_values("route", selector, start, end)
+    routed = pyroscope.total(TASKS, '{service_name="tasks", route="GET /stages"}', start, end)
+    assert 0.9 * requests <= routed <= requests, (routed, requests)
 
 
 class _Hanging:

@@ -7,7 +7,8 @@ wall nanoseconds). Every sample is labelled with its ``state`` (busy, idle, bloc
 cpu_wait) and its ``thread_name`` (``sidecar.formats.pprof``). A window with task scans adds a
 third, ``asyncio_tasks``: each task-sample stands for one scan period of one task, in wall
 nanoseconds, so a stack's value is the time tasks spent in that await chain; its samples are
-labelled with the task's ``state`` (running, ready, waiting) and ``task`` (request, background).
+labelled with the task's ``state`` (running, ready, waiting), ``task`` (request, background)
+and, for a request's, its ``route`` (``METHOD ROUTE``).
 A series is named by ``service_name`` (``--service-name``, else a short name of the target's
 command line) and labelled with the target's ``framework``, ``loop`` and ``python_version``, and
 with the pod's name and namespace where the manifests pass them in (``POD_NAME``,
@@ -29,7 +30,7 @@ from sidecar import _native
 from sidecar.discover import gunicorn_title
 from sidecar.formats import pprof
 from sidecar.rules.frames import leaf_for
-from sidecar.rules.tasks import task_kind, task_leaf
+from sidecar.rules.tasks import route_of, task_kind, task_leaf
 from sidecar.sample.messages import ProcessRecord, WindowBatch
 
 #: Pyroscope's default limits (distributor): samples per profile, bytes per profile, label sizes.
@@ -107,14 +108,14 @@ def _bounded(
     if len(samples) <= limit:
         return samples
     samples = sorted(samples, key=lambda sample: sample.count, reverse=True)
-    keep = max(0, limit - len({(s.state, s.thread, s.task) for s in samples}))
-    other: dict[tuple[str, str, str], int] = {}
+    keep = max(0, limit - len({(s.state, s.thread, s.task, s.route) for s in samples}))
+    other: dict[tuple[str, str, str, str], int] = {}
     for sample in samples[keep:]:
-        key = (sample.state, sample.thread, sample.task)
+        key = (sample.state, sample.thread, sample.task, sample.route)
         other[key] = other.get(key, 0) + sample.count
     return samples[:keep] + [
-        pprof.Sample(_marked(OTHER, leaf(state)), state, count, thread, task)
-        for (state, thread, task), count in other.items()
+        pprof.Sample(_marked(OTHER, leaf(state)), state, count, thread, task, route)
+        for (state, thread, task, route), count in other.items()
     ]
 
 
@@ -132,7 +133,13 @@ def _samples(batch: WindowBatch, states: frozenset[str] | None, limit: int) -> l
 def _task_samples(batch: WindowBatch, limit: int) -> list[pprof.Sample]:
     """The window's task rows as pprof samples, at most ``limit`` of them."""
     samples = [
-        pprof.Sample(_marked(stack, task_leaf(state)), state, count, task=task_kind(stack))
+        pprof.Sample(
+            _marked(stack, task_leaf(state)),
+            state,
+            count,
+            task=task_kind(stack),
+            route=route_of(stack) or "",
+        )
         for stack, state, count in batch.window.tasks
     ]
     return _bounded(samples, limit, task_leaf)
