@@ -105,7 +105,7 @@ class _Progress:
         span = f"{elapsed:5.1f}/{self.duration:g} s" if self.duration else f"{elapsed:5.1f} s"
         line = (
             f"\rsampling PID {self.pid}: {span} · {stats['samples']:,} ticks · "
-            f"{stats['errors']} errors · lag {stats['lag_mean'] * 1000:.1f} ms"
+            f"{stats['errors']:,} errors · lag {stats['lag_mean'] * 1000:.1f} ms"
         )
         sys.stderr.write(line + "\x1b[K")
         sys.stderr.flush()
@@ -135,8 +135,8 @@ def summary(rec: Recording) -> list[str]:
     lines = [
         f"ticks {stats['samples']:,} in {rec.elapsed:.1f} s at {rec.rate_hz:g} Hz "
         f"({profile.total:,} samples, one per thread and tick) · "
-        f"errors {stats['errors']} · late {stats['late']} · missed {stats['missed']} · "
-        f"retried {stats['retried']} · "
+        f"errors {stats['errors']:,} · late {stats['late']:,} · missed {stats['missed']:,} · "
+        f"retried {stats['retried']:,} · "
         f"lag mean {stats['lag_mean'] * 1000:.2f} ms, max {stats['lag_max'] * 1000:.2f} ms",
         f"stacks read by {stats['reader']}, on-CPU state {on_cpu_source(stats['on_cpu'])}, "
         f"GIL from {stats['gil'] or 'not read yet'}, "
@@ -182,8 +182,8 @@ def task_summary(rec: Recording) -> list[str]:
     line = (
         f"tasks: {counts.task_scans:,} scans · {mean:.1f} in flight on average · "
         + " · ".join(f"{leaf[1:-1]} {percent(n, total)}" for leaf, n in states.items())
-        + f" of {total:,} task-samples · torn {stats['task_torn']} · "
-        f"failed scans {stats['task_errors']}"
+        + f" of {total:,} task-samples · torn {stats['task_torn']:,} · "
+        f"failed scans {stats['task_errors']:,}"
     )
     lines = [line]
     asked = rec.task_rate_hz * rec.elapsed

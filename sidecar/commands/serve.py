@@ -195,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
             f"{args.max_db_size:,} bytes; leave it out for no cap"
         )
     if args.max_connections is not None and not 1 <= args.max_connections <= 1_000_000:
-        raise UsageError("--max-connections must be between 1 and 1000000")
+        raise UsageError("--max-connections must be between 1 and 1,000,000")
     if not 0.1 <= args.header_timeout <= 3600:  # nan compares false: refused too
         raise UsageError("--header-timeout must be between 0.1 and 3600 seconds")
     if not 0 <= args.port <= 65535:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -15,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from sidecar.classify.threads import is_loop_stack, state_counts
+from sidecar.commands.record import summary
 from sidecar.profile import Profile, parse_folded
+from sidecar.sample.record import record as record_live
 from tests.support.helpers import PYTHON, ROOT, LoadDriver, Spawner, one_error_line, sidecar
 
 
@@ -210,9 +213,9 @@ def test_a_target_that_tears_most_reads_is_told_to_use_blocking_mode(
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "--blocking pauses it" not in result.stderr, result.stderr
-    read = re.search(r"ticks ([\d,]+) in .* · errors (\d+) ·", result.stderr)
+    read = re.search(r"ticks ([\d,]+) in .* · errors ([\d,]+) ·", result.stderr)
     assert read, result.stderr
-    samples, errors = int(read[1].replace(",", "")), int(read[2])
+    samples, errors = (int(n.replace(",", "")) for n in (read[1], read[2]))
     assert samples > 300 and errors < 0.05 * (samples + errors), result.stderr
 
 
@@ -258,3 +261,17 @@ def test_a_program_that_cannot_start_or_is_no_python_is_one_line(tmp_path: Path)
     line = one_error_line(sidecar("record", "-d", "5", "-o", out, "--", "/bin/true"))
     assert line == "sidecar: error: /bin/true exited with status 0 before sidecar could attach"
     assert not Path(out).exists()
+
+
+def test_the_summary_writes_every_count_with_thousands_separators(spawn: Spawner) -> None:
+    """One style of count in the summary: a recording of a real target whose counters are set
+    past a thousand (a sampler on a loaded host gets there: "late 1724 · missed 6762" once
+    stood beside "23,281") prints each with its separators."""
+    target = spawn.target("spin")
+    rec = record_live(target.pid, duration=0.5)
+    big = {"errors": 1234, "late": 1724, "missed": 6762, "retried": 2345}
+    rec = dataclasses.replace(rec, stats={**rec.stats, **big})  # type: ignore[typeddict-item]
+    line = summary(rec)[0]
+    for name, count in big.items():
+        assert f"{name} {count:,} ·" in line, line
+    assert not re.search(r"(?<![\d.,])\d{4,}", line), line
