@@ -275,3 +275,48 @@ def test_the_summary_writes_every_count_with_thousands_separators(spawn: Spawner
     for name, count in big.items():
         assert f"{name} {count:,} ·" in line, line
     assert not re.search(r"(?<![\d.,])\d{4,}", line), line
+
+
+#: A program that imports asyncio (and with it `threading`, where thread names are kept) half
+#: a second after it starts, then holds its event loop 0.3 s in ``hold_the_loop`` after
+#: ``{wait}`` seconds.
+STALLS_LATE = """import time
+time.sleep(0.5)
+import asyncio
+def hold_the_loop():
+    time.sleep(0.3)
+async def main():
+    await asyncio.sleep({wait})
+    hold_the_loop()
+    await asyncio.sleep(0.5)
+asyncio.run(main())
+"""
+
+
+def _stall_thread(stderr: str) -> str:
+    """The thread named under the stall held in ``hold_the_loop``, in the summary's table."""
+    lines = stderr.splitlines()
+    row = next(
+        i for i, line in enumerate(lines) if re.match(r" *\d+\.\d+ s.* at hold_the_loop \(", line)
+    )
+    named = re.search(r"\(([^()]*)\)$", lines[row + 1])
+    assert named, stderr
+    return named[1]
+
+
+def test_a_stall_names_its_thread_the_same_for_a_started_program_and_a_pid(
+    spawn: Spawner, tmp_path: Path
+) -> None:
+    """A program started by ``record --`` is attached to before it imports `threading`: its
+    thread's name is looked up again once there is one, so the stall's row says MainThread,
+    as it does under ``--pid``, not "thread 29940"."""
+    out = str(tmp_path / "s.txt")
+    started = sidecar("record", "-f", "folded", "-o", out, "--", PYTHON, "-c",
+                      STALLS_LATE.format(wait=1.5))  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    assert _stall_thread(started.stderr) == "MainThread", started.stderr
+    popen = spawn.command(str(PYTHON), "-c", STALLS_LATE.format(wait=3.5))
+    by_pid = sidecar("record", "-p", str(popen.pid), "-d", "10", "-f", "folded", "-o", out,
+                     "--force")  # fmt: skip
+    assert by_pid.returncode == 0, by_pid.stderr
+    assert _stall_thread(by_pid.stderr) == "MainThread", by_pid.stderr
