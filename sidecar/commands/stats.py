@@ -22,6 +22,7 @@ from sidecar.analyze.tasks import task_block, task_lines
 from sidecar.analyze.threads import Analysis, Ranked, analyze, state_line
 from sidecar.classify.process import ProcessInfo, refine
 from sidecar.classify.stalls import Stall
+from sidecar.commands.habits import add_answers
 from sidecar.commands.options import add_stall_ms, add_task_bound, add_task_rate
 from sidecar.commands.signals import terminate_as_interrupt
 from sidecar.discover import describe
@@ -77,6 +78,7 @@ def add_parser(sub: Any) -> None:
     parser.add_argument(
         "--top", type=int, default=10, metavar="N", help="rows of the tables (default 10)"
     )
+    add_answers(parser)
     parser.set_defaults(run=run)
 
 
