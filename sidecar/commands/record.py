@@ -247,9 +247,12 @@ def run(args: argparse.Namespace) -> int:
         launched.stop()  # never left running; the error says what went wrong
         raise
     # stopped if it runs on, and how it ended said
-    said = launched.stop() or launched.status()
+    stopped = launched.stop()
     if not args.quiet:
-        print(said, file=sys.stderr)
+        print(stopped or launched.status(), file=sys.stderr)
+    if code == 0 and stopped is None:
+        # it ended on its own: its status is passed on (a CI job fails when its tests do)
+        return launched.exit_status()
     return code
 
 
@@ -307,7 +310,8 @@ def _record(args: argparse.Namespace, output: str, launched: Launched | None) ->
             print(f"wrote {output} ({args.format}, {profile.total:,} samples)", file=sys.stderr)
     if args.tasks:
         _write_tasks(args, rec, output, title)
-    return 0
+    # ended early by Ctrl-C (130) or SIGTERM (143), what was sampled written all the same
+    return 128 + rec.stopped_by if rec.interrupted else 0
 
 
 def _write_tasks(args: argparse.Namespace, rec: Recording, output: str, title: str) -> None:

@@ -99,4 +99,19 @@ class Launched:
     def status(self) -> str:
         """How the program ended, once it has."""
         code = self.child.wait()
+        if code < 0:
+            return f"{self.text} was ended by {_signal_name(-code)}"
         return f"{self.text} exited with status {code}"
+
+    def exit_status(self) -> int:
+        """The program's exit status as a shell gives it, once it has ended: its own, or 128 +
+        N for one ended by signal N."""
+        code = self.child.wait()
+        return 128 - code if code < 0 else code
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
