@@ -263,6 +263,31 @@ def test_a_program_that_cannot_start_or_is_no_python_is_one_line(tmp_path: Path)
     assert not Path(out).exists()
 
 
+def test_a_started_program_that_is_not_python_is_said_so_at_once_and_stopped(
+    tmp_path: Path,
+) -> None:
+    """``record -- /bin/sleep 60`` said so only once the program exited; a second after its
+    exec it is said not to be a Python program, and stopped (the call's timeout is shorter
+    than the program)."""
+    out = tmp_path / "x.svg"
+    line = one_error_line(sidecar("record", "-o", str(out), "--", "/bin/sleep", "60", timeout=30))
+    said = re.fullmatch(
+        r"sidecar: error: /bin/sleep 60 is not a Python program: PID (\d+) runs (\S+), with no "
+        r"libpython loaded \(stopped it\); record samples the program it starts, not the "
+        r"programs that one starts",
+        line,
+    )
+    assert said, line
+    assert Path(said[2]).name == "sleep"
+    assert not Path(f"/proc/{said[1]}").exists()  # ended and reaped
+    assert not out.exists()
+    # a program that executes Python after a moment (a shell script's `exec python`) is waited for
+    script = f"sleep 0.3; exec {shlex.quote(str(PYTHON))} -c {shlex.quote(SPINS)}"
+    result = sidecar("record", "-f", "folded", "-o", str(out), "--", "/bin/sh", "-c", script)
+    assert result.returncode == 0, result.stderr
+    assert any("spin_here (<string>:" in s for s in parse_folded(out.read_text()).stacks)
+
+
 def test_the_summary_writes_every_count_with_thousands_separators(spawn: Spawner) -> None:
     """One style of count in the summary: a recording of a real target whose counters are set
     past a thousand (a sampler on a loaded host gets there: "late 1724 · missed 6762" once
