@@ -182,6 +182,7 @@ def _from_environment(
 def run(args: argparse.Namespace) -> int:
 
     from sidecar.serve.api import create_app
+    from sidecar.serve.asked import check_at_start
     from sidecar.serve.descriptors import RESERVED, connection_cap, raise_limit
     from sidecar.serve.http import listen, server_for
     from sidecar.serve.push import endpoint
@@ -227,6 +228,7 @@ def run(args: argparse.Namespace) -> int:
         push = endpoint(args.push, token_file=args.push_token_file, tenant=args.push_tenant)
     if args.service_name is not None and not args.service_name.strip():
         raise UsageError("--service-name must not be empty")
+    check_at_start(args.pid)  # a PID asked for that is not there is a mistake: said now
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
