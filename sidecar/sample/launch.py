@@ -2,10 +2,9 @@
 COMMAND`` and CPython's ``profiling.sampling run`` do. The program runs as sidecar's child with
 sidecar's terminal; it is attached to as soon as its interpreter can be read (one that runs
 no Python a second after its last exec is said not to be a Python program, and stopped), and,
-when the
-recording ends before it does (``--duration``, Ctrl-C), stopped: SIGTERM, then SIGKILL. Should
-sidecar itself die without a word (``kill -9``), the kernel sends the program SIGTERM
-(``PR_SET_PDEATHSIG``): no program is left running on its own."""
+when the recording ends before it does (``--duration``, Ctrl-C), stopped: SIGTERM, then
+SIGKILL. Should sidecar itself die without a word (``kill -9``), the kernel sends the program
+SIGTERM (``PR_SET_PDEATHSIG``): no program is left running on its own."""
 
 from __future__ import annotations
 
