@@ -52,9 +52,14 @@ def parse_wrk(text: str) -> dict[str, Any]:
 
 #: The summary line of ``sidecar record``.
 RECORD_SUMMARY = re.compile(
-    r"ticks ([\d,]+) in ([\d.]+) s at ([\d.]+) Hz \([^)]*\) · errors (\d+) · late (\d+) · "
-    r"missed (\d+)"
+    r"ticks ([\d,]+) in ([\d.]+) s at ([\d.]+) Hz \([^)]*\) · errors ([\d,]+) · late ([\d,]+) · "
+    r"missed ([\d,]+)"
 )
+
+
+def _count(text: str) -> int:
+    """A count as sidecar prints it, with thousands separators."""
+    return int(text.replace(",", ""))
 
 
 def parse_record(text: str) -> dict[str, float]:
@@ -63,8 +68,9 @@ def parse_record(text: str) -> dict[str, float]:
     if match is None:
         raise ValueError(f"no summary in sidecar record's output: {text[-300:]!r}")
     samples, seconds, _rate, errors, late, missed = match.groups()
-    return {"samples": int(samples.replace(",", "")), "seconds": float(seconds),
-            "errors": int(errors), "late": int(late), "missed": int(missed)}  # fmt: skip
+    return {"samples": _count(samples), "seconds": float(seconds),
+            "errors": _count(errors), "late": _count(late),
+            "missed": _count(missed)}  # fmt: skip
 
 
 def parse_pyspy(text: str) -> dict[str, int]:

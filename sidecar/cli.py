@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from sidecar import __version__
 from sidecar.commands import COMMANDS
-from sidecar.errors import SidecarError
+from sidecar.errors import SidecarError, signal_of
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,9 +36,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SidecarError as err:
         print(f"sidecar: error: {err}", file=sys.stderr)
         return err.exit_code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         print("sidecar: interrupted", file=sys.stderr)
-        return 130
+        return 128 + signal_of(interrupt)  # 130 for Ctrl-C, 143 for SIGTERM
     except BrokenPipeError:
         return 1
     return code

@@ -32,7 +32,7 @@ def rate_problem(rate: float) -> str | None:
         return None
     return (
         f"--rate {rate:g}: the rate is samples per second, more than 0 and at most "
-        f"{MAX_RATE_HZ:g} (default {RATE_HZ:g})"
+        f"{MAX_RATE_HZ:,g} (default {RATE_HZ:g})"
     )
 
 
@@ -52,5 +52,5 @@ def stall_problem(stall_ms: float) -> str | None:
         return None
     return (
         f"--stall-ms {stall_ms:g}: the shortest stall reported, in milliseconds, from 1 to "
-        f"3600000 (default {STALL_MS:g})"
+        f"3,600,000 (default {STALL_MS:g})"
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -63,6 +64,17 @@ def native_errors(pid: int) -> Iterator[None]:
         raise denied(pid, str(err)) from err
     except _native.SamplerError as err:
         raise TargetError(str(err)) from err
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C raises KeyboardInterrupt (``commands.signals``)."""
+
+    signum = signal.SIGTERM
+
+
+def signal_of(interrupt: KeyboardInterrupt) -> int:
+    """The signal that raised ``interrupt``: SIGTERM for ``Terminated``, else SIGINT."""
+    return int(getattr(interrupt, "signum", signal.SIGINT))
 
 
 class CgroupError(SidecarError):

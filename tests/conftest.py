@@ -10,7 +10,7 @@ import pytest
 
 from tests.support import faultkit, helpers
 from tests.support.cgroups import limited  # noqa: F401  (a fixture: a cgroup with a CPU quota)
-from tests.support.helpers import REPORTS, LoadDriver, Serve, Servers, Spawner
+from tests.support.helpers import NO_TARGET, REPORTS, LoadDriver, Serve, Servers, Spawner
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -83,7 +83,7 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Serve]]:
             """Samples only the given PIDs (or what ``--match`` in args selects)."""
             selection = [arg for pid in pids for arg in ("--pid", str(pid))]
             if not selection and "--match" not in args:
-                selection = ["--pid", "1"]  # nothing of this machine's other processes
+                selection = list(NO_TARGET)  # nothing of this machine's other processes
             db = db or tmp_path / "sidecar.db"
             return started(db, "--window", "1", *selection, *args, token=token, env=env)
 

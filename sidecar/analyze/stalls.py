@@ -68,7 +68,8 @@ def stall_rows(stalls: Sequence[Stall], top: int, period_s: float) -> list[str]:
         f"longest stalls (lengths within {1000 * period_s:g} ms, the sampling period, at "
         "either end)",
     ]
-    for stall in longest(stalls, top):
+    shown = longest(stalls, top)
+    for stall in shown:
         when = time.strftime("%H:%M:%S", time.localtime(stall.start))
         when += f".{int(stall.start * 1000) % 1000:03d}"
         length = f"{stall.duration_s:5.2f} s{'+' if stall.ongoing else ' '}"
@@ -81,7 +82,7 @@ def stall_rows(stalls: Sequence[Stall], top: int, period_s: float) -> list[str]:
             stall.throttling.throttled_periods or stall.state == "cpu_wait"
         ):
             lines.append(f"{'':>9}{stall.throttling.line()}")
-    if any(s.ongoing for s in stalls):
+    if any(s.ongoing for s in shown):  # the legend of a mark in the table, when one is there
         lines.append("+ still stalled when sampling ended")
     return lines
 

@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from sidecar import _native
+from sidecar.commands.habits import add_answers
 from sidecar.commands.options import add_blocking, check_blocking
 from sidecar.commands.signals import terminate_as_interrupt
 from sidecar.discover import prefork_group
@@ -63,6 +64,7 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="each process of PID's pre-fork group (a gunicorn master and its workers), in turn",
     )
+    add_answers(parser)
     parser.set_defaults(run=run)
 
 

@@ -111,7 +111,7 @@ class _Progress:
         span = f"{elapsed:5.1f}/{self.duration:g} s" if self.duration else f"{elapsed:5.1f} s"
         line = (
             f"\rsampling PID {self.pid}: {span} · {stats['samples']:,} ticks · "
-            f"{stats['errors']} errors · lag {stats['lag_mean'] * 1000:.1f} ms"
+            f"{stats['errors']:,} errors · lag {stats['lag_mean'] * 1000:.1f} ms"
         )
         sys.stderr.write(line + "\x1b[K")
         sys.stderr.flush()
@@ -141,8 +141,8 @@ def summary(rec: Recording) -> list[str]:
     lines = [
         f"ticks {stats['samples']:,} in {rec.elapsed:.1f} s at {rec.rate_hz:g} Hz "
         f"({profile.total:,} samples, one per thread and tick) · "
-        f"errors {stats['errors']} · late {stats['late']} · missed {stats['missed']} · "
-        f"retried {stats['retried']} · "
+        f"errors {stats['errors']:,} · late {stats['late']:,} · missed {stats['missed']:,} · "
+        f"retried {stats['retried']:,} · "
         f"lag mean {stats['lag_mean'] * 1000:.2f} ms, max {stats['lag_max'] * 1000:.2f} ms",
         f"stacks read by {stats['reader']}, on-CPU state {on_cpu_source(stats['on_cpu'])}, "
         f"GIL from {stats['gil'] or 'not read yet'}, "
@@ -188,8 +188,8 @@ def task_summary(rec: Recording) -> list[str]:
     line = (
         f"tasks: {counts.task_scans:,} scans · {mean:.1f} in flight on average · "
         + " · ".join(f"{leaf[1:-1]} {percent(n, total)}" for leaf, n in states.items())
-        + f" of {total:,} task-samples · torn {stats['task_torn']} · "
-        f"failed scans {stats['task_errors']}"
+        + f" of {total:,} task-samples · torn {stats['task_torn']:,} · "
+        f"failed scans {stats['task_errors']:,}"
     )
     lines = [line]
     asked = rec.task_rate_hz * rec.elapsed
@@ -256,9 +256,12 @@ def run(args: argparse.Namespace) -> int:
         launched.stop()  # never left running; the error says what went wrong
         raise
     # stopped if it runs on, and how it ended said
-    said = launched.stop() or launched.status()
+    stopped = launched.stop()
     if not args.quiet:
-        print(said, file=sys.stderr)
+        print(stopped or launched.status(), file=sys.stderr)
+    if code == 0 and stopped is None:
+        # it ended on its own: its status is passed on (a CI job fails when its tests do)
+        return launched.exit_status()
     return code
 
 
@@ -317,7 +320,8 @@ def _record(args: argparse.Namespace, output: str, launched: Launched | None) ->
             print(f"wrote {output} ({args.format}, {profile.total:,} samples)", file=sys.stderr)
     if args.tasks:
         _write_tasks(args, rec, output, title)
-    return 0
+    # ended early by Ctrl-C (130) or SIGTERM (143), what was sampled written all the same
+    return 128 + rec.stopped_by if rec.interrupted else 0
 
 
 def _write_tasks(args: argparse.Namespace, rec: Recording, output: str, title: str) -> None:

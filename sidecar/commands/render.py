@@ -34,8 +34,11 @@ def _percent(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, not {text}")
+    # a percentage of the whole graph's width: above 100 not even the root is drawn
+    if not 0 <= value <= 100:
+        raise argparse.ArgumentTypeError(
+            f"must be between 0 and 100 (a percentage of the total), not {text}"
+        )
     return value
 
 

@@ -183,6 +183,7 @@ def _from_environment(
 def run(args: argparse.Namespace) -> int:
 
     from sidecar.serve.api import create_app
+    from sidecar.serve.asked import check_at_start
     from sidecar.serve.descriptors import RESERVED, connection_cap, raise_limit
     from sidecar.serve.http import listen, server_for
     from sidecar.serve.push import endpoint
@@ -196,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
             f"{args.max_db_size:,} bytes; leave it out for no cap"
         )
     if args.max_connections is not None and not 1 <= args.max_connections <= 1_000_000:
-        raise UsageError("--max-connections must be between 1 and 1000000")
+        raise UsageError("--max-connections must be between 1 and 1,000,000")
     if not 0.1 <= args.header_timeout <= 3600:  # nan compares false: refused too
         raise UsageError("--header-timeout must be between 0.1 and 3600 seconds")
     if not 0 <= args.port <= 65535:
@@ -228,6 +229,7 @@ def run(args: argparse.Namespace) -> int:
         push = endpoint(args.push, token_file=args.push_token_file, tenant=args.push_tenant)
     if args.service_name is not None and not args.service_name.strip():
         raise UsageError("--service-name must not be empty")
+    check_at_start(args.pid)  # a PID asked for that is not there is a mistake: said now
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

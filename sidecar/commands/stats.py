@@ -25,6 +25,7 @@ from sidecar.analyze.threads import Analysis, Ranked, analyze, state_line
 from sidecar.classify.process import ProcessInfo, refine
 from sidecar.classify.requests import SlowRequest
 from sidecar.classify.stalls import Stall
+from sidecar.commands.habits import add_answers
 from sidecar.commands.options import add_slow_ms, add_stall_ms, add_task_bound, add_task_rate
 from sidecar.commands.signals import terminate_as_interrupt
 from sidecar.discover import describe
@@ -81,6 +82,7 @@ def add_parser(sub: Any) -> None:
     parser.add_argument(
         "--top", type=int, default=10, metavar="N", help="rows of the tables (default 10)"
     )
+    add_answers(parser)
     parser.set_defaults(run=run)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from sidecar.commands.habits import add_answers
 from sidecar.sample.tasks import snapshot, summary_line, tree_lines
 
 HELP = "print the asyncio tasks of a running process (CPython 3.11+) as a tree"
@@ -19,6 +20,7 @@ def add_parser(sub: Any) -> None:
         "The target is read, never stopped.",
     )
     parser.add_argument("-p", "--pid", type=int, required=True, help="process to read")
+    add_answers(parser)
     parser.set_defaults(run=run)
 
 

@@ -20,6 +20,7 @@ from sidecar import _native, defaults
 from sidecar.analyze.top import DEFAULT_SPAN, SORTS, SPANS, Rolling, View
 from sidecar.classify.process import ProcessInfo
 from sidecar.classify.window import window_of
+from sidecar.commands.habits import add_answers
 from sidecar.commands.options import add_rate, add_stall_ms
 from sidecar.commands.signals import terminate_as_interrupt
 from sidecar.commands.top_view import Frame, screen
@@ -63,6 +64,7 @@ def add_parser(sub: Any) -> None:
         help="print N plain-text snapshots of the screen a second apart and exit (for a pipe "
         "or a log; without it, standard output must be a terminal)",
     )
+    add_answers(parser)
     parser.set_defaults(run=run)
 
 

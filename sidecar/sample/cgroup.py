@@ -62,7 +62,7 @@ class Throttling:
             raise CgroupError("the cgroup's cpu.stat counters went backwards: it was replaced")
         if throttled > periods:
             raise CgroupError(
-                f"the cgroup's cpu.stat counted {throttled} throttled periods of {periods}"
+                f"the cgroup's cpu.stat counted {throttled:,} throttled periods of {periods:,}"
             )
         return ThrottledSpan(periods, throttled, lost)
 

@@ -21,7 +21,7 @@ from sidecar.classify.tasks import InFlight
 from sidecar.classify.threads import holder_name, is_loop_stack, state_counts
 from sidecar.classify.window import Window, window_of
 from sidecar.discover import read_cmdline
-from sidecar.errors import TargetGone
+from sidecar.errors import TargetGone, signal_of
 from sidecar.formats.pprof import Sample
 from sidecar.profile import Profile, Target
 from sidecar.rules.frames import leaf_for
@@ -183,6 +183,8 @@ class Recording:
     kernel_after: KernelReading | None = None
     #: what became of it meanwhile: stopped, or another program (None: not watched)
     fate: Fate | None = None
+    #: the signal that ended the recording early (SIGINT: Ctrl-C; SIGTERM), 0 when none did
+    stopped_by: int = 0
 
     def fate_lines(self) -> list[str]:
         """What became of the target while it was sampled, if anything (``Fate.lines``)."""
@@ -321,12 +323,14 @@ def record(
     throttle = ThrottleLog(bound=1_000_000)
     throttle.note(kernel_before.cgroup)
     fate = Fate.of(pid)
-    if on_attach is not None:
-        on_attach(sampler.python_version)
     counts = Tally()
     begin = time.monotonic()
     interrupted = False
+    stopped_by = 0
     try:
+        # told within: a Ctrl-C as soon as "sampling" is said ends the recording like any other
+        if on_attach is not None:
+            on_attach(sampler.python_version)
         while sampler.running:
             elapsed = time.monotonic() - begin
             if duration is not None and elapsed >= duration:
@@ -342,8 +346,9 @@ def record(
                 counts.add(window_of(window))
             if progress is not None:
                 progress(time.monotonic() - begin, sampler.stats())
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         interrupted = True
+        stopped_by = signal_of(interrupt)
     finally:
         sampler.stop()
     for window in sampler.drain(flush=True):
@@ -363,6 +368,7 @@ def record(
         stats=stats,
         exited=sampler.exited,
         interrupted=interrupted,
+        stopped_by=stopped_by,
         elapsed=time.monotonic() - begin,
         task_rate_hz=tasks_hz,
         blocking=blocking,

@@ -18,6 +18,15 @@ def on_cpu_source(on_cpu: str) -> str:
     return on_cpu or "not read yet"
 
 
+def clock_words(clock: str) -> str:
+    """Where a sampler ticks, from its ``clock`` ("own", "shared", or "own (moved off the
+    shared clock: why)"), in words that follow "ticks on"."""
+    for name, words in (("own", "a thread of its own"), ("shared", "the shared clock")):
+        if clock == name or clock.startswith(name + " "):
+            return words + clock[len(name) :]
+    return clock
+
+
 #: The share of ticks without a sample (every read of them torn) that record's summary and
 #: serve's log warn of.
 TORN_SHARE = 0.05

@@ -101,14 +101,14 @@ def summary_line(pid: int, scan: _native.TaskScan) -> str:
     counts = {state: 0 for state in STATES}
     for task in scan["tasks"]:
         counts[task["state"]] += 1
-    states = " · ".join(f"{state} {counts[state]}" for state in STATES)
-    line = f"PID {pid} · Python {scan['python_version']} · {len(scan['tasks'])} tasks: {states}"
+    states = " · ".join(f"{state} {counts[state]:,}" for state in STATES)
+    line = f"PID {pid} · Python {scan['python_version']} · {len(scan['tasks']):,} tasks: {states}"
     if requests := sum(task["request"] is not None for task in scan["tasks"]):
-        line += f" · {requests} request{'s' * (requests != 1)} in flight"
+        line += f" · {requests:,} request{'s' * (requests != 1)} in flight"
     if scan["torn"]:
-        line += f" · {scan['torn']} changed as they were read, left out"
+        line += f" · {scan['torn']:,} changed as they were read, left out"
     if torn := scan["requests_torn"]:
-        line += f" · {torn} request{'s' * (torn != 1)} changed as they were read, not shown"
+        line += f" · {torn:,} request{'s' * (torn != 1)} changed as they were read, not shown"
     if scan["unread"]:
-        line += f" · {scan['unread']} more not read (the scan's bound)"
+        line += f" · {scan['unread']:,} more not read (the scan's bound)"
     return line

@@ -17,6 +17,7 @@ from typing import Any
 from sidecar import defaults
 from sidecar.access import detect
 from sidecar.discover import Selection
+from sidecar.serve.asked import Asked
 from sidecar.serve.descriptors import Descriptors, connection_cap, soft_limit
 from sidecar.serve.http import HEADER_TIMEOUT, HttpLimits
 from sidecar.serve.push import Client, Endpoint, Pusher, pod_labels
@@ -101,6 +102,8 @@ class Service:
             descriptors=self.descriptors,
         )
         self.reader = Reader(config.db, config.window)
+        #: the PIDs of --pid, and those of them not sampled now
+        self.asked = Asked(config.pids, clock=clock)
         self.tracing = detect()
         self.started_at = clock()
         self._stop = threading.Event()
@@ -126,6 +129,10 @@ class Service:
                 self.descriptors.check()
                 if time.monotonic() >= next_scan:
                     self.sessions.scan()
+                    self.asked.check(
+                        (key[0] for key in list(self.sessions.sessions)),
+                        (key[0] for key in list(self.sessions.problems)),
+                    )
                     next_scan = time.monotonic() + self.config.scan_interval
                 self.sessions.drain()
             except Exception:  # keep sampling whatever one pass hits
@@ -133,8 +140,8 @@ class Service:
             self._stop.wait(0.5)
 
     def health(self) -> dict[str, Any]:
-        """Liveness plus what needs attention: untraceable processes now, and the store's
-        problems now or in its recent past (``SinkHealth.degraded``)."""
+        """Liveness plus what needs attention: untraceable processes now, PIDs of --pid not
+        sampled, and the store's problems now or in its recent past (``SinkHealth.degraded``)."""
         health = self.writer.health
         now = self.clock()
         # the program's name alone: arguments can hold secrets, and /healthz answers without
@@ -148,12 +155,14 @@ class Service:
             }
             for p in list(self.sessions.problems.values())
         ]
+        missing = self.asked.health()
         disk_full = health.disk_full(now)
         push = self._push_health(now)
         descriptors = self.descriptors.health(now)
         degraded = (
             health.degraded(now)
             or bool(problems)
+            or bool(missing)
             or bool(push and push["degraded"])
             or descriptors["exhausted"]
         )
@@ -163,6 +172,7 @@ class Service:
             "sessions": len(self.sessions.sessions),
             "tracing": self.tracing.explain(),
             "problems": problems,
+            "missing": missing,
             "store": {
                 "path": str(self.config.db),
                 "size_bytes": health.size_bytes,

@@ -38,7 +38,7 @@ from sidecar.errors import CgroupError, TargetError, TargetGone
 from sidecar.sample.cgroup import CgroupCpu, CpuUnknown, ThrottleLog, Throttling, probe_cpu
 from sidecar.sample.messages import Gone, ProcessKey, ProcessRecord, WindowBatch
 from sidecar.sample.record import Tally
-from sidecar.sample.sampler import TORN_SHARE, on_cpu_source, open_sampler, torn_note
+from sidecar.sample.sampler import TORN_SHARE, clock_words, on_cpu_source, open_sampler, torn_note
 from sidecar.serve.descriptors import Descriptors, soft_limit
 
 if TYPE_CHECKING:
@@ -407,7 +407,7 @@ class Sessions:
             clock = session.sampler.clock
             if clock != session.clock:
                 session.clock = clock
-                log.warning("PID %d: its sampler now ticks on %s", key[0], clock)
+                log.warning("PID %d: its sampler now ticks on %s", key[0], clock_words(clock))
             gil = session.sampler.gil
             if gil and gil != session.gil:
                 # said once known, and again whenever it changes (waits found unreadable)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.faultkit import Entry, integrity, record, window_ticks
-from tests.support.helpers import Serve, Servers, Spawner, wait_until
+from tests.support.helpers import NO_TARGET, Serve, Servers, Spawner, wait_until
 
 pytestmark = pytest.mark.faults
 
@@ -119,7 +119,7 @@ def test_connections_that_send_no_or_half_their_headers_are_closed(
     held 40 s, none closed. With --header-timeout, a connection that sends nothing, half the
     headers of its request, or half those of its next request after a full one is closed by
     the server within three times the timeout; a full request is answered all along."""
-    server = sidecars(tmp_path / "http.db", "--window", "1", "--pid", "1", "--header-timeout",
+    server = sidecars(tmp_path / "http.db", "--window", "1", *NO_TARGET, "--header-timeout",
                       str(HEADER_TIMEOUT), "--max-connections", "400")  # fmt: skip
     silent = [connect(server.port) for _ in range(HELD)]
     partial = [connect(server.port) for _ in range(HELD)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -15,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from sidecar.classify.threads import is_loop_stack, state_counts
+from sidecar.commands.record import summary
 from sidecar.profile import Profile, parse_folded
+from sidecar.sample.record import record as record_live
 from tests.support.helpers import PYTHON, ROOT, LoadDriver, Spawner, one_error_line, sidecar
 
 
@@ -210,9 +213,9 @@ def test_a_target_that_tears_most_reads_is_told_to_use_blocking_mode(
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "--blocking pauses it" not in result.stderr, result.stderr
-    read = re.search(r"ticks ([\d,]+) in .* · errors (\d+) ·", result.stderr)
+    read = re.search(r"ticks ([\d,]+) in .* · errors ([\d,]+) ·", result.stderr)
     assert read, result.stderr
-    samples, errors = int(read[1].replace(",", "")), int(read[2])
+    samples, errors = (int(n.replace(",", "")) for n in (read[1], read[2]))
     assert samples > 300 and errors < 0.05 * (samples + errors), result.stderr
 
 
@@ -258,3 +261,87 @@ def test_a_program_that_cannot_start_or_is_no_python_is_one_line(tmp_path: Path)
     line = one_error_line(sidecar("record", "-d", "5", "-o", out, "--", "/bin/true"))
     assert line == "sidecar: error: /bin/true exited with status 0 before sidecar could attach"
     assert not Path(out).exists()
+
+
+def test_a_started_program_that_is_not_python_is_said_so_at_once_and_stopped(
+    tmp_path: Path,
+) -> None:
+    """``record -- /bin/sleep 60`` said so only once the program exited; a second after its
+    exec it is said not to be a Python program, and stopped (the call's timeout is shorter
+    than the program)."""
+    out = tmp_path / "x.svg"
+    line = one_error_line(sidecar("record", "-o", str(out), "--", "/bin/sleep", "60", timeout=30))
+    said = re.fullmatch(
+        r"sidecar: error: /bin/sleep 60 is not a Python program: PID (\d+) runs (\S+), with no "
+        r"libpython loaded \(stopped it\); record samples the program it starts, not the "
+        r"programs that one starts",
+        line,
+    )
+    assert said, line
+    assert Path(said[2]).name == "sleep"
+    assert not Path(f"/proc/{said[1]}").exists()  # ended and reaped
+    assert not out.exists()
+    # a program that executes Python after a moment (a shell script's `exec python`) is waited for
+    script = f"sleep 0.3; exec {shlex.quote(str(PYTHON))} -c {shlex.quote(SPINS)}"
+    result = sidecar("record", "-f", "folded", "-o", str(out), "--", "/bin/sh", "-c", script)
+    assert result.returncode == 0, result.stderr
+    assert any("spin_here (<string>:" in s for s in parse_folded(out.read_text()).stacks)
+
+
+def test_the_summary_writes_every_count_with_thousands_separators(spawn: Spawner) -> None:
+    """One style of count in the summary: a recording of a real target whose counters are set
+    past a thousand (a sampler on a loaded host gets there: "late 1724 · missed 6762" once
+    stood beside "23,281") prints each with its separators."""
+    target = spawn.target("spin")
+    rec = record_live(target.pid, duration=0.5)
+    big = {"errors": 1234, "late": 1724, "missed": 6762, "retried": 2345}
+    rec = dataclasses.replace(rec, stats={**rec.stats, **big})  # type: ignore[typeddict-item]
+    line = summary(rec)[0]
+    for name, count in big.items():
+        assert f"{name} {count:,} ·" in line, line
+    assert not re.search(r"(?<![\d.,])\d{4,}", line), line
+
+
+#: A program that imports asyncio (and with it `threading`, where thread names are kept) half
+#: a second after it starts, then holds its event loop 0.3 s in ``hold_the_loop`` after
+#: ``{wait}`` seconds.
+STALLS_LATE = """import time
+time.sleep(0.5)
+import asyncio
+def hold_the_loop():
+    time.sleep(0.3)
+async def main():
+    await asyncio.sleep({wait})
+    hold_the_loop()
+    await asyncio.sleep(0.5)
+asyncio.run(main())
+"""
+
+
+def _stall_thread(stderr: str) -> str:
+    """The thread named under the stall held in ``hold_the_loop``, in the summary's table."""
+    lines = stderr.splitlines()
+    row = next(
+        i for i, line in enumerate(lines) if re.match(r" *\d+\.\d+ s.* at hold_the_loop \(", line)
+    )
+    named = re.search(r"\(([^()]*)\)$", lines[row + 1])
+    assert named, stderr
+    return named[1]
+
+
+def test_a_stall_names_its_thread_the_same_for_a_started_program_and_a_pid(
+    spawn: Spawner, tmp_path: Path
+) -> None:
+    """A program started by ``record --`` is attached to before it imports `threading`: its
+    thread's name is looked up again once there is one, so the stall's row says MainThread,
+    as it does under ``--pid``, not "thread 29940"."""
+    out = str(tmp_path / "s.txt")
+    started = sidecar("record", "-f", "folded", "-o", out, "--", PYTHON, "-c",
+                      STALLS_LATE.format(wait=1.5))  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    assert _stall_thread(started.stderr) == "MainThread", started.stderr
+    popen = spawn.command(str(PYTHON), "-c", STALLS_LATE.format(wait=3.5))
+    by_pid = sidecar("record", "-p", str(popen.pid), "-d", "10", "-f", "folded", "-o", out,
+                     "--force")  # fmt: skip
+    assert by_pid.returncode == 0, by_pid.stderr
+    assert _stall_thread(by_pid.stderr) == "MainThread", by_pid.stderr

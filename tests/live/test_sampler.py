@@ -14,6 +14,7 @@ from typing import Literal
 import pytest
 
 from sidecar import _native
+from sidecar.sample.sampler import clock_words
 from tests.support.helpers import Spawner, frequent, memory_reads, proc_status, stack_counts
 from tests.support.procs import ROOT
 from tests.support.programs import running_cat
@@ -318,6 +319,10 @@ def test_a_slow_target_leaves_the_shared_clock(spawn: Spawner) -> None:
         while time.monotonic() < deadline and slow.stats()["clock"] == "shared":
             time.sleep(0.1)
         assert slow.stats()["clock"].startswith("own (moved off the shared clock"), slow.stats()
+        # as serve's log says it: "its sampler now ticks on a thread of its own (moved off ...)"
+        assert clock_words(slow.stats()["clock"]).startswith(
+            "a thread of its own (moved off the shared clock: "
+        ), slow.stats()
         assert len(sampler_threads()) == 2  # the clock, and the slow target's own thread
         before = slow.stats()["samples"]
         time.sleep(1.0)

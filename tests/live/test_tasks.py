@@ -120,7 +120,7 @@ def test_task_churn_reads_only_frames_the_target_runs(
     result = record_tasks(target.pid, out, duration=2)
     assert result.returncode == 0, result.stderr
     summary = re.search(
-        r"tasks: ([\d,]+) scans .* of ([\d,]+) task-samples · torn (\d+)", result.stderr
+        r"tasks: ([\d,]+) scans .* of ([\d,]+) task-samples · torn ([\d,]+)", result.stderr
     )
     assert summary, result.stderr
     assert int(summary[1].replace(",", "")) > 0 and int(summary[2].replace(",", "")) > 0

@@ -351,7 +351,10 @@ def test_untraceable_process_is_reported_then_marked_gone(
 
     assert wait_until(gone_in_db, timeout=20)
     assert not server.targets()[0]["alive"] and server.targets()[0]["problem"] is None
-    assert server.json("/healthz")["status"] == "ok"
+    # no longer a problem, but a PID asked for that is gone: still degraded, and why
+    health = server.json("/healthz")
+    assert health["status"] == "degraded" and not health["problems"], health
+    assert [(m["pid"], m["reason"]) for m in health["missing"]] == [(popen.pid, "it exited")]
 
 
 def test_a_target_whose_reads_tear_is_named_in_the_log_until_they_stand(

@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from sidecar._native import Window
 
 REPORTS = ROOT / "tests" / "reports"
+#: ``serve``'s arguments that select no process (a --match no command line matches): a PID
+#: asked for must exist and run Python, or serve refuses it.
+NO_TARGET = ("--match", "(?!)")
 #: The browser of the UI tests (Debian's Chromium, driven by Playwright) and its flags.
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

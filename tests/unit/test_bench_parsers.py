@@ -39,15 +39,15 @@ def test_record_and_pyspy_summaries() -> None:
     record = (
         "sampling PID 4242 (Python 3.11.7) at 100 Hz until Ctrl-C\n"
         "ticks 1,885 in 18.9 s at 100 Hz (3,770 samples, one per thread and tick) · errors 3 · "
-        "late 23 · missed 5 · "
+        "late 1,724 · missed 6,762 · "
         "lag mean 0.12 ms, max 0.40 ms\n"
     )
     assert parse_record(record) == {
         "samples": 1885,
         "seconds": 18.9,
         "errors": 3,
-        "late": 23,
-        "missed": 5,
+        "late": 1724,
+        "missed": 6762,
     }
     pyspy = (
         "py-spy> Sampling process 100 times a second. Press Control-C to exit.\n\n"

@@ -15,7 +15,7 @@ STATUS = "Name:\tapp\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nCapPrm:\t{prm}\nCapEff:\
 def test_the_rate_says_its_bounds_and_default() -> None:
     assert rate_problem(100) is None and rate_problem(10_000) is None
     assert rate_problem(0) == (
-        "--rate 0: the rate is samples per second, more than 0 and at most 10000 (default 100)"
+        "--rate 0: the rate is samples per second, more than 0 and at most 10,000 (default 100)"
     )
     assert rate_problem(20_000) is not None and rate_problem(float("nan")) is not None
     result = sidecar("record", "-p", "1", "-r", "0")

@@ -35,6 +35,14 @@ def test_render_command(tmp_path: Path) -> None:
     assert narrow.returncode == 0, narrow.stderr
     svg = (tmp_path / "narrow.svg").read_text()
     assert "work (a.py:2) (7 samples" in svg and "[idle] (3 samples" not in svg
-    negative = sidecar("render", str(folded), "--min-width", "-1")
-    assert negative.returncode == 2
-    assert "--min-width: must be >= 0" in negative.stderr
+    # a percentage: below 0 or above 100 draws nothing sensible, refused in one line (usage)
+    for bad in ("-1", "200", "nan"):
+        refused = sidecar("render", str(folded), "--min-width", bad, "--force")
+        assert refused.returncode == 2, refused
+        assert refused.stderr.strip().splitlines()[-1] == (
+            f"sidecar render: error: argument --min-width: must be between 0 and 100 (a "
+            f"percentage of the total), not {bad}"
+        ), refused.stderr
+    widest = sidecar("render", str(folded), "-o", str(tmp_path / "all.svg"), "--min-width", "100")
+    assert widest.returncode == 0, widest.stderr
+    assert "work (a.py:2)" not in (tmp_path / "all.svg").read_text()

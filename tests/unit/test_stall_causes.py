@@ -4,6 +4,7 @@ target's cgroup around it (``sample.cgroup.ThrottleLog``), through the record su
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 import time
 from pathlib import Path
@@ -142,3 +143,15 @@ def test_the_store_keeps_ties_and_throttling_and_older_rows_read_none(tmp_path: 
         )
     (found,), _ = StallReader(Reader(db)).stalls(1, Range(now, now + 10))
     assert found["tied"] == [] and found["throttling"] is None
+
+
+def test_the_mark_of_a_stall_in_progress_is_explained_only_under_a_row_with_it() -> None:
+    """A stall still going when sampling ended is marked "+" in the table, and the legend
+    says so; when that stall is too short for the table's rows, neither is printed."""
+    stalls = [stall_of(native([("busy", SPIN, n)], start=100.0 + n), {}) for n in range(20, 26)]
+    ongoing = dataclasses.replace(stalls[0], ongoing=True)  # the shortest
+    table = stall_rows([ongoing, *stalls[1:]], 5, 0.01)
+    assert not any("+" in line for line in table), table
+    table = stall_rows([ongoing, *stalls[1:]], 6, 0.01)
+    assert table[-1] == "+ still stalled when sampling ended", table
+    assert sum(line.startswith(" 0.20 s+") for line in table) == 1, table

@@ -227,7 +227,7 @@ pub(crate) struct Readers {
     gil: Option<Result<Gil, String>>,
     cache: FrameCache,
     names: HashMap<u64, String, FxBuildHasher>,
-    /// Threads whose names were looked up (the walker does not read names).
+    /// Threads whose names are known (the walker does not read names).
     named: HashSet<u64, FxBuildHasher>,
     last_lookup: Option<Instant>,
     /// Thread ids and on-CPU states from the OS, and where they could not be had.
@@ -254,8 +254,9 @@ impl Readers {
         }
     }
 
-    /// Looks up the names of threads the walker met for the first time, at most once a second
-    /// (py-spy reads them from the `threading` module).
+    /// Looks up the names of threads the walker has no name for, at most once a second (py-spy
+    /// reads them from the `threading` module). A thread is done with once its name is known:
+    /// a program just started has no `threading` yet, and its threads are named once it has.
     pub(crate) fn lookup_names(&mut self, traces: &[Trace]) {
         if self.walker.is_none() || traces.iter().all(|t| self.named.contains(&t.tid)) {
             return;
@@ -271,7 +272,12 @@ impl Readers {
             if self.named.len() > 100_000 {
                 self.named.clear();
             }
-            self.named.extend(traces.iter().map(|t| t.tid));
+            let names = &self.names;
+            let known = traces
+                .iter()
+                .map(|t| t.tid)
+                .filter(|tid| names.contains_key(tid));
+            self.named.extend(known);
         }
     }
 }
