@@ -89,6 +89,16 @@ THREADS_HEADER = "X-Sidecar-Threads"
 OTHER_METHODS = ["HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
+#: The order of an events' list (stalls, slow requests).
+Order = Annotated[
+    str,
+    Query(
+        pattern="^(start|longest)$",
+        description="start: the oldest, oldest first; longest: the longest first",
+    ),
+]
+
+
 def threads_query(default: str) -> Any:
     return Query(
         pattern="^(loop|all)$",
@@ -326,13 +336,7 @@ def create_app(service: Service) -> FastAPI:
         end: To = None,
         min_ms: Annotated[float, Query(ge=0, description="the shortest listed (ms)")] = 0.0,
         limit: Annotated[int, Query(ge=1, le=MAX_STALLS, description="the most listed")] = 1000,
-        order: Annotated[
-            str,
-            Query(
-                pattern="^(start|longest)$",
-                description="start: the oldest, oldest first; longest: the longest first",
-            ),
-        ] = "start",
+        order: Order = "start",
     ) -> dict[str, Any]:
         span = _span(start, end)
         found, total = stall_reader.stalls(
@@ -365,13 +369,7 @@ def create_app(service: Service) -> FastAPI:
         ] = None,
         min_ms: Annotated[float, Query(ge=0, description="the shortest listed (ms)")] = 0.0,
         limit: Annotated[int, Query(ge=1, le=MAX_REQUESTS, description="the most listed")] = 100,
-        order: Annotated[
-            str,
-            Query(
-                pattern="^(start|longest)$",
-                description="start: the oldest, oldest first; longest: the longest first",
-            ),
-        ] = "start",
+        order: Order = "start",
     ) -> dict[str, Any]:
         span = _span(start, end)
         found, total = request_reader.requests(

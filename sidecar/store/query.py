@@ -69,6 +69,10 @@ class Range:
         return cls(int(start_f // window * window), int(math.ceil(end_f / window) * window))
 
 
+#: The most events (stalls, slow requests) one answer lists.
+MAX_LISTED = 10_000
+
+
 def _gaps(span: Range, hours: list[int]) -> list[tuple[int, int]]:
     """The parts of the range not covered by the given whole hours."""
     out: list[tuple[int, int]] = []
@@ -135,6 +139,29 @@ class Reader:
             return list(self._conn().execute(sql, params).fetchall())
         except sqlite3.Error as err:
             raise StoreUnavailable(f"the database cannot be read: {err}") from err
+
+    def listed(
+        self, columns: str, base: str, params: tuple[Any, ...], order: str, limit: int
+    ) -> tuple[list[tuple[Any, ...]], int]:
+        """The rows of ``SELECT columns base`` in ``order``, at most ``limit`` (1 to
+        ``MAX_LISTED``), and how many ``base`` matched in all: the events' lists (stalls, slow
+        requests)."""
+        if not 1 <= limit <= MAX_LISTED:
+            raise QueryError(f"'limit' must be between 1 and {MAX_LISTED}, not {limit}")
+        ((total,),) = self.rows(f"SELECT COUNT(*) {base}", params)
+        rows = self.rows(f"SELECT {columns} {base} ORDER BY {order} LIMIT ?", (*params, limit))
+        return rows, int(total)
+
+    def window_sum(self, column: str, target: int | None, span: Range) -> int:
+        """The sum of ``windows.column`` over the range's windows, of one target (or all): the
+        events the sampler counted but did not keep."""
+        where, params = ("AND target_id = ?", (target,)) if target is not None else ("", ())
+        ((found,),) = self.rows(
+            f"SELECT COALESCE(SUM({column}), 0) FROM windows WHERE window >= ? AND window < ? "
+            f"{where}",
+            (span.start, span.end, *params),
+        )
+        return int(found)
 
     def targets(self) -> list[dict[str, Any]]:
         """Every logical target with its newest process and sample count."""

@@ -13,10 +13,10 @@ import json
 from typing import Any
 
 from sidecar.classify.requests import SlowRequest
-from sidecar.store.query import QueryError, Range, Reader
+from sidecar.store.query import MAX_LISTED, Range, Reader
 
 #: The most slow requests one answer lists (``limit``'s bound).
-MAX_REQUESTS = 10_000
+MAX_REQUESTS = MAX_LISTED
 #: The most stacks a stored request's JSON is read with, and the longest JSON read.
 MAX_STACKS = 64
 MAX_STACKS_TEXT = 1 << 20
@@ -94,8 +94,6 @@ class RequestReader:
         /items/{id}`` or ``/items/{id}``) and ``trace`` when given, at least ``min_ms`` long,
         at most ``limit``: the oldest, oldest first, or with ``longest`` the longest first;
         each with its target and PID. And how many matched in all."""
-        if not 1 <= limit <= MAX_REQUESTS:
-            raise QueryError(f"'limit' must be between 1 and {MAX_REQUESTS}, not {limit}")
         where = "r.start < ? AND r.start + r.duration_max >= ? AND r.duration >= ?"
         params: tuple[Any, ...] = (span.end, span.start, min_ms / 1000)
         if target is not None:
@@ -114,19 +112,10 @@ class RequestReader:
             where += " AND r.trace = ?"
             params += (trace,)
         base = f"FROM slow_requests r JOIN processes p ON p.id = r.process_id WHERE {where}"
-        ((total,),) = self.reader.rows(f"SELECT COUNT(*) {base}", params)
         order = "r.duration DESC, r.start" if longest else "r.start"
-        rows = self.reader.rows(
-            f"SELECT {_COLUMNS} {base} ORDER BY {order} LIMIT ?", (*params, limit)
-        )
-        return [(int(row[-2]), int(row[-1]), _request(row)) for row in rows], int(total)
+        rows, total = self.reader.listed(_COLUMNS, base, params, order, limit)
+        return [(int(row[-2]), int(row[-1]), _request(row)) for row in rows], total
 
     def dropped(self, target: int | None, span: Range) -> int:
         """Slow requests of the range's windows past the sampler's bound (100 a window)."""
-        where, params = ("AND target_id = ?", (target,)) if target is not None else ("", ())
-        ((dropped,),) = self.reader.rows(
-            f"SELECT COALESCE(SUM(slow_requests_dropped), 0) FROM windows WHERE window >= ? "
-            f"AND window < ? {where}",
-            (span.start, span.end, *params),
-        )
-        return int(dropped)
+        return self.reader.window_sum("slow_requests_dropped", target, span)

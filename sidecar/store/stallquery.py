@@ -11,11 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 from sidecar.classify.stalls import STALL_STATES, Stall, throttled_of
-from sidecar.store.query import QueryError, Range, Reader
+from sidecar.store.query import MAX_LISTED, Range, Reader
 from sidecar.store.schema import STALL_SECONDS, STALL_THROTTLE
 
 #: The most stalls one answer lists (``limit``'s bound).
-MAX_STALLS = 10_000
+MAX_STALLS = MAX_LISTED
 _COLUMNS = (
     "s.start, s.duration, s.ongoing, s.thread_id, s.thread, s.samples, s.state, "
     + ", ".join(f"s.{name}" for name in STALL_SECONDS)
@@ -66,8 +66,6 @@ class StallReader:
         """The stalls of one target (or all) overlapping ``span``, at least ``min_ms`` long, at
         most ``limit``: the oldest, oldest first, or with ``longest`` the longest, longest first;
         each with its target and PID. And how many matched in all."""
-        if not 1 <= limit <= MAX_STALLS:
-            raise QueryError(f"'limit' must be between 1 and {MAX_STALLS}, not {limit}")
         where = "s.start < ? AND s.start + s.duration > ? AND s.duration >= ?"
         params: tuple[Any, ...] = (span.end, span.start, min_ms / 1000)
         if target is not None:
@@ -75,22 +73,14 @@ class StallReader:
             where += " AND s.target_id = ?"
             params += (target,)
         base = f"FROM stalls s JOIN processes p ON p.id = s.process_id WHERE {where}"
-        ((total,),) = self.reader.rows(f"SELECT COUNT(*) {base}", params)
         order = "s.duration DESC, s.start" if longest else "s.start"
-        sql = f"SELECT {_COLUMNS} {base} ORDER BY {order} LIMIT ?"
-        rows = self.reader.rows(sql, (*params, limit))
+        rows, total = self.reader.listed(_COLUMNS, base, params, order, limit)
         out = []
         for row in rows:
             entry = {"target": int(row[-2]), "pid": int(row[-1]), **_stall(row).to_json()}
             out.append(entry)
-        return out, int(total)
+        return out, total
 
     def dropped(self, target: int | None, span: Range) -> int:
         """Stalls of the range's windows past the sampler's bound (100 a window), not kept."""
-        where, params = ("AND target_id = ?", (target,)) if target is not None else ("", ())
-        ((dropped,),) = self.reader.rows(
-            f"SELECT COALESCE(SUM(stalls_dropped), 0) FROM windows WHERE window >= ? AND "
-            f"window < ? {where}",
-            (span.start, span.end, *params),
-        )
-        return int(dropped)
+        return self.reader.window_sum("stalls_dropped", target, span)

@@ -45,6 +45,13 @@ SHARES = {
 FRAMEWORK = {"enum": ["aiohttp", "tornado", "unknown"]}
 IN_FLIGHT = {"type": "number", "minimum": 0}
 STATE_NAMES = ["running", "ready", "waiting"]
+#: A share per task state (of all tasks, of a route's, of one request's).
+STATE_SHARES = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": STATE_NAMES,
+    "properties": dict.fromkeys(STATE_NAMES, SHARE),
+}
 #: Where requests' tasks wait: of all requests, or of one route's.
 AWAIT_SITES = {
     "type": "array",
@@ -98,12 +105,7 @@ SLOW_REQUEST: dict[str, Any] = {
         "task": {"type": "string"},
         "scans": {"type": "integer", "minimum": 1},
         "task_samples": {"type": "integer", "minimum": 1},
-        "shares": {
-            "type": "object",
-            "additionalProperties": False,
-            "required": STATE_NAMES,
-            "properties": dict.fromkeys(STATE_NAMES, SHARE),
-        },
+        "shares": STATE_SHARES,
         "await_sites": REQUEST_SITES,
     },
 }  # fmt: skip
@@ -164,12 +166,7 @@ TASKS: dict[str, Any] = {
             },
         },
         "sampled": SHARE,
-        "shares": {
-            "type": "object",
-            "additionalProperties": False,
-            "required": STATE_NAMES,
-            "properties": dict.fromkeys(STATE_NAMES, SHARE),
-        },
+        "shares": STATE_SHARES,
         "requests": {
             "type": "object",
             "additionalProperties": False,
@@ -188,12 +185,7 @@ TASKS: dict[str, Any] = {
                     "route": {"type": "string", "minLength": 1},
                     "task_samples": {"type": "integer", "minimum": 1},
                     "share": SHARE,
-                    "shares": {
-                        "type": "object",
-                        "additionalProperties": False,
-                        "required": STATE_NAMES,
-                        "properties": dict.fromkeys(STATE_NAMES, SHARE),
-                    },
+                    "shares": STATE_SHARES,
                     "await_sites": AWAIT_SITES,
                 },
             },
