@@ -93,6 +93,11 @@ export async function getStalls({ target, from, to }, signal, n = 10) {
   return { ...doc, longest: longest.stalls };
 }
 
+/** The range's `n` longest slow requests (GET /api/requests, order=longest), longest first. */
+export async function getRequests({ target, from, to }, signal, n = 20) {
+  return getJson("requests", { target, from, to, order: "longest", limit: n }, signal);
+}
+
 /** Saves an API answer as a file (fetched with the token, so no token lands in a link). */
 export async function download(path, params, filename) {
   const blob = await (await request(path, params)).blob();

@@ -1,7 +1,19 @@
 // The controller: reads the state from the URL, loads what the current view needs from the API,
 // wires the controls, and follows the present in live mode.
 
-import { adoptToken, ApiError, download, getJson, getProfile, getStalls, getText, isAbort, setToken, Slot } from "./api.js";
+import {
+  adoptToken,
+  ApiError,
+  download,
+  getJson,
+  getProfile,
+  getRequests,
+  getStalls,
+  getText,
+  isAbort,
+  setToken,
+  Slot,
+} from "./api.js";
 import { renderChanges, renderStateChanges } from "./compare.js";
 import { FlameGraph } from "./flame.js";
 import * as fmt from "./format.js";
@@ -18,6 +30,14 @@ import {
   sandwich,
   setRules,
 } from "./stacks.js";
+import {
+  markRequestRows,
+  renderDelayed,
+  renderRequestDetail,
+  renderRequests,
+  requestKey,
+  requestSpan,
+} from "./requests.js";
 import { laneSummary, markStallRows, renderStalls } from "./stalls.js";
 import { renderTargets, shortCommand } from "./targets.js";
 import { TasksView } from "./tasks.js";
@@ -36,6 +56,8 @@ let state = fromUrl(location.search, now());
 let targets = [];
 let timelineData = null;
 let stallsDoc = null; // getStalls' answer for the timeline's range, or {error}
+let requestsDoc = null; // getRequests' answer for the timeline's range, or {error}
+let pickedRequest = null; // the slow request whose split is shown (its requestKey in `picked`)
 let profile = null; // {rows, tree, functions} of the flamegraph view: functions from the API
 let needsToken = false;
 
@@ -43,6 +65,9 @@ const slots = {
   targets: new Slot(),
   timeline: new Slot(),
   stalls: new Slot(),
+  requests: new Slot(),
+  requestStalls: new Slot(),
+  delayed: new Slot(),
   flame: new Slot(),
   frameworks: new Slot(),
   compare: new Slot(),
@@ -251,6 +276,7 @@ async function loadTimeline() {
   timeline.setRange(from, to);
   renderRangeLabels();
   const stalls = loadStalls(from, to);
+  const requests = loadRequests(from, to);
   try {
     const query = { target: state.target, from, to, threads: state.threads };
     timelineData = await getJson("timeline", query, slots.timeline.next());
@@ -268,6 +294,7 @@ async function loadTimeline() {
     : "";
   if (state.view === "compare") updateCompareMarks();
   await stalls;
+  await requests;
 }
 
 /** The stalls of the timeline's range: its lane's marks and the table of the longest. */
@@ -286,10 +313,73 @@ async function loadStalls(from, to) {
   table.dataset.loading = "0";
 }
 
-/** A stall picked on the lane or in the table: its range becomes the selection. */
+/**
+ * A stall picked on the lane, in the table or in a request's stalls: its range becomes the
+ * selection, and the slow requests it delayed (those of its target in flight meanwhile) show
+ * under the table of stalls.
+ */
 function pickStall(stall) {
   onTimelineSelect([stall.start, stall.start + stall.duration_s]);
   if (state.view !== "compare" || state.cmp !== "ranges") timeline.setSelection(state.sel);
+  loadDelayed(stall);
+}
+
+/** The slow requests of the timeline's range, longest first. */
+async function loadRequests(from, to) {
+  const table = $("#requests");
+  table.dataset.loading = "1";
+  try {
+    requestsDoc = await getRequests({ target: state.target, from, to }, slots.requests.next());
+  } catch (err) {
+    if (isAbort(err)) return;
+    requestsDoc = { error: err.message, requests: [] };
+  }
+  renderRequests(table, $("#requests-summary"), requestsDoc, { picked: pickedKey(), onPick: pickRequest });
+  table.dataset.loading = "0";
+}
+
+function pickedKey() {
+  return pickedRequest ? requestKey(pickedRequest) : null;
+}
+
+/** A slow request picked: its split and the stalls of its target it sat through. */
+async function pickRequest(request) {
+  pickedRequest = request;
+  markRequestRows($("#requests"), requestsDoc ? requestsDoc.requests : [], pickedKey());
+  const host = $("#request-detail");
+  host.dataset.loading = "1";
+  renderRequestDetail(host, request, null, { onPickStall: pickStall });
+  const [from, to] = requestSpan(request);
+  let doc;
+  try {
+    doc = await getJson("stalls", { target: request.target, from, to }, slots.requestStalls.next());
+  } catch (err) {
+    if (isAbort(err)) return;
+    doc = { error: err.message, stalls: [] };
+  }
+  renderRequestDetail(host, request, doc, { onPickStall: pickStall });
+  host.dataset.loading = "0";
+}
+
+/** The slow requests a stall delayed: those of its target that overlap it. */
+async function loadDelayed(stall) {
+  const host = $("#stall-requests");
+  host.dataset.loading = "1";
+  const pick = (request) => {
+    pickRequest(request);
+    $("#request-detail").scrollIntoView({ block: "nearest" });
+  };
+  renderDelayed(host, stall, null, { picked: pickedKey(), onPick: pick });
+  const query = { target: stall.target, from: stall.start, to: stall.start + stall.duration_s };
+  let doc;
+  try {
+    doc = await getRequests(query, slots.delayed.next(), 100);
+  } catch (err) {
+    if (isAbort(err)) return;
+    doc = { error: err.message, requests: [] };
+  }
+  renderDelayed(host, stall, doc, { picked: pickedKey(), onPick: pick });
+  host.dataset.loading = "0";
 }
 
 /** Marks the stall whose range is the selection, on the lane and in the table. */
@@ -788,6 +878,9 @@ function pickTarget(id) {
   state.target = id;
   state.zoom = [];
   state.fn = "";
+  pickedRequest = null;
+  renderRequestDetail($("#request-detail"), null, null, { onPickStall: pickStall });
+  renderDelayed($("#stall-requests"), null, null, {});
   saveUrl(true);
   renderTargets($("#targets"), targets, state.target, pickTarget);
   loadTimeline();
