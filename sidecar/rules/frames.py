@@ -56,6 +56,22 @@ def parse_frame(text: str) -> Frame:
     return Frame(match["name"], match["file"], int(match["line"]))
 
 
+def format_frame(name: str, file: str = "", line: int = 0) -> str:
+    """A frame as folded text: ``function (file:line)``, the name alone where no file is known
+    (``parse_frame``'s inverse)."""
+    return f"{name} ({file}:{line})" if file else name
+
+
+def exact_frame(text: str) -> Frame:
+    """A frame for the formats that keep a frame's parts (pprof, speedscope): parsed where
+    ``format_frame`` writes it back as the same text, else named by the whole text (``x (:0)``,
+    ``f (a.py:007)``), so that every frame reads back as it was written."""
+    frame = parse_frame(text)
+    if frame.file and format_frame(frame.name, frame.file, frame.line) == text:
+        return frame
+    return Frame(text)
+
+
 def is_pruned(stack: str) -> bool:
     """Whether a stack holds the width of frames too narrow to draw (``PRUNED_LEAF``)."""
     return stack.endswith(PRUNED_LEAF)
