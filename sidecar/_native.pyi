@@ -29,6 +29,7 @@ __all__ = [
     "Row",
     "Sampler",
     "SamplerError",
+    "decode_pprof",
     "diff_shares",
     "dump_threads",
     "encode_pprof",
@@ -516,6 +517,8 @@ class SvgRead(TypedDict):
     total_samples: str | None
     #: the text of the scripts
     script: str
+    #: the text of the first <metadata id="sidecar-folded">: the folded stacks sidecar embeds
+    embedded: str | None
     #: inferno's frames folded into stacks, None for other layouts or an inconsistent graph
     folded: InfernoRead | None
 
@@ -543,6 +546,25 @@ def diff_shares(
     Raises KeyError for a frame missing from ``keys``, OverflowError when a total is not
     positive or a count or total is not exact as a float (2^53 and above).
     """
+
+class PprofRead(TypedDict):
+    """A pprof file read back: every index resolved and checked."""
+
+    #: (type, unit) per value of a sample
+    sample_types: list[tuple[str, str]]
+    #: the index in ``sample_types`` of the default one, where the file names it
+    default_type: int | None
+    period_type: tuple[str, str] | None
+    period: int
+    comments: list[str]
+    #: the distinct frames: (function, file or "", line)
+    frames: list[tuple[str, str, int]]
+    #: per sample: indexes into ``frames``, root first, and one value per sample type
+    samples: list[tuple[list[int], list[int]]]
+
+def decode_pprof(data: bytes, *, max_bytes: int) -> PprofRead:
+    """A pprof profile.proto, gzipped or not, read (prost); ``max_bytes`` bounds the message
+    once decompressed. Raises ValueError, one line, for a corrupt or inconsistent file."""
 
 def encode_pprof(
     frames: list[tuple[str, str, str, int]],

@@ -61,6 +61,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(python::formats::frame_names, m)?)?;
     m.add_function(wrap_pyfunction!(python::formats::diff_shares, m)?)?;
     m.add_function(wrap_pyfunction!(python::formats::encode_pprof, m)?)?;
+    m.add_function(wrap_pyfunction!(python::formats::decode_pprof, m)?)?;
     m.add_function(wrap_pyfunction!(python::formats::encode_push_request, m)?)?;
     Ok(())
 }

@@ -260,6 +260,8 @@ def diff_profiles(before: Profile, after: Profile, *, normalize: bool = False) -
         else:
             shares = [a_shares.states, b_shares.states]
         state_changes = [Change(s, shares[0].get(s, 0.0), shares[1].get(s, 0.0)) for s in STATES]
+        if any(a.untold for a in loops):  # frames too narrow to draw in an SVG: no state
+            state_changes.append(Change("not told", loops[0].untold_share, loops[1].untold_share))
         if all(c.delta == 0 for c in state_changes):
             state_changes = []
     before_counts = before.stacks

@@ -181,7 +181,14 @@ def stats_document(targets: Sequence[TargetStats | Analysis]) -> dict[str, Any]:
 def _shares(analysis: Analysis) -> dict[str, Any]:
     return {
         "samples": analysis.samples,
-        **{f"{state}_share": round(analysis.share(state), 4) for state in STATES},
+        # a state the profile does not tell (a py-spy file's busy) has no share: null
+        **{
+            f"{state}_share": round(analysis.share(state), 4) if analysis.is_told(state) else None
+            for state in STATES
+        },
+        # samples of no told state (of them, in frames too narrow to draw)
+        "untold_share": round(analysis.untold_share, 4),
+        "pruned_share": round(analysis.pruned / analysis.samples, 4) if analysis.samples else 0.0,
         "gil_holders": [
             {"thread": thread, "site": site, "share": round(share, 4)}
             for thread, site, _, share in analysis.top_holders()

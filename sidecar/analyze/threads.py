@@ -14,8 +14,12 @@ and a process whose threads run no event loop count in no framework's shares (``
 - the top functions by self and by total time of busy loop samples;
 - the top blocking call sites: the frame right below the ``[blocked]`` leaf.
 
-Profiles without ``[idle]``/``[blocked]``/``[gil]`` leaves (plain py-spy or inferno output) are
-estimated from their frames (``classify.estimate_state``) and flagged ``estimated``.
+Profiles without ``[idle]``/``[blocked]``/``[gil]`` leaves (plain py-spy or inferno output) tell
+one state only, from their frames (``classify.estimate_state``): idle where the loop waits in its
+selector (nothing with uvloop, whose poll has no Python frame). Their other samples are busy,
+blocked or waiting for the GIL or a CPU, and the file does not say which: those states are not
+told (``told``), and their samples are ``untold``, with no share given (flagged ``estimated``).
+Samples in frames too narrow to draw (an SVG's ``[pruned]`` leaves) are ``untold`` too.
 
 No I/O happens here: the CLI and the HTTP API hand in loaded profiles.
 """
@@ -37,6 +41,7 @@ from sidecar.rules.frames import (
     STATES,
     Frame,
     code_frames,
+    is_pruned,
     state_of,
 )
 from sidecar.rules.layers import LAYERS, layer_of
@@ -123,12 +128,29 @@ class Analysis:
     gc_samples: int = 0
     #: True when the states come from frames alone (no [idle]/[blocked] leaves).
     estimated: bool = False
+    #: the states the profile tells; the others' samples are ``untold``, with no share.
+    told: tuple[str, ...] = STATES
+    #: samples whose state the profile does not tell: of a state it does not tell, or in frames
+    #: too narrow to draw (``pruned``, of them).
+    untold: int = 0
+    pruned: int = 0
+    #: the samples the depth and the top functions are of: busy ones, or those of an
+    #: estimated profile outside the loop's poll.
+    ranked: int = 0
     #: True when no thread entered an event loop: the shares are those of all threads.
     no_loop_thread: bool = False
 
     @property
     def samples(self) -> int:
-        return sum(self.states.values())
+        return sum(self.states.values()) + self.untold
+
+    def is_told(self, state: str) -> bool:
+        """Whether the profile tells this state (a share of 0.0 otherwise means nothing)."""
+        return state in self.told
+
+    @property
+    def untold_share(self) -> float:
+        return self.untold / self.samples if self.samples else 0.0
 
     @property
     def serves(self) -> bool:
@@ -161,12 +183,12 @@ class Analysis:
 
     def top_self(self, n: int = 10) -> list[Ranked]:
         """Functions by self time, as shares of busy loop samples."""
-        return _ranked(self.self_samples, self.states["busy"], n)
+        return _ranked(self.self_samples, self.ranked, n)
 
     def top_total(self, n: int = 10) -> list[Ranked]:
         """Functions by total (inclusive) time, as shares of busy loop samples; frames up to
         the one that entered the loop are left out (they are in every sample)."""
-        return _ranked(self.total_samples, self.states["busy"], n)
+        return _ranked(self.total_samples, self.ranked, n)
 
     def blocking_sites(self, n: int = 10) -> list[Ranked]:
         """Call sites the loop was blocked in, as shares of blocked loop samples."""
@@ -208,14 +230,24 @@ def analyze(
         no_loop_thread=not loop_stacks,
     )
     result.framework, result.loop = _framework_and_loop(stacks, info)
+    if estimated:  # the selector's wait tells idle; uvloop's poll shows no frame
+        result.told = () if result.loop == "uvloop" else ("idle",)
     result.gil_holders.update(holders or {})
     for stack, count in chosen.items():
+        if is_pruned(stack):
+            result.pruned += count
+            result.untold += count
+            continue
         state = estimate_state(stack) if estimated else state_of(stack)
-        result.states[state] += count
+        if state in result.told:
+            result.states[state] += count
+        else:
+            result.untold += count
         if state == "blocked":
             result.site_samples[_blocking_site(stack)] += count
         if state != "busy":
             continue
+        result.ranked += count
         if stack.endswith(GC_FRAME):
             result.gc_samples += count
         frames = code_frames(stack)
@@ -265,9 +297,14 @@ def merge(analyses: Iterable[Analysis], *, framework: str = "unknown") -> Analys
     """Several targets as one: states, depths, layers and function counts add up."""
     out = Analysis(framework=framework)
     loops: set[str] = set()
+    told = set(STATES)
     for one in analyses:
         loops.add(one.loop)
         out.estimated |= one.estimated
+        told &= set(one.told)
+        out.untold += one.untold
+        out.pruned += one.pruned
+        out.ranked += one.ranked
         for state, count in one.states.items():
             out.states[state] += count
         for depth, count in one.depth_histogram.items():
@@ -283,6 +320,7 @@ def merge(analyses: Iterable[Analysis], *, framework: str = "unknown") -> Analys
         out.gc_samples += one.gc_samples
         out.no_loop_thread |= one.no_loop_thread
     out.loop = loops.pop() if len(loops) == 1 else "mixed" if loops else "unknown"
+    out.told = tuple(state for state in STATES if state in told)
     return out
 
 
@@ -306,12 +344,21 @@ def state_line(analysis: Analysis) -> str:
     share; with gil samples, who held the GIL most (share of the gil samples whose holder the
     sampler saw); with samples in a collection, the garbage collector's share of busy."""
     total = analysis.samples
-    parts = [f"{state} {_percent(analysis.states[state], total)}" for state in STATES]
+    parts = {s: f"{s} {_percent(analysis.states[s], total)}" for s in STATES if analysis.is_told(s)}
     top = analysis.top_holders(1)
-    if analysis.states["gil"] and top:
+    if analysis.states["gil"] and top and "gil" in parts:
         thread, site, _, share = top[0]
         where = f" at {site}" if site else ""
-        parts[STATES.index("gil")] += f" (GIL held by {thread!r}{where} {share:.0%})"
+        parts["gil"] += f" (GIL held by {thread!r}{where} {share:.0%})"
+    out = list(parts.values())
+    untold = [state for state in STATES if not analysis.is_told(state)]
+    if untold:
+        out.append(
+            f"{', '.join(untold)}: not told by this file "
+            f"({_percent(analysis.untold - analysis.pruned, total)} of samples)"
+        )
+    if analysis.pruned:
+        out.append(f"not drawn {_percent(analysis.pruned, total)} (frames too narrow, no state)")
     if analysis.gc_samples:
-        parts.append(f"gc {_percent(analysis.gc_samples, analysis.states['busy'])} of busy")
-    return " · ".join(parts)
+        out.append(f"gc {_percent(analysis.gc_samples, analysis.ranked)} of busy")
+    return " · ".join(out)

@@ -1,4 +1,5 @@
-"""``sidecar render``: folded text to a flamegraph SVG."""
+"""``sidecar render``: folded text (or a speedscope or pprof file) to a flamegraph SVG that carries
+its folded stacks."""
 
 from __future__ import annotations
 
@@ -13,12 +14,14 @@ from sidecar.formats.inputs import parse_profile, read_input, sniff
 from sidecar.formats.render import RenderOptions
 from sidecar.output import add_force, check_output, write_bytes
 
-HELP = "render folded stacks into a flamegraph SVG"
+HELP = "render a profile (folded stacks, speedscope, pprof) into a flamegraph SVG"
 
 
 def add_parser(sub: Any) -> None:
     parser = sub.add_parser("render", help=HELP, description=HELP + ".")
-    parser.add_argument("folded", metavar="FOLDED", help="folded stacks file ('-' for stdin)")
+    parser.add_argument(
+        "folded", metavar="FOLDED", help="folded stacks (or speedscope, pprof) file ('-' for stdin)"
+    )
     parser.add_argument(
         "-o", "--output", metavar="OUT.svg", help="SVG file (default: FOLDED with .svg)"
     )
@@ -65,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
     data = read_input(args.folded)
     if sniff(data) == "svg":
         raise ProfileFormatError(
-            f"{args.folded}: already a flamegraph SVG; render takes folded stacks "
+            f"{args.folded}: already a flamegraph SVG; render takes folded stacks, speedscope "
+            "or pprof "
             "(stats and diff read SVGs as they are)"
         )
     profile = parse_profile(data, source=args.folded)  # as stats and diff read it

@@ -53,13 +53,19 @@ def add_parser(sub: Any) -> None:
         "stats",
         help=HELP,
         description=HELP + ", of a live process (--pid) or of a profile file (folded stacks "
-        "or a flamegraph SVG written by sidecar). Profiles without [idle]/[blocked]/[gil] "
-        "frames (plain py-spy) are estimated from their frames. Who held the GIL is known "
+        "or a flamegraph SVG, speedscope or pprof file: any format sidecar writes). Profiles "
+        "without [idle]/[blocked]/[gil] frames (plain py-spy) tell idle only where the loop "
+        "waits in its selector: their other states are not told. Who held the GIL is known "
         "live (--pid) only: a profile file keeps the [gil] samples, not their holders; so are "
         "the stalls of the event loop (a callback that held it --stall-ms or more), which need "
         "the samples in time order.",
     )
-    parser.add_argument("profile", nargs="?", metavar="PROFILE_FILE", help="folded or SVG file")
+    parser.add_argument(
+        "profile",
+        nargs="?",
+        metavar="PROFILE_FILE",
+        help="folded, SVG, speedscope or pprof file ('-' for stdin)",
+    )
     parser.add_argument("-p", "--pid", type=int, help="sample this process live")
     parser.add_argument(
         "-d",
@@ -203,11 +209,18 @@ def run(args: argparse.Namespace) -> int:
         )
     else:
         profile = load_profile(args.profile)
+        for said in profile.notes:
+            print(f"sidecar: note: {args.profile}: {said}", file=sys.stderr)
     analysis = analyze(profile, info, holders)
     if analysis.estimated:
+        told = (
+            "it tells idle only where the loop waits in its selector"
+            if analysis.told
+            else "it tells no state (uvloop's poll has no Python frame)"
+        )
         print(
             "sidecar: note: the profile has no [idle]/[blocked]/[gil] frames (plain py-spy?): "
-            "the shares are estimated from its frames (the selector wait counts as idle)",
+            f"{told}; the other states are not told by this file",
             file=sys.stderr,
         )
     if args.json:
@@ -267,7 +280,7 @@ def table(
     if info is not None:
         python = f"Python {profile.target.python_version or info.python_version}"
         lines[0] += f" · {python} · {info.cmdline[:100]}"
-    estimate = " (estimated: no [idle]/[blocked]/[gil] frames)" if analysis.estimated else ""
+    estimate = " (no [idle]/[blocked]/[gil] frames)" if analysis.estimated else ""
     shares = f"{state_line(analysis)} of {analysis.samples:,} samples{estimate}"
     lines.append(f"{analysis.covers}: {shares}")
     lines += after_shares or []
@@ -275,8 +288,9 @@ def table(
     if depth.mean is None:
         lines.append("stack depth: no busy samples")
     else:
+        which = "samples outside the poll" if analysis.estimated else "busy samples"
         lines.append(
-            f"stack depth (Python frames, busy samples): mean {depth.mean:.1f} · "
+            f"stack depth (Python frames, {which}): mean {depth.mean:.1f} · "
             f"p50 {depth.p50} · p95 {depth.p95} · max {depth.max}"
         )
         high = analysis.loop_depth

@@ -1,9 +1,13 @@
-"""Profiles out, one table of formats: what ``record`` writes, what ``/api/profile`` serves, and
-each format's one implementation (``render``: flamegraph SVG; folded text, the interchange
-format; ``speedscope``; ``pprof``, which the Pyroscope push sends too).
+"""Profiles out and back in, one table of formats: what ``record`` writes, what ``/api/profile``
+serves, what ``stats``, ``diff`` and ``render`` read (``inputs`` tells a file's format by its
+content), and each format's one implementation, writer and reader (``render`` and ``svg``:
+flamegraph SVG; folded text, the interchange format; ``speedscope``; ``pprof``, which the
+Pyroscope push sends too).
 
-A format turns a Profile into bytes. pprof alone can say more than the folded stacks do: given
-the samples (``pprof.Sample``: each with its state and its thread's name), it labels each one.
+A format turns a Profile into bytes and bytes into a Profile. pprof alone can say more than the
+folded stacks do: given the samples (``pprof.Sample``: each with its state and its thread's
+name), it labels each one. The SVGs carry their folded stacks (``svg_counts``), so that every
+format reads back the stacks it was written from.
 """
 
 from __future__ import annotations
@@ -15,11 +19,15 @@ from dataclasses import dataclass
 from sidecar.errors import NoSamples, UsageError
 from sidecar.formats import pprof
 from sidecar.formats.render import RenderOptions, render_svg
-from sidecar.formats.speedscope import speedscope
-from sidecar.profile import Profile
+from sidecar.formats.speedscope import read_speedscope, speedscope
+from sidecar.formats.svg import read_svg
+from sidecar.formats.svg_counts import embed
+from sidecar.profile import Profile, parse_folded
 
 #: (profile, how it looks (None: the defaults), its samples where known) → the file's bytes
 Writer = Callable[[Profile, "RenderOptions | None", "Sequence[pprof.Sample] | None"], bytes]
+#: (a file's bytes, the name errors give it) → its profile; ``ProfileFormatError`` (one line)
+Reader = Callable[[bytes, str], Profile]
 
 
 @dataclass(frozen=True)
@@ -31,6 +39,7 @@ class Format:
     suffix: str
     media_type: str
     write: Writer
+    read: Reader
     #: what the API answers beside it (a download's name)
     headers: tuple[tuple[str, str], ...] = ()
     #: it labels each sample with its state and thread: worth giving it the samples
@@ -41,11 +50,16 @@ Samples = Sequence[pprof.Sample] | None
 
 
 def _svg(profile: Profile, options: RenderOptions | None, _: Samples) -> bytes:
-    return render_svg(profile.folded_lines(), options).encode("utf-8")
+    drawn = render_svg(profile.folded_lines(), options)
+    return embed(drawn, profile.to_folded()).encode("utf-8")
 
 
 def _folded(profile: Profile, _: RenderOptions | None, __: Samples) -> bytes:
     return profile.to_folded().encode("utf-8")
+
+
+def _read_folded(data: bytes, source: str) -> Profile:
+    return parse_folded(data.decode("utf-8", errors="replace"), source=source)
 
 
 def _speedscope(profile: Profile, options: RenderOptions | None, _: Samples) -> bytes:
@@ -65,14 +79,15 @@ def _pprof(profile: Profile, options: RenderOptions | None, samples: Samples) ->
 FORMATS: dict[str, Format] = {
     f.name: f
     for f in (
-        Format("svg", ".svg", "image/svg+xml", _svg),
-        Format("folded", ".txt", "text/plain; charset=utf-8", _folded),
-        Format("speedscope", ".json", "application/json", _speedscope),
+        Format("svg", ".svg", "image/svg+xml", _svg, read_svg),
+        Format("folded", ".txt", "text/plain; charset=utf-8", _folded, _read_folded),
+        Format("speedscope", ".json", "application/json", _speedscope, read_speedscope),
         Format(
             "pprof",
             ".pb.gz",
             pprof.MEDIA_TYPE,
             _pprof,
+            pprof.read_pprof,
             (("Content-Disposition", 'attachment; filename="profile.pb.gz"'),),
             labelled=True,
         ),

@@ -1,4 +1,6 @@
-"""Profiles in: a flamegraph SVG or folded text, told apart by content, never by file name."""
+"""Profiles in: any format sidecar writes (``export.FORMATS``: folded text, a flamegraph SVG,
+speedscope JSON, gzipped pprof), told apart by content, never by file name, and read by that
+format's one reader."""
 
 from __future__ import annotations
 
@@ -8,18 +10,22 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 from sidecar.errors import ProfileFormatError, SidecarError
-from sidecar.formats.svg import MAX_SVG_BYTES, read_svg
-from sidecar.profile import Profile, parse_folded
+from sidecar.formats.export import FORMATS
+from sidecar.formats.svg import MAX_SVG_BYTES
+from sidecar.profile import Profile
 
 #: Inputs above this size are refused before they are read.
 MAX_INPUT_BYTES = MAX_SVG_BYTES
 
 _BOM = b"\xef\xbb\xbf"
+_GZIP = b"\x1f\x8b"
+#: What a profile file can be, as errors say it.
+EXPECTED = "folded stacks, a flamegraph SVG, speedscope JSON or a gzipped pprof file"
 _FOLDED_LINE = re.compile(rb"^.*\S\s+\d[\d,_]*$")
 
 
 def load_profile(path: str) -> Profile:
-    """Reads a profile file (``-`` is stdin): flamegraph SVG or folded stacks."""
+    """Reads a profile file (``-`` is stdin) in any format sidecar writes."""
     data = read_input(path)
     return parse_profile(data, source=path)
 
@@ -47,37 +53,40 @@ def read_input(path: str, limit: int = MAX_INPUT_BYTES) -> bytes:
 
 
 def sniff(data: bytes) -> str:
-    """``svg`` for XML, ``folded`` for text, ``empty`` or ``binary`` otherwise."""
+    """The format of a file's bytes: a name of ``export.FORMATS`` (``svg`` for XML, ``pprof``
+    for gzip, ``speedscope`` for JSON, ``folded`` for other text), else ``empty`` or
+    ``binary``. Folded text may start with ``<`` (``<module>``), ``{`` or ``[``: a first line that
+    is whole and ends in a count is folded text."""
+    if data.startswith(_GZIP):
+        return "pprof"
     head = data[:4096].removeprefix(_BOM).lstrip()
     if not head:
         return "empty"
     if b"\0" in head:
         return "binary"
+    first, newline, _ = head.partition(b"\n")
+    first = first.rstrip()
+    whole = bool(newline) or len(head) < 4096
+    counted = whole and _FOLDED_LINE.match(first) is not None
+    if head.startswith((b"{", b"[")):  # JSON, unless a folded line (frames like "[native]")
+        return "folded" if counted else "speedscope"
     if head.startswith((b"<?xml", b"<!")):
         return "svg"
     if head.startswith(b"<"):
-        # Folded stacks may start with a frame like "<module> (app.py:1)": a first line that
-        # ends in a count and closes no element is folded text.
-        first = head.split(b"\n", 1)[0].rstrip()
-        if _FOLDED_LINE.match(first) and b"</" not in first and not first.endswith(b">"):
+        if counted and b"</" not in first and not first.endswith(b">"):
             return "folded"
         return "svg"
     return "folded"
 
 
 def parse_profile(data: bytes, source: str = "input") -> Profile:
-    """A profile from the bytes of a file, whichever of the two formats it is."""
+    """A profile from the bytes of a file, in whichever format it is."""
     kind = sniff(data)
     if kind == "empty":
-        raise ProfileFormatError(f"{source}: empty; expected a flamegraph SVG or folded stacks")
+        raise ProfileFormatError(f"{source}: empty; expected {EXPECTED}")
     if kind == "binary":
-        raise ProfileFormatError(
-            f"{source}: binary data, not a profile; expected a flamegraph SVG or folded stacks"
-        )
-    if kind == "svg":
-        return read_svg(data, source)
-    text = data.decode("utf-8", errors="replace")
-    return parse_folded(text, source=source)
+        raise ProfileFormatError(f"{source}: binary data, not a profile; expected {EXPECTED}")
+    return FORMATS[kind].read(data, source)
 
 
 #: Above this many bytes together, two inputs are read at once.

@@ -1,4 +1,6 @@
-"""pprof out: profiles as gzipped ``profile.proto``, the format of ``go tool pprof`` and Pyroscope.
+"""pprof out and in: profiles as gzipped ``profile.proto``, the format of ``go tool pprof`` and
+Pyroscope, and such a file read back (``read_pprof``: sidecar's exactly, others' by their
+``samples`` values).
 
 Each sample is one folded stack (its ``[idle]`` / ``[blocked]`` / ``[gil]`` leaf kept as a
 frame, so the flamegraph shows where the loop waited, and a ``[gc]`` frame on top of a busy
@@ -9,7 +11,8 @@ gil: waiting for the GIL another thread held) and, where the sampler saw it, a
 ``route`` label too (``GET /items/{item}``, from its route frame), so Pyroscope and
 ``-tagfocus`` select one route's requests. Frames are
 parsed here by the one frame grammar (``function (file:line)``); the message itself is built
-and compressed in the native core.
+and compressed, and read back (bounded once decompressed, every index checked), in the native
+core, with prost.
 """
 
 from __future__ import annotations
@@ -19,9 +22,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from sidecar import _native
-from sidecar.errors import NoSamples
-from sidecar.profile import Profile
-from sidecar.rules.frames import parse_frame, state_of
+from sidecar.errors import NoSamples, ProfileFormatError
+from sidecar.profile import Profile, check_total
+from sidecar.rules.frames import exact_frame, format_frame, state_of
 from sidecar.rules.tasks import TASK_LEAVES, route_of, task_kind
 
 MEDIA_TYPE = "application/vnd.google.protobuf+gzip"
@@ -116,7 +119,7 @@ def encode(
 @functools.lru_cache(maxsize=65536)
 def _parsed(text: str) -> tuple[str, str, int]:
     """A frame's (function, file, line); frames repeat from window to window, so once each."""
-    frame = parse_frame(text)
+    frame = exact_frame(text)
     return frame.name, frame.file, frame.line
 
 
@@ -129,3 +132,51 @@ def encode_profile(profile: Profile, comments: Sequence[str] = ()) -> bytes:
         end=profile.end,
         comments=comments,
     )
+
+
+#: The most bytes a pprof file's message may take once decompressed.
+MAX_DECODED_BYTES = 512 * 1024 * 1024
+
+
+def read_pprof(data: bytes, source: str = "input") -> Profile:
+    """A pprof file (sidecar's or another profiler's) as a Profile: each sample's frames root
+    first, formatted by the one frame grammar, and its count: its ``samples`` value, else its
+    default (or last) value in periods. One line (``ProfileFormatError``) for a corrupt file."""
+    try:
+        read = _native.decode_pprof(data, max_bytes=MAX_DECODED_BYTES)
+    except ValueError as err:
+        raise ProfileFormatError(f"{source}: {err}") from None
+    types = read["sample_types"]
+    if not types:
+        raise ProfileFormatError(f"{source}: a pprof file without sample types")
+    names = [kind for kind, _ in types]
+    chosen = names.index("samples") if "samples" in names else read["default_type"]
+    if chosen is None:
+        chosen = len(types) - 1
+    period = read["period"]
+    per_period = names[chosen] != "samples" and read["period_type"] == types[chosen] and period > 0
+    frames = [format_frame(name, file, line) for name, file, line in read["frames"]]
+    profile = Profile()
+    negative = 0
+    for indexes, values in read["samples"]:
+        value = values[chosen]
+        if value < 0:
+            negative += 1
+            continue
+        count = round(value / period) if per_period else value
+        profile.add(";".join(frames[i] for i in indexes) or "(no frames)", count)
+    check_total(profile.total, source)
+    if not profile.stacks:
+        raise ProfileFormatError(f"{source}: a pprof file without samples")
+    kind, unit = types[chosen]
+    if per_period:
+        profile.notes.append(f"counts are {kind} ({unit}) in periods of {period:,}")
+    elif kind != "samples":
+        profile.notes.append(f"counts are the {kind} values ({unit}), not samples")
+    if negative:
+        profile.notes.append(f"{negative:,} samples with a negative value were left out")
+    period_type = read["period_type"]
+    if period_type is not None and period_type[1] == "nanoseconds" and period > 0:
+        profile.rate_hz = 1e9 / period
+    profile.marked = any(state_of(s) != "busy" for s in profile.stacks)
+    return profile

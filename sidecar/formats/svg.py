@@ -7,8 +7,10 @@ parent is the frame one row closer to the root that covers the child's ``x`` ran
 counts from the titles. Both orientations are read: the root row is found, not assumed.
 
 Self time of a frame = its count less its children's. Frames the renderer left out for being
-narrower than its minimum width cannot come back: their time stays with their parent as self
-time, and the profile's notes say so.
+narrower than its minimum width cannot come back: where the sample ranges show their width
+(``svg_counts``), it reads as a ``[pruned]`` leaf under their parent, counted as no state, and the
+profile's notes say how much. The SVGs sidecar writes carry their folded stacks and read back
+exactly (``svg_counts``).
 
 The input is untrusted XML, read by the native reader (native/src/formats/svgread/, quick-xml): no
 entity is declared or expanded, nothing outside the file is read, nesting deeper than
@@ -22,21 +24,38 @@ from __future__ import annotations
 
 import math
 import re
-from bisect import bisect_right
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from sidecar import _native
 from sidecar.errors import ProfileFormatError
+from sidecar.formats.svg_counts import (
+    INFERNO_MIN_WIDTH,
+    SEMICOLON_STANDIN,
+    exact_notes,
+    pruning_note,
+    with_embedded,
+)
+from sidecar.formats.svg_counts import profile_notes as _notes
+from sidecar.formats.svg_frames import FlameGraph, SvgFrame, link, rows_of
 from sidecar.profile import MAX_SAMPLES, Profile, check_total, count_of
-from sidecar.rules.frames import state_of
+from sidecar.rules.frames import PRUNED_LEAF, state_of
+
+__all__ = [
+    "PRUNED_FRAME",
+    "SEMICOLON_STANDIN",
+    "FlameGraph",
+    "SvgFrame",
+    "read_flamegraph",
+    "read_svg",
+    "to_profile",
+]
 
 MAX_SVG_BYTES = 128 * 1024 * 1024
 MAX_DEPTH = 100
-#: The stack that keeps the time of top-level frames too narrow to be drawn.
-PRUNED_FRAME = "[pruned]"
-#: Folded stacks separate frames with ';', so a ';' inside a frame name is written as this.
-SEMICOLON_STANDIN = "\uff1b"
+#: The leaf that keeps the time of frames too narrow to be drawn (a stack of it alone: of
+#: top-level frames).
+PRUNED_FRAME = PRUNED_LEAF
 
 # "name (1,234 samples, 5.67%)", with "; +1.23%" in differential graphs. Names may hold anything.
 _TITLE = re.compile(
@@ -44,34 +63,7 @@ _TITLE = re.compile(
     r"(?P<pct>\d+(?:\.\d+)?)%(?:; (?P<delta>[+-]?\d+(?:\.\d+)?)%)?\)",
     re.DOTALL,
 )
-_INVERTED = re.compile(r"\bvar\s+inverted\s*=\s*(true|false|1|0)\b")
 _NUMBER = re.compile(r"\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(%|px)?\s*")
-
-
-@dataclass(slots=True)
-class SvgFrame:
-    """One drawn frame: its name, row (0 = root) and extent, in samples or pixels."""
-
-    name: str
-    depth: int
-    start: float
-    width: float
-    count: int
-    title_count: int | None
-    parent: int = -1
-
-
-@dataclass
-class FlameGraph:
-    """The frames of one flamegraph SVG, root first, and how they were read."""
-
-    frames: list[SvgFrame]
-    total: int
-    inverted: bool
-    exact: bool  # True when inferno's fg:x / fg:w gave exact sample ranges
-    factor: float = 1.0
-    differential: bool = False
-    notes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -141,7 +133,7 @@ def _graph(read: _native.SvgRead, source: str) -> FlameGraph:
         )
     exact = all("fg:w" in attrs and "fg:x" in attrs for _, attrs in raw.frames)
     graph = _exact(raw, source) if exact else _geometric(raw, source)
-    _link(graph, source)
+    link(graph, source)
     return graph
 
 
@@ -183,7 +175,7 @@ def _exact(raw: _Raw, source: str) -> FlameGraph:
     frames, ys, differential = _frames_from(raw, source, extent)
     for frame in frames:
         frame.count = int(frame.width)
-    graph = _rows(frames, ys, raw, source, exact=True)
+    graph = rows_of(frames, ys, raw.script, source, exact=True)
     graph.differential = differential
     root = frames[0]
     if root.title_count is not None and root.count:
@@ -193,32 +185,10 @@ def _exact(raw: _Raw, source: str) -> FlameGraph:
         for f in frames
         if f.title_count is not None and abs(f.title_count - f.count * graph.factor) > 1
     ]
-    graph.notes += _exact_notes(
+    graph.notes += exact_notes(
         len(off), off[0].name if off else None, graph.factor, raw.total_samples, root.count
     )
     return graph
-
-
-def _exact_notes(
-    off: int, first_off: str | None, factor: float, declared: str | None, total: int
-) -> list[str]:
-    """Notes on an inferno graph: titles that disagree with fg:w, --factor, total_samples."""
-    notes = []
-    if off:
-        notes.append(
-            f"{off:,} frame titles disagree with their fg:w sample counts "
-            f"(first: {first_off!r}); the fg:w counts are used"
-        )
-    if not math.isclose(factor, 1.0, rel_tol=1e-3):
-        notes.append(
-            f"the titles show counts scaled by {factor:.6g} (--factor); "
-            "the profile keeps the unscaled fg:w counts"
-        )
-    if declared is not None and declared.isdigit():
-        shown = declared if len(declared) <= 24 else f"<{len(declared):,} digits>"
-        if len(declared) > 24 or int(declared) != total:
-            notes.append(f"total_samples={shown} but the root frame holds {total:,}")
-    return notes
 
 
 def _geometric(raw: _Raw, source: str) -> FlameGraph:
@@ -241,137 +211,9 @@ def _geometric(raw: _Raw, source: str) -> FlameGraph:
                 "'(COUNT samples, PCT%)' part; is this a flamegraph?"
             )
         frame.count = frame.title_count
-    graph = _rows(frames, ys, raw, source, exact=False)
+    graph = rows_of(frames, ys, raw.script, source, exact=False)
     graph.differential = differential
     return graph
-
-
-def _rows(
-    frames: list[SvgFrame], ys: list[float], raw: _Raw, source: str, *, exact: bool
-) -> FlameGraph:
-    """Depths from the rows (clustered y values), root row first; root frame first in the list."""
-    levels = sorted(set(ys))
-    # Rows are a frame height apart (16 px by default); rounding moves a row by less than 1 px.
-    tolerance = 1.0
-    row_of: dict[float, int] = {}
-    row = -1
-    previous = -math.inf
-    for y in levels:
-        if y - previous > tolerance:
-            row += 1
-        row_of[y] = row
-        previous = y
-    rows = row + 1
-    by_row: list[list[int]] = [[] for _ in range(rows)]
-    for index, y in enumerate(ys):
-        by_row[row_of[y]].append(index)
-
-    inverted = _inverted(frames, by_row, raw)
-    for index, y in enumerate(ys):
-        r = row_of[y]
-        frames[index].depth = r if inverted else rows - 1 - r
-    frames.sort(key=lambda f: (f.depth, f.start))
-    base = [f for f in frames if f.depth == 0]
-    if len(base) == 1 and base[0].name == "all":
-        total = base[0].count
-    else:
-        # No synthetic root: add one holding everything, so every drawn frame is a real one.
-        total = sum(f.count for f in base)
-        start = min(f.start for f in base)
-        end = max(f.start + f.width for f in base)
-        for frame in frames:
-            frame.depth += 1
-        frames.insert(0, SvgFrame("all", 0, start, end - start, total, None))
-    return FlameGraph(frames, total, inverted, exact)
-
-
-def _inverted(frames: list[SvgFrame], by_row: list[list[int]], raw: _Raw) -> bool:
-    """Icicle (root row at the top) or flame (root row at the bottom)?"""
-    if len(by_row) == 1:
-        return False
-
-    def is_root(row: list[int]) -> bool:
-        return len(row) == 1 and frames[row[0]].name == "all"
-
-    top, bottom = is_root(by_row[0]), is_root(by_row[-1])
-    if top != bottom:
-        return top
-    said = _INVERTED.search(raw.script)
-    if said is not None:
-        return said[1] in ("true", "1")
-    top_count = sum(frames[i].count or frames[i].width for i in by_row[0])
-    bottom_count = sum(frames[i].count or frames[i].width for i in by_row[-1])
-    return top_count > bottom_count
-
-
-def _link(graph: FlameGraph, source: str) -> None:
-    """Each frame's parent: the frame one row closer to the root that covers its range."""
-    frames = graph.frames
-    first_of_depth: dict[int, int] = {}
-    depth_end: dict[int, int] = {}
-    for index, frame in enumerate(frames):
-        first_of_depth.setdefault(frame.depth, index)
-        depth_end[frame.depth] = index + 1
-    if depth_end[0] - first_of_depth[0] != 1:
-        raise ProfileFormatError(f"{source}: the flamegraph has more than one root frame")
-    room = [f.count for f in frames]
-    for depth in sorted(first_of_depth):
-        if depth == 0:
-            continue
-        if depth - 1 not in first_of_depth:
-            raise ProfileFormatError(f"{source}: frames at depth {depth} have no row below them")
-        lo, hi = first_of_depth[depth - 1], depth_end[depth - 1]
-        if graph.exact:
-            _merge_parents(frames, lo, hi, first_of_depth[depth], depth_end[depth], source)
-            continue
-        starts = [frames[i].start for i in range(lo, hi)]
-        for index in range(first_of_depth[depth], depth_end[depth]):
-            frame = frames[index]
-            parent = _nearest_parent(frame, frames, starts, lo, room)
-            if parent < 0:
-                raise ProfileFormatError(
-                    f"{source}: the frame {frame.name[:80]!r} has no parent frame under it"
-                )
-            frame.parent = parent
-            room[parent] -= frame.count
-
-
-def _merge_parents(
-    frames: list[SvgFrame], lo: int, hi: int, first: int, end: int, source: str
-) -> None:
-    """Exact sample ranges: parents and children both in start order, one merge pass."""
-    at = lo
-    parent = frames[at]
-    stop = parent.start + parent.width
-    for index in range(first, end):
-        frame = frames[index]
-        while frame.start >= stop and at + 1 < hi:
-            at += 1
-            parent = frames[at]
-            stop = parent.start + parent.width
-        if frame.start < parent.start or frame.start + frame.width > stop:
-            raise ProfileFormatError(
-                f"{source}: the frame {frame.name[:80]!r} has no parent frame under it"
-            )
-        frame.parent = at
-
-
-def _nearest_parent(
-    frame: SvgFrame, frames: list[SvgFrame], starts: list[float], lo: int, room: list[int]
-) -> int:
-    """Pixel geometry is rounded: of the frames around the child's middle, the one overlapping
-    it the most that still has room for its count (sub-pixel frames touch two parents)."""
-    mid = frame.start + frame.width / 2
-    at = bisect_right(starts, mid) - 1
-    scored = []
-    for candidate in range(max(0, at - 2), min(len(starts), at + 3)):
-        parent = frames[lo + candidate]
-        overlap = min(frame.start + frame.width, parent.start + parent.width) - max(
-            frame.start, parent.start
-        )
-        if overlap >= -max(0.5, frame.width):
-            scored.append((room[lo + candidate] < frame.count, -overlap, lo + candidate))
-    return min(scored)[2] if scored else -1
 
 
 def to_profile(graph: FlameGraph, source: str = "input") -> Profile:
@@ -381,9 +223,13 @@ def to_profile(graph: FlameGraph, source: str = "input") -> Profile:
     for frame in frames:
         if frame.parent >= 0:
             children_sum[frame.parent] += frame.count
+    # where each frame's first drawn callee starts (frames are in start order)
+    first_child: dict[int, float] = {}
+    for frame in frames:
+        if frame.parent >= 0:
+            first_child.setdefault(frame.parent, frame.start)
     paths: list[str] = [""] * len(frames)
     profile = Profile()
-    stacks = profile.stacks
     negative = 0
     renamed = 0
     for index, frame in enumerate(frames):
@@ -398,7 +244,13 @@ def to_profile(graph: FlameGraph, source: str = "input") -> Profile:
         paths[index] = path
         own = frame.count - children_sum[index]
         if own > 0:
-            stacks[path] = stacks.get(path, 0) + own
+            # inferno's ranges: width after the first drawn callee's start is pruned callees'
+            pruned = 0
+            if graph.exact and index in first_child:
+                pruned = own - min(own, int(first_child[index] - frame.start))
+            if pruned:
+                profile.add(f"{path};{PRUNED_FRAME}", pruned)
+            profile.add(path, own - pruned)
         elif own < 0:
             negative -= own
     root = frames[0]
@@ -413,60 +265,23 @@ def to_profile(graph: FlameGraph, source: str = "input") -> Profile:
         raise ProfileFormatError(f"{source}: the flamegraph has no samples")
     check_total(profile.total, source)
     profile.notes = _notes(
-        graph.notes, graph.differential, renamed, negative, _pruning(graph, root_self)
+        graph.notes, graph.differential, renamed, negative, _pruning(graph, profile)
     )
     profile.marked = any(state_of(s) != "busy" for s in profile.stacks)
     return profile
 
 
-def _notes(
-    graph_notes: list[str], differential: bool, renamed: int, negative: int, pruned: str
-) -> list[str]:
-    """A profile's notes: the graph's, then what reading its frames into stacks changed."""
-    notes = list(graph_notes)
-    if differential:
-        notes.append("a differential flamegraph: read as its 'after' side (the frame widths)")
-    if renamed:
-        notes.append(
-            f"{renamed:,} frame names contain ';', written as {SEMICOLON_STANDIN!r} "
-            "since folded stacks separate frames with ';'"
-        )
-    if negative:
-        notes.append(
-            f"the titles' counts are rounded (--factor?): {negative:,} samples of children "
-            "exceed their parents' counts and were not given to the parents' self time"
-        )
-    if pruned:
-        notes.append(pruned)
-    return notes
-
-
-def _pruning(graph: FlameGraph, root_self: int) -> str:
+def _pruning(graph: FlameGraph, profile: Profile) -> str:
     """A note when frames were (probably) left out for being too narrow, else ''."""
     smallest = min((f.count for f in graph.frames[1:] if f.count > 0), default=0)
     # Default minimum widths: inferno 0.1% of the graph, flamegraph.pl 0.1 px of the frames.
     root_width = graph.frames[0].width
-    threshold = 0.001 if graph.exact or not root_width else 0.1 / root_width
-    return _pruning_note(graph.total, smallest, threshold, root_self)
+    threshold = INFERNO_MIN_WIDTH if graph.exact or not root_width else 0.1 / root_width
+    return pruning_note(graph.total, smallest, threshold, _pruned(profile), graph.exact)
 
 
-def _pruning_note(total: int, smallest: int, threshold: float, root_self: int) -> str:
-    if total <= 0:
-        return ""
-    narrowest = smallest / total
-    likely = (
-        smallest >= 2 and 1 / total < threshold and 0.9 * threshold <= narrowest < 2 * threshold
-    )
-    if not likely and root_self <= 0:
-        return ""
-    text = (
-        f"frames narrower than the renderer's minimum width (about {threshold * 100:.2g}% "
-        f"of the graph, {max(1, math.ceil(threshold * total)):,} samples) are not in the SVG; "
-        "their time is counted as self time of their parent frames"
-    )
-    if root_self > 0:
-        text += f" ({root_self:,} samples of top-level frames as {PRUNED_FRAME})"
-    return text
+def _pruned(profile: Profile) -> int:
+    return sum(c for s, c in profile.stacks.items() if s.endswith(PRUNED_FRAME))
 
 
 def read_svg(data: bytes, source: str = "input") -> Profile:
@@ -478,17 +293,19 @@ def read_svg(data: bytes, source: str = "input") -> Profile:
     read = _read(data, source, fold=True)
     folded = read["folded"]
     if folded is not None:
-        return _inferno_profile(folded)
-    return to_profile(_graph(read, source), source)
+        drawn = _inferno_profile(folded)
+    else:
+        drawn = to_profile(_graph(read, source), source)
+    return with_embedded(read["embedded"], drawn, source)
 
 
 def _inferno_profile(read: _native.InfernoRead) -> Profile:
     """The Profile of the native reader's answer, with the notes the Python reader gives."""
     total = read["total"]
     factor = read["root_title_count"] / total if total else 1.0
-    graph_notes = _exact_notes(read["off"], read["first_off"], factor, read["total_samples"], total)
-    pruned = _pruning_note(total, read["smallest"], 0.001, read["root_self"])
+    graph_notes = exact_notes(read["off"], read["first_off"], factor, read["total_samples"], total)
     profile = Profile(stacks=read["stacks"])
+    pruned = pruning_note(total, read["smallest"], INFERNO_MIN_WIDTH, _pruned(profile), True)
     profile.notes = _notes(graph_notes, read["differential"], read["renamed"], 0, pruned)
     profile.marked = any(state_of(s) != "busy" for s in profile.stacks)
     return profile

@@ -28,6 +28,9 @@ LEAVES = {"idle": IDLE_LEAF, "blocked": BLOCKED_LEAF, "gil": GIL_LEAF, "cpu_wait
 OFF_CPU_LEAVES = tuple(LEAVES.values())
 #: Frames the sampler adds that name no code: the leaves and the collector's frame.
 SYNTHETIC_FRAMES = (*OFF_CPU_LEAVES, GC_FRAME)
+#: The leaf of width a flamegraph SVG did not draw, its frames being too narrow: samples whose
+#: state (and code) the file does not tell; a stack of it alone holds top-level frames'.
+PRUNED_LEAF = "[pruned]"
 #: A frame of folded text: ``function (file:line)``.
 FRAME = re.compile(r"^(?P<name>.*) \((?P<file>[^()]*?):(?P<line>-?\d+)\)$")
 
@@ -51,6 +54,27 @@ def parse_frame(text: str) -> Frame:
     if match is None:
         return Frame(text)
     return Frame(match["name"], match["file"], int(match["line"]))
+
+
+def format_frame(name: str, file: str = "", line: int = 0) -> str:
+    """A frame as folded text: ``function (file:line)``, the name alone where no file is known
+    (``parse_frame``'s inverse)."""
+    return f"{name} ({file}:{line})" if file else name
+
+
+def exact_frame(text: str) -> Frame:
+    """A frame for the formats that keep a frame's parts (pprof, speedscope): parsed where
+    ``format_frame`` writes it back as the same text, else named by the whole text (``x (:0)``,
+    ``f (a.py:007)``), so that every frame reads back as it was written."""
+    frame = parse_frame(text)
+    if frame.file and format_frame(frame.name, frame.file, frame.line) == text:
+        return frame
+    return Frame(text)
+
+
+def is_pruned(stack: str) -> bool:
+    """Whether a stack holds the width of frames too narrow to draw (``PRUNED_LEAF``)."""
+    return stack.endswith(PRUNED_LEAF)
 
 
 def state_of(stack: str) -> str:

@@ -134,8 +134,10 @@ def test_edges_of_the_command_line_are_refused_in_one_line(tmp_path: Path) -> No
                 continue
             assert result.returncode == 1, (command, result.stderr)
             assert result.stderr.splitlines() == [f"sidecar: error: {bad}: " + said + (
-                "; expected a flamegraph SVG or folded stacks" if bad == nul else
-                "; render takes folded stacks (stats and diff read SVGs as they are)"
+                "; expected folded stacks, a flamegraph SVG, speedscope JSON or a gzipped "
+                "pprof file" if bad == nul else
+                "; render takes folded stacks, speedscope or pprof (stats and diff read SVGs "
+                "as they are)"
             )], result.stderr  # fmt: skip
             assert not (tmp_path / "out.svg").exists()
             entry.inputs += 1

@@ -33,11 +33,14 @@ GIL_HOLDERS = {
 }
 SHARES = {
     "samples": {"type": "integer", "minimum": 0},
-    "busy_share": SHARE,
-    "idle_share": SHARE,
-    "blocked_share": SHARE,
-    "gil_share": SHARE,
-    "cpu_wait_share": SHARE,
+    # null: a state the profile does not tell (a profile file without [idle]/[blocked] leaves)
+    "busy_share": {**SHARE, "type": ["number", "null"]},
+    "idle_share": {**SHARE, "type": ["number", "null"]},
+    "blocked_share": {**SHARE, "type": ["number", "null"]},
+    "gil_share": {**SHARE, "type": ["number", "null"]},
+    "cpu_wait_share": {**SHARE, "type": ["number", "null"]},
+    "untold_share": SHARE,
+    "pruned_share": SHARE,
     "gil_holders": GIL_HOLDERS,
     "gc_share": SHARE,
     "depth": DEPTH,

@@ -63,7 +63,40 @@ def test_unmarked_profile_is_estimated_from_the_selector_wait() -> None:
     assert not profile.marked
     analysis = analyze(profile)
     assert analysis.estimated
-    assert analysis.states == {"busy": 40, "idle": 60, "blocked": 0, "gil": 0, "cpu_wait": 0}
+    # the selector's wait tells idle; the other 40 samples were busy (20) or blocked (20), and
+    # nothing in the file says which: no share is given for them
+    assert analysis.told == ("idle",)
+    assert analysis.states == {"busy": 0, "idle": 60, "blocked": 0, "gil": 0, "cpu_wait": 0}
+    assert (analysis.untold, analysis.samples, analysis.ranked) == (40, 100, 40)
+    assert state_line(analysis) == (
+        "idle 60.0% · busy, blocked, gil, cpu_wait: not told by this file (40.0% of samples)"
+    )
+    document = stats_document([analysis])["targets"][0]
+    assert document["busy_share"] is None and document["blocked_share"] is None
+    assert (document["idle_share"], document["untold_share"]) == (0.6, 0.4)
+    # the depth and top functions are those of the samples outside the poll
+    assert analysis.top_self(1)[0].share == pytest.approx(15 / 40)  # time.sleep
+
+
+def test_an_unmarked_uvloop_profile_tells_no_state() -> None:
+    # uvloop's poll is C: an idle loop shows no frame above the one that entered it
+    entry = "main (app.py:3);run (asyncio/runners.py:118);run_until_complete (uvloop/loop.pyx:1)"
+    profile = parse_folded(f"{entry} 90\n{entry};handler (app.py:10) 10\n")
+    analysis = analyze(profile)
+    assert analysis.loop == "uvloop" and analysis.told == ()
+    assert (analysis.untold, analysis.samples) == (100, 100)
+    assert state_line(analysis) == (
+        "busy, idle, blocked, gil, cpu_wait: not told by this file (100.0% of samples)"
+    )
+
+
+def test_pruned_width_counts_as_no_state() -> None:
+    profile = parse_folded(FOLDED + f"{RUN};handler (app.py:10);[pruned] 25\n")
+    analysis = analyze(profile)
+    assert analysis.states == {"busy": 20, "idle": 60, "blocked": 20, "gil": 0, "cpu_wait": 0}
+    assert (analysis.untold, analysis.pruned, analysis.samples) == (25, 25, 125)
+    assert state_line(analysis).endswith("· not drawn 20.0% (frames too narrow, no state)")
+    assert stats_document([analysis])["targets"][0]["pruned_share"] == 0.2
 
 
 def test_depth_percentiles_are_nearest_rank() -> None:

@@ -25,6 +25,8 @@ def test_the_schema_is_strict() -> None:
                 "blocked_share": 0.0,
                 "gil_share": 0.0,
                 "cpu_wait_share": 0.0,
+                "untold_share": 0.0,
+                "pruned_share": 0.0,
                 "gil_holders": [],
                 "gc_share": 0.0,
                 "depth": {"mean": 3.0, "p50": 3, "p95": 3, "max": 3},

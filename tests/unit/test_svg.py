@@ -107,6 +107,7 @@ def _same_scan(svg: bytes) -> None:
     assert native["frames"] == oracle.frames
     assert native["total_samples"] == oracle.total_samples
     assert native["script"] == oracle.script
+    assert native["embedded"] == oracle.embedded
 
 
 def _python_read(svg: bytes) -> Profile:
@@ -334,7 +335,14 @@ def test_inferno_round_trip_with_pruning_keeps_the_total(
     for stack, count in profile.stacks.items():
         if stack == PRUNED_FRAME:
             continue
-        covered = sum(c for s, c in stacks.items() if s == stack or s.startswith(stack + ";"))
+        # a [pruned] leaf holds callees of its parent too narrow to draw
+        parent = stack.removesuffix(f";{PRUNED_FRAME}")
+        callees = parent != stack
+        covered = sum(
+            c
+            for s, c in stacks.items()
+            if (s == parent and not callees) or s.startswith(parent + ";")
+        )
         assert 0 < count <= covered
 
 
@@ -368,11 +376,19 @@ def test_flamegraph_pl_with_pruning_keeps_the_total(stacks: dict[str, int], inve
     assert read_svg(svg.encode()).total == sum(stacks.values())
 
 
-def test_pruned_frames_stay_with_their_parent_and_are_noted() -> None:
-    stacks = {"main;big": 10_000, "main;tiny": 3, "tiny_root": 2}
+def test_pruned_frames_read_as_no_state_where_their_width_shows_and_are_noted() -> None:
+    # inferno lays out main's own samples first, then its callees in name order: tiny's width
+    # lies after big's start, so it is known to be a callee too narrow to draw; a_tiny's lies
+    # before it, where it cannot be told from main's own time
+    stacks = {"main;big": 10_000, "main;tiny": 3, "main;a_tiny": 4, "tiny_root": 2}
     profile = read_svg(_render(stacks, min_width=0.1))
-    assert profile.stacks == {"main;big": 10_000, "main": 3, PRUNED_FRAME: 2}
-    assert any("minimum width" in note for note in profile.notes)
+    assert profile.stacks == {
+        "main;big": 10_000,
+        f"main;{PRUNED_FRAME}": 3,
+        "main": 4,
+        PRUNED_FRAME: 2,
+    }
+    assert any("minimum width" in note and "5 samples" in note for note in profile.notes)
     exact = read_svg(_render(stacks, min_width=0))
     assert exact.stacks == stacks
     assert not any("minimum width" in note for note in exact.notes)

@@ -1,13 +1,16 @@
-//! pprof out: gzipped `profile.proto` from frames and counted samples, and the request body of
-//! Pyroscope's push API (`push.v1.PusherService/Push`) around such profiles.
+//! pprof out and in: gzipped `profile.proto` from frames and counted samples, such a file read
+//! back (`decode`: bounded, every index checked), and the request body of Pyroscope's push API
+//! (`push.v1.PusherService/Push`) around such profiles.
 //!
 //! The messages are written here with prost's derive from the field numbers of the public
 //! schemas (google/pprof's `profile.proto`; Pyroscope's `push/v1/push.proto` and
-//! `types/v1/types.proto`), only the fields sidecar fills in: no code generation, no protoc.
+//! `types/v1/types.proto`), only the fields sidecar fills in or reads: no code generation, no
+//! protoc. Fields of other writers' files that are not declared here are skipped by prost.
 
 use std::collections::HashMap;
-use std::io::Write;
+use std::io::{Read, Write};
 
+use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
 use flate2::Compression;
 use prost::Message;
@@ -34,6 +37,8 @@ struct Profile {
     period: i64,
     #[prost(int64, repeated, tag = "13")]
     comment: Vec<i64>,
+    #[prost(int64, tag = "14")]
+    default_sample_type: i64,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -66,6 +71,8 @@ struct Label {
 struct Location {
     #[prost(uint64, tag = "1")]
     id: u64,
+    #[prost(uint64, tag = "3")]
+    address: u64,
     #[prost(message, repeated, tag = "4")]
     line: Vec<Line>,
 }
@@ -201,6 +208,7 @@ fn build(header: &Header, frames: &[FrameIn], samples: &[SampleIn]) -> Result<Ve
             });
         location.push(Location {
             id: index as u64 + 1,
+            address: 0,
             line: vec![Line {
                 function_id,
                 line: *line,
@@ -253,6 +261,7 @@ fn build(header: &Header, frames: &[FrameIn], samples: &[SampleIn]) -> Result<Ve
         period_type,
         period: header.period,
         comment,
+        default_sample_type: 0,
     };
     Ok(profile.encode_to_vec())
 }
@@ -273,6 +282,153 @@ pub fn encode(
     samples: &[SampleIn],
 ) -> Result<Vec<u8>, String> {
     Ok(gzip(&build(header, frames, samples)?))
+}
+
+/// A pprof file read back: what its values measure, its frames (function, file, line) and its
+/// samples (indexes into the frames, root first; one value per sample type).
+#[derive(Debug)]
+pub struct Decoded {
+    pub sample_types: Vec<(String, String)>,
+    /// The index of the default sample type in `sample_types`, when the file names one.
+    pub default_type: Option<usize>,
+    pub period_type: Option<(String, String)>,
+    pub period: i64,
+    pub comments: Vec<String>,
+    pub frames: Vec<(String, String, i64)>,
+    pub samples: Vec<(Vec<u32>, Vec<i64>)>,
+}
+
+/// A pprof file (gzipped or not) read back; `max_bytes` bounds the message once decompressed.
+/// The error is one line: what is wrong.
+pub fn decode(data: &[u8], max_bytes: usize) -> Result<Decoded, String> {
+    let raw;
+    let message: &[u8] = if data.starts_with(&[0x1f, 0x8b]) {
+        let mut out = Vec::new();
+        GzDecoder::new(data)
+            .take(max_bytes as u64 + 1)
+            .read_to_end(&mut out)
+            .map_err(|err| format!("not a pprof file: its gzip stream is corrupt ({err})"))?;
+        if out.len() > max_bytes {
+            return Err(format!(
+                "refused: more than {} MB once decompressed",
+                max_bytes / (1024 * 1024)
+            ));
+        }
+        raw = out;
+        &raw
+    } else {
+        data
+    };
+    let profile = Profile::decode(message)
+        .map_err(|err| format!("not a pprof file: its protobuf message is corrupt ({err})"))?;
+    resolve(profile)
+}
+
+/// The profile's indexes resolved: strings, functions, locations; any index out of range is
+/// refused.
+fn resolve(profile: Profile) -> Result<Decoded, String> {
+    let strings = &profile.string_table;
+    let text = |index: i64, what: &str| -> Result<String, String> {
+        usize::try_from(index)
+            .ok()
+            .and_then(|i| strings.get(i))
+            .cloned()
+            .ok_or_else(|| {
+                format!(
+                    "not a consistent pprof file: {what} names string {index} of {}",
+                    strings.len()
+                )
+            })
+    };
+    let pair = |vt: &ValueType, what: &str| {
+        Ok::<_, String>((text(vt.r#type, what)?, text(vt.unit, what)?))
+    };
+    let sample_types = profile
+        .sample_type
+        .iter()
+        .map(|vt| pair(vt, "a sample type"))
+        .collect::<Result<Vec<_>, _>>()?;
+    let default_type = if profile.default_sample_type != 0 {
+        let name = text(profile.default_sample_type, "the default sample type")?;
+        sample_types.iter().position(|(kind, _)| *kind == name)
+    } else {
+        None
+    };
+    let period_type = profile
+        .period_type
+        .as_ref()
+        .map(|vt| pair(vt, "the period type"))
+        .transpose()?;
+    let comments = profile
+        .comment
+        .iter()
+        .map(|&c| text(c, "a comment"))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut functions: HashMap<u64, (String, String)> =
+        HashMap::with_capacity(profile.function.len());
+    for function in &profile.function {
+        let name = text(function.name, "a function's name")?;
+        let file = text(function.filename, "a function's file")?;
+        functions.insert(function.id, (name, file));
+    }
+    // Each location's frames, caller first (pprof lists a location's inlined lines callee
+    // first), as indexes into the distinct frames.
+    let mut frames: Vec<(String, String, i64)> = Vec::new();
+    let mut frame_index: HashMap<(String, String, i64), u32> = HashMap::new();
+    let mut locations: HashMap<u64, Vec<u32>> = HashMap::with_capacity(profile.location.len());
+    for location in &profile.location {
+        let mut lines = Vec::with_capacity(location.line.len().max(1));
+        let mut keys = Vec::with_capacity(lines.capacity());
+        if location.line.is_empty() {
+            keys.push((format!("0x{:x}", location.address), String::new(), 0));
+        }
+        for line in location.line.iter().rev() {
+            let (name, file) = functions.get(&line.function_id).ok_or_else(|| {
+                format!(
+                    "not a consistent pprof file: location {} names function {}, which is not listed",
+                    location.id, line.function_id
+                )
+            })?;
+            keys.push((name.clone(), file.clone(), line.line));
+        }
+        for key in keys {
+            let next =
+                u32::try_from(frames.len()).map_err(|_| "refused: too many frames".to_owned())?;
+            let index = *frame_index.entry(key.clone()).or_insert_with(|| {
+                frames.push(key);
+                next
+            });
+            lines.push(index);
+        }
+        locations.insert(location.id, lines);
+    }
+    let mut samples = Vec::with_capacity(profile.sample.len());
+    for (number, sample) in profile.sample.into_iter().enumerate() {
+        if sample.value.len() != sample_types.len() {
+            return Err(format!(
+                "not a consistent pprof file: sample {number} has {} values for {} sample types",
+                sample.value.len(),
+                sample_types.len()
+            ));
+        }
+        let mut stack = Vec::with_capacity(sample.location_id.len() + 4);
+        for id in sample.location_id.iter().rev() {
+            let lines = locations.get(id).ok_or_else(|| {
+                format!("not a consistent pprof file: sample {number} names location {id}, which is not listed")
+            })?;
+            stack.extend_from_slice(lines);
+        }
+        samples.push((stack, sample.value));
+    }
+    Ok(Decoded {
+        sample_types,
+        default_type,
+        period_type,
+        period: profile.period,
+        comments,
+        frames,
+        samples,
+    })
 }
 
 /// One series of a push request: its labels and its raw (gzipped pprof) profiles.
@@ -358,6 +514,32 @@ mod tests {
         assert_eq!(handle.line, 10);
         let function = &profile.function[(handle.function_id - 1) as usize];
         assert_eq!(profile.string_table[function.name as usize], "handle");
+    }
+
+    #[test]
+    fn decode_reads_back_what_encode_wrote_and_refuses_corrupt_files() {
+        let frames = vec![
+            frame("main (app.py:3)", "main", "app.py", 3),
+            frame("[idle]", "[idle]", "", 0),
+        ];
+        let samples = vec![(
+            "main (app.py:3);[idle]".to_string(),
+            vec![5],
+            vec![("state".into(), "idle".into())],
+        )];
+        let data = encode(&header(), &frames, &samples).unwrap();
+        let read = decode(&data, 1 << 20).unwrap();
+        assert_eq!(read.sample_types, vec![("samples".into(), "count".into())]);
+        assert_eq!(read.frames[read.samples[0].0[0] as usize].0, "main");
+        assert_eq!(read.frames[read.samples[0].0[1] as usize].0, "[idle]");
+        assert_eq!(read.samples[0].1, vec![5]);
+        assert!(decode(&data[..data.len() / 2], 1 << 20).is_err());
+        assert!(decode(&data, 8).unwrap_err().starts_with("refused"));
+        let mut bad = Profile::decode(&build(&header(), &frames, &samples).unwrap()[..]).unwrap();
+        bad.sample[0].location_id[0] = 99;
+        assert!(decode(&bad.encode_to_vec(), 1 << 20)
+            .unwrap_err()
+            .contains("location 99"));
     }
 
     #[test]

@@ -61,6 +61,7 @@ pub fn read_svg<'py>(
     out.set_item("root", scan.root)?;
     out.set_item("total_samples", scan.total_samples)?;
     out.set_item("script", scan.script)?;
+    out.set_item("embedded", scan.embedded)?;
     let frames = PyList::empty(py);
     for frame in &scan.frames {
         let rect = PyDict::new(py);
@@ -128,6 +129,40 @@ pub fn encode_pprof<'py>(
         .detach(|| pprof::encode(&header, &frames, &samples))
         .map_err(PyValueError::new_err)?;
     Ok(PyBytes::new(py, &data))
+}
+
+/// A pprof file read back (`pprof::decode`): a dict of its sample types, the index of the
+/// default one, period type and period, comments, frames (function, file, line) and samples
+/// (frame indexes root first, values); ValueError (one line) for a corrupt or inconsistent file.
+#[pyfunction]
+#[pyo3(signature = (data, *, max_bytes))]
+pub fn decode_pprof<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    max_bytes: usize,
+) -> PyResult<Bound<'py, PyDict>> {
+    let read = py
+        .detach(|| pprof::decode(data, max_bytes))
+        .map_err(|err| PyValueError::new_err(one_line(&err)))?;
+    let out = PyDict::new(py);
+    out.set_item("sample_types", read.sample_types)?;
+    out.set_item("default_type", read.default_type)?;
+    out.set_item("period_type", read.period_type)?;
+    out.set_item("period", read.period)?;
+    out.set_item("comments", read.comments)?;
+    out.set_item("frames", read.frames)?;
+    out.set_item("samples", read.samples)?;
+    Ok(out)
+}
+
+/// An error of a decoder as one line of bounded length.
+fn one_line(message: &str) -> String {
+    let line: String = message
+        .chars()
+        .take(300)
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    line
 }
 
 #[pyfunction]

@@ -1,6 +1,7 @@
 //! inferno's frames folded into stacks: each frame's title parsed (name, count, a
-//! differential part), rows by `y`, the root row found, parents by sample range, self counts,
-//! as the Python side (`sidecar/formats/svg.py`) computes them.
+//! differential part), rows by `y`, the root row found, parents by sample range, self counts
+//! and the width of callees too narrow to draw (a `[pruned]` leaf), as the Python side
+//! (`sidecar/formats/svg.py`) computes them.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -177,8 +178,10 @@ pub(super) fn fold(
     if depths.get(1) == Some(&0) || sorted[0].name != "all" {
         return None;
     }
-    // Parents: both rows in start order, one merge pass per row.
+    // Parents: both rows in start order, one merge pass per row; each frame's first child
+    // (the one that starts first) is the first one given to it.
     let mut parent = vec![0usize; sorted.len()];
+    let mut first_child: Vec<Option<u64>> = vec![None; sorted.len()];
     let (mut lo, mut first) = (0, 1);
     while first < sorted.len() {
         let depth = depths[first];
@@ -199,6 +202,7 @@ pub(super) fn fold(
                 return None;
             }
             parent[index] = at;
+            first_child[at].get_or_insert(frame.start);
         }
         (lo, first) = (first, end);
     }
@@ -231,6 +235,12 @@ pub(super) fn fold(
         if own == children[index] {
             continue;
         }
+        // inferno lays out sorted stacks: a frame's own samples come first (its stack sorts
+        // before those of its callees), so width after the start of its first drawn callee
+        // that no callee covers is frames too narrow to draw: a `[pruned]` leaf, no state.
+        let uncovered = own - children[index];
+        let leading = first_child[index].map_or(own, |at| at - sorted[index].start);
+        let pruned = uncovered - leading.min(uncovered);
         chain.clear();
         let mut at = index;
         while at != 0 {
@@ -250,7 +260,12 @@ pub(super) fn fold(
                 path.push_str(&frame.name);
             }
         }
-        add(&mut stacks, path, own - children[index]);
+        if pruned > 0 {
+            add(&mut stacks, format!("{path};{PRUNED_FRAME}"), pruned);
+        }
+        if uncovered > pruned {
+            add(&mut stacks, path, uncovered - pruned);
+        }
     }
     let root = sorted[0];
     let root_self = root.width.checked_sub(children[0])?;

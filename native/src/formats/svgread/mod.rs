@@ -46,12 +46,16 @@ pub struct RawFrame<'a> {
 }
 
 /// What the document holds: its root element's name, its frames, the `total_samples` of its
-/// `<svg id="frames">`, the text of its scripts, and the frames folded when they are inferno's.
+/// `<svg id="frames">`, the text of its scripts and of its embedded stacks, and the frames folded
+/// when they are inferno's.
 pub struct Scan<'a> {
     pub root: String,
     pub frames: Vec<RawFrame<'a>>,
     pub total_samples: Option<String>,
     pub script: String,
+    /// The text of the first `<metadata id="sidecar-folded">`: the folded stacks sidecar
+    /// embeds in the SVGs it writes (checked against the frames on the Python side).
+    pub embedded: Option<String>,
     pub folded: Option<Read>,
 }
 

@@ -2,8 +2,9 @@
 //! element, tags matched, nothing outside the root but white space, comments and processing
 //! instructions, a DOCTYPE only before the root, references resolved or refused, nesting no
 //! deeper than the caller allows. Along the way each frame is paired as the test oracle pairs
-//! it (a `<g>`, its `<title>`, its `<rect>`), and the scripts' text and the frames container's
-//! `total_samples` are kept.
+//! it (a `<g>`, its `<title>`, its `<rect>`), and the scripts' text, the frames container's
+//! `total_samples` and the text of the first `<metadata id="sidecar-folded">` (the folded stacks
+//! sidecar embeds in the SVGs it writes) are kept.
 
 use std::borrow::Cow;
 
@@ -30,7 +31,12 @@ struct Pairing {
     in_group: bool,
     title: Option<String>,
     in_script: bool,
+    /// Inside the embedded stacks' element: the depth of the elements open around it.
+    in_embedded: Option<usize>,
 }
+
+/// The `id` of the element whose text is the folded stacks sidecar embeds in its SVGs.
+pub const EMBEDDED_ID: &[u8] = b"sidecar-folded";
 
 impl<'a> Scanner<'a> {
     pub(super) fn new(doc: &'a [u8], max_depth: usize) -> Self {
@@ -57,6 +63,7 @@ impl<'a> Scanner<'a> {
             frames: Vec::new(),
             total_samples: None,
             script: String::new(),
+            embedded: None,
             folded: None,
         };
         let mut pairing = Pairing::default();
@@ -128,7 +135,7 @@ impl<'a> Scanner<'a> {
                     if !inside {
                         return Err(wrong("CDATA outside the root element"));
                     }
-                    if let Some(out) = pairing.text_out(&mut scan.script) {
+                    if let Some(out) = pairing.text_out(&mut scan.script, &mut scan.embedded) {
                         push_text(&text, out).map_err(|e| wrong(&e))?;
                     }
                 }
@@ -142,7 +149,7 @@ impl<'a> Scanner<'a> {
                     if text.windows(3).any(|w| w == b"]]>") {
                         return Err(wrong("']]>' in text"));
                     }
-                    if let Some(out) = pairing.text_out(&mut scan.script) {
+                    if let Some(out) = pairing.text_out(&mut scan.script, &mut scan.embedded) {
                         push_text(&text, out).map_err(|e| wrong(&e))?;
                     }
                 }
@@ -157,7 +164,7 @@ impl<'a> Scanner<'a> {
                             unknown_reference(&reference)
                         )
                     })?;
-                    if let Some(out) = pairing.text_out(&mut scan.script) {
+                    if let Some(out) = pairing.text_out(&mut scan.script, &mut scan.embedded) {
                         out.push(ch);
                     }
                 }
@@ -181,11 +188,21 @@ impl<'a> Scanner<'a> {
                                 pairing.in_group = false;
                             }
                         }
-                        b"g" => {
+                        b"g" if pairing.in_embedded.is_none() => {
                             pairing = Pairing {
                                 in_group: true,
                                 ..Pairing::default()
                             }
+                        }
+                        b"metadata"
+                            if scan.embedded.is_none()
+                                && attribute(&attrs, b"id") == Some(EMBEDDED_ID) =>
+                        {
+                            pairing = Pairing {
+                                in_embedded: (!empty).then_some(self.open.len()),
+                                ..Pairing::default()
+                            };
+                            scan.embedded = Some(String::new());
                         }
                         b"title" => {
                             pairing.title = pairing.in_group.then(String::new);
@@ -216,6 +233,9 @@ impl<'a> Scanner<'a> {
                     let Some(name) = self.open.pop() else {
                         return Err(wrong("an end tag that closes nothing"));
                     };
+                    if pairing.in_embedded == Some(self.open.len()) {
+                        pairing.in_embedded = None;
+                    }
                     if element.name().as_ref() != name {
                         return Err(wrong(&format!(
                             "</{}> closes <{}>",
@@ -274,8 +294,16 @@ impl<'a> Scanner<'a> {
 }
 
 impl Pairing {
-    /// Where character data goes: a frame's title, the scripts, or nowhere.
-    fn text_out<'s>(&'s mut self, script: &'s mut String) -> Option<&'s mut String> {
+    /// Where character data goes: the embedded stacks, a frame's title, the scripts, or
+    /// nowhere.
+    fn text_out<'s>(
+        &'s mut self,
+        script: &'s mut String,
+        embedded: &'s mut Option<String>,
+    ) -> Option<&'s mut String> {
+        if self.in_embedded.is_some() {
+            return embedded.as_mut();
+        }
         match self.title.as_mut() {
             Some(title) => Some(title),
             None => self.in_script.then_some(script),
