@@ -45,4 +45,5 @@ def test_render_command(tmp_path: Path) -> None:
         ), refused.stderr
     widest = sidecar("render", str(folded), "-o", str(tmp_path / "all.svg"), "--min-width", "100")
     assert widest.returncode == 0, widest.stderr
-    assert "work (a.py:2)" not in (tmp_path / "all.svg").read_text()
+    # not drawn (its stack is still in the SVG's embedded folded stacks, which read it back)
+    assert "work (a.py:2) (7 samples" not in (tmp_path / "all.svg").read_text()
