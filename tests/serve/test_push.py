@@ -152,7 +152,17 @@ def test_a_loop_starved_of_the_gil_arrives_as_state_gil(
     main = '{service_name="hog", state="gil", thread_name="MainThread"}'
     assert pyroscope.total(WALL, main, start, end) == loops * PERIOD_NS > waited * PERIOD_NS / 2
     assert "gil" in pyroscope.label_values("state", '{service_name="hog"}', start, end)
-    cpu = pyroscope.names(CPU, '{service_name="hog"}', start, end)
+
+    # two processes under one service name, each its own series: none of their windows lost
+    # (Pyroscope keeps one of a series' profiles that share a timestamp: under the same labels,
+    # the windows of one of the two were missing from queries)
+    hog = '{service_name="hog"}'
+    assert wait_pushed(
+        lambda: pyroscope.total(WALL, hog, start, end) == stored(db, start, end) * PERIOD_NS
+    ), (pyroscope.total(WALL, hog, start, end) // PERIOD_NS, stored(db, start, end))
+    assert pyroscope.total(CPU, hog, start, end) == stored(db, start, end, {"busy"}) * PERIOD_NS
+    assert pyroscope.label_values("pid", hog, start, end) == {str(starved.pid), str(collector.pid)}
+    cpu = pyroscope.names(CPU, hog, start, end)
     assert "[gc]" in cpu and any(name.startswith("spin") for name in cpu), sorted(cpu)
 
 

@@ -10,9 +10,12 @@ nanoseconds, so a stack's value is the time tasks spent in that await chain; its
 labelled with the task's ``state`` (running, ready, waiting), ``task`` (request, background)
 and, for a request's, its ``route`` (``METHOD ROUTE``).
 A series is named by ``service_name`` (``--service-name``, else a short name of the target's
-command line) and labelled with the target's ``framework``, ``loop`` and ``python_version``, and
-with the pod's name and namespace where the manifests pass them in (``POD_NAME``,
-``POD_NAMESPACE``).
+command line) and labelled with the target's ``framework``, ``loop``, ``python_version`` and
+``pid``, and with the pod's name and namespace where the manifests pass them in (``POD_NAME``,
+``POD_NAMESPACE``). The ``pid`` keeps each process a series of its own: Pyroscope keeps one of
+the profiles of a series that share a timestamp, and the processes of one service (a pre-fork
+server's workers, two targets under one ``--service-name``) send a window each at the same
+instant, so without it all but one process's window would be lost in queries.
 
 Pyroscope's default limits are kept: at most 16,000 samples per profile (the rarest stacks of a
 larger window are counted together as one ``[other stacks]`` stack per state and thread, so the
@@ -94,6 +97,7 @@ def series_labels(record: ProcessRecord, service: str | None, extra: Labels = ()
         "framework": label_value(record.framework),
         "loop": label_value(record.loop),
         "python_version": label_value(record.python_version or "unknown"),
+        "pid": str(record.pid),
     }
     for name, value in extra:
         labels.setdefault(label_name(name), label_value(value))
