@@ -101,7 +101,9 @@ def test_table_names_the_blocking_call_and_top_functions(recorded: dict[str, Pat
 
 
 @pytest.mark.slow
-def test_plain_py_spy_profile_is_estimated(spawn: Spawner, tmp_path: Path) -> None:
+def test_a_plain_py_spy_profile_tells_idle_and_no_other_state(
+    spawn: Spawner, tmp_path: Path
+) -> None:
     pyspy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
     if pyspy is None:
         pytest.skip("py-spy CLI not installed")
