@@ -18,6 +18,15 @@
 //! diffusion sums to its input, and a throttled period's samples wait where they were taken. A
 //! kernel without scheduler statistics reads "0 0 0" (or has no file): that is said
 //! (`CpuWaits::source`), and no sample is ever said to wait.
+//!
+//! A thread that ran all the time between each two of its last `STEADY` readings, sampled
+//! runnable at each sample, with no wait posted, is read at every `SPACING`-th sample only, and the samples between
+//! stand as running: the steady spinner, the read's worst case, costs a quarter of the reads.
+//! A wait that begins meanwhile is not lost: the next reading finds the counters still (a
+//! wait now, and reads at every sample again), and the kernel posts the whole wait when it
+//! ends, which the ledger then counts on later samples. Only where it is placed can move, by
+//! `SPACING` samples at most, and only at the end of a steady run; a thread that waits often
+//! (a throttled container, a shared CPU) never gets steady and is read at every sample.
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
@@ -37,6 +46,13 @@ const NO_TICK: u64 = 12_000_000;
 /// The most a ledger holds either way (ns): waits posted long ago do not become samples much
 /// later, nor does a wait owed for long go on counting.
 const LEDGER_BOUND: i64 = 1_000_000_000;
+
+/// Readings in a row that found the thread on a CPU all along since the one before, with
+/// nothing posted, before it is read less often.
+const STEADY: u32 = 10;
+
+/// A steady thread is read at every this many samples.
+const SPACING: u32 = 4;
 
 /// What a thread's schedstat says: ns on a CPU, ns waiting for one, times it got one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -60,13 +76,20 @@ enum Told {
 struct Thread {
     file: File,
     last: Schedstat,
-    /// When the counters were last seen to move.
+    /// When the counters were last seen to move, and last read.
     moved: Instant,
+    read: Instant,
     /// Waits the kernel posted less waits counted by samples (ns).
     credit: i64,
     /// Its counters moved unseen since `last` (`CpuWaits::restart`): the next reading is as
     /// a first one.
     stale: bool,
+    /// Readings in a row that found it on a CPU all along, nothing posted (`STEADY`).
+    steady: u32,
+    /// The sample it was last asked of (`CpuWaits::samples`), and how many samples in a row
+    /// it was left unread since its last reading.
+    asked: u64,
+    unread: u32,
 }
 
 pub(crate) struct CpuWaits {
@@ -78,6 +101,8 @@ pub(crate) struct CpuWaits {
     ticked: bool,
     /// The time since the last sample (ns).
     since: u64,
+    /// Samples begun so far.
+    samples: u64,
     nanos: u64,
 }
 
@@ -90,6 +115,7 @@ impl CpuWaits {
             now: Instant::now(),
             ticked: false,
             since: 0,
+            samples: 0,
             nanos: 0,
         }
     }
@@ -103,6 +129,7 @@ impl CpuWaits {
         }
         self.ticked = true;
         self.now = now;
+        self.samples += 1;
     }
 
     /// Whether the runnable thread `tid` waits for a CPU in this sample. False where the kernel
@@ -138,22 +165,20 @@ impl CpuWaits {
                     return false;
                 }
                 self.told = Told::Yes;
-                slot.insert(Thread {
-                    file,
-                    last: first,
-                    moved: self.now,
-                    credit: 0,
-                    stale: false,
-                });
+                slot.insert(Thread::new(file, first, self.now, self.samples));
                 return false;
             }
         };
+        if thread.spare(self.samples) {
+            return false;
+        }
         let Some(now) = read_schedstat(&thread.file, &mut self.nanos) else {
             self.threads.remove(&tid);
             return false;
         };
         if thread.stale {
-            (thread.last, thread.moved, thread.credit) = (now, self.now, 0);
+            (thread.last, thread.moved, thread.read) = (now, self.now, self.now);
+            (thread.credit, thread.steady) = (0, 0);
             thread.stale = false;
             return false;
         }
@@ -199,12 +224,45 @@ impl CpuWaits {
 }
 
 impl Thread {
+    fn new(file: File, first: Schedstat, at: Instant, sample: u64) -> Self {
+        Thread {
+            file,
+            last: first,
+            moved: at,
+            read: at,
+            credit: 0,
+            stale: false,
+            steady: 0,
+            asked: sample,
+            unread: 0,
+        }
+    }
+
+    /// Whether the sample numbered `sample` leaves the thread unread: a steady thread between
+    /// its readings, asked at each sample since the last.
+    fn spare(&mut self, sample: u64) -> bool {
+        let in_a_row = self.asked + 1 == sample;
+        self.asked = sample;
+        if in_a_row && self.steady >= STEADY && self.unread + 1 < SPACING {
+            self.unread += 1;
+            return true;
+        }
+        if !in_a_row {
+            self.steady = 0;
+        }
+        self.unread = 0;
+        false
+    }
+
     /// The verdict of a sample at `at`, standing for the `since` ns since the last one, that
     /// read `now`.
     fn step(&mut self, now: Schedstat, at: Instant, since: u64) -> bool {
         let ran = now.run != self.last.run || now.slices != self.last.slices;
         let posted = now.wait.saturating_sub(self.last.wait);
-        self.last = now;
+        // on a CPU all the time since the last reading, a scheduler tick or so aside
+        let all_along = now.run.saturating_sub(self.last.run) + NO_TICK
+            >= at.duration_since(self.read).as_nanos() as u64;
+        (self.last, self.read) = (now, at);
         if ran || posted > 0 {
             self.moved = at;
         }
@@ -217,6 +275,11 @@ impl Thread {
         if waits {
             self.credit = (self.credit - since as i64).max(-LEDGER_BOUND);
         }
+        self.steady = if all_along && posted == 0 && !waits {
+            self.steady.saturating_add(1)
+        } else {
+            0
+        };
         waits
     }
 }
@@ -260,17 +323,7 @@ mod tests {
             },
         );
         let file = File::open("/proc/self/schedstat").expect("a schedstat file");
-        (
-            at,
-            last,
-            Thread {
-                file,
-                last,
-                moved: at,
-                credit: 0,
-                stale: false,
-            },
-        )
+        (at, last, Thread::new(file, last, at, 0))
     }
 
     #[test]
@@ -342,6 +395,74 @@ mod tests {
             (480..=520).contains(&waits),
             "{waits} of 1000 samples waited"
         );
+    }
+
+    /// A sample of the ledger `t` at sample number `n`, as `CpuWaits::waits` takes it: left
+    /// unread if steady, else read; Some(verdict) when read.
+    fn sample(t: &mut Thread, n: u64, stat: Schedstat, at: Instant) -> Option<bool> {
+        (!t.spare(n)).then(|| t.step(stat, at, 10 * MS))
+    }
+
+    /// A steady spinner is read at one sample in `SPACING` once it has run at `STEADY` readings
+    /// in a row; asked again after a sample without it (asleep then), at every sample again.
+    #[test]
+    fn a_steady_thread_is_read_less_often() {
+        let (mut at, mut stat, mut t) = started();
+        let mut reads = 0;
+        for n in 1..=410u64 {
+            at += Duration::from_millis(10);
+            stat.run += 10 * MS;
+            if let Some(waits) = sample(&mut t, n, stat, at) {
+                assert!(!waits);
+                reads += 1;
+            }
+        }
+        assert_eq!(reads, STEADY as u64 + 400 / SPACING as u64);
+        // not asked at sample 411 (it slept): read at the next ones, until steady again
+        for n in 412..412 + u64::from(STEADY) {
+            at += Duration::from_millis(10);
+            stat.run += 10 * MS;
+            assert_eq!(sample(&mut t, n, stat, at), Some(false), "sample {n}");
+        }
+    }
+
+    /// A steady spinner throttled from some instant on, 80 ms of every 100: its waits are told
+    /// as a thread's read at every sample are, within a few samples, and the samples left
+    /// unread once it has no CPU are fewer than `SPACING`: it is read at every sample after.
+    #[test]
+    fn a_steady_thread_throttled_waits_its_share() {
+        let (mut at, mut stat, mut t) = started();
+        let mut n = 0u64;
+        for _ in 0..100 {
+            n += 1;
+            at += Duration::from_millis(10);
+            stat.run += 10 * MS;
+            sample(&mut t, n, stat, at);
+        }
+        let (mut waits, mut unread) = (0, 0);
+        for period in 0..20u64 {
+            for tick in 0..10u64 {
+                n += 1;
+                at += Duration::from_millis(10);
+                if tick < 2 {
+                    stat.run += 10 * MS;
+                    if tick == 0 && period > 0 {
+                        stat.wait += 80 * MS;
+                        stat.slices += 1;
+                    }
+                }
+                match sample(&mut t, n, stat, at) {
+                    Some(told) => waits += u32::from(told),
+                    // a sample left unread while the thread has no CPU stands as running
+                    None => unread += u32::from(tick >= 2),
+                }
+            }
+        }
+        assert!(
+            (156..=162).contains(&waits),
+            "{waits} of 200 samples waited"
+        );
+        assert!(unread < SPACING, "{unread} samples throttled and unread");
     }
 
     #[test]
