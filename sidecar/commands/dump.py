@@ -18,6 +18,7 @@ from sidecar.commands.options import add_blocking, check_blocking
 from sidecar.commands.signals import terminate_as_interrupt
 from sidecar.discover import prefork_group
 from sidecar.errors import SidecarError, TargetError, UsageError
+from sidecar.rules.frames import parse_frame
 from sidecar.sample.dump import DEFAULT_LOCALS_CHARS, ProcessDump, ThreadDump, read_dump
 from sidecar.sample.tasks import snapshot, summary_line, tree_lines
 
@@ -131,14 +132,16 @@ def thread_header(thread: ThreadDump) -> str:
 
 
 def text_lines(dump: ProcessDump, *, show_locals: bool) -> list[str]:
-    """The dump as py-spy prints one: a header, then each thread and its frames."""
+    """The dump as py-spy prints one: a header (the process and its command line, its Python,
+    how it was read), then each thread and its frames, the main thread first."""
     how = (
         f"threads stopped {dump.pause * 1000:.1f} ms for the read"
         if dump.pause is not None
         else "target not stopped"
     )
     lines = [
-        f"Process {dump.pid} · Python {dump.python_version} · {how}",
+        f"Process {dump.pid}: {dump.cmdline}" if dump.cmdline else f"Process {dump.pid}",
+        f"Python {dump.python_version} · {how}",
         f"read by {dump.reader}",
     ]
     for thread in dump.threads:
@@ -157,9 +160,11 @@ def text_lines(dump: ProcessDump, *, show_locals: bool) -> list[str]:
 
 
 def document(dump: ProcessDump, tasks: _native.TaskScan | str | None) -> dict[str, Any]:
-    """The dump as JSON: ``{pid, python_version, reader, reads, pause_s, threads, tasks?}``."""
+    """The dump as JSON: ``{pid, cmdline, python_version, reader, reads, pause_s, threads,
+    tasks?}``; a frame is ``{function, file, line}`` in a thread's frames and a task's alike."""
     doc: dict[str, Any] = {
         "pid": dump.pid,
+        "cmdline": dump.cmdline,
         "python_version": dump.python_version,
         "reader": dump.reader,
         "reads": dump.reads,
@@ -169,8 +174,18 @@ def document(dump: ProcessDump, tasks: _native.TaskScan | str | None) -> dict[st
     if isinstance(tasks, str):
         doc["tasks"], doc["tasks_error"] = None, tasks
     elif tasks is not None:
-        doc["tasks"] = tasks["tasks"]
+        doc["tasks"] = [_task_document(task) for task in tasks["tasks"]]
     return doc
+
+
+def _task_document(task: _native.TaskRow) -> dict[str, Any]:
+    """A task's row of the scan, its await chain's frames objects as a thread's are (the
+    outermost coroutine first, as ``sidecar tasks`` prints them)."""
+    frames = []
+    for text in task["frames"]:
+        frame = parse_frame(text)
+        frames.append({"function": frame.name, "file": frame.file, "line": frame.line})
+    return {**task, "frames": frames}
 
 
 def _thread_document(thread: ThreadDump) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from sidecar.classify.window import window_of
 from sidecar.commands.habits import add_answers
 from sidecar.commands.options import add_rate, add_stall_ms
 from sidecar.commands.signals import terminate_as_interrupt
-from sidecar.commands.top_view import Frame, screen
+from sidecar.commands.top_view import Frame, help_room, screen
 from sidecar.discover import describe, prefork_group
 from sidecar.errors import TargetError, UsageError
 from sidecar.sample.sampler import open_sampler
@@ -92,6 +92,8 @@ class Feed:
     sort: str = "own"
     ascending: bool = False
     help: bool = False
+    #: the first line of the help shown, where it does not fit the terminal
+    help_offset: int = 0
     #: with --subprocesses, the PID the group was found from: looked at again every
     #: REGROUP_S, since a master replaces the workers that exit
     group: int | None = None
@@ -171,13 +173,19 @@ class Feed:
             stall_ms=self.stall_ms,
             tasks_note="; ".join(sorted(notes)),
             note=self.note(),
+            processes=len(self.watched) > 1,
+            help_offset=self.help_offset,
         )
 
     def view(self, history: int) -> View:
         return self.rolling.view(self.span, self.pid, history=history)
 
     def lines(self, width: int, height: int) -> list[str]:
-        return screen(self.view(max(1, width - 17)), self.frame(), width, height)
+        frame = self.frame()
+        # a taller terminal, or fewer lines of help, scrolls back what it no longer needs
+        self.help_offset = min(self.help_offset, help_room(frame, height)[1])
+        frame = replace(frame, help_offset=self.help_offset)
+        return screen(self.view(max(1, width - 17)), frame, width, height)
 
     # what the keys do
     def sort_by(self, column: int) -> None:
@@ -188,6 +196,11 @@ class Feed:
     def next_span(self) -> None:
         later = [span for span in SPANS if span > self.span]
         self.span = later[0] if later else SPANS[0]
+
+    def scroll_help(self, lines: int) -> None:
+        """The help moved by ``lines`` (up when negative); ``lines`` clamps it to the end."""
+        if self.help:
+            self.help_offset = max(0, self.help_offset + lines)
 
     def next_process(self) -> None:
         order: list[int | None] = [None, *(w.info.pid for w in self.watched)]

@@ -25,6 +25,7 @@ class Feed(Protocol):
     def sort_by(self, column: int) -> None: ...
     def next_span(self) -> None: ...
     def next_process(self) -> None: ...
+    def scroll_help(self, lines: int) -> None: ...
 
 
 class TopApp(App[int]):
@@ -40,6 +41,10 @@ class TopApp(App[int]):
         Binding("p", "process", "process"),
         Binding("h", "help", "help"),
         Binding("question_mark", "help", "help"),
+        Binding("up,k", "scroll_help(-1)", "scroll the help up"),
+        Binding("down,j", "scroll_help(1)", "scroll the help down"),
+        Binding("pageup", "scroll_help(-10)", "scroll the help a page up"),
+        Binding("pagedown,space", "scroll_help(10)", "scroll the help a page down"),
     ]
 
     def __init__(self, feed: Feed) -> None:
@@ -88,4 +93,8 @@ class TopApp(App[int]):
 
     def action_help(self) -> None:
         self.feed.help = not self.feed.help
+        self.draw()
+
+    def action_scroll_help(self, lines: int) -> None:
+        self.feed.scroll_help(lines)
         self.draw()

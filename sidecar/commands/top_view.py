@@ -25,17 +25,19 @@ COLUMNS = ("%Own", "%Total", "OwnTime", "TotalTime")
 WIDTHS = (6, 7, 8, 10)
 #: The last stalls listed under their summary.
 STALL_LINES = 2
-KEYS = "1-4 sort · w span · p process · h help · q quit"
+#: The keys, in the footer; ``p`` only where there is more than one process to show.
+KEYS = ("1-4 sort", "w span", "p process", "h help", "q quit")
+#: The help, in place of everything under the title; each line within 79 characters.
 HELP = [
     "keys",
     "  1  sort by %Own: the loop's busy samples in the function itself, over the span",
-    "  2  sort by %Total: ... in the function or what it called (above the loop's entry)",
+    "  2  sort by %Total: in the function or what it called (above the loop's entry)",
     "  3  sort by OwnTime: seconds of samples in the function since top started",
     "  4  sort by TotalTime: seconds in it or what it called since top started",
     "     the same key again reverses the order",
     "  w  span: the last 5, 10, 30 or 60 seconds",
-    "  p  process (--subprocesses): all that serve requests, or one after another",
-    "  h  this help, and back (? too)",
+    "  p  process: all that serve requests, or one after another",
+    "  h  this help, and back (? too); ↑ ↓ scroll it where it does not fit",
     "  q  quit (Ctrl-C too); the target is never stopped",
     "",
     "states of the loop's samples",
@@ -64,6 +66,10 @@ class Frame:
     tasks_note: str = ""
     #: a line of its own under the title (a target that exited, a sampler's trouble)
     note: str = ""
+    #: more than one process watched (``--subprocesses``): the key ``p`` picks one
+    processes: bool = False
+    #: the first line of the help shown, where the help does not fit the height
+    help_offset: int = 0
 
 
 def cut(text: str, width: int) -> str:
@@ -161,13 +167,46 @@ def table_lines(rows: list[FunctionRow], frame: Frame, width: int, height: int) 
     return lines
 
 
+def keys_line(frame: Frame) -> str:
+    """The footer: the keys that do something on this screen."""
+    if frame.help:
+        return "h back · q quit"
+    return " · ".join(key for key in KEYS if frame.processes or not key.startswith("p "))
+
+
+def help_lines(frame: Frame) -> list[str]:
+    """The help of the keys this screen has (``p`` with more than one process)."""
+    return [line for line in HELP if frame.processes or not line.startswith("  p ")]
+
+
+def help_room(frame: Frame, height: int) -> tuple[int, int]:
+    """The lines of help shown in ``height`` (the title and the footer take one each), and
+    the most the help scrolls by."""
+    room = max(1, height - 2)
+    return room, max(0, len(help_lines(frame)) - room)
+
+
+def _help_screen(title: str, frame: Frame, height: int) -> list[str]:
+    lines = help_lines(frame)
+    room, most = help_room(frame, height)
+    top = min(max(0, frame.help_offset), most)
+    footer = keys_line(frame)
+    if most:
+        shown = f"lines {top + 1}-{top + room} of {len(lines)}"
+        footer = f"↑ ↓ scroll ({shown}) · {footer}"
+    return [title, *lines[top : top + room], footer]
+
+
 def screen(view: View, frame: Frame, width: int = 80, height: int = 24) -> list[str]:
     """The screen's lines, each within ``width``, ``height`` lines at most (the functions
-    table takes what the rest leaves)."""
+    table takes what the rest leaves; the help takes all under the title)."""
     analysis = view.analysis
     sampled = f"{view.covered_s:.0f} of the last {view.span_s:g} s"
     who = f"{frame.title} · {analysis.framework} on {analysis.loop}"
-    lines = [f"{who} · {analysis.covers}, {sampled} at {frame.rate_hz:g} Hz"]
+    title = f"{who} · {analysis.covers}, {sampled} at {frame.rate_hz:g} Hz"
+    if frame.help:
+        return [cut(line, width) for line in _help_screen(title, frame, height)[:height]]
+    lines = [title]
     if frame.note:
         lines.append(frame.note)
     lines += state_lines(view, width)
@@ -177,7 +216,6 @@ def screen(view: View, frame: Frame, width: int = 80, height: int = 24) -> list[
         lines.append(slow_line(view.slow_requests, frame.slow_ms))
     lines += stall_lines(view, frame, time.time())
     lines.append("")
-    rest = height - len(lines) - 1
-    lines += HELP[:rest] if frame.help else table_lines(view.functions, frame, width, rest)
-    lines.append(KEYS)
+    lines += table_lines(view.functions, frame, width, height - len(lines) - 1)
+    lines.append(keys_line(frame))
     return [cut(line, width) for line in lines[:height]]

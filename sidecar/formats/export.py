@@ -22,6 +22,7 @@ from sidecar.formats.render import RenderOptions, render_svg
 from sidecar.formats.speedscope import read_speedscope, speedscope
 from sidecar.formats.svg import read_svg
 from sidecar.formats.svg_counts import embed
+from sidecar.formats.svg_states import paint_states
 from sidecar.profile import Profile, parse_folded
 
 #: (profile, how it looks (None: the defaults), its samples where known) → the file's bytes
@@ -50,7 +51,7 @@ Samples = Sequence[pprof.Sample] | None
 
 
 def _svg(profile: Profile, options: RenderOptions | None, _: Samples) -> bytes:
-    drawn = render_svg(profile.folded_lines(), options)
+    drawn = paint_states(render_svg(profile.folded_lines(), options))
     return embed(drawn, profile.to_folded()).encode("utf-8")
 
 

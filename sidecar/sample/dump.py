@@ -2,15 +2,18 @@
 OS thread id, state now, whether it holds the GIL, and its frames, innermost first, with their
 local variables when asked for, all read from the target's memory (never by running code in
 it). The states are the sampler's (``sidecar.classify.threads``): one read of a thread is one
-sample of it.
+sample of it. The threads come in the order they started, the main thread first, as py-spy
+lists them.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 from sidecar import _native
 from sidecar.classify.threads import classify
+from sidecar.discover import read_cmdline
 from sidecar.errors import UsageError, native_errors
 from sidecar.sample.fate import refuse_stopped, said_if_stopped
 
@@ -57,7 +60,10 @@ class ProcessDump:
     #: Reads taken; how long the threads were stopped (``blocking``).
     reads: int
     pause: float | None
+    #: the main thread, then the others in the order they started
     threads: tuple[ThreadDump, ...]
+    #: its command line, arguments separated by spaces ("" once it has exited)
+    cmdline: str = ""
 
 
 def read_dump(pid: int, *, blocking: bool = False, locals_chars: int | None = None) -> ProcessDump:
@@ -73,14 +79,29 @@ def read_dump(pid: int, *, blocking: bool = False, locals_chars: int | None = No
     with said_if_stopped(pid), native_errors(pid):
         read = _native.dump_threads(pid, blocking=blocking, locals=locals_chars)
     moving = set(read["moving"])
+    threads = [_thread(thread, thread["tid"] in moving) for thread in read["threads"]]
     return ProcessDump(
         pid=pid,
         python_version=read["python_version"],
         reader=read["reader"],
         reads=read["reads"],
         pause=read["pause"],
-        threads=tuple(_thread(thread, thread["tid"] in moving) for thread in read["threads"]),
+        threads=tuple(sorted(threads, key=lambda thread: _start_order(pid, thread.tid))),
+        cmdline=read_cmdline(pid),
     )
+
+
+def _start_order(pid: int, tid: int) -> tuple[bool, int, int]:
+    """Where thread ``tid`` of ``pid`` sorts: the main thread (its id is the PID) first, then
+    by when each started (``/proc``'s start time, in clock ticks since boot), then by id (ids
+    go up as threads start); a thread that exited since the read, last."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/stat", encoding="utf-8", errors="replace") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        started = int(fields[19])  # field 22 of stat(5); fields[0] is the third, its state
+    except (OSError, IndexError, ValueError):
+        started = sys.maxsize
+    return tid != pid, started, tid
 
 
 def _thread(thread: _native.DumpThread, moving: bool) -> ThreadDump:

@@ -83,6 +83,15 @@ def test_a_blocking_handler_its_locals_the_tasks_and_the_json(spawn: Spawner) ->
     assert main_thread["frames"][0]["function"] == "freeze_sleep"
     assert main_thread["frames"][0]["locals"] == {"ms": "4000.0"}
     assert any(task["state"] == "running" for task in doc["tasks"])
+    # a task's frames are objects, as a thread's are: the tree's chain, outermost first
+    keys = {"function", "file", "line"}
+    for task in doc["tasks"]:
+        assert task["frames"] and all(set(frame) == keys for frame in task["frames"]), task
+    running = next(task for task in doc["tasks"] if task["state"] == "running")
+    chain = [f"{f['function']} ({f['file']}:{f['line']})" for f in running["frames"]]
+    assert any(f.startswith("freeze_handler (targets/aiohttp_app.py:") for f in chain), chain
+    tree = [line.strip(" │├└─") for line in lines[tasks_at:]]
+    assert chain[0] in tree and chain[-1] in tree, (chain, lines[tasks_at:])
     # the document says what the text says: the same frames, in the same order
     shown = [line.strip() for line in lines[main + 1 :] if line.startswith("    ") and
              not line.startswith("        ")]  # fmt: skip
@@ -120,6 +129,27 @@ def test_the_thread_holding_the_gil_and_the_loop_waiting_for_it(spawn: Spawner) 
     assert not_stopped(target.pid)
     text = sidecar("dump", "--pid", str(target.pid), "--blocking")
     assert text.returncode == 0 and "threads stopped" in text.stdout
+
+
+@pytest.mark.parametrize("version", ("3.10", "3.12"))
+def test_threads_come_in_start_order_under_the_command_line(spawn: Spawner, version: str) -> None:
+    """The main thread first, then the others as they started: the target starts worker-4
+    first and worker-0 last, which the interpreter's own list (newest first) reverses; through
+    sidecar's walker (3.12) and py-spy's reader (3.10) alike. The header names the command."""
+    args = ("--threads", "5", "--busy", "0")
+    target = spawn.target("threads", *args, python=interpreter(version))
+    order = ["MainThread", "worker-4", "worker-3", "worker-2", "worker-1", "worker-0"]
+    doc = dump_json(target.pid)
+    assert [thread["name"] for thread in doc["threads"]] == order
+    assert doc["threads"][0]["tid"] == target.pid
+    assert doc["cmdline"].endswith("-m targets.threads --threads 5 --busy 0"), doc["cmdline"]
+    text = sidecar("dump", "--pid", str(target.pid))
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert lines[0] == f"Process {target.pid}: {doc['cmdline']}", lines[:3]
+    assert lines[1].startswith(f"Python {version}.") and " · target not stopped" in lines[1]
+    headers = [line for line in lines if line.startswith("Thread ")]
+    assert [line.split('"')[1] for line in headers] == order, headers
 
 
 @pytest.mark.parametrize("version", ("3.10", "3.11", "3.12", "3.13", "3.14", "3.15"))

@@ -103,12 +103,21 @@ def test_top_draws_the_loop_and_its_functions_sorts_and_quits(loaded: Proc, tmp_
             assert re.search(rf"^{state}\s+\d+\.\d%", first, re.MULTILINE), first
         assert "%Own▼" in first
         assert all(len(line) <= 80 for line in first.splitlines())
+        # one process: no key to pick another
+        assert "1-4 sort · w span · h help · q quit" in first and "p process" not in first
         # a second later the figures moved on: the time columns only grow
         term.wait(lambda t: t != first and HOT in t, "a new second")
         term.keys("2")
         by_total = term.wait(lambda t: "%Total▼" in t and len(rows(t)) >= 3, "the sort by %Total")
         totals = [total for _, total, _ in rows(by_total)]
         assert totals == sorted(totals, reverse=True), by_total
+        # the whole help, down to its last line, fits the 80x24 terminal
+        term.keys("h")
+        helped = term.wait(lambda t: "h back · q quit" in t, "the help")
+        assert "  cpu_wait runnable, waiting for a CPU (a CPU limit, busy cores)" in helped
+        assert "…" not in helped.split("\n", 1)[1] and "scroll (" not in helped, helped
+        term.keys("h")
+        term.wait(lambda t: "%Total▼" in t, "the table again")
         term.keys("q")
         deadline = time.monotonic() + 10
         while not code.exists() and time.monotonic() < deadline:
@@ -159,6 +168,7 @@ def test_top_follows_a_group_whose_master_replaces_a_worker(spawn: Spawner) -> N
         last = out[out.rfind("\n", 0, out.rindex(" processes (serving ones together)")) + 1 :]
         assert last.startswith("3 processes"), out
         assert f"PID {first[0]} exited; PID {replacement} joined" in last, out
+        assert "1-4 sort · w span · p process · h help · q quit" in last, last
     finally:
         top.kill()
         for pid in children():

@@ -79,3 +79,11 @@ export function esc(text) {
     (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c],
   );
 }
+
+/**
+ * `text` escaped as HTML that may break after each "." and "/" (a qualified name, a path, a
+ * route): a table of long names fits its panel without breaking a word in two.
+ */
+export function breakable(text) {
+  return esc(text).replace(/([./])(?=.)/g, "$1<wbr>");
+}

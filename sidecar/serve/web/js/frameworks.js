@@ -143,16 +143,19 @@ export function renderStatsTargets(table, stats) {
 
 /**
  * Who held the GIL while the loop waited for it: per target of the range (only the picked one,
- * when one is), the threads that held it and where, as shares of that loop's waits.
+ * when one is), the threads that held it and where, as shares of that loop's waits. Holders
+ * whose share rounds to 0.0% are not listed: a last row says how many there were.
  */
 export function renderGilHolders(table, summary, stats, picked) {
   const rows = (stats.targets || []).filter((t) => !picked || t.pid === picked.pid);
-  const held = rows.flatMap((t) => (t.gil_holders || []).map((h) => ({ t, h })));
+  const all = rows.flatMap((t) => (t.gil_holders || []).map((h) => ({ t, h })));
+  const held = all.filter(({ h }) => pct(h.share) !== pct(0));
+  const hidden = all.length - held.length;
   const waited = rows.filter((t) => t.gil_share > 0);
   summary.textContent = waited.length
     ? waited.map((t) => `PID ${t.pid ?? "–"}: the loop waited for the GIL in ${pct(t.gil_share)} of its samples`).join(" · ")
     : "";
-  if (!held.length) {
+  if (!all.length) {
     const text = waited.length
       ? "The loop waited for the GIL, but no thread was seen holding it."
       : "The loop never waited for the GIL in this range.";
@@ -174,5 +177,11 @@ export function renderGilHolders(table, summary, stats, picked) {
         <td><code>${esc(h.thread)}</code></td><td>${where}</td>
         <td class="num">${pct(h.share)}<span class="bar gil" style="width:${width}px"></span></td></tr>`;
     })
-    .join("")}</tbody>`;
+    .join("")}${hiddenRow(hidden)}</tbody>`;
+}
+
+function hiddenRow(hidden) {
+  if (!hidden) return "";
+  const what = hidden === 1 ? "1 more holder" : `${count(hidden)} more holders`;
+  return `<tr data-hidden="${hidden}"><td colspan="4" class="muted">${what} under 0.05% of the loop's waits each, not listed</td></tr>`;
 }

@@ -602,15 +602,22 @@ async function loadFrameworks() {
     );
     return;
   }
-  // where each framework's loop blocks: the frame under [blocked], from the same range
+  // where each framework's loop blocks: the frame under [blocked] of its event-loop threads,
+  // from the same range, asked only of the targets whose loop /api/stats says blocked (and not
+  // of a pre-fork master, left out of its framework's shares): the API answers a selection
+  // without samples with a 404, which the UI does not ask for
   const sites = new Map();
-  const relevant = targets.filter((t) => t.last_seen >= from && t.first_seen <= to);
+  const blocked = new Set(
+    (stats.targets || []).filter((s) => s.blocked_share > 0 && s.role !== "master").map((s) => s.pid),
+  );
+  const relevant = targets.filter((t) => t.last_seen >= from && t.first_seen <= to && blocked.has(t.pid));
   try {
     await Promise.all(
       relevant.map(async (t) => {
         let text = "";
         try {
-          text = await getText("profile", { target: t.id, from, to, state: "blocked" }, signal);
+          const query = { target: t.id, from, to, state: "blocked", threads: "loop" };
+          text = await getText("profile", query, signal);
         } catch (err) {
           if (isAbort(err) || !(err instanceof ApiError && err.code === "no_samples")) throw err;
         }

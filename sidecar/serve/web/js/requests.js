@@ -5,7 +5,7 @@
 // Methods, paths, routes, trace ids and await sites are the target's data, untrusted: every one
 // is set as textContent, never as markup.
 
-import { count, pct, stamp } from "./format.js";
+import { breakable, count, pct, stamp } from "./format.js";
 import { frameInfo } from "./stacks.js";
 import { stallLength, stallWhen } from "./stalls.js";
 
@@ -60,10 +60,17 @@ function topSite(r) {
 }
 
 /** "function (file:line)" as its name over its place, as text. */
+/** An element of `text` that may break after its dots and slashes (format.js's breakable). */
+function breaking(tag, attrs, text) {
+  const node = el(tag, attrs);
+  node.innerHTML = breakable(text);
+  return node;
+}
+
 function frameCell(text) {
   const info = frameInfo(text);
   const place = info.file ? `${info.file}:${info.line}` : "";
-  return el("span", {}, el("span", { class: "fn" }, info.name), place ? el("div", { class: "file" }, place) : null);
+  return el("span", {}, breaking("span", { class: "fn" }, info.name), place ? breaking("div", { class: "file" }, place) : null);
 }
 
 /** One table of requests (longest first), each row a button-like row picking it. */
@@ -91,8 +98,8 @@ function requestRows(table, requests, { picked, onPick }) {
         { class: "num", title: `${stamp(r.start)} (${r.start_from === "framework" ? "the framework's start" : "first seen by a scan"})` },
         `${r.start_from === "framework" ? "" : "~"}${stallWhen(r.start)}`,
       ),
-      el("td", { "data-request": "" }, el("code", {}, requestLine(r))),
-      el("td", { "data-route": "" }, r.route ? el("code", {}, r.route) : el("span", { class: "muted" }, "no route")),
+      el("td", { "data-request": "" }, breaking("code", {}, requestLine(r))),
+      el("td", { "data-route": "" }, r.route ? breaking("code", {}, r.route) : el("span", { class: "muted" }, "no route")),
       el("td", { "data-trace": "" }, r.trace ? el("code", { class: "trace", title: r.trace }, r.trace) : el("span", { class: "muted" }, "none")),
       el(
         "td",

@@ -2,7 +2,7 @@
 // least serve's --stall-ms. How one reads (its length, when it began, what held the loop), for
 // the timeline's stall lane and its tooltip, and the table of the range's longest.
 
-import { clock, count, esc, stamp } from "./format.js";
+import { breakable, clock, count, esc, stamp } from "./format.js";
 import { frameInfo } from "./stacks.js";
 import { wholeSeconds } from "./state.js";
 
@@ -38,7 +38,7 @@ function frameCell(text) {
   if (!text) return `<span class="muted">no Python frame</span>`;
   const info = frameInfo(text);
   const place = info.file ? `${info.file}:${info.line}` : "";
-  return `<span class="fn">${esc(info.name)}</span><div class="file">${esc(place)}</div>`;
+  return `<span class="fn">${breakable(info.name)}</span><div class="file">${breakable(place)}</div>`;
 }
 
 function stateLabel(state) {
