@@ -6,7 +6,7 @@ export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(BIN)):$(PATH)
 NATIVE_SRC := $(shell find native/src -name "*.rs" 2>/dev/null) native/Cargo.toml native/Cargo.lock
 
-.PHONY: install wheel image pythons pyroscope demo test test-fast soak lint fmt bench clean
+.PHONY: install wheel image pythons pyroscope prerequisites demo test test-fast soak lint fmt bench clean
 
 install: $(VENV)/.installed
 
@@ -18,8 +18,9 @@ $(VENV)/.deps: requirements.lock requirements-dev.lock
 	$(BIN)/pip install -q -r requirements.lock -r requirements-dev.lock
 	touch $@
 
+# (PIP_QUIET: maturin's pip run lists every dependency already installed otherwise)
 $(VENV)/.installed: $(VENV)/.deps pyproject.toml $(NATIVE_SRC)
-	$(BIN)/maturin develop --release --quiet
+	PIP_QUIET=1 $(BIN)/maturin develop --release --quiet
 	touch $@
 
 # The wheel users install (out/wheels): the package, its native core and the web UI. It needs
@@ -51,7 +52,20 @@ pythons:
 pyroscope:
 	tests/pyroscope.sh
 
-demo: install
+# What `make demo` needs from the machine, checked before the build (the Rust core takes minutes
+# the first time): one line for each thing missing, and how to get it.
+prerequisites:
+	@missing=0; \
+	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
+	  echo "make: $(PYTHON) 3.11 or newer is needed (or: make demo PYTHON=python3.12)"; missing=1; }; \
+	command -v cargo >/dev/null || { \
+	  echo "make: cargo is needed to build the Rust core (https://rustup.rs, or apt-get install cargo)"; missing=1; }; \
+	command -v cc >/dev/null || { echo "make: a C compiler is needed (apt-get install gcc)"; missing=1; }; \
+	command -v wrk >/dev/null || { echo "make: wrk is needed to load the demo services (apt-get install wrk)"; missing=1; }; \
+	exit $$missing
+
+demo: prerequisites
+	@$(MAKE) --no-print-directory install
 	$(BIN)/sidecar demo
 
 # Everything. First what times nothing, side by side: the Rust tests, the unit tier as test-fast
