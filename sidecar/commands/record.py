@@ -25,12 +25,15 @@ from sidecar.commands.options import (
     check_blocking,
 )
 from sidecar.commands.signals import terminate_as_interrupt
+from sidecar.discover import prefork_role
 from sidecar.errors import NoSamples, UsageError
 from sidecar.formats.export import FORMATS, NAMES, export
 from sidecar.formats.render import RenderOptions
 from sidecar.output import add_force, check_output, percent, write_bytes
+from sidecar.profile import Profile
+from sidecar.rules.frames import process_frame
 from sidecar.sample.launch import Launched
-from sidecar.sample.record import Recording, record
+from sidecar.sample.record import Recording, record_group
 from sidecar.sample.sampler import errors_note, on_cpu_source, torn_note
 from sidecar.sample.tasks import snapshot
 
@@ -68,6 +71,14 @@ def add_parser(sub: Any) -> None:
     add_slow_ms(parser)
     parser.add_argument("--cpu", action="store_true", help="keep on-CPU samples only")
     parser.add_argument("-t", "--threads", action="store_true", help="add a root frame per thread")
+    parser.add_argument(
+        "-s",
+        "--subprocesses",
+        action="store_true",
+        help="every process of PID's pre-fork group too (a gunicorn master and its workers, "
+        "and those that join it while sampling) into one profile, each under a root frame "
+        'process PID:"COMMAND" as py-spy writes it',
+    )
     parser.add_argument(
         "--tasks",
         action="store_true",
@@ -281,8 +292,13 @@ def _record(args: argparse.Namespace, output: str, launched: Launched | None) ->
                     file=sys.stderr,
                 )
 
+        def joined(pid: int, error: str | None) -> None:
+            if not args.quiet:
+                said = f"not sampled: {error}" if error else "sampled too"
+                print(f"PID {pid} of the group {said}", file=sys.stderr)
+
         with terminate_as_interrupt():
-            rec = record(
+            recs = record_group(
                 args.pid,
                 duration=args.duration,
                 rate_hz=args.rate,
@@ -293,44 +309,88 @@ def _record(args: argparse.Namespace, output: str, launched: Launched | None) ->
                 launched=launched,
                 stall_ms=args.stall_ms,
                 slow_ms=args.slow_ms,
+                group=args.subprocesses,
+                on_join=joined,
             )
     finally:
         progress.done()
-    profile = rec.counts.to_profile(cpu_only=args.cpu, threads=args.threads)
-    profile.target = rec.target
-    profile.rate_hz = rec.rate_hz
+    rec = recs[0]
+    roots = [_root(one, args.subprocesses) for one in recs]
+    samples = [
+        sample
+        for one, root in zip(recs, roots, strict=True)
+        for sample in one.counts.samples(cpu_only=args.cpu, threads=args.threads, root=root)
+    ]
+    starts = [one.counts.start for one in recs if one.counts.start is not None]
+    ends = [one.counts.end for one in recs if one.counts.end is not None]
+    profile = Profile(
+        start=min(starts, default=None),
+        end=max(ends, default=None),
+        target=rec.target,
+        rate_hz=rec.rate_hz,
+        marked=not args.cpu,
+    )
+    for sample in samples:
+        profile.add(sample.stack, sample.count)
     if not profile.stacks:
         raise NoSamples(f"{rec.no_samples()}; nothing written")
-    title = args.title or f"sidecar: PID {args.pid} {rec.target.cmdline[:80]}".rstrip()
-    samples = None
-    if FORMATS[args.format].labelled:
-        # per thread: each sample carries its thread's name and its state as labels
-        samples = rec.counts.samples(cpu_only=args.cpu, threads=args.threads)
+    title = args.title or _title(args.pid, rec, len(recs))
+    labelled = samples if FORMATS[args.format].labelled else None  # thread names, states
     options = RenderOptions(title=title, inverted=args.inverted)
-    write_bytes(output, export(profile, args.format, options, samples))
+    write_bytes(output, export(profile, args.format, options, labelled))
     if not args.quiet:
         if rec.exited:
             print(
                 f"PID {args.pid} exited after {rec.elapsed:.1f} s; wrote what was recorded",
                 file=sys.stderr,
             )
-        for line in summary(rec):
-            print(line, file=sys.stderr)
+        for one in recs:
+            if args.subprocesses:
+                print(_heading(one), file=sys.stderr)
+            for line in summary(one):
+                print(line, file=sys.stderr)
         if output != "-":
             print(f"wrote {output} ({args.format}, {profile.total:,} samples)", file=sys.stderr)
     if args.tasks:
-        _write_tasks(args, rec, output, title)
+        _write_tasks(args, recs, roots, output, title)
     # ended early by Ctrl-C (130) or SIGTERM (143), what was sampled written all the same
     return 128 + rec.stopped_by if rec.interrupted else 0
 
 
-def _write_tasks(args: argparse.Namespace, rec: Recording, output: str, title: str) -> None:
-    tasks = rec.counts.task_profile()
-    tasks.target = rec.target
-    tasks.rate_hz = args.task_rate
-    if not args.quiet:
-        for line in task_summary(rec):
-            print(line, file=sys.stderr)
+def _root(rec: Recording, subprocesses: bool) -> str | None:
+    """A process's root frame in a profile of several (``--subprocesses``), else none."""
+    return process_frame(rec.target.pid or 0, rec.target.cmdline) if subprocesses else None
+
+
+def _title(pid: int, rec: Recording, processes: int) -> str:
+    command = rec.target.cmdline
+    if processes > 1:
+        return f"sidecar: PID {pid} and {processes - 1:,} more of its group {command[:60]}"
+    return f"sidecar: PID {pid} {command[:80]}".rstrip()
+
+
+def _heading(rec: Recording) -> str:
+    """The line above a process's summary in a recording of several."""
+    role = prefork_role(rec.target.pid or 0) if not rec.exited else None
+    return f"PID {rec.target.pid}" + (f" ({role})" if role else "") + f": {rec.target.cmdline}"
+
+
+def _write_tasks(
+    args: argparse.Namespace,
+    recs: list[Recording],
+    roots: list[str | None],
+    output: str,
+    title: str,
+) -> None:
+    tasks = Profile(target=recs[0].target, rate_hz=args.task_rate)
+    for one, root in zip(recs, roots, strict=True):
+        for stack, count in one.counts.task_profile(root).stacks.items():
+            tasks.add(stack, count)
+        if not args.quiet:
+            if args.subprocesses:
+                print(_heading(one), file=sys.stderr)
+            for line in task_summary(one):
+                print(line, file=sys.stderr)
     if not tasks.stacks:
         raise NoSamples("no task was sampled; no task profile written")
     path = tasks_path(output)

@@ -28,6 +28,9 @@ LEAVES = {"idle": IDLE_LEAF, "blocked": BLOCKED_LEAF, "gil": GIL_LEAF, "cpu_wait
 OFF_CPU_LEAVES = tuple(LEAVES.values())
 #: Frames the sampler adds that name no code: the leaves and the collector's frame.
 SYNTHETIC_FRAMES = (*OFF_CPU_LEAVES, GC_FRAME)
+#: The root frames a profile may put above the code: a thread's (``record -t``), a process's
+#: (``record -s``, and py-spy's ``process PID:"COMMAND"``).
+ROOT_FRAME = re.compile(r"thread \(|process \(|process \d+:")
 #: The leaf of width a flamegraph SVG did not draw, its frames being too narrow: samples whose
 #: state (and code) the file does not tell; a stack of it alone holds top-level frames'.
 PRUNED_LEAF = "[pruned]"
@@ -91,9 +94,15 @@ def code_frames(stack: str) -> list[Frame]:
     frames = [parse_frame(part) for part in stack.split(";")] if stack else []
     while frames and frames[-1].name in SYNTHETIC_FRAMES and not frames[-1].file:
         frames.pop()
-    while frames and not frames[0].is_code and frames[0].name.startswith(("thread (", "process (")):
+    while frames and not frames[0].is_code and ROOT_FRAME.match(frames[0].name):
         frames.pop(0)
     return frames
+
+
+def process_frame(pid: int, cmdline: str) -> str:
+    """The root frame of a process's stacks in a profile of several (``record -s``), as py-spy
+    writes it: ``process PID:"COMMAND LINE"``."""
+    return f'process {pid}:"{cmdline}"'.replace(";", ":")
 
 
 def leaf_for(state: str) -> str | None:

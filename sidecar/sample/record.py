@@ -20,8 +20,8 @@ from sidecar.classify.stalls import Stall
 from sidecar.classify.tasks import InFlight
 from sidecar.classify.threads import holder_name, is_loop_stack, state_counts
 from sidecar.classify.window import Window, window_of
-from sidecar.discover import read_cmdline
-from sidecar.errors import TargetGone, signal_of
+from sidecar.discover import prefork_group, read_cmdline
+from sidecar.errors import SidecarError, TargetGone, signal_of
 from sidecar.formats.pprof import Sample
 from sidecar.profile import Profile, Target
 from sidecar.rules.frames import leaf_for
@@ -114,16 +114,22 @@ class Tally:
         """The stalls, oldest first, with what held each."""
         return sorted(self.stall_list, key=lambda s: s.start)
 
-    def to_profile(self, *, cpu_only: bool = False, threads: bool = False) -> Profile:
+    def to_profile(
+        self, *, cpu_only: bool = False, threads: bool = False, root: str | None = None
+    ) -> Profile:
         """Folded stacks with [idle]/[blocked]/[gil] leaves (dropped with ``cpu_only``)."""
         profile = Profile(start=self.start, end=self.end)
-        for sample in self.samples(cpu_only=cpu_only, threads=threads):
+        for sample in self.samples(cpu_only=cpu_only, threads=threads, root=root):
             profile.add(sample.stack, sample.count)
         profile.marked = not cpu_only
         return profile
 
-    def samples(self, *, cpu_only: bool = False, threads: bool = False) -> list[Sample]:
-        """Each counted stack with its state leaf, its state and its thread's name."""
+    def samples(
+        self, *, cpu_only: bool = False, threads: bool = False, root: str | None = None
+    ) -> list[Sample]:
+        """Each counted stack with its state leaf, its state and its thread's name; under a
+        thread's root frame with ``threads``, and under ``root`` first (a process's, in a
+        profile of several)."""
         out: list[Sample] = []
         for key, count in self.stacks.items():
             state = key.state
@@ -133,6 +139,8 @@ class Tally:
             name = self.thread_names.get(key.thread_id, "")
             if threads:
                 parts.insert(0, f"thread ({name} {key.thread_id})".replace(";", ":"))
+            if root is not None:
+                parts.insert(0, root)
             leaf = leaf_for(state)
             if leaf is not None:
                 parts.append(leaf)
@@ -149,12 +157,12 @@ class Tally:
             return None
         return InFlight.of(self.tasks, self.task_scans, self.task_peak, self.task_unread)
 
-    def task_profile(self) -> Profile:
+    def task_profile(self, root: str | None = None) -> Profile:
         """The task stacks: one line per distinct task stack, leaf ``[running]``, ``[ready]``
-        or ``[waiting]``, counted in task-samples."""
+        or ``[waiting]``, counted in task-samples (under ``root`` if given)."""
         profile = Profile(start=self.start, end=self.end)
         for stack, count in self.tasks.items():
-            profile.add(stack, count)
+            profile.add(f"{root};{stack}" if root is not None else stack, count)
         return profile
 
 
@@ -279,8 +287,88 @@ class KernelReading:
 
 Progress = Callable[[float, "SamplerStats"], None]
 
+#: How often a recording of a pre-fork group looks for workers that joined it (seconds): a
+#: master replaces the workers that exit.
+REGROUP_S = 1.0
 
-def record(
+
+@dataclass
+class _Sampled:
+    """One process of a recording while it runs: its sampler and what was read of it."""
+
+    pid: int
+    sampler: _native.Sampler
+    cmdline: str
+    started: int | None
+    kernel_before: KernelReading
+    throttle: ThrottleLog
+    fate: Fate
+    counts: Tally = field(default_factory=Tally)
+    #: when its sampling began, and when it was seen to have ended (monotonic clock)
+    begin: float = field(default_factory=time.monotonic)
+    ended: float | None = None
+
+    @classmethod
+    def of(cls, pid: int, sampler: _native.Sampler) -> _Sampled:
+        kernel_before = KernelReading.of(pid)
+        throttle = ThrottleLog(bound=1_000_000)
+        throttle.note(kernel_before.cgroup)
+        return cls(
+            pid,
+            sampler,
+            read_cmdline(pid),
+            _native.process_start_time(pid),
+            kernel_before,
+            throttle,
+            Fate.of(pid),
+        )
+
+    def poll(self) -> None:
+        if self.ended is None and not self.sampler.running:
+            self.ended = time.monotonic()
+        if self.throttle.readings:
+            self.throttle.read(self.pid)
+        self.fate.poll()
+        self.drain()
+
+    def drain(self, flush: bool = False) -> None:
+        for window in self.sampler.drain(flush=flush):
+            self.counts.add(window_of(window))
+
+    def recording(self, common: dict[str, Any]) -> Recording:
+        """What was recorded of it, once its sampler has stopped: over its own span (from
+        when it joined the recording to when it exited, or the recording ended)."""
+        self.drain(flush=True)
+        sampler, counts = self.sampler, self.counts
+        kernel_after = KernelReading.of(self.pid) if not sampler.exited else None
+        if kernel_after is not None:
+            self.throttle.note(kernel_after.cgroup)
+        counts.stall_list = self.throttle.mark(counts.stall_list)
+        target = Target(
+            pid=self.pid,
+            cmdline=self.cmdline,
+            python_version=sampler.python_version,
+            start_time=self.started,
+        )
+        return Recording(
+            counts=counts,
+            target=target,
+            stats=sampler.stats(),
+            exited=sampler.exited,
+            elapsed=(self.ended or time.monotonic()) - self.begin,
+            kernel_before=self.kernel_before,
+            kernel_after=kernel_after,
+            fate=self.fate,
+            **common,
+        )
+
+
+def record(pid: int, **options: Any) -> Recording:
+    """Samples ``pid`` alone (``record_group``'s recording of one process)."""
+    return record_group(pid, **options)[0]
+
+
+def record_group(
     pid: int,
     *,
     duration: float | None,
@@ -294,20 +382,26 @@ def record(
     stall_ms: float = defaults.STALL_MS,
     task_bound: int | None = None,
     slow_ms: float = defaults.SLOW_MS,
-) -> Recording:
-    """Samples ``pid`` for ``duration`` seconds (until Ctrl-C when None, or until it exits).
+    group: bool = False,
+    on_join: Callable[[int, str | None], None] | None = None,
+) -> list[Recording]:
+    """Samples ``pid`` for ``duration`` seconds (until Ctrl-C when None, or until it exits);
+    with ``group``, every process of its pre-fork group too (a gunicorn master and its
+    workers), each with a sampler of its own, and the workers that join it while it runs. One
+    recording per process, ``pid``'s first.
 
-    ``on_attach`` is told the target's Python version once sampling runs. Ctrl-C ends the
-    recording early and keeps what was sampled. ``tasks_hz`` > 0 scans the asyncio tasks
-    too, at that rate (``Tally.task_profile``); stalls of ``stall_ms`` or more are kept
+    ``on_attach`` is told ``pid``'s Python version once sampling runs, ``on_join`` each other
+    process sampled (its PID, or why it could not be: it exited, it cannot be traced). Ctrl-C
+    ends the recording early and keeps what was sampled. ``tasks_hz`` > 0 scans the asyncio
+    tasks too, at that rate (``Tally.task_profile``); stalls of ``stall_ms`` or more are kept
     (``Tally.stalls``), and with task scans requests in flight ``slow_ms`` or more
     (``Tally.slow_requests``); ``task_bound`` lowers a task scan's bound (tests). ``launched``:
     ``pid`` is a program sidecar just started, attached to once its interpreter can be read.
     """
 
-    def attach() -> _native.Sampler:
+    def attach(one: int) -> _native.Sampler:
         return open_sampler(
-            pid,
+            one,
             rate_hz=rate_hz,
             blocking=blocking,
             tasks_hz=tasks_hz,
@@ -316,65 +410,60 @@ def record(
             slow_ms=slow_ms,
         )
 
-    sampler = launched.attach(attach) if launched is not None else attach()
-    cmdline = read_cmdline(pid)
-    started = _native.process_start_time(pid)
-    kernel_before = KernelReading.of(pid)
-    throttle = ThrottleLog(bound=1_000_000)
-    throttle.note(kernel_before.cgroup)
-    fate = Fate.of(pid)
-    counts = Tally()
+    first = launched.attach(lambda: attach(pid)) if launched is not None else attach(pid)
+    sampled = [_Sampled.of(pid, first)]
+    tried = {pid}
     begin = time.monotonic()
+    regrouped = -REGROUP_S
     interrupted = False
     stopped_by = 0
+
+    def join() -> None:
+        for other in prefork_group(pid):
+            if other in tried:
+                continue
+            tried.add(other)
+            try:
+                sampled.append(_Sampled.of(other, attach(other)))
+            except SidecarError as err:
+                if on_join is not None:
+                    on_join(other, str(err))
+                continue
+            if on_join is not None:
+                on_join(other, None)
+
     try:
         # told within: a Ctrl-C as soon as "sampling" is said ends the recording like any other
         if on_attach is not None:
-            on_attach(sampler.python_version)
-        while sampler.running:
+            on_attach(first.python_version)
+        while any(one.sampler.running for one in sampled):
             elapsed = time.monotonic() - begin
             if duration is not None and elapsed >= duration:
                 break
+            if group and elapsed - regrouped >= REGROUP_S:
+                regrouped = elapsed
+                join()
             wait = poll_interval
             if duration is not None:
                 wait = min(wait, max(0.0, duration - elapsed))
             time.sleep(wait)
-            if throttle.readings:
-                throttle.read(pid)
-            fate.poll()
-            for window in sampler.drain():
-                counts.add(window_of(window))
+            for one in sampled:
+                one.poll()
             if progress is not None:
-                progress(time.monotonic() - begin, sampler.stats())
+                progress(time.monotonic() - begin, first.stats())
     except KeyboardInterrupt as interrupt:
         interrupted = True
         stopped_by = signal_of(interrupt)
     finally:
-        sampler.stop()
-    for window in sampler.drain(flush=True):
-        counts.add(window_of(window))
-    stats = sampler.stats()
-    kernel_after = KernelReading.of(pid) if not sampler.exited else None
-    if kernel_after is not None:
-        throttle.note(kernel_after.cgroup)
-    counts.stall_list = throttle.mark(counts.stall_list)
-    target = Target(
-        pid=pid, cmdline=cmdline, python_version=sampler.python_version, start_time=started
-    )
-    return Recording(
-        counts=counts,
-        target=target,
-        rate_hz=rate_hz,
-        stats=stats,
-        exited=sampler.exited,
-        interrupted=interrupted,
-        stopped_by=stopped_by,
-        elapsed=time.monotonic() - begin,
-        task_rate_hz=tasks_hz,
-        blocking=blocking,
-        stall_ms=stall_ms,
-        slow_ms=slow_ms,
-        kernel_before=kernel_before,
-        kernel_after=kernel_after,
-        fate=fate,
-    )
+        for one in sampled:
+            one.sampler.stop()
+    common: dict[str, Any] = {
+        "rate_hz": rate_hz,
+        "interrupted": interrupted,
+        "stopped_by": stopped_by,
+        "task_rate_hz": tasks_hz,
+        "blocking": blocking,
+        "stall_ms": stall_ms,
+        "slow_ms": slow_ms,
+    }
+    return [one.recording(common) for one in sampled]

@@ -8,6 +8,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import time
 import xml.etree.ElementTree as ET
@@ -19,7 +20,15 @@ from sidecar.classify.threads import is_loop_stack, state_counts
 from sidecar.commands.record import summary
 from sidecar.profile import Profile, parse_folded
 from sidecar.sample.record import record as record_live
-from tests.support.helpers import PYTHON, ROOT, LoadDriver, Spawner, one_error_line, sidecar
+from tests.support.helpers import (
+    PYTHON,
+    ROOT,
+    LoadDriver,
+    Spawner,
+    one_error_line,
+    sidecar,
+    wait_until,
+)
 
 
 def record(pid: int, out: Path, *args: str, duration: float = 3.0) -> Profile:
@@ -345,3 +354,52 @@ def test_a_stall_names_its_thread_the_same_for_a_started_program_and_a_pid(
                      "--force")  # fmt: skip
     assert by_pid.returncode == 0, by_pid.stderr
     assert _stall_thread(by_pid.stderr) == "MainThread", by_pid.stderr
+
+
+def test_a_prefork_group_into_one_profile_each_process_at_its_root(
+    spawn: Spawner, tmp_path: Path
+) -> None:
+    """``record -s`` samples a pre-fork group (Tornado's master and 2 forked workers) into one
+    profile, each process's stacks under ``process PID:"COMMAND"`` as py-spy writes them; a
+    worker the master starts again after one is killed is sampled too, from when it joins."""
+    master = spawn.target("tornado_app", "--processes", "2", "--max-restarts", "1")
+
+    def workers() -> list[int]:
+        path = Path(f"/proc/{master.pid}/task/{master.pid}/children")
+        return sorted(int(pid) for pid in path.read_text().split())
+
+    assert wait_until(lambda: len(workers()) == 2, timeout=30)
+    first = workers()
+    out = tmp_path / "group.folded"
+    argv = [PYTHON, "-m", "sidecar", "record", "--pid", str(first[0]), "-s", "-d", "5"]
+    recording = subprocess.Popen(
+        [*argv, "-f", "folded", "-o", str(out)], cwd=ROOT, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        time.sleep(1.5)
+        os.kill(first[1], signal.SIGKILL)  # the master forks a new worker in its place
+        assert wait_until(lambda: len(set(workers()) - set(first)) == 1, timeout=10)
+        (joined,) = set(workers()) - set(first)
+        _, stderr = recording.communicate(timeout=60)
+    finally:
+        recording.kill()
+        for pid in workers():
+            os.kill(pid, signal.SIGTERM)
+    assert recording.returncode == 0, stderr
+    profile = parse_folded(out.read_text())
+    roots = {stack.split(";", 1)[0] for stack in profile.stacks}
+    processes = {int(re.match(r'process (\d+):"', root)[1]) for root in roots}  # type: ignore[index]
+    assert processes == {master.pid, *first, joined}, roots
+    assert all(root.endswith('"') and "tornado_app" in root for root in roots), roots
+    # each process's summary under its heading; the new worker said as it joined
+    assert f"PID {master.pid} (master): " in stderr and f"PID {first[0]} (worker): " in stderr
+    assert f"PID {joined} of the group sampled too" in stderr, stderr
+    # the workers' loops, and the master's threads (it runs none)
+    assert stderr.count("\nevent loop: ") == 3, stderr
+    assert stderr.count("\nall threads (no event loop seen): ") == 1, stderr
+    # the worker killed: over the span it ran, not the recording's
+    killed = re.search(rf"PID {first[1]}: .*\nticks [\d,]+ in ([\d.]+) s", stderr)
+    assert killed is not None and float(killed[1]) < 4, stderr
+    # read back: the loop's shares of every process together, idle servers
+    shares = json.loads(sidecar("stats", str(out), "--json").stdout)["targets"][0]
+    assert shares["idle_share"] > 0.9, shares
