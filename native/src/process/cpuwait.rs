@@ -20,8 +20,10 @@
 //! (`CpuWaits::source`), and no sample is ever said to wait.
 //!
 //! A thread that ran all the time between each two of its last `STEADY` readings, sampled
-//! runnable at each sample, with no wait posted, is read at every `SPACING`-th sample only, and the samples between
-//! stand as running: the steady spinner, the read's worst case, costs a quarter of the reads.
+//! runnable at each sample, with waits posted for under a quarter of that time (a wake-up's
+//! wait on the run queue, as a thread that takes the GIL back from another posts it), is read
+//! at every `SPACING`-th sample only, and the samples between stand as running: the steady
+//! spinner, the read's worst case, costs a quarter of the reads.
 //! A wait that begins meanwhile is not lost: the next reading finds the counters still (a
 //! wait now, and reads at every sample again), and the kernel posts the whole wait when it
 //! ends, which the ledger then counts on later samples. Only where it is placed can move, by
@@ -47,8 +49,8 @@ const NO_TICK: u64 = 12_000_000;
 /// later, nor does a wait owed for long go on counting.
 const LEDGER_BOUND: i64 = 1_000_000_000;
 
-/// Readings in a row that found the thread on a CPU all along since the one before, with
-/// nothing posted, before it is read less often.
+/// Readings in a row that found the thread on a CPU all along since the one before, waits
+/// posted for under a quarter of that time, before it is read less often.
 const STEADY: u32 = 10;
 
 /// A steady thread is read at every this many samples.
@@ -84,7 +86,7 @@ struct Thread {
     /// Its counters moved unseen since `last` (`CpuWaits::restart`): the next reading is as
     /// a first one.
     stale: bool,
-    /// Readings in a row that found it on a CPU all along, nothing posted (`STEADY`).
+    /// Readings in a row that found it on a CPU all along, little waited (`STEADY`).
     steady: u32,
     /// The sample it was last asked of (`CpuWaits::samples`), and how many samples in a row
     /// it was left unread since its last reading.
@@ -259,9 +261,11 @@ impl Thread {
     fn step(&mut self, now: Schedstat, at: Instant, since: u64) -> bool {
         let ran = now.run != self.last.run || now.slices != self.last.slices;
         let posted = now.wait.saturating_sub(self.last.wait);
-        // on a CPU all the time since the last reading, a scheduler tick or so aside
-        let all_along = now.run.saturating_sub(self.last.run) + NO_TICK
-            >= at.duration_since(self.read).as_nanos() as u64;
+        // on a CPU all the time since the last reading, a scheduler tick or so aside, and a
+        // small part of it waiting for one (the run queue's wait of a wake-up)
+        let elapsed = at.duration_since(self.read).as_nanos() as u64;
+        let all_along = now.run.saturating_sub(self.last.run) + NO_TICK >= elapsed
+            && posted.saturating_mul(4) < elapsed;
         (self.last, self.read) = (now, at);
         if ran || posted > 0 {
             self.moved = at;
@@ -275,7 +279,7 @@ impl Thread {
         if waits {
             self.credit = (self.credit - since as i64).max(-LEDGER_BOUND);
         }
-        self.steady = if all_along && posted == 0 && !waits {
+        self.steady = if all_along && !waits {
             self.steady.saturating_add(1)
         } else {
             0
@@ -326,6 +330,19 @@ mod tests {
         (at, last, Thread::new(file, last, at, 0))
     }
 
+    /// The counters of a thread throttled 80 ms of every 100 (a quota of 0.2 CPU) at 10 ms
+    /// `tick` of `period`: on a CPU the first two ticks, which move its time, the first of
+    /// them posting the wait just ended.
+    fn throttled(stat: &mut Schedstat, period: u64, tick: u64) {
+        if tick < 2 {
+            stat.run += 10 * MS;
+            if tick == 0 && period > 0 {
+                stat.wait += 80 * MS;
+                stat.slices += 1;
+            }
+        }
+    }
+
     #[test]
     fn a_schedstat_line_is_three_numbers() {
         assert_eq!(
@@ -351,14 +368,7 @@ mod tests {
         for period in 0..20u64 {
             for tick in 0..10u64 {
                 at += Duration::from_millis(10);
-                if tick < 2 {
-                    // on a CPU: the ticks move its time; the first posts the wait just ended
-                    stat.run += 10 * MS;
-                    if tick == 0 && period > 0 {
-                        stat.wait += 80 * MS;
-                        stat.slices += 1;
-                    }
-                }
+                throttled(&mut stat, period, tick);
                 waits += u32::from(t.step(stat, at, 10 * MS));
             }
         }
@@ -444,13 +454,7 @@ mod tests {
             for tick in 0..10u64 {
                 n += 1;
                 at += Duration::from_millis(10);
-                if tick < 2 {
-                    stat.run += 10 * MS;
-                    if tick == 0 && period > 0 {
-                        stat.wait += 80 * MS;
-                        stat.slices += 1;
-                    }
-                }
+                throttled(&mut stat, period, tick);
                 match sample(&mut t, n, stat, at) {
                     Some(told) => waits += u32::from(told),
                     // a sample left unread while the thread has no CPU stands as running
