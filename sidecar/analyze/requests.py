@@ -10,11 +10,12 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sidecar.analyze.stalls import percentile
+from sidecar.analyze.stalls import percentile, stalls_during
 from sidecar.classify.requests import SlowRequest
 from sidecar.rules.tasks import route_of
 
 if TYPE_CHECKING:
+    from sidecar.classify.stalls import Stall
     from sidecar.classify.window import Window
 
 #: Slow requests a block lists at most (the longest), and routes it sums up.
@@ -65,9 +66,15 @@ def summary_line(
     return line
 
 
-def request_rows(requests: Sequence[SlowRequest], top: int, period_s: float) -> list[str]:
+def request_rows(
+    requests: Sequence[SlowRequest],
+    top: int,
+    period_s: float,
+    stalls: Sequence[Stall] | None = None,
+) -> list[str]:
     """The longest slow requests as a table: duration, start, method, path and route, trace
-    id, and where the time went; and the durations' resolution."""
+    id, and where the time went; and the durations' resolution. With the stalls of the span,
+    those each request sat through."""
     if not requests:
         return []
     lines = [
@@ -87,6 +94,14 @@ def request_rows(requests: Sequence[SlowRequest], top: int, period_s: float) -> 
         )
         if split := _split(request):
             lines.append(f"{'':>9}{split}")
+        if stalls is not None and (sat := stalls_during(request, stalls)):
+            worst = max(sat, key=lambda stall: stall.duration_s)
+            site = f" at {worst.site}" if worst.site else ""
+            lines.append(
+                f"{'':>9}sat through {len(sat):,} stall{'s' * (len(sat) != 1)} of the loop, "
+                f"{sum(stall.duration_s for stall in sat):.2f} s: the longest "
+                f"{worst.duration_s:.2f} s {worst.state}{site}"
+            )
     return lines
 
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from itertools import accumulate
 
+from sidecar.classify.requests import SlowRequest
 from sidecar.classify.stalls import Stall
 
 
@@ -59,8 +61,35 @@ def summary_line(stalls: Sequence[Stall], threshold_ms: float, dropped: int = 0)
     return " · ".join(parts)
 
 
-def stall_rows(stalls: Sequence[Stall], top: int, period_s: float) -> list[str]:
-    """The longest stalls as a table, and the lengths' resolution."""
+def stalls_during(request: SlowRequest, stalls: Iterable[Stall]) -> list[Stall]:
+    """The stalls that overlap a request's time in flight, from its start to the upper bound
+    of its duration: the stalls it sat through."""
+    end = request.start + request.duration_max_s
+    return [s for s in stalls if s.start < end and request.start < s.start + s.duration_s]
+
+
+def requests_during(stall: Stall, requests: Iterable[SlowRequest]) -> list[SlowRequest]:
+    """The slow requests in flight during a stall (``stalls_during``'s other side): those it
+    delayed."""
+    return [request for request in requests if stalls_during(request, (stall,))]
+
+
+def _delayed(requests: Sequence[SlowRequest]) -> str:
+    """The slow requests a stall delayed, by route: ``GET /items/{item} ×2, POST /pay``."""
+    routes = Counter(f"{r.method} {r.route}" for r in requests)
+    named = ", ".join(f"{route} ×{n}" if n > 1 else route for route, n in routes.most_common(3))
+    more = f" and {len(routes) - 3:,} more routes" if len(routes) > 3 else ""
+    return f"delayed {len(requests):,} slow request{'s' * (len(requests) != 1)}: {named}{more}"
+
+
+def stall_rows(
+    stalls: Sequence[Stall],
+    top: int,
+    period_s: float,
+    requests: Sequence[SlowRequest] | None = None,
+) -> list[str]:
+    """The longest stalls as a table, and the lengths' resolution; with the slow requests of
+    the span (task scans), the ones each stall delayed."""
     if not stalls:
         return []
     lines = [
@@ -82,6 +111,8 @@ def stall_rows(stalls: Sequence[Stall], top: int, period_s: float) -> list[str]:
             stall.throttling.throttled_periods or stall.state == "cpu_wait"
         ):
             lines.append(f"{'':>9}{stall.throttling.line()}")
+        if requests is not None and (delayed := requests_during(stall, requests)):
+            lines.append(f"{'':>9}{_delayed(delayed)}")
     if any(s.ongoing for s in shown):  # the legend of a mark in the table, when one is there
         lines.append("+ still stalled when sampling ended")
     return lines

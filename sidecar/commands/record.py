@@ -168,7 +168,8 @@ def summary(rec: Recording) -> list[str]:
     if not analysis.no_loop_thread:  # a process without an event loop has no stall to tell
         stalls = rec.counts.stalls()
         lines.append(summary_line(stalls, rec.stall_ms, rec.counts.stalls_dropped))
-        lines += stall_rows(stalls, STALL_ROWS, 1 / rec.rate_hz)
+        slow = rec.counts.slow_requests if rec.task_rate_hz else None
+        lines += stall_rows(stalls, STALL_ROWS, 1 / rec.rate_hz, slow)
     # what became of the target says why ticks read no sample or read idle, else the reads do
     return lines + (rec.fate_lines() or _read_errors(stats, rec.blocking))
 
@@ -221,7 +222,7 @@ def task_summary(rec: Recording) -> list[str]:
     slow = counts.slow_requests
     untracked = stats["slow_requests_untracked"]
     lines.append(slow_line(slow, rec.slow_ms, counts.slow_requests_dropped, untracked))
-    return lines + request_rows(slow, REQUEST_ROWS, 1 / rec.task_rate_hz)
+    return lines + request_rows(slow, REQUEST_ROWS, 1 / rec.task_rate_hz, counts.stalls())
 
 
 def tasks_path(output: str) -> str:

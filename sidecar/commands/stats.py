@@ -240,13 +240,14 @@ def run(args: argparse.Namespace) -> int:
             stalls.append(summary_line(live.stalls, live.stall_ms, live.dropped))
         lines = table(analysis, profile, info, args.top, stalls)
         if live is not None and not analysis.no_loop_thread:
-            lines += stall_rows(live.stalls, args.top, 1 / live.rate_hz)
+            delayed = live.slow if tasks is not None else None
+            lines += stall_rows(live.stalls, args.top, 1 / live.rate_hz, delayed)
         if tasks is not None:
             lines += task_lines(tasks)
         if tasks is not None and live is not None:
             slow = slow_line(live.slow, live.slow_ms, live.slow_dropped, live.slow_untracked)
             lines += ["", slow]
-            lines += request_rows(live.slow, args.top, 1 / args.task_rate)
+            lines += request_rows(live.slow, args.top, 1 / args.task_rate, live.stalls)
         print("\n".join(lines))
     return 0
 

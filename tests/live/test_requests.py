@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -247,3 +249,44 @@ def test_each_route_says_where_its_requests_spent_their_time(
         assert top.startswith(own), (route, row)
         other = [h for h in handlers if h != handler]
         assert not any(s["site"].startswith(tuple(other)) for s in row["await_sites"]), row
+
+
+def test_record_says_the_stalls_a_request_sat_through_and_the_requests_a_stall_delayed(
+    spawn: Spawner, tmp_path: Path
+) -> None:
+    """A 900 ms request in flight while the loop freezes 300 ms in time.sleep: record's slow
+    request says the stall it sat through, and the stall the request it delayed."""
+    service = spawn.target("aiohttp_app")
+
+    def get(path: str) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", service.port, timeout=20)
+        try:
+            conn.request("GET", path)
+            conn.getresponse().read()
+        finally:
+            conn.close()
+
+    def traffic() -> None:
+        time.sleep(1.0)  # record attached
+        slow = threading.Thread(target=get, args=("/items/slow?ms=900",), daemon=True)
+        slow.start()
+        time.sleep(0.3)
+        get("/freeze?how=sleep&ms=300")
+        slow.join(timeout=20)
+
+    driver = threading.Thread(target=traffic, daemon=True)
+    driver.start()
+    out = tmp_path / "r.folded"
+    argv = ["record", "--pid", str(service.pid), "-d", "3", "--tasks", "--task-rate", "50"]
+    result = sidecar(*argv, "-f", "folded", "-o", str(out))
+    driver.join(timeout=30)
+    assert result.returncode == 0, result.stderr
+    said = result.stderr
+    assert "\n         delayed 1 slow request: GET /items/{item}\n" in said, said
+    sat = re.search(
+        r"GET /items/slow · route /items/\{item\}\n(?:.*\n)?"
+        r" {9}sat through 1 stall of the loop, 0\.\d\d s: the longest 0\.\d\d s blocked at "
+        r"freeze_sleep \(targets/handlers\.py:\d+\)\n",
+        said,
+    )
+    assert sat is not None, said
