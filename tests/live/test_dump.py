@@ -221,6 +221,17 @@ def test_what_it_cannot_read_is_one_line(spawn: Spawner, tmp_path: Path) -> None
     assert not_stopped(target.pid)
 
 
+def test_a_stack_too_deep_for_the_reader_is_said_as_such(spawn: Spawner) -> None:
+    """A Python process 6,000 frames deep, past what py-spy's reader (with which the
+    interpreter is found) checks: said so, not "does not look like a Python process"."""
+    deep = spawn.target("spin", "--depth", "6000", "--sleep")
+    line = one_error_line(sidecar("dump", "--pid", str(deep.pid)))
+    assert "does not look like a Python process" not in line, line
+    assert f"PID {deep.pid}: it runs Python (python3" in line, line
+    assert "a stack deeper than 4,096 frames" in line, line
+    assert not_stopped(deep.pid)
+
+
 @pytest.mark.parametrize("version", ["3.10", "3.12"])
 def test_a_throttled_spinner_is_dumped_waiting_for_a_cpu(
     limited: Path, spawn: Spawner, version: str

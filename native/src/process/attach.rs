@@ -49,9 +49,41 @@ impl InitError {
         if denied {
             return InitError::Permission(pid, text);
         }
+        if text.contains("Failed to find a python interpreter") {
+            if let Some(why) = unreadable_python(pid) {
+                return InitError::Other(format!("PID {pid}: {why}"));
+            }
+        }
         InitError::Sampler(pid, text)
     }
 }
+
+/// Why a process that runs Python had no interpreter py-spy could check, where its /proc says
+/// it runs Python: py-spy checks each candidate by reading every thread's stack, and refuses
+/// more than `PY_SPY_MOST` threads or a stack deeper than `PY_SPY_MOST` frames (the last
+/// attempt holds the threads stopped, so a torn read is not the cause). None for a process
+/// whose maps name no Python.
+fn unreadable_python(pid: i32) -> Option<String> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    let python = maps
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(5))
+        .filter_map(|path| path.rsplit('/').next())
+        .find(|name| name.starts_with("libpython3") || name.starts_with("python3"))?
+        .to_owned();
+    let threads = std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |dir| dir.count());
+    let read = format!("it runs Python ({python}) but its interpreter could not be read");
+    let refuses = "py-spy's reader, with which sidecar finds the interpreter, refuses a process \
+of more than 4,096 threads or a stack deeper than 4,096 frames";
+    Some(if threads > PY_SPY_MOST {
+        format!("{read}: {refuses}, and it has more threads than that")
+    } else {
+        format!("{read} (a stack too deep, or memory damaged?): {refuses}")
+    })
+}
+
+/// The most threads, and frames of a thread, py-spy's check of an interpreter reads.
+const PY_SPY_MOST: usize = 4096;
 
 /// Attachments py-spy is given to find the interpreter, and tries of the first read of each.
 const ATTACH_TRIES: u32 = 3;
