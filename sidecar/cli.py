@@ -9,10 +9,25 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-from sidecar import __version__
 from sidecar.commands import COMMANDS
 from sidecar.errors import SidecarError, signal_of
+
+
+class _Version(argparse.Action):
+    """``--version``: the installed version, looked up when asked for (``sidecar.__version__``
+    reads the distribution's metadata, which no other command needs)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:  # fmt: skip
+        from sidecar import __version__
+
+        print(f"sidecar {__version__}")
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Profile running asyncio web services (aiohttp, Tornado) from outside: "
         "sample their stacks, see where the event loop is busy, idle or blocked.",
     )
-    parser.add_argument("--version", action="version", version=f"sidecar {__version__}")
+    parser.add_argument("--version", action=_Version, help="show program's version number and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS:
         command.add_parser(sub)

@@ -13,28 +13,21 @@ import json
 import math
 import sys
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sidecar import defaults
-from sidecar.analyze.requests import request_rows, requests_block
-from sidecar.analyze.requests import summary_line as slow_line
-from sidecar.analyze.stalls import stall_rows, summary_line
-from sidecar.analyze.stats import Sampling, TargetStats, stats_document
-from sidecar.analyze.tasks import task_block, task_lines
-from sidecar.analyze.threads import Analysis, Ranked, analyze, state_line
-from sidecar.classify.process import ProcessInfo, refine
-from sidecar.classify.requests import SlowRequest
-from sidecar.classify.stalls import Stall
 from sidecar.commands.habits import add_answers
 from sidecar.commands.options import add_slow_ms, add_stall_ms, add_task_bound, add_task_rate
 from sidecar.commands.signals import terminate_as_interrupt
-from sidecar.discover import describe
 from sidecar.errors import NoSamples, UsageError
-from sidecar.formats.inputs import load_profile
-from sidecar.profile import Profile
-from sidecar.rules.layers import LAYERS
-from sidecar.sample.record import record
-from sidecar.sample.tasks import snapshot
+
+if TYPE_CHECKING:
+    from sidecar.analyze.stats import Sampling
+    from sidecar.analyze.threads import Analysis, Ranked
+    from sidecar.classify.process import ProcessInfo
+    from sidecar.classify.requests import SlowRequest
+    from sidecar.classify.stalls import Stall
+    from sidecar.profile import Profile
 
 #: How a role in a pre-fork server reads in the header line.
 ROLE_NAMES = {
@@ -124,6 +117,11 @@ def _live(
     task_bound: int | None = None,
     slow_ms: float = defaults.SLOW_MS,
 ) -> tuple[Profile, ProcessInfo, dict[str, Any] | None, dict[tuple[str, str], int], Live]:
+    # what comes before the first sample only: the analysis is imported once it is taken
+    from sidecar.discover import describe
+    from sidecar.sample.record import record
+    from sidecar.sample.tasks import snapshot
+
     info = describe(pid)
     if tasks_hz:
         snapshot(pid)  # a target whose tasks cannot be read is refused before sampling
@@ -137,6 +135,11 @@ def _live(
             task_bound=task_bound,
             slow_ms=slow_ms,
         )
+    from sidecar.analyze.requests import requests_block
+    from sidecar.analyze.stats import Sampling
+    from sidecar.analyze.tasks import task_block
+    from sidecar.classify.process import refine
+
     profile = rec.counts.to_profile()
     profile.target = rec.target
     profile.rate_hz = rec.rate_hz
@@ -208,9 +211,18 @@ def run(args: argparse.Namespace) -> int:
             args.pid, duration, rate, args.stall_ms, args.task_bound, args.slow_ms
         )
     else:
+        from sidecar.formats.inputs import load_profile
+
         profile = load_profile(args.profile)
         for said in profile.notes:
             print(f"sidecar: note: {args.profile}: {said}", file=sys.stderr)
+    from sidecar.analyze.requests import request_rows
+    from sidecar.analyze.requests import summary_line as slow_line
+    from sidecar.analyze.stalls import stall_rows, summary_line
+    from sidecar.analyze.stats import TargetStats, stats_document
+    from sidecar.analyze.tasks import task_lines
+    from sidecar.analyze.threads import analyze
+
     analysis = analyze(profile, info, holders)
     if analysis.estimated:
         told = (
@@ -273,6 +285,9 @@ def table(
 ) -> list[str]:
     """The readable form: one block per aspect, shares as percentages; ``after_shares`` (the
     stalls' line) follows the shares."""
+    from sidecar.analyze.threads import Ranked, state_line
+    from sidecar.rules.layers import LAYERS
+
     who = f"PID {analysis.pid}" if analysis.pid is not None else "profile"
     lines = [f"{who}: {analysis.framework} on {analysis.loop}"]
     if analysis.role is not None:
