@@ -1,15 +1,20 @@
-"""What the command line imports: building the parser (every command's options, ``sidecar
---help``) imports none of the modules that do a command's work, and each command imports what
-it needs when it runs, no more. No timing here: which modules are in ``sys.modules`` of a fresh
-interpreter after the step (``benchmarks/cli.py`` measures the time).
+"""What the command line imports: the parser of every command (``sidecar --help``) imports
+none of the modules that do a command's work, ``sidecar NAME ...`` builds NAME's parser alone,
+and each command imports what it needs when it runs, no more. No timing here: which modules a
+fresh interpreter holds after the step (``benchmarks/cli.py`` measures the time).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
+from sidecar.cli import build_parser
+from sidecar.commands import COMMANDS
 from sidecar.formats import NAMES
 from sidecar.formats.export import FORMATS
 from tests.support.procs import PYTHON, ROOT
@@ -83,10 +88,19 @@ def test_the_version_is_read_from_the_metadata_when_asked_for(tmp_path: Path) ->
 
 def test_dump_imports_what_a_read_needs(tmp_path: Path) -> None:
     """``dump`` gets as far as reading the target (here one that does not exist) with the
-    reader's modules only."""
+    reader's modules only, and its own options: no other command's module."""
     modules = modules_after(tmp_path, "dump", "--pid", NO_PID)
     assert "sidecar.sample.dump" in modules
     assert heavy_in(modules, (*NOT_FOR_A_READ, "sidecar.sample.record")) == []
+    others = [f"sidecar.commands.{name}" for name in COMMANDS if name != "dump"]
+    assert [name for name in others if name in modules] == []
+
+
+def test_a_mistaken_command_meets_every_command_s_parser(tmp_path: Path) -> None:
+    """Where the first word names no command, the parser of all of them answers (it lists
+    them): each command's module is imported."""
+    modules = modules_after(tmp_path, "dumb", "--pid", NO_PID)
+    assert [name for name in COMMANDS if f"sidecar.commands.{name}" not in modules] == []
 
 
 def test_tasks_imports_what_a_read_needs(tmp_path: Path) -> None:
@@ -111,3 +125,20 @@ def test_stats_of_a_file_imports_the_formats(tmp_path: Path) -> None:
 
 def test_the_format_names_the_options_offer_are_the_formats_table() -> None:
     assert tuple(FORMATS) == NAMES
+
+
+def test_a_command_s_parser_alone_reads_as_among_all(capsys: pytest.CaptureFixture[str]) -> None:
+    """``sidecar NAME ...`` is parsed by NAME's parser alone: its help, its defaults and what
+    it reads of a command line are those of the parser of every command."""
+
+    def helped(parser: argparse.ArgumentParser, name: str) -> str:
+        with pytest.raises(SystemExit):
+            parser.parse_args([name, "--help"])
+        return capsys.readouterr().out
+
+    for name in COMMANDS:
+        assert helped(build_parser(name), name) == helped(build_parser(), name), name
+    for argv in (["dump", "--pid", "7", "--json"], ["stats", "-p", "7", "-d", "3"],
+                 ["record", "--pid", "7", "-f", "folded", "-o", "x.txt"], ["top", "-p", "7"],
+                 ["serve", "--pid", "7", "--pid", "8"], ["diff", "a.svg", "b.svg"]):  # fmt: skip
+        assert build_parser(argv[0]).parse_args(argv) == build_parser().parse_args(argv), argv
