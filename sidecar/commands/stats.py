@@ -117,16 +117,26 @@ def _live(
     task_bound: int | None = None,
     slow_ms: float = defaults.SLOW_MS,
 ) -> tuple[Profile, ProcessInfo, dict[str, Any] | None, dict[tuple[str, str], int], Live]:
-    # what comes before the first sample only: the analysis is imported once it is taken
+    # what the first sample needs, and no more: the recording's own modules are imported once
+    # the sampler samples, the analysis once the samples are in
     from sidecar.discover import describe
-    from sidecar.sample.record import record
-    from sidecar.sample.tasks import snapshot
+    from sidecar.sample.sampler import open_sampler
 
     info = describe(pid)
     if tasks_hz:
+        from sidecar.sample.tasks import snapshot
+
         snapshot(pid)  # a target whose tasks cannot be read is refused before sampling
     print(f"sampling PID {pid} for {duration:g} s", file=sys.stderr)
     with terminate_as_interrupt():
+        sampler = open_sampler(
+            pid, tasks_hz=tasks_hz, stall_ms=stall_ms, task_bound=task_bound, slow_ms=slow_ms
+        )
+        try:
+            from sidecar.sample.record import record
+        except BaseException:
+            sampler.stop()
+            raise
         rec = record(
             pid,
             duration=duration,
@@ -134,6 +144,7 @@ def _live(
             stall_ms=stall_ms,
             task_bound=task_bound,
             slow_ms=slow_ms,
+            sampler=sampler,
         )
     from sidecar.analyze.requests import requests_block
     from sidecar.analyze.stats import Sampling

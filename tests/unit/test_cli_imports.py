@@ -110,11 +110,12 @@ def test_tasks_imports_what_a_read_needs(tmp_path: Path) -> None:
 
 
 def test_stats_of_a_pid_imports_no_analysis_before_it_samples(tmp_path: Path) -> None:
-    """``stats --pid`` reads the target (``describe``) with what attaching needs: the analysis
-    and the profile formats come once the samples are in."""
+    """``stats --pid`` reads the target (``describe``) with what attaching needs: the
+    recording's modules come once the sampler samples, the analysis and the profile formats
+    once the samples are in."""
     modules = modules_after(tmp_path, "stats", "--pid", NO_PID)
     assert "sidecar.discover" in modules
-    assert heavy_in(modules, NOT_FOR_A_READ) == []
+    assert heavy_in(modules, (*NOT_FOR_A_READ, "sidecar.sample.record")) == []
 
 
 def test_stats_of_a_file_imports_the_formats(tmp_path: Path) -> None:
