@@ -8,7 +8,6 @@ pre-fork group in turn, and with ``--json`` all of it as one document.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -104,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
                 print()
                 print(*_task_lines(pid, tasks), sep="\n")
     if args.json:
+        import json  # for --json only
+
         print(json.dumps(documents if args.subprocesses else documents[0], indent=2))
     return 0
 

@@ -9,7 +9,6 @@ written by sidecar). ``--json`` prints the stats document (``analyze.stats``), a
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from dataclasses import dataclass, field, replace
@@ -252,6 +251,8 @@ def run(args: argparse.Namespace) -> int:
         kernel = None if live is None else live.kernel
         sampling = None if live is None else live.sampling
         part = TargetStats(analysis, tasks, known, kernel, sampling)
+        import json  # for --json only
+
         print(json.dumps(stats_document([part]), indent=2))
     else:
         stalls: list[str] = []
