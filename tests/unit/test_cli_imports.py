@@ -76,7 +76,7 @@ def test_the_parser_imports_no_command_s_work(tmp_path: Path) -> None:
 
 
 def test_a_command_s_help_imports_no_command_s_work(tmp_path: Path) -> None:
-    for command in ("record", "stats", "serve", "top", "dump", "diff"):
+    for command in COMMANDS:
         assert heavy_in(modules_after(tmp_path, command, "--help"), HEAVY) == [], command
 
 
