@@ -122,7 +122,9 @@ fmt: install
 # alone, about 15 minutes at 6 s a leg; REPORT-push.md: what pushing to Pyroscope adds to serve's CPU per target;
 # REPORT-tasks.md: the asyncio task scan's cost per task and per scan under 3.11-3.14, and with
 # 100,000 tasks; REPORT-top.md: the CPU `sidecar top` takes at its default rate, and its target's
-# latency beside it). About 75 minutes in all on two cores.
+# latency beside it; REPORT-cli.md: `sidecar dump` against `py-spy dump`, `sidecar --help`, and
+# the time from the start of `stats --pid` to its first sample). About 77 minutes in all on two
+# cores.
 bench: install
 	$(BIN)/python -m benchmarks.bench
 	$(BIN)/python -m benchmarks.sampler --rounds 2 --seconds 5
@@ -133,6 +135,7 @@ bench: install
 	$(BIN)/python -m benchmarks.push
 	$(BIN)/python -m benchmarks.tasks
 	$(BIN)/python -m benchmarks.top
+	$(BIN)/python -m benchmarks.cli
 
 clean:
 	rm -rf $(VENV) native/target out

@@ -24,6 +24,13 @@ STALL_MS: float = DEFAULT_STALL_MS
 SLOW_MS: float = DEFAULT_SLOW_MS
 #: The highest sampling rate the CLI and the service take.
 MAX_RATE_HZ: float = 10_000.0
+#: The span ``top`` shows first (seconds of the latest windows).
+TOP_SPAN_S: int = 10
+#: Characters of a str or bytes local variable ``dump --locals`` shows before it is cut.
+LOCALS_CHARS: int = 80
+#: Seconds a client of ``serve`` has to send a request's headers, from its connection or the
+#: end of the response before (``--header-timeout``).
+HEADER_TIMEOUT_S: float = 10.0
 
 
 def rate_problem(rate: float) -> str | None:

@@ -9,7 +9,6 @@ import argparse
 import os
 import stat
 import sys
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -88,6 +87,8 @@ def write_text(path: str, text: str) -> None:
 
 def write_bytes(path: str, data: bytes) -> None:
     """Writes ``data`` to ``path`` (``-`` is stdout) via a temporary file in the same folder."""
+    import tempfile  # not for every command that only prints
+
     if path == "-":
         sys.stdout.flush()
         sys.stdout.buffer.write(data)

@@ -25,6 +25,7 @@ from collections import Counter, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from sidecar import defaults
 from sidecar.analyze.threads import Analysis, analyze, merge
 from sidecar.classify.process import ProcessInfo, refine
 from sidecar.classify.requests import SlowRequest
@@ -37,7 +38,7 @@ from sidecar.sample.record import Tally
 
 #: The spans a key cycles through, in seconds, and the one shown first.
 SPANS = (5, 10, 30, 60)
-DEFAULT_SPAN = 10
+DEFAULT_SPAN = defaults.TOP_SPAN_S
 #: The sort columns, in the order of py-spy's keys 1 to 4.
 SORTS = ("own", "total", "own_time", "total_time")
 

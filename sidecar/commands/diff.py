@@ -7,10 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sidecar.analyze.diff import diff_profiles, render_diff, report
 from sidecar.commands.render import add_min_width
 from sidecar.errors import UsageError
-from sidecar.formats.inputs import load_profiles
 from sidecar.formats.render import RenderOptions
 from sidecar.output import add_force, check_output, write_text
 
@@ -60,6 +58,9 @@ def _default_output(after: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from sidecar.analyze.diff import diff_profiles, render_diff, report
+    from sidecar.formats.inputs import load_profiles
+
     if args.before == "-" and args.after == "-":
         raise UsageError("only one of BEFORE and AFTER can be '-' (stdin)")
     if args.top < 1:

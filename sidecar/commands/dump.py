@@ -8,19 +8,18 @@ pre-fork group in turn, and with ``--json`` all of it as one document.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sidecar import _native
 from sidecar.commands.habits import add_answers
 from sidecar.commands.options import add_blocking, check_blocking
 from sidecar.commands.signals import terminate_as_interrupt
-from sidecar.discover import prefork_group
+from sidecar.defaults import LOCALS_CHARS as DEFAULT_LOCALS_CHARS
 from sidecar.errors import SidecarError, TargetError, UsageError
-from sidecar.rules.frames import parse_frame
-from sidecar.sample.dump import DEFAULT_LOCALS_CHARS, ProcessDump, ThreadDump, read_dump
-from sidecar.sample.tasks import snapshot, summary_line, tree_lines
+
+if TYPE_CHECKING:
+    from sidecar import _native
+    from sidecar.sample.dump import ProcessDump, ThreadDump
 
 HELP = "print every Python thread of a running process once: its state, the GIL, its stack"
 
@@ -70,6 +69,9 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from sidecar.discover import prefork_group
+    from sidecar.sample.dump import read_dump
+
     check_blocking(args)
     if args.locals_chars < 1:
         raise UsageError(f"--locals-chars must be 1 or more, not {args.locals_chars}")
@@ -101,12 +103,16 @@ def run(args: argparse.Namespace) -> int:
                 print()
                 print(*_task_lines(pid, tasks), sep="\n")
     if args.json:
+        import json  # for --json only
+
         print(json.dumps(documents if args.subprocesses else documents[0], indent=2))
     return 0
 
 
 def _tasks(pid: int) -> _native.TaskScan | str:
     """The task scan of ``pid``, or why it could not be read (an older Python, no asyncio)."""
+    from sidecar.sample.tasks import snapshot
+
     try:
         return snapshot(pid)
     except TargetError as err:
@@ -114,6 +120,8 @@ def _tasks(pid: int) -> _native.TaskScan | str:
 
 
 def _task_lines(pid: int, tasks: _native.TaskScan | str) -> list[str]:
+    from sidecar.sample.tasks import summary_line, tree_lines
+
     if isinstance(tasks, str):
         return [f"asyncio tasks: not read: {tasks}"]
     return [f"asyncio tasks of {summary_line(pid, tasks)}", *tree_lines(tasks)]
@@ -181,6 +189,8 @@ def document(dump: ProcessDump, tasks: _native.TaskScan | str | None) -> dict[st
 def _task_document(task: _native.TaskRow) -> dict[str, Any]:
     """A task's row of the scan, its await chain's frames objects as a thread's are (the
     outermost coroutine first, as ``sidecar tasks`` prints them)."""
+    from sidecar.rules.frames import parse_frame
+
     frames = []
     for text in task["frames"]:
         frame = parse_frame(text)

@@ -10,11 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sidecar import _native, defaults
-from sidecar.analyze.requests import request_rows
-from sidecar.analyze.requests import summary_line as slow_line
-from sidecar.analyze.stalls import stall_rows, summary_line
-from sidecar.analyze.stats import Sampling
-from sidecar.analyze.threads import analyze, state_line
 from sidecar.commands.habits import add_answers
 from sidecar.commands.options import (
     add_blocking,
@@ -25,20 +20,14 @@ from sidecar.commands.options import (
     check_blocking,
 )
 from sidecar.commands.signals import terminate_as_interrupt
-from sidecar.discover import prefork_role
 from sidecar.errors import NoSamples, UsageError
-from sidecar.formats.export import FORMATS, NAMES, export
-from sidecar.formats.render import RenderOptions
+from sidecar.formats import NAMES
 from sidecar.output import add_force, check_output, percent, write_bytes
-from sidecar.profile import Profile
-from sidecar.rules.frames import process_frame
-from sidecar.sample.launch import Launched
-from sidecar.sample.record import Recording, record_group
-from sidecar.sample.sampler import errors_note, on_cpu_source, torn_note
-from sidecar.sample.tasks import snapshot
 
 if TYPE_CHECKING:
     from sidecar._native import SamplerStats
+    from sidecar.sample.launch import Launched
+    from sidecar.sample.record import Recording
 
 HELP = "sample a running Python process and write a flamegraph or profile"
 #: The longest stalls the summary lists.
@@ -147,6 +136,11 @@ def summary(rec: Recording) -> list[str]:
     """What was sampled: ticks (one read of every thread) and samples (one per thread and
     tick), each called so, then the readers, the event loop's shares (beside the kernel's
     count when the sampler missed many ticks) and what went wrong."""
+    from sidecar.analyze.stalls import stall_rows, summary_line
+    from sidecar.analyze.stats import Sampling
+    from sidecar.analyze.threads import analyze, state_line
+    from sidecar.sample.sampler import on_cpu_source
+
     stats = rec.stats
     profile = rec.counts.to_profile()
     lines = [
@@ -177,6 +171,8 @@ def summary(rec: Recording) -> list[str]:
 def _read_errors(stats: SamplerStats, blocking: bool) -> list[str]:
     """What the ticks that read no sample say, if anything: torn reads, or errors in
     proportion."""
+    from sidecar.sample.sampler import errors_note, torn_note
+
     ticks = stats["samples"] + stats["errors"]
     if torn := torn_note(stats["errors"], ticks, blocking):
         last = stats.get("last_error")
@@ -187,6 +183,9 @@ def _read_errors(stats: SamplerStats, blocking: bool) -> list[str]:
 
 def task_summary(rec: Recording) -> list[str]:
     """What the task scans found: tasks in flight, task-samples per state, what they missed."""
+    from sidecar.analyze.requests import request_rows
+    from sidecar.analyze.requests import summary_line as slow_line
+
     stats, counts = rec.stats, rec.counts
     states = {leaf: 0 for leaf in ("[running]", "[ready]", "[waiting]")}
     for stack, count in counts.tasks.items():
@@ -228,6 +227,8 @@ def task_summary(rec: Recording) -> list[str]:
 def tasks_path(output: str) -> str:
     """Where the task profile goes: beside the profile, ``NAME.tasks.EXT``; a compound
     suffix of the formats (``.pb.gz``) stays whole, so ``p.pb.gz`` gives ``p.tasks.pb.gz``."""
+    from sidecar.formats.export import FORMATS
+
     path = Path(output)
     suffixes = (f.suffix for f in FORMATS.values())
     suffix = next((s for s in suffixes if path.name.endswith(s) and path.name != s), "")
@@ -237,6 +238,9 @@ def tasks_path(output: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from sidecar.formats.export import FORMATS
+    from sidecar.sample.launch import Launched
+
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if (args.pid is None) == (not command):
         raise UsageError("give --pid PID, or -- COMMAND to start a program and sample it")
@@ -278,6 +282,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _record(args: argparse.Namespace, output: str, launched: Launched | None) -> int:
+    from sidecar.formats.export import FORMATS, export
+    from sidecar.formats.render import RenderOptions
+    from sidecar.profile import Profile
+    from sidecar.sample.record import record_group
+    from sidecar.sample.tasks import snapshot
+
     if launched is not None:
         args.pid = launched.pid
     elif args.tasks:
@@ -360,6 +370,8 @@ def _record(args: argparse.Namespace, output: str, launched: Launched | None) ->
 
 def _root(rec: Recording, subprocesses: bool) -> str | None:
     """A process's root frame in a profile of several (``--subprocesses``), else none."""
+    from sidecar.rules.frames import process_frame
+
     return process_frame(rec.target.pid or 0, rec.target.cmdline) if subprocesses else None
 
 
@@ -372,6 +384,8 @@ def _title(pid: int, rec: Recording, processes: int) -> str:
 
 def _heading(rec: Recording) -> str:
     """The line above a process's summary in a recording of several."""
+    from sidecar.discover import prefork_role
+
     role = prefork_role(rec.target.pid or 0) if not rec.exited else None
     return f"PID {rec.target.pid}" + (f" ({role})" if role else "") + f": {rec.target.cmdline}"
 
@@ -383,6 +397,10 @@ def _write_tasks(
     output: str,
     title: str,
 ) -> None:
+    from sidecar.formats.export import export
+    from sidecar.formats.render import RenderOptions
+    from sidecar.profile import Profile
+
     tasks = Profile(target=recs[0].target, rate_hz=args.task_rate)
     for one, root in zip(recs, roots, strict=True):
         for stack, count in one.counts.task_profile(root).stacks.items():

@@ -9,8 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.errors import ProfileFormatError
-from sidecar.formats.export import export
-from sidecar.formats.inputs import parse_profile, read_input, sniff
 from sidecar.formats.render import RenderOptions
 from sidecar.output import add_force, check_output, write_bytes
 
@@ -58,6 +56,9 @@ def add_min_width(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from sidecar.formats.export import export
+    from sidecar.formats.inputs import parse_profile, read_input, sniff
+
     if args.output:
         output = args.output
     elif args.folded == "-":

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import ipaddress
-import logging
 import os
 import re
-import resource
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,8 +12,8 @@ from typing import Any
 from sidecar import defaults
 from sidecar.commands.options import add_rate, add_slow_ms, add_stall_ms, add_task_bound
 from sidecar.commands.signals import terminate_as_interrupt
+from sidecar.defaults import HEADER_TIMEOUT_S as HEADER_TIMEOUT
 from sidecar.errors import UsageError
-from sidecar.serve.http import HEADER_TIMEOUT
 
 HELP = "sample Python processes continuously, store profiles and serve the UI and API"
 
@@ -152,6 +149,8 @@ def add_parser(sub: Any) -> None:
 
 
 def _is_loopback(host: str) -> bool:
+    import ipaddress
+
     if host == "localhost":
         return True
     try:
@@ -181,6 +180,8 @@ def _from_environment(
 
 
 def run(args: argparse.Namespace) -> int:
+    import logging
+    import resource
 
     from sidecar.serve.api import create_app
     from sidecar.serve.asked import check_at_start

@@ -9,32 +9,24 @@ written by sidecar). ``--json`` prints the stats document (``analyze.stats``), a
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sidecar import defaults
-from sidecar.analyze.requests import request_rows, requests_block
-from sidecar.analyze.requests import summary_line as slow_line
-from sidecar.analyze.stalls import stall_rows, summary_line
-from sidecar.analyze.stats import Sampling, TargetStats, stats_document
-from sidecar.analyze.tasks import task_block, task_lines
-from sidecar.analyze.threads import Analysis, Ranked, analyze, state_line
-from sidecar.classify.process import ProcessInfo, refine
-from sidecar.classify.requests import SlowRequest
-from sidecar.classify.stalls import Stall
 from sidecar.commands.habits import add_answers
 from sidecar.commands.options import add_slow_ms, add_stall_ms, add_task_bound, add_task_rate
 from sidecar.commands.signals import terminate_as_interrupt
-from sidecar.discover import describe
 from sidecar.errors import NoSamples, UsageError
-from sidecar.formats.inputs import load_profile
-from sidecar.profile import Profile
-from sidecar.rules.layers import LAYERS
-from sidecar.sample.record import record
-from sidecar.sample.tasks import snapshot
+
+if TYPE_CHECKING:
+    from sidecar.analyze.stats import Sampling
+    from sidecar.analyze.threads import Analysis, Ranked
+    from sidecar.classify.process import ProcessInfo
+    from sidecar.classify.requests import SlowRequest
+    from sidecar.classify.stalls import Stall
+    from sidecar.profile import Profile
 
 #: How a role in a pre-fork server reads in the header line.
 ROLE_NAMES = {
@@ -124,11 +116,26 @@ def _live(
     task_bound: int | None = None,
     slow_ms: float = defaults.SLOW_MS,
 ) -> tuple[Profile, ProcessInfo, dict[str, Any] | None, dict[tuple[str, str], int], Live]:
+    # what the first sample needs, and no more: the recording's own modules are imported once
+    # the sampler samples, the analysis once the samples are in
+    from sidecar.discover import describe
+    from sidecar.sample.sampler import open_sampler
+
     info = describe(pid)
     if tasks_hz:
+        from sidecar.sample.tasks import snapshot
+
         snapshot(pid)  # a target whose tasks cannot be read is refused before sampling
     print(f"sampling PID {pid} for {duration:g} s", file=sys.stderr)
     with terminate_as_interrupt():
+        sampler = open_sampler(
+            pid, tasks_hz=tasks_hz, stall_ms=stall_ms, task_bound=task_bound, slow_ms=slow_ms
+        )
+        try:
+            from sidecar.sample.record import record
+        except BaseException:
+            sampler.stop()
+            raise
         rec = record(
             pid,
             duration=duration,
@@ -136,7 +143,13 @@ def _live(
             stall_ms=stall_ms,
             task_bound=task_bound,
             slow_ms=slow_ms,
+            sampler=sampler,
         )
+    from sidecar.analyze.requests import requests_block
+    from sidecar.analyze.stats import Sampling
+    from sidecar.analyze.tasks import task_block
+    from sidecar.classify.process import refine
+
     profile = rec.counts.to_profile()
     profile.target = rec.target
     profile.rate_hz = rec.rate_hz
@@ -208,9 +221,18 @@ def run(args: argparse.Namespace) -> int:
             args.pid, duration, rate, args.stall_ms, args.task_bound, args.slow_ms
         )
     else:
+        from sidecar.formats.inputs import load_profile
+
         profile = load_profile(args.profile)
         for said in profile.notes:
             print(f"sidecar: note: {args.profile}: {said}", file=sys.stderr)
+    from sidecar.analyze.requests import request_rows
+    from sidecar.analyze.requests import summary_line as slow_line
+    from sidecar.analyze.stalls import stall_rows, summary_line
+    from sidecar.analyze.stats import TargetStats, stats_document
+    from sidecar.analyze.tasks import task_lines
+    from sidecar.analyze.threads import analyze
+
     analysis = analyze(profile, info, holders)
     if analysis.estimated:
         told = (
@@ -229,6 +251,8 @@ def run(args: argparse.Namespace) -> int:
         kernel = None if live is None else live.kernel
         sampling = None if live is None else live.sampling
         part = TargetStats(analysis, tasks, known, kernel, sampling)
+        import json  # for --json only
+
         print(json.dumps(stats_document([part]), indent=2))
     else:
         stalls: list[str] = []
@@ -274,6 +298,9 @@ def table(
 ) -> list[str]:
     """The readable form: one block per aspect, shares as percentages; ``after_shares`` (the
     stalls' line) follows the shares."""
+    from sidecar.analyze.threads import Ranked, state_line
+    from sidecar.rules.layers import LAYERS
+
     who = f"PID {analysis.pid}" if analysis.pid is not None else "profile"
     lines = [f"{who}: {analysis.framework} on {analysis.loop}"]
     if analysis.role is not None:

@@ -6,7 +6,6 @@ import argparse
 from typing import Any
 
 from sidecar.commands.habits import add_answers
-from sidecar.sample.tasks import snapshot, summary_line, tree_lines
 
 HELP = "print the asyncio tasks of a running process (CPython 3.11+) as a tree"
 
@@ -25,6 +24,8 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from sidecar.sample.tasks import snapshot, summary_line, tree_lines
+
     scan = snapshot(args.pid)
     print(summary_line(args.pid, scan))
     for line in tree_lines(scan):

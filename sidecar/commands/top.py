@@ -14,20 +14,20 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sidecar import _native, defaults
-from sidecar.analyze.top import DEFAULT_SPAN, SORTS, SPANS, Rolling, View
-from sidecar.classify.process import ProcessInfo
-from sidecar.classify.window import window_of
+from sidecar import defaults
 from sidecar.commands.habits import add_answers
 from sidecar.commands.options import add_rate, add_stall_ms
 from sidecar.commands.signals import terminate_as_interrupt
-from sidecar.commands.top_view import Frame, help_room, screen
-from sidecar.discover import describe, prefork_group
+from sidecar.defaults import TOP_SPAN_S as DEFAULT_SPAN
 from sidecar.errors import TargetError, UsageError
-from sidecar.sample.sampler import open_sampler
-from sidecar.sample.tasks import snapshot
+
+if TYPE_CHECKING:
+    from sidecar import _native
+    from sidecar.analyze.top import Rolling, View
+    from sidecar.classify.process import ProcessInfo
+    from sidecar.commands.top_view import Frame
 
 HELP = "a live view of the event loop in the terminal: shares, GIL, tasks, stalls, functions"
 #: how often --subprocesses looks for workers that joined the group or left it (seconds)
@@ -105,9 +105,13 @@ class Feed:
     regrouped: float = field(default_factory=time.monotonic)
 
     def __post_init__(self) -> None:
+        from sidecar.analyze.top import Rolling
+
         self.rolling = Rolling(self.rate_hz)
 
     def poll(self) -> None:
+        from sidecar.classify.window import window_of
+
         for one in self.watched:
             feed = self.rolling.feed(one.info.pid, one.info)
             for window in one.sampler.drain():
@@ -119,6 +123,8 @@ class Feed:
         """Follow the group's changes: a worker that exited (its last samples drained) leaves
         the list, one its master started since (gunicorn and Tornado replace a worker that
         dies or, in gunicorn, served its ``max_requests``) is watched from now on."""
+        from sidecar.discover import prefork_group
+
         self.regrouped = time.monotonic()
         pids = prefork_group(group)  # the master alone once it is gone
         for one in [w for w in self.watched if w.sampler.exited and w.info.pid not in pids]:
@@ -160,6 +166,8 @@ class Feed:
         return "; ".join(parts)
 
     def frame(self) -> Frame:
+        from sidecar.commands.top_view import Frame
+
         shown = [w for w in self.watched if self.pid is None or w.info.pid == self.pid]
         since = [s for w in shown if (s := w.sampler.stats()["stalled_since"]) is not None]
         notes = {w.tasks_note for w in shown if w.tasks_note}
@@ -181,6 +189,8 @@ class Feed:
         return self.rolling.view(self.span, self.pid, history=history)
 
     def lines(self, width: int, height: int) -> list[str]:
+        from sidecar.commands.top_view import help_room, screen
+
         frame = self.frame()
         # a taller terminal, or fewer lines of help, scrolls back what it no longer needs
         self.help_offset = min(self.help_offset, help_room(frame, height)[1])
@@ -189,11 +199,15 @@ class Feed:
 
     # what the keys do
     def sort_by(self, column: int) -> None:
+        from sidecar.analyze.top import SORTS
+
         chosen = SORTS[column - 1]
         self.ascending = not self.ascending if chosen == self.sort else False
         self.sort = chosen
 
     def next_span(self) -> None:
+        from sidecar.analyze.top import SPANS
+
         later = [span for span in SPANS if span > self.span]
         self.span = later[0] if later else SPANS[0]
 
@@ -215,6 +229,10 @@ def _pids(pids: list[int]) -> str:
 
 
 def _watch(pid: int, rate_hz: float, stall_ms: float) -> Watched:
+    from sidecar.discover import describe
+    from sidecar.sample.sampler import open_sampler
+    from sidecar.sample.tasks import snapshot
+
     info = describe(pid)
     note = ""
     tasks_hz = min(defaults.TASK_RATE_HZ, rate_hz)
@@ -229,6 +247,8 @@ def _watch(pid: int, rate_hz: float, stall_ms: float) -> Watched:
 
 
 def run(args: argparse.Namespace) -> int:
+    from sidecar.discover import prefork_group
+
     if problem := defaults.rate_problem(args.rate):
         raise UsageError(problem)
     if args.snapshots is not None and args.snapshots < 1:

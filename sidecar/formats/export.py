@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sidecar.errors import NoSamples, UsageError
-from sidecar.formats import pprof
+from sidecar.formats import NAMES, pprof
 from sidecar.formats.render import RenderOptions, render_svg
 from sidecar.formats.speedscope import read_speedscope, speedscope
 from sidecar.formats.svg import read_svg
@@ -94,7 +94,6 @@ FORMATS: dict[str, Format] = {
         ),
     )
 }
-NAMES = tuple(FORMATS)
 
 
 def format_named(name: str) -> Format:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import re
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 from sidecar.errors import ProfileFormatError, SidecarError
 from sidecar.formats.export import FORMATS
@@ -105,6 +104,8 @@ def load_profiles(first: str, second: str) -> tuple[Profile, Profile]:
             read_input(path)
     if sum(sizes) < PARALLEL_BYTES:
         return load_profile(first), load_profile(second)
+    from concurrent.futures import ThreadPoolExecutor  # for large inputs only
+
     with ThreadPoolExecutor(max_workers=1) as threads:
         pending = threads.submit(load_profile, first)
         try:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from xml.sax.saxutils import escape
 
 from sidecar.errors import ProfileFormatError
 from sidecar.profile import Profile, parse_folded
@@ -37,12 +36,18 @@ from sidecar.rules.frames import PRUNED_LEAF, is_pruned
 EMBEDDED_ID = "sidecar-folded"
 
 
+def _escape(text: str) -> str:
+    """``&``, ``<`` and ``>`` as XML character data writes them (xml.sax.saxutils' escape,
+    without the import of urllib, http and email it brings)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def embed(svg: str, folded: str) -> str:
     """The SVG document with the folded stacks ``folded`` embedded before its end."""
     at = svg.rfind("</svg>")
     if at < 0:
         raise ValueError("not an SVG document: no </svg>")
-    element = f'<metadata id="{EMBEDDED_ID}" data-format="folded">\n{escape(folded)}</metadata>\n'
+    element = f'<metadata id="{EMBEDDED_ID}" data-format="folded">\n{_escape(folded)}</metadata>\n'
     return svg[:at] + element + svg[at:]
 
 

@@ -11,14 +11,14 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from sidecar import _native
+from sidecar import _native, defaults
 from sidecar.classify.threads import classify
 from sidecar.discover import read_cmdline
 from sidecar.errors import UsageError, native_errors
 from sidecar.sample.fate import refuse_stopped, said_if_stopped
 
 #: Characters of a str or bytes value shown before it is cut.
-DEFAULT_LOCALS_CHARS = 80
+DEFAULT_LOCALS_CHARS = defaults.LOCALS_CHARS
 
 
 @dataclass(frozen=True)

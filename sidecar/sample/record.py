@@ -384,6 +384,7 @@ def record_group(
     slow_ms: float = defaults.SLOW_MS,
     group: bool = False,
     on_join: Callable[[int, str | None], None] | None = None,
+    sampler: _native.Sampler | None = None,
 ) -> list[Recording]:
     """Samples ``pid`` for ``duration`` seconds (until Ctrl-C when None, or until it exits);
     with ``group``, every process of its pre-fork group too (a gunicorn master and its
@@ -397,6 +398,9 @@ def record_group(
     (``Tally.stalls``), and with task scans requests in flight ``slow_ms`` or more
     (``Tally.slow_requests``); ``task_bound`` lowers a task scan's bound (tests). ``launched``:
     ``pid`` is a program sidecar just started, attached to once its interpreter can be read.
+    ``sampler``: one already opened on ``pid`` (``open_sampler`` with these options), which
+    has sampled since: a caller that attaches first takes its first sample before it imports
+    this module; it is stopped when the recording ends, as one opened here is.
     """
 
     def attach(one: int) -> _native.Sampler:
@@ -410,7 +414,10 @@ def record_group(
             slow_ms=slow_ms,
         )
 
-    first = launched.attach(lambda: attach(pid)) if launched is not None else attach(pid)
+    if sampler is not None:
+        first = sampler
+    else:
+        first = launched.attach(lambda: attach(pid)) if launched is not None else attach(pid)
     sampled = [_Sampled.of(pid, first)]
     tried = {pid}
     begin = time.monotonic()

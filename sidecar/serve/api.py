@@ -32,7 +32,8 @@ from sidecar.analyze.tasks import task_block
 from sidecar.analyze.threads import Analysis, analyze
 from sidecar.classify.process import ProcessInfo
 from sidecar.errors import NoSamples, SidecarError, UsageError
-from sidecar.formats.export import FORMATS, NAMES, export
+from sidecar.formats import NAMES
+from sidecar.formats.export import FORMATS, export
 from sidecar.formats.render import RenderOptions
 from sidecar.profile import Profile
 from sidecar.rules import document as rules_document

@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
+from sidecar import defaults
 from sidecar.errors import SidecarError
 
 log = logging.getLogger("sidecar.serve")
 #: Seconds a client has to send a request's headers, from its connection or the end of the
 #: response before (``--header-timeout``).
-HEADER_TIMEOUT = 10.0
+HEADER_TIMEOUT = defaults.HEADER_TIMEOUT_S
 #: Seconds between two WARNING lines about connections closed at the cap.
 WARN_EVERY = 60.0
 
