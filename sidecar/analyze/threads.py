@@ -30,22 +30,15 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
-from sidecar.classify.process import ProcessInfo, framework_from_frames, loop_from_frames
-from sidecar.classify.threads import estimate_state, holder_group, is_loop_stack
+from sidecar.classify.process import LoopThreads, ProcessInfo
+from sidecar.classify.stacks import Facts, Frames, entry_index
+from sidecar.classify.threads import holder_group
 from sidecar.profile import Profile
-from sidecar.rules.frames import (
-    GC_FRAME,
-    OFF_CPU_LEAVES,
-    STATES,
-    Frame,
-    code_frames,
-    is_pruned,
-    state_of,
-)
-from sidecar.rules.layers import LAYERS, layer_of
-from sidecar.rules.loops import loop_entry_index
+from sidecar.rules.frames import GC_FRAME, OFF_CPU_LEAVES, STATES, Frame, is_pruned, state_of
+from sidecar.rules.layers import LAYERS
 
 
 def function_of(frame: Frame) -> str:
@@ -218,58 +211,94 @@ def analyze(
 ) -> Analysis:
     """The analysis of one target's profile; ``info`` (from discovery) names its framework and
     loop, corrected by the frames when they tell more; ``holders`` are the loop's gil samples
-    by (name of the thread that held the GIL, where it was), as the sampler saw them."""
+    by (name of the thread that held the GIL, where it was), as the sampler saw them.
+
+    One pass over the stacks, each frame text judged once (``classify.stacks``): the stacks of
+    event-loop threads are counted, and those of other threads too until a loop thread's is
+    seen (without one, the shares are of all threads); the states a profile does not tell
+    move to ``untold`` at the end, once its loop is known."""
     stacks = profile.stacks
-    loop_stacks = {stack: count for stack, count in stacks.items() if is_loop_stack(stack)}
-    chosen = loop_stacks or stacks
+    table = Frames()
+    threads = LoopThreads()
     estimated = not profile.marked
-    result = Analysis(
-        pid=info.pid if info is not None else profile.target.pid,
-        role=info.role if info is not None else None,
-        estimated=estimated,
-        no_loop_thread=not loop_stacks,
-    )
-    result.framework, result.loop = _framework_and_loop(stacks, info)
+    loop_part, other_part = Analysis(estimated=estimated), Analysis(estimated=estimated)
+    for stack, count in stacks.items():
+        frames = table.of(stack)
+        entry = entry_index(frames) if table.entries else None
+        if entry is not None:
+            threads.add(frames, count)
+            _add(loop_part, stack, count, frames, entry)
+        elif not threads.stacks:
+            _add(other_part, stack, count, frames, None)
+    result = loop_part if threads.stacks else other_part
+    result.pid = info.pid if info is not None else profile.target.pid
+    result.role = info.role if info is not None else None
+    result.no_loop_thread = not threads.stacks
+    result.framework, result.loop = _framework_and_loop(threads, info)
     if estimated:  # the selector's wait tells idle; uvloop's poll shows no frame
         result.told = () if result.loop == "uvloop" else ("idle",)
+    for state in STATES:
+        if state not in result.told:
+            result.untold += result.states[state]
+            result.states[state] = 0
     result.gil_holders.update(holders or {})
-    for stack, count in chosen.items():
-        if is_pruned(stack):
-            result.pruned += count
-            result.untold += count
-            continue
-        state = estimate_state(stack) if estimated else state_of(stack)
-        if state in result.told:
-            result.states[state] += count
-        else:
-            result.untold += count
-        if state == "blocked":
-            result.site_samples[_blocking_site(stack)] += count
-        if state != "busy":
-            continue
-        result.ranked += count
-        if stack.endswith(GC_FRAME):
-            result.gc_samples += count
-        frames = code_frames(stack)
-        depth = sum(1 for frame in frames if frame.is_code)
-        result.depth_histogram[depth] = result.depth_histogram.get(depth, 0) + count
-        result.layers[layer_of(frames)] += count
-        if frames:
-            result.self_samples[function_of(frames[-1])] += count
-        # Frames up to the one that entered the loop are in every loop sample: not ranked.
-        entry = loop_entry_index(frames)
-        above = frames[entry + 1 :] if entry is not None else frames
-        if entry is not None:
-            high = sum(1 for frame in above if frame.is_code)
-            result.loop_depth_histogram[high] = result.loop_depth_histogram.get(high, 0) + count
-        for name in {function_of(frame) for frame in above}:
-            result.total_samples[name] += count
     return result
 
 
-def _framework_and_loop(stacks: Mapping[str, int], info: ProcessInfo | None) -> tuple[str, str]:
-    framework = framework_from_frames(stacks)
-    loop = loop_from_frames(stacks)
+_CODE = attrgetter("code")
+_FUNCTION = attrgetter("function")
+
+
+def _add(result: Analysis, stack: str, count: int, frames: list[Facts], entry: int | None) -> None:
+    """Adds one stack of the chosen threads to ``result``."""
+    # a stack of no synthetic frame on top (no "]" at its end) is of none of their cases
+    marked = stack.endswith("]")
+    if marked and is_pruned(stack):
+        result.pruned += count
+        result.untold += count
+        return
+    if result.estimated:
+        state = "idle" if frames and frames[-1].poll else "busy"  # classify.estimate_state
+    else:
+        state = state_of(stack) if marked else "busy"
+    result.states[state] += count  # those of a state not told move to untold at the end
+    if state == "blocked":
+        result.site_samples[_blocking_site(stack)] += count
+    if state != "busy":
+        return
+    result.ranked += count
+    if marked and stack.endswith(GC_FRAME):
+        result.gc_samples += count
+    depths = result.depth_histogram
+    depth = sum(map(_CODE, frames))
+    depths[depth] = depths.get(depth, 0) + count
+    result.layers[_layer(frames)] += count
+    if frames:
+        result.self_samples[frames[-1].function] += count
+    # Frames up to the one that entered the loop are in every loop sample: not ranked.
+    above = frames
+    if entry is not None:
+        above = frames[entry + 1 :]
+        depths = result.loop_depth_histogram
+        depth = sum(map(_CODE, above))
+        depths[depth] = depths.get(depth, 0) + count
+    total = result.total_samples
+    for name in set(map(_FUNCTION, above)):
+        total[name] += count
+
+
+def _layer(frames: list[Facts]) -> str:
+    """``rules.layers.layer_of``: the layer of the innermost frame not of the standard
+    library."""
+    for one in reversed(frames):
+        if one.layer is not None:
+            return one.layer
+    return "other"
+
+
+def _framework_and_loop(threads: LoopThreads, info: ProcessInfo | None) -> tuple[str, str]:
+    framework = threads.framework
+    loop = threads.loop
     if info is None:
         return framework, loop
     if framework == "unknown":
