@@ -22,7 +22,7 @@ from sidecar.formats.render import RenderOptions, render_svg
 from sidecar.formats.speedscope import read_speedscope, speedscope
 from sidecar.formats.svg import read_svg
 from sidecar.formats.svg_counts import embed
-from sidecar.profile import Profile, parse_folded
+from sidecar.profile import Profile, blocks_of, decoded_lines, parse_folded_lines
 
 #: (profile, how it looks (None: the defaults), its samples where known) → the file's bytes
 Writer = Callable[[Profile, "RenderOptions | None", "Sequence[pprof.Sample] | None"], bytes]
@@ -59,7 +59,7 @@ def _folded(profile: Profile, _: RenderOptions | None, __: Samples) -> bytes:
 
 
 def _read_folded(data: bytes, source: str) -> Profile:
-    return parse_folded(data.decode("utf-8", errors="replace"), source=source)
+    return parse_folded_lines(decoded_lines(blocks_of(data)), source=source)
 
 
 def _speedscope(profile: Profile, options: RenderOptions | None, _: Samples) -> bytes:
