@@ -10,7 +10,15 @@ from sidecar.analyze.threads import Analysis
 from sidecar.classify.threads import estimate_state
 from sidecar.errors import ProfileFormatError
 from sidecar.profile import _COUNT, Profile, check_total, count_of
-from sidecar.rules.frames import GC_FRAME, OFF_CPU_LEAVES, Frame, code_frames, is_pruned, state_of
+from sidecar.rules.frames import (
+    GC_FRAME,
+    OFF_CPU_LEAVES,
+    PRUNED_LEAF,
+    Frame,
+    code_frames,
+    is_pruned,
+    state_of,
+)
 from sidecar.rules.layers import layer_of
 from sidecar.rules.loops import loop_entry_index
 from sidecar.rules.processes import ASYNCIO_LOOP, SERVER_FILES
@@ -119,3 +127,17 @@ def analysis(profile: Profile) -> Analysis:
         for name in {_function(frame) for frame in above}:
             result.total_samples[name] += count
     return result
+
+
+def through(stacks: dict[str, int], frames: set[str]) -> dict[str, int]:
+    """Samples of ``stacks`` through each of ``frames`` (``svg_counts._through``): each stack's
+    path (less a ``[pruned]`` leaf) and every path it cuts down to at a ';'."""
+    out = dict.fromkeys(frames, 0)
+    for stack, count in stacks.items():
+        path = stack.removesuffix(PRUNED_LEAF).removesuffix(";") if is_pruned(stack) else stack
+        while path:
+            if path in out:
+                out[path] += count
+            at = path.rfind(";")
+            path = path[:at] if at >= 0 else ""
+    return out

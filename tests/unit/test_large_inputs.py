@@ -16,6 +16,7 @@ import pytest
 
 import sidecar.analyze.threads as threads
 import sidecar.formats.inputs as inputs
+import sidecar.formats.svg_counts as svg_counts
 import sidecar.profile as profile_module
 from benchmarks.stacks import folded_lines
 from sidecar.analyze.stats import stats_document
@@ -24,6 +25,7 @@ from sidecar.errors import ProfileFormatError, SidecarError
 from sidecar.formats.export import FORMATS
 from sidecar.formats.inputs import load_profile
 from sidecar.profile import Profile, parse_folded
+from sidecar.rules.frames import PRUNED_LEAF
 from tests.support import analysis_oracle as oracle
 from tests.support.helpers import sidecar
 
@@ -132,3 +134,19 @@ def test_folded_text_read_in_pieces_reads_as_the_slow_way(
             named = tuple(part.replace(str(path), "p") if isinstance(part, str) else part
                           for part in got)  # fmt: skip
             assert named == expected, data
+
+
+def test_an_svgs_frames_are_checked_against_its_embedded_stacks_as_the_slow_way() -> None:
+    """The width each drawn frame holds, by the stacks' call tree, as walking every stack's
+    every prefix gives it: empty frames, [pruned] leaves, frames absent from the stacks."""
+    rng = random.Random(8)
+    parts = ["a", "b", "c", "", PRUNED_LEAF, "x;y"]
+    for _ in range(3000):
+        stacks = {
+            ";".join(rng.choice(parts) for _ in range(rng.randint(1, 5))): rng.randint(0, 5)
+            for _ in range(rng.randint(0, 8))
+        }
+        frames = {stack.removesuffix(PRUNED_LEAF).removesuffix(";") for stack in stacks}
+        frames |= {";".join(rng.choice(parts) for _ in range(rng.randint(1, 4))) for _ in "abc"}
+        frames -= {""}
+        assert svg_counts._through(stacks, frames) == oracle.through(stacks, frames), stacks
