@@ -93,6 +93,16 @@ def parse_folded_lines(lines: Iterable[str], source: str = "input") -> Profile:
     """``parse_folded`` of the text's lines (``str.splitlines``'), read one by one."""
     profile = Profile()
     stacks = profile.stacks
+    for stack, count in folded_counts(lines, source):
+        stacks[stack] = stacks.get(stack, 0) + count
+    profile.marked = any(state_of(s) != "busy" for s in stacks)
+    return profile
+
+
+def folded_counts(lines: Iterable[str], source: str = "input") -> Iterator[tuple[str, int]]:
+    """The stack and count of each line of folded text whose count is above 0, in order (a
+    stack may come again: its counts add up); once all are read, a ``ProfileFormatError`` for
+    lines that are not folded text, counts past ``MAX_SAMPLES`` together, or no stack."""
     bad: list[int] = []
     total = 0
     for number, line in enumerate(lines, start=1):
@@ -113,19 +123,17 @@ def parse_folded_lines(lines: Iterable[str], source: str = "input") -> Profile:
                 continue
             stack = match["stack"]
             count = count_of(match["count"], f"{source}: line {number}")
-        total += count
         if count > 0:
-            stacks[stack] = stacks.get(stack, 0) + count
+            total += count
+            yield stack, count
     check_total(total, source)
     if bad:
         where = ", ".join(str(n) for n in bad[:5]) + (" ..." if len(bad) > 5 else "")
         raise ProfileFormatError(
             f"{source}: line {where} is not folded text ('frame;frame;... COUNT')"
         )
-    if not profile.stacks:
+    if not total:
         raise ProfileFormatError(f"{source}: no stacks found")
-    profile.marked = any(state_of(s) != "busy" for s in profile.stacks)
-    return profile
 
 
 #: Counts of up to this many digits are below ``MAX_SAMPLES``: no need to check them.

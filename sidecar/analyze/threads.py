@@ -211,18 +211,30 @@ def analyze(
 ) -> Analysis:
     """The analysis of one target's profile; ``info`` (from discovery) names its framework and
     loop, corrected by the frames when they tell more; ``holders`` are the loop's gil samples
-    by (name of the thread that held the GIL, where it was), as the sampler saw them.
+    by (name of the thread that held the GIL, where it was), as the sampler saw them."""
+    pid = info.pid if info is not None else profile.target.pid
+    return analyze_counts(profile.stacks.items(), profile.marked, pid, info, holders)
+
+
+def analyze_counts(
+    stacks: Iterable[tuple[str, int]],
+    marked: bool,
+    pid: int | None = None,
+    info: ProcessInfo | None = None,
+    holders: Mapping[tuple[str, str], int] | None = None,
+) -> Analysis:
+    """``analyze`` of stacks and counts in a profile's order (a stack may come again: what it
+    adds up to is the same), ``marked`` as ``Profile.marked``.
 
     One pass over the stacks, each frame text judged once (``classify.stacks``): the stacks of
     event-loop threads are counted, and those of other threads too until a loop thread's is
     seen (without one, the shares are of all threads); the states a profile does not tell
     move to ``untold`` at the end, once its loop is known."""
-    stacks = profile.stacks
     table = Frames()
     threads = LoopThreads()
-    estimated = not profile.marked
+    estimated = not marked
     loop_part, other_part = Analysis(estimated=estimated), Analysis(estimated=estimated)
-    for stack, count in stacks.items():
+    for stack, count in stacks:
         frames = table.of(stack)
         entry = entry_index(frames) if table.entries else None
         if entry is not None:
@@ -231,7 +243,7 @@ def analyze(
         elif not threads.stacks:
             _add(other_part, stack, count, frames, None)
     result = loop_part if threads.stacks else other_part
-    result.pid = info.pid if info is not None else profile.target.pid
+    result.pid = pid
     result.role = info.role if info is not None else None
     result.no_loop_thread = not threads.stacks
     result.framework, result.loop = _framework_and_loop(threads, info)

@@ -21,7 +21,7 @@ from sidecar.analyze.requests import summary_line as slow_line
 from sidecar.analyze.stalls import stall_rows, summary_line
 from sidecar.analyze.stats import Sampling, TargetStats, stats_document
 from sidecar.analyze.tasks import task_block, task_lines
-from sidecar.analyze.threads import Analysis, Ranked, analyze, state_line
+from sidecar.analyze.threads import Analysis, Ranked, analyze, analyze_counts, state_line
 from sidecar.classify.process import ProcessInfo, refine
 from sidecar.classify.requests import SlowRequest
 from sidecar.classify.stalls import Stall
@@ -30,8 +30,9 @@ from sidecar.commands.options import add_slow_ms, add_stall_ms, add_task_bound, 
 from sidecar.commands.signals import terminate_as_interrupt
 from sidecar.discover import describe
 from sidecar.errors import NoSamples, UsageError
-from sidecar.formats.inputs import load_profile
+from sidecar.formats.inputs import folded_file, load_profile
 from sidecar.profile import Profile
+from sidecar.rules.frames import state_of
 from sidecar.rules.layers import LAYERS
 from sidecar.sample.record import record
 from sidecar.sample.tasks import snapshot
@@ -207,11 +208,17 @@ def run(args: argparse.Namespace) -> int:
         profile, info, tasks, holders, live = _live(
             args.pid, duration, rate, args.stall_ms, args.task_bound, args.slow_ms
         )
+        analysis = analyze(profile, info, holders)
+    elif counts := folded_file(args.profile):
+        # folded text is analyzed as it is read, never kept whole: what it says first
+        marked = any(state_of(stack) != "busy" for stack, _ in counts())
+        profile = Profile(marked=marked)
+        analysis = analyze_counts(counts(), marked)
     else:
         profile = load_profile(args.profile)
         for said in profile.notes:
             print(f"sidecar: note: {args.profile}: {said}", file=sys.stderr)
-    analysis = analyze(profile, info, holders)
+        analysis = analyze(profile)
     if analysis.estimated:
         told = (
             "it tells idle only where the loop waits in its selector"

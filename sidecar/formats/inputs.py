@@ -7,14 +7,14 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO
 
 from sidecar.errors import ProfileFormatError, SidecarError
 from sidecar.formats.export import FORMATS
 from sidecar.formats.svg import MAX_SVG_BYTES
-from sidecar.profile import Profile, decoded_lines, parse_folded_lines
+from sidecar.profile import Profile, decoded_lines, folded_counts, parse_folded_lines
 
 #: Inputs above this size are refused before they are read.
 MAX_INPUT_BYTES = MAX_SVG_BYTES
@@ -40,6 +40,31 @@ def load_profile(path: str) -> Profile:
             raise SidecarError(f"cannot read {path}: {err.strerror}") from err
     data = read_input(path)
     return parse_profile(data, source=path)
+
+
+def folded_file(path: str) -> Callable[[], Iterator[tuple[str, int]]] | None:
+    """For a file of folded text, what reads its stacks and counts (``folded_counts``: a stack
+    may come again) a piece at a time, from its start at each call, without a Profile; None
+    for stdin or a file in another format."""
+    if path == "-":
+        return None
+    try:
+        with open(path, "rb") as handle:
+            _check_size(path, os.fstat(handle.fileno()).st_size)
+            if sniff(handle.read(_HEAD)) != "folded":
+                return None
+    except OSError as err:
+        raise SidecarError(f"cannot read {path}: {err.strerror}") from err
+
+    def counts() -> Iterator[tuple[str, int]]:
+        try:
+            with open(path, "rb") as handle:
+                _check_size(path, os.fstat(handle.fileno()).st_size)
+                yield from folded_counts(decoded_lines(_blocks(path, handle, b"")), path)
+        except OSError as err:
+            raise SidecarError(f"cannot read {path}: {err.strerror}") from err
+
+    return counts
 
 
 #: What ``sniff`` reads of a file; how much more is read at once.

@@ -150,3 +150,34 @@ def test_an_svgs_frames_are_checked_against_its_embedded_stacks_as_the_slow_way(
         frames |= {";".join(rng.choice(parts) for _ in range(rng.randint(1, 4))) for _ in "abc"}
         frames -= {""}
         assert svg_counts._through(stacks, frames) == oracle.through(stacks, frames), stacks
+
+
+RUN = "run_forever (asyncio/base_events.py:607)"
+EDGES = {
+    # a stack again (its counts add up), CRLF, a thread's stacks before the loop's
+    "again": f"w (x.py:1);[idle] 5\r\n{RUN};h (app.py:1) 3\r\n{RUN};h (app.py:1) 4\r\n"
+    f"{RUN};[idle] 2\r\n",
+    # counts of 0 keep no stack, [idle] among them: not marked
+    "zeros": f"a;b 0\nx;[idle] 0\n{RUN};x (m.py:1);[blocked] 0\n{RUN};b (m.py:2) 3\n",
+    # no leaves (estimated), bytes that are not UTF-8
+    "unmarked": f"f (a.py:1)\xff;g 3\n{RUN};select (selectors.py:468) 7\n{RUN};h (a.py:2) 1\n",
+    "a bad line": "a;b 1\nnot a line\nc 2\n",
+    "comments only": "# nothing\n\n",
+    "past the most": "a 5000000000000000\nb 5000000000000000\n",
+}
+
+
+@pytest.mark.parametrize("name", EDGES)
+def test_stats_of_folded_text_analyzed_as_it_is_read(name: str, tmp_path: Path) -> None:
+    """``stats`` of a folded file keeps no profile: what it prints is the profile's figures,
+    or the error reading it gives, in one line."""
+    path = tmp_path / "edge.folded"
+    path.write_bytes(EDGES[name].encode("latin-1" if "\xff" in EDGES[name] else "utf-8"))
+    result = sidecar("stats", str(path), "--json")
+    try:
+        expected = oracle.parse(path.read_bytes().decode(errors="replace"), str(path))
+    except ProfileFormatError as err:
+        assert result.returncode == 1 and result.stderr == f"sidecar: error: {err}\n"
+        return
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == stats_document([oracle.analysis(expected)])
