@@ -50,8 +50,11 @@ Samples = Sequence[pprof.Sample] | None
 
 
 def _svg(profile: Profile, options: RenderOptions | None, _: Samples) -> bytes:
-    drawn = render_svg(profile.folded_lines(), options)
-    return embed(drawn, profile.to_folded()).encode("utf-8")
+    lines = profile.folded_lines()
+    drawn = render_svg(lines, options)
+    folded = "\n".join(lines) + "\n"  # profile.to_folded(), its lines sorted once
+    del lines
+    return embed(drawn, folded).encode("utf-8")
 
 
 def _folded(profile: Profile, _: RenderOptions | None, __: Samples) -> bytes:

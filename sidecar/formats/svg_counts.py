@@ -42,8 +42,8 @@ def embed(svg: str, folded: str) -> str:
     at = svg.rfind("</svg>")
     if at < 0:
         raise ValueError("not an SVG document: no </svg>")
-    element = f'<metadata id="{EMBEDDED_ID}" data-format="folded">\n{escape(folded)}</metadata>\n'
-    return svg[:at] + element + svg[at:]
+    head = f'<metadata id="{EMBEDDED_ID}" data-format="folded">\n'
+    return "".join((svg[:at], head, escape(folded), "</metadata>\n", svg[at:]))
 
 
 def with_embedded(text: str | None, drawn: Profile, source: str) -> Profile:
