@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from itertools import chain
+from operator import attrgetter
 
 from sidecar.classify.stacks import Facts, Frames, entry_index
 from sidecar.rules.frames import code_frames
@@ -30,6 +32,9 @@ class ProcessInfo:
     role: str | None = None
 
 
+_FRAMEWORKS = attrgetter("frameworks")
+
+
 class LoopThreads:
     """What the stacks of the event-loop threads say of their process, added one by one (their
     frames as ``Frames.of`` gives them): its server framework, weighted by samples, and its loop
@@ -44,8 +49,7 @@ class LoopThreads:
     def add(self, frames: Sequence[Facts], count: int) -> None:
         self.stacks += 1
         self.samples += count
-        names = {name for one in frames for name in one.frameworks}
-        for name in names:
+        for name in set(chain.from_iterable(map(_FRAMEWORKS, frames))):
             self.score[name] += count
         if self.seen_loop is None:
             self.seen_loop = next((one.loop for one in frames if one.loop is not None), None)

@@ -13,6 +13,8 @@ bounded (``MAX_FRAMES``): past it they are dropped and found again.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
+from typing import cast
 
 from sidecar.rules.frames import SYNTHETIC_FRAMES, Frame, parse_frame
 from sidecar.rules.layers import layer_of_file
@@ -89,10 +91,8 @@ class Frames:
         if not stack:
             return []
         parts = stack.split(";")
-        try:
-            out = list(map(self.facts.__getitem__, parts))
-        except KeyError:  # frames not seen before
-            out = list(map(self._find, parts))
+        known = list(map(self.facts.get, parts))
+        out = list(map(self._find, parts)) if None in known else cast("list[Facts]", known)
         while out and out[-1].leaf_mark:
             out.pop()
         if out and out[0].root_mark:
@@ -125,9 +125,12 @@ class Frames:
         return found
 
 
+_ENTRY = attrgetter("entry")
+
+
 def entry_index(frames: list[Facts]) -> int | None:
     """Index of the innermost frame that entered an event loop (``loop_entry_index``)."""
-    entries = [one.entry for one in frames]
+    entries = list(map(_ENTRY, frames))
     if True not in entries:
         return None
     entries.reverse()
