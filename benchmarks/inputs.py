@@ -11,9 +11,9 @@ for ``diff``:
 - ``svg``: the flamegraph SVG ``sidecar render --min-width 0`` draws of 16,000 such stacks
   (every frame drawn, the folded stacks embedded): about 100 MB.
 
-Each command runs as a fresh process (``python -m sidecar ...``), in interleaved rounds, and
-is waited for with ``os.wait4``: its wall time, its CPU time and its peak RSS (``ru_maxrss`` of
-that child alone):
+Each command runs as a fresh process (``python -m sidecar ...``), in interleaved rounds: its
+wall time, its CPU time (``os.wait4``) and its peak RSS (GNU time's ``%M``: the command's own,
+forked from a small process):
 
 - ``stats INPUT``;
 - ``render FOLDED`` (default options); for the SVG, ``render`` of the folded stacks it was
@@ -36,6 +36,7 @@ import argparse
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -58,19 +59,31 @@ INPUTS: dict[str, dict[str, Any]] = {
 COMMANDS = ("stats", "render", "diff")
 
 
-def run(argv: list[str]) -> dict[str, float]:
-    """One command in a fresh process: wall and CPU seconds, peak RSS in bytes."""
-    start = time.perf_counter()
-    child = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    assert child.stderr is not None
-    errors = child.stderr.read()
-    _, status, usage = os.wait4(child.pid, 0)
-    wall = time.perf_counter() - start
-    child.returncode = os.waitstatus_to_exitcode(status)
-    child.stderr.close()
-    if child.returncode != 0:
-        raise SystemExit(f"{' '.join(argv)} failed: {errors.decode(errors='replace').strip()}")
-    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "peak": usage.ru_maxrss * 1024}
+#: GNU time: the peak RSS of the command it runs, forked from it. A child forked from this
+#: (large) Python process inherits its resident pages until it execs, and the kernel's
+#: ``ru_maxrss`` of the child counts them: measured through it, the command's own.
+TIME = "/usr/bin/time"
+
+
+def run(argv: list[str], out: Path | None = None) -> dict[str, float]:
+    """One command in a fresh process (its output into ``out``, if given): wall and CPU
+    seconds, its peak RSS in bytes."""
+    with tempfile.TemporaryDirectory(prefix="sidecar-time-") as tmp:
+        said = Path(tmp) / "time"
+        start = time.perf_counter()
+        with open(out or os.devnull, "wb") as sink:
+            child = subprocess.Popen([TIME, "-f", "%M", "-o", str(said), *argv], cwd=ROOT,
+                                     stdout=sink, stderr=subprocess.PIPE)  # fmt: skip
+        assert child.stderr is not None
+        errors = child.stderr.read()
+        _, status, usage = os.wait4(child.pid, 0)
+        wall = time.perf_counter() - start
+        child.returncode = os.waitstatus_to_exitcode(status)
+        child.stderr.close()
+        if child.returncode != 0:
+            raise SystemExit(f"{' '.join(argv)} failed: {errors.decode(errors='replace').strip()}")
+        peak = int(said.read_text().split()[-1]) * 1024
+    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "peak": peak}
 
 
 def make(name: str, spec: dict[str, Any], scale: float, work: Path) -> dict[str, Any]:
