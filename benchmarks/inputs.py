@@ -24,9 +24,11 @@ The goals: peak RSS at most 4x the input (for diff, its two inputs together), an
 no slower than ``render`` of the same profile (median wall times). ``python -m sidecar
 --version`` gives the floor every command pays (the interpreter and the package).
 
-    python -m benchmarks.inputs [--rounds 2] [--scale 1.0]
+    python -m benchmarks.inputs [--rounds 2] [--scale 1.0] [--baseline DIR]
 
-``--scale 0.05`` makes every input 20x smaller, to try the harness. Writes
+``--scale 0.05`` makes every input 20x smaller, to try the harness; ``--baseline DIR`` runs
+``stats`` of each input once more with the ``sidecar`` package in DIR (an older checkout, to
+set the figures before a change beside them). Writes
 benchmarks/REPORT-inputs.md and REPORT-inputs.json.
 """
 
@@ -65,14 +67,14 @@ COMMANDS = ("stats", "render", "diff")
 TIME = "/usr/bin/time"
 
 
-def run(argv: list[str], out: Path | None = None) -> dict[str, float]:
-    """One command in a fresh process (its output into ``out``, if given): wall and CPU
-    seconds, its peak RSS in bytes."""
+def run(argv: list[str], out: Path | None = None, cwd: Path = ROOT) -> dict[str, float]:
+    """One command in a fresh process (its output into ``out``, if given; run in ``cwd``,
+    whose ``sidecar`` package it runs): wall and CPU seconds, its peak RSS in bytes."""
     with tempfile.TemporaryDirectory(prefix="sidecar-time-") as tmp:
         said = Path(tmp) / "time"
         start = time.perf_counter()
         with open(out or os.devnull, "wb") as sink:
-            child = subprocess.Popen([TIME, "-f", "%M", "-o", str(said), *argv], cwd=ROOT,
+            child = subprocess.Popen([TIME, "-f", "%M", "-o", str(said), *argv], cwd=cwd,
                                      stdout=sink, stderr=subprocess.PIPE)  # fmt: skip
         assert child.stderr is not None
         errors = child.stderr.read()
@@ -131,11 +133,16 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         for name in INPUTS:
             for command in COMMANDS:
                 runs[name][command].append(run(argvs[name][command]))
+    # stats of each input once more, by the sidecar package of another checkout (before)
+    before = {}
+    if args.baseline:
+        before = {name: run(argvs[name]["stats"], cwd=Path(args.baseline)) for name in INPUTS}
     return {**stamp(), "began": began, "load_average_start": load_start,
             "rounds": args.rounds, "scale": args.scale,
             "inputs": {name: {"stacks": m["stacks"], "sizes": m["sizes"]}
                        for name, m in made.items()},
-            "floor": floors, "runs": runs}  # fmt: skip
+            "floor": floors, "runs": runs, "baseline": args.baseline,
+            "before": before}  # fmt: skip
 
 
 def figures(data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -210,6 +217,18 @@ def write_report(data: dict[str, Any], report: Report) -> None:
     ], "Medians of the rounds (peak RSS: the highest; above the floor: less the floor's, per "
        f"byte read); goals: peak RSS <= {MEMORY_GOAL:g}x the input read, stats <= "
        f"{TIME_GOAL:g}x render's wall time:")  # fmt: skip
+    if data.get("before"):
+        now = {r["input"]: r for r in rows if r["command"] == "stats"}
+        report.table(data["before"].items(), [
+            Col("input", lambda b: b[0], left=True),
+            Col("wall before", lambda b: b[1]["wall"], "{:.1f}", "s"),
+            Col("wall now", lambda b: now[b[0]]["wall"], "{:.1f}", "s"),
+            Col("peak RSS before", lambda b: b[1]["peak"] / MB, "{:.0f}", "MB"),
+            Col("peak RSS now", lambda b: now[b[0]]["peak"] / MB, "{:.0f}", "MB"),
+            Col("peak / input before", lambda b: b[1]["peak"] / now[b[0]]["read"], "{:.2f}x"),
+        ], f"`stats INPUT` once more by the sidecar package in `{data['baseline']}` (older "
+           "code, for comparison; one run each, after the rounds), beside the medians "
+           "above:")  # fmt: skip
     failed = [r for r in rows if r["memory"] > MEMORY_GOAL]
     slow = [r for r in rows if r["time"] is not None and r["time"] > TIME_GOAL]
     report.add(
@@ -232,5 +251,7 @@ def write_report(data: dict[str, Any], report: Report) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main(__doc__, "REPORT-inputs", measure, write_report,
-                  {"--rounds": 2, "--scale": 1.0}))  # fmt: skip
+    sys.exit(main(__doc__, "REPORT-inputs", measure, write_report, {
+        "--rounds": 2, "--scale": 1.0,
+        "--baseline": (None, "a folder whose sidecar package runs stats once more, as before"),
+    }))  # fmt: skip
