@@ -13,12 +13,13 @@ bounded (``MAX_FRAMES``): past it they are dropped and found again.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from operator import attrgetter
 from typing import cast
 
 from sidecar.rules.frames import SYNTHETIC_FRAMES, Frame, parse_frame
 from sidecar.rules.layers import layer_of_file
-from sidecar.rules.loops import is_loop_entry, is_selector_wait
+from sidecar.rules.loops import LOOP_ENTRIES, SELECTOR_WAITS, is_loop_entry, is_selector_wait
 from sidecar.rules.processes import ASYNCIO_LOOP, SERVER_FILES
 
 #: The most frame texts whose facts are kept at once (each about 200 bytes with its text).
@@ -48,30 +49,45 @@ class Facts:
     loop: str | None
 
 
+#: The function names the tables of loop entries, polls and asyncio's loop match: a frame of
+#: another name matches none of their rows.
+_TABLED = frozenset(fn for fn, _ in (*LOOP_ENTRIES, *SELECTOR_WAITS, *ASYNCIO_LOOP))
+
+
 def facts_of(frame: Frame) -> Facts:
     """The facts of one frame, by the rules: all of them its function's (its name and file)."""
-    file = frame.file.replace("\\", "/")
     short = frame.name.rsplit(".", 1)[-1]
+    tabled = short in _TABLED
+    layer, frameworks, uvloop = _file_facts(frame.file)
     loop = None
-    if any(short == fn and frame.file.endswith(sfx) for fn, sfx in ASYNCIO_LOOP):
+    if tabled and any(short == fn and frame.file.endswith(sfx) for fn, sfx in ASYNCIO_LOOP):
         loop = "asyncio"
-    elif file.split("/")[0] == "uvloop":
+    elif uvloop:
         loop = "uvloop"
     return Facts(
         function=f"{frame.name} ({frame.file})" if frame.file else frame.name,
         code=int(frame.is_code),
         leaf_mark=frame.name in SYNTHETIC_FRAMES and not frame.file,
         root_mark=not frame.is_code and frame.name.startswith(("thread (", "process (")),
-        entry=is_loop_entry(frame),
-        poll=is_selector_wait(frame),
-        layer=layer_of_file(frame.file) if frame.is_code else None,
-        frameworks=tuple(
-            name
-            for name, suffixes in SERVER_FILES.items()
-            if any(file.endswith(suffix) for suffix in suffixes)
-        ),
+        entry=tabled and is_loop_entry(frame),
+        poll=tabled and is_selector_wait(frame),
+        layer=layer if frame.is_code else None,
+        frameworks=frameworks,
         loop=loop,
     )
+
+
+@lru_cache(maxsize=4096)
+def _file_facts(file: str) -> tuple[str | None, tuple[str, ...], bool]:
+    """What a frame's file says: its layer, the server frameworks it is one of, whether it is
+    uvloop's."""
+    path = file.replace("\\", "/")
+    frameworks = tuple(
+        name
+        for name, suffixes in SERVER_FILES.items()
+        if any(path.endswith(suffix) for suffix in suffixes)
+    )
+    return layer_of_file(file), frameworks, path.split("/")[0] == "uvloop"
 
 
 class Frames:
