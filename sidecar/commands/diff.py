@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from sidecar.errors import UsageError
 from sidecar.formats.inputs import load_profiles
 from sidecar.formats.render import RenderOptions
 from sidecar.output import add_force, check_output, write_text
+from sidecar.profile import Profile
 
 HELP = "compare two profiles (flamegraph SVGs or folded stacks) in a differential flamegraph"
 
@@ -101,6 +103,9 @@ def run(args: argparse.Namespace) -> int:
             subtitle="width = after, red grew, blue shrank",
             min_width=args.min_width,
         )
+        # drawing needs the diff's lines alone: the profiles are let go first
+        del before, after, profile
+        diff = replace(diff, before=Profile(), after=Profile())
         write_text(output, render_diff(diff, options))
         if output != "-":
             print(f"wrote {output} (differential flamegraph)", file=sys.stderr)
