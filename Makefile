@@ -123,12 +123,14 @@ fmt: install
 # REPORT-tasks.md: the asyncio task scan's cost per task and per scan under 3.11-3.14, and with
 # 100,000 tasks; REPORT-top.md: the CPU `sidecar top` takes at its default rate, and its target's
 # latency beside it; REPORT-cli.md: `sidecar dump` against `py-spy dump`, `sidecar --help`, and
-# the time from the start of `stats --pid` to its first sample). About 77 minutes in all on two
-# cores.
+# the time from the start of `stats --pid` to its first sample; REPORT-inputs.md: peak memory and
+# time of stats, render and diff on inputs of a million stacks and of 100 MB, about 5 minutes).
+# About 82 minutes in all on two cores.
 bench: install
 	$(BIN)/python -m benchmarks.bench
 	$(BIN)/python -m benchmarks.sampler --rounds 2 --seconds 5
 	$(BIN)/python -m benchmarks.diff
+	$(BIN)/python -m benchmarks.inputs
 	$(BIN)/python -m benchmarks.frameworks --rounds 1
 	$(MAKE) pythons
 	$(BIN)/python -m benchmarks.versions

@@ -8,7 +8,7 @@ end in a synthetic leaf, ``[idle]`` or ``[blocked]``.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from sidecar.errors import ProfileFormatError
@@ -86,31 +86,91 @@ class Profile:
 
 def parse_folded(text: str, source: str = "input") -> Profile:
     """Reads folded text; blank lines and ``#`` comments are skipped, counts may repeat a stack."""
+    return parse_folded_lines(_lines(text), source)
+
+
+def parse_folded_lines(lines: Iterable[str], source: str = "input") -> Profile:
+    """``parse_folded`` of the text's lines (``str.splitlines``'), read one by one."""
     profile = Profile()
+    stacks = profile.stacks
+    for stack, count in folded_counts(lines, source):
+        stacks[stack] = stacks.get(stack, 0) + count
+    profile.marked = any(state_of(s) != "busy" for s in stacks)
+    return profile
+
+
+def folded_counts(lines: Iterable[str], source: str = "input") -> Iterator[tuple[str, int]]:
+    """The stack and count of each line of folded text whose count is above 0, in order (a
+    stack may come again: its counts add up); once all are read, a ``ProfileFormatError`` for
+    lines that are not folded text, counts past ``MAX_SAMPLES`` together, or no stack."""
     bad: list[int] = []
     total = 0
-    for number, line in enumerate(_lines(text), start=1):
+    for number, line in enumerate(lines, start=1):
         stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
+        if not stripped or stripped[0] == "#":
             continue
-        match = _COUNT.match(stripped)
-        if match is None:
-            bad.append(number)
-            continue
-        count = count_of(match["count"], f"{source}: line {number}")
-        total += count
-        profile.add(match["stack"], count)
+        # most lines: one space, then plain digits (what _COUNT reads them as, quicker)
+        stack, _, digits = stripped.rpartition(" ")
+        if stack and digits.isdigit() and digits.isascii() and not stack[-1].isspace():
+            if len(digits) > _PLAIN_DIGITS:
+                count = count_of(digits, f"{source}: line {number}")
+            else:
+                count = int(digits)
+        else:
+            match = _COUNT.match(stripped)
+            if match is None:
+                bad.append(number)
+                continue
+            stack = match["stack"]
+            count = count_of(match["count"], f"{source}: line {number}")
+        if count > 0:
+            total += count
+            yield stack, count
     check_total(total, source)
     if bad:
         where = ", ".join(str(n) for n in bad[:5]) + (" ..." if len(bad) > 5 else "")
         raise ProfileFormatError(
             f"{source}: line {where} is not folded text ('frame;frame;... COUNT')"
         )
-    if not profile.stacks:
+    if not total:
         raise ProfileFormatError(f"{source}: no stacks found")
-    profile.marked = any(state_of(s) != "busy" for s in profile.stacks)
-    return profile
+
+
+#: Counts of up to this many digits are below ``MAX_SAMPLES``: no need to check them.
+_PLAIN_DIGITS = len(str(MAX_SAMPLES)) - 1
+#: Characters of text split into lines at once.
+_CHUNK = 1 << 20
 
 
 def _lines(text: str) -> Iterator[str]:
-    yield from text.splitlines()
+    """``text.splitlines()``, a piece at a time (each cut after a newline): never a list of
+    all its lines at once."""
+    start = 0
+    while start < len(text):
+        cut = text.find("\n", start + _CHUNK)
+        end = len(text) if cut < 0 else cut + 1
+        yield from text[start:end].splitlines()
+        start = end
+
+
+def decoded_lines(blocks: Iterable[bytes]) -> Iterator[str]:
+    """The lines of UTF-8 text given in blocks of bytes (undecodable bytes as U+FFFD), as
+    ``b"".join(blocks).decode("utf-8", errors="replace").splitlines()`` gives them, a piece at
+    a time (each cut after a newline): never the whole text nor a list of all its lines."""
+    pending: list[bytes] = []
+    for block in blocks:
+        cut = block.rfind(b"\n") + 1
+        if not cut:
+            pending.append(block)
+            continue
+        pending.append(block[:cut])
+        yield from b"".join(pending).decode("utf-8", errors="replace").splitlines()
+        pending = [block[cut:]]
+    yield from b"".join(pending).decode("utf-8", errors="replace").splitlines()
+
+
+def blocks_of(data: bytes) -> Iterator[bytes]:
+    """``data`` in blocks of ``_CHUNK`` bytes."""
+    size = _CHUNK
+    for start in range(0, len(data), size):
+        yield data[start : start + size]

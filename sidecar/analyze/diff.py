@@ -59,7 +59,7 @@ def _normalized(profile: Profile) -> tuple[Profile, list[str]]:
     )
     cache = {text: normalize_frame(text) for text in _native.frame_names(profile.stacks)}
     if all(name == text for text, name in cache.items()):
-        out.stacks = dict(profile.stacks)
+        out.stacks = profile.stacks  # the same stacks: shared, not copied (neither changes)
         return out, list(cache)
     for stack, count in profile.stacks.items():
         out.add(";".join([cache[text] for text in stack.split(";")]), count)

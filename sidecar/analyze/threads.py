@@ -21,194 +21,23 @@ blocked or waiting for the GIL or a CPU, and the file does not say which: those 
 told (``told``), and their samples are ``untold``, with no share given (flagged ``estimated``).
 Samples in frames too narrow to draw (an SVG's ``[pruned]`` leaves) are ``untold`` too.
 
-No I/O happens here: the CLI and the HTTP API hand in loaded profiles.
+No I/O happens here: the CLI and the HTTP API hand in loaded profiles (or the stacks of a
+folded file as it is read). What is found is an ``analyze.analysis.Analysis``.
 """
 
 from __future__ import annotations
 
-import math
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from operator import attrgetter
 
-from sidecar.classify.process import ProcessInfo, framework_from_frames, loop_from_frames
-from sidecar.classify.threads import estimate_state, holder_group, is_loop_stack
+from sidecar.analyze.analysis import Analysis, Depth, Ranked, function_of
+from sidecar.classify.process import LoopThreads, ProcessInfo
+from sidecar.classify.stacks import Facts, Frames, entry_index
 from sidecar.profile import Profile
-from sidecar.rules.frames import (
-    GC_FRAME,
-    OFF_CPU_LEAVES,
-    STATES,
-    Frame,
-    code_frames,
-    is_pruned,
-    state_of,
-)
-from sidecar.rules.layers import LAYERS, layer_of
-from sidecar.rules.loops import loop_entry_index
+from sidecar.rules.frames import GC_FRAME, OFF_CPU_LEAVES, STATES, is_pruned, state_of
 
-
-def function_of(frame: Frame) -> str:
-    """A function without its line: ``name (file)``."""
-    return f"{frame.name} ({frame.file})" if frame.file else frame.name
-
-
-@dataclass(frozen=True)
-class Depth:
-    """Python frames per busy loop sample; all None without busy samples."""
-
-    mean: float | None = None
-    p50: int | None = None
-    p95: int | None = None
-    max: int | None = None
-
-    @classmethod
-    def from_histogram(cls, histogram: Mapping[int, int]) -> Depth:
-        total = sum(histogram.values())
-        if not total:
-            return cls()
-        mean = sum(depth * count for depth, count in histogram.items()) / total
-        return cls(
-            mean=round(mean, 2),
-            p50=_percentile(histogram, total, 50),
-            p95=_percentile(histogram, total, 95),
-            max=max(depth for depth, count in histogram.items() if count),
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {"mean": self.mean, "p50": self.p50, "p95": self.p95, "max": self.max}
-
-
-def _percentile(histogram: Mapping[int, int], total: int, pct: float) -> int:
-    """Nearest-rank percentile of a histogram of integers."""
-    rank = max(1, math.ceil(pct / 100 * total))
-    seen = 0
-    for value in sorted(histogram):
-        seen += histogram[value]
-        if seen >= rank:
-            return value
-    return max(histogram)
-
-
-@dataclass(frozen=True)
-class Ranked:
-    """A function or call site with its samples and share."""
-
-    name: str
-    samples: int
-    share: float
-
-
-@dataclass
-class Analysis:
-    """Everything ``stats`` reports about one target (or one framework, merged)."""
-
-    pid: int | None = None
-    framework: str = "unknown"
-    loop: str = "unknown"
-    #: ``master`` / ``worker`` in a pre-fork server, None alone (from discovery).
-    role: str | None = None
-    #: samples of the event-loop thread(s) per state (``STATES``).
-    states: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STATES, 0))
-    #: depth -> busy loop samples with that many Python frames.
-    depth_histogram: dict[int, int] = field(default_factory=dict)
-    #: the same, counting only the frames above the one that entered the event loop.
-    loop_depth_histogram: dict[int, int] = field(default_factory=dict)
-    #: busy loop samples per layer (see LAYERS).
-    layers: dict[str, int] = field(default_factory=lambda: dict.fromkeys(LAYERS, 0))
-    #: busy loop samples per function, as the innermost frame (self) and anywhere (total).
-    self_samples: Counter[str] = field(default_factory=Counter)
-    total_samples: Counter[str] = field(default_factory=Counter)
-    #: blocked loop samples per call site (the frame below the ``[blocked]`` leaf).
-    site_samples: Counter[str] = field(default_factory=Counter)
-    #: gil loop samples per (name of the thread that held the GIL, where it was); only what
-    #: the sampler saw live (a profile file does not keep it).
-    gil_holders: Counter[tuple[str, str]] = field(default_factory=Counter)
-    #: busy loop samples taken while the thread collected garbage (a ``[gc]`` frame on top).
-    gc_samples: int = 0
-    #: True when the states come from frames alone (no [idle]/[blocked] leaves).
-    estimated: bool = False
-    #: the states the profile tells; the others' samples are ``untold``, with no share.
-    told: tuple[str, ...] = STATES
-    #: samples whose state the profile does not tell: of a state it does not tell, or in frames
-    #: too narrow to draw (``pruned``, of them).
-    untold: int = 0
-    pruned: int = 0
-    #: the samples the depth and the top functions are of: busy ones, or those of an
-    #: estimated profile outside the loop's poll.
-    ranked: int = 0
-    #: True when no thread entered an event loop: the shares are those of all threads.
-    no_loop_thread: bool = False
-
-    @property
-    def samples(self) -> int:
-        return sum(self.states.values()) + self.untold
-
-    def is_told(self, state: str) -> bool:
-        """Whether the profile tells this state (a share of 0.0 otherwise means nothing)."""
-        return state in self.told
-
-    @property
-    def untold_share(self) -> float:
-        return self.untold / self.samples if self.samples else 0.0
-
-    @property
-    def serves(self) -> bool:
-        """Whether its loop serves requests, so that it counts in its framework's shares:
-        not a pre-fork master, and some thread runs an event loop."""
-        return self.role != "master" and not self.no_loop_thread
-
-    @property
-    def covers(self) -> str:
-        """Which threads the shares are of, as every command says it."""
-        return "all threads (no event loop seen)" if self.no_loop_thread else "event loop"
-
-    def share(self, state: str) -> float:
-        total = self.samples
-        return self.states[state] / total if total else 0.0
-
-    @property
-    def depth(self) -> Depth:
-        return Depth.from_histogram(self.depth_histogram)
-
-    @property
-    def loop_depth(self) -> Depth:
-        """Depth above the frame that entered the loop: what the framework and the handlers
-        stack per callback, without the process's start-up chain (runpy, main, run_app)."""
-        return Depth.from_histogram(self.loop_depth_histogram)
-
-    def layer_share(self, layer: str) -> float:
-        total = sum(self.layers.values())
-        return self.layers[layer] / total if total else 0.0
-
-    def top_self(self, n: int = 10) -> list[Ranked]:
-        """Functions by self time, as shares of busy loop samples."""
-        return _ranked(self.self_samples, self.ranked, n)
-
-    def top_total(self, n: int = 10) -> list[Ranked]:
-        """Functions by total (inclusive) time, as shares of busy loop samples; frames up to
-        the one that entered the loop are left out (they are in every sample)."""
-        return _ranked(self.total_samples, self.ranked, n)
-
-    def blocking_sites(self, n: int = 10) -> list[Ranked]:
-        """Call sites the loop was blocked in, as shares of blocked loop samples."""
-        return _ranked(self.site_samples, self.states["blocked"], n)
-
-    def top_holders(self, n: int = 10) -> list[tuple[str, str, int, float]]:
-        """Who held the GIL while the loop waited: (thread name, the threads of a pool as one,
-        ``PREFIX_*``; site; samples; share of the loop's gil samples whose holder the sampler
-        saw), most first."""
-        grouped: Counter[tuple[str, str]] = Counter()
-        for (thread, site), count in self.gil_holders.items():
-            grouped[holder_group(thread), site] += count
-        whole = sum(grouped.values())
-        ordered = sorted(grouped.items(), key=lambda item: (-item[1], item[0]))[:n]
-        return [(thread, site, count, count / whole) for (thread, site), count in ordered]
-
-    @property
-    def gc_share(self) -> float:
-        """Loop samples taken while the loop's thread collected garbage, of all loop samples."""
-        return self.gc_samples / self.samples if self.samples else 0.0
+__all__ = ["Analysis", "Depth", "Ranked", "analyze", "analyze_counts", "by_framework",
+           "function_of", "merge", "state_line"]  # fmt: skip
 
 
 def analyze(
@@ -219,57 +48,105 @@ def analyze(
     """The analysis of one target's profile; ``info`` (from discovery) names its framework and
     loop, corrected by the frames when they tell more; ``holders`` are the loop's gil samples
     by (name of the thread that held the GIL, where it was), as the sampler saw them."""
-    stacks = profile.stacks
-    loop_stacks = {stack: count for stack, count in stacks.items() if is_loop_stack(stack)}
-    chosen = loop_stacks or stacks
-    estimated = not profile.marked
-    result = Analysis(
-        pid=info.pid if info is not None else profile.target.pid,
-        role=info.role if info is not None else None,
-        estimated=estimated,
-        no_loop_thread=not loop_stacks,
-    )
-    result.framework, result.loop = _framework_and_loop(stacks, info)
+    pid = info.pid if info is not None else profile.target.pid
+    return analyze_counts(profile.stacks.items(), profile.marked, pid, info, holders)
+
+
+def analyze_counts(
+    stacks: Iterable[tuple[str, int]],
+    marked: bool,
+    pid: int | None = None,
+    info: ProcessInfo | None = None,
+    holders: Mapping[tuple[str, str], int] | None = None,
+) -> Analysis:
+    """``analyze`` of stacks and counts in a profile's order (a stack may come again: what it
+    adds up to is the same), ``marked`` as ``Profile.marked``.
+
+    One pass over the stacks, each frame text judged once (``classify.stacks``): the stacks of
+    event-loop threads are counted, and those of other threads too until a loop thread's is
+    seen (without one, the shares are of all threads); the states a profile does not tell
+    move to ``untold`` at the end, once its loop is known."""
+    table = Frames()
+    threads = LoopThreads()
+    estimated = not marked
+    loop_part, other_part = Analysis(estimated=estimated), Analysis(estimated=estimated)
+    for stack, count in stacks:
+        frames = table.of(stack)
+        entry = entry_index(frames) if table.entries else None
+        if entry is not None:
+            threads.add(frames, count)
+            _add(loop_part, stack, count, frames, entry)
+        elif not threads.stacks:
+            _add(other_part, stack, count, frames, None)
+    result = loop_part if threads.stacks else other_part
+    result.pid = pid
+    result.role = info.role if info is not None else None
+    result.no_loop_thread = not threads.stacks
+    result.framework, result.loop = _framework_and_loop(threads, info)
     if estimated:  # the selector's wait tells idle; uvloop's poll shows no frame
         result.told = () if result.loop == "uvloop" else ("idle",)
+    for state in STATES:
+        if state not in result.told:
+            result.untold += result.states[state]
+            result.states[state] = 0
     result.gil_holders.update(holders or {})
-    for stack, count in chosen.items():
-        if is_pruned(stack):
-            result.pruned += count
-            result.untold += count
-            continue
-        state = estimate_state(stack) if estimated else state_of(stack)
-        if state in result.told:
-            result.states[state] += count
-        else:
-            result.untold += count
-        if state == "blocked":
-            result.site_samples[_blocking_site(stack)] += count
-        if state != "busy":
-            continue
-        result.ranked += count
-        if stack.endswith(GC_FRAME):
-            result.gc_samples += count
-        frames = code_frames(stack)
-        depth = sum(1 for frame in frames if frame.is_code)
-        result.depth_histogram[depth] = result.depth_histogram.get(depth, 0) + count
-        result.layers[layer_of(frames)] += count
-        if frames:
-            result.self_samples[function_of(frames[-1])] += count
-        # Frames up to the one that entered the loop are in every loop sample: not ranked.
-        entry = loop_entry_index(frames)
-        above = frames[entry + 1 :] if entry is not None else frames
-        if entry is not None:
-            high = sum(1 for frame in above if frame.is_code)
-            result.loop_depth_histogram[high] = result.loop_depth_histogram.get(high, 0) + count
-        for name in {function_of(frame) for frame in above}:
-            result.total_samples[name] += count
     return result
 
 
-def _framework_and_loop(stacks: Mapping[str, int], info: ProcessInfo | None) -> tuple[str, str]:
-    framework = framework_from_frames(stacks)
-    loop = loop_from_frames(stacks)
+_CODE = attrgetter("code")
+_FUNCTION = attrgetter("function")
+
+
+def _add(result: Analysis, stack: str, count: int, frames: list[Facts], entry: int | None) -> None:
+    """Adds one stack of the chosen threads to ``result``."""
+    # a stack of no synthetic frame on top (no "]" at its end) is of none of their cases
+    marked = stack.endswith("]")
+    if marked and is_pruned(stack):
+        result.pruned += count
+        result.untold += count
+        return
+    if result.estimated:
+        state = "idle" if frames and frames[-1].poll else "busy"  # classify.estimate_state
+    else:
+        state = state_of(stack) if marked else "busy"
+    result.states[state] += count  # those of a state not told move to untold at the end
+    if state == "blocked":
+        result.site_samples[_blocking_site(stack)] += count
+    if state != "busy":
+        return
+    result.ranked += count
+    if marked and stack.endswith(GC_FRAME):
+        result.gc_samples += count
+    depths = result.depth_histogram
+    depth = sum(map(_CODE, frames))
+    depths[depth] = depths.get(depth, 0) + count
+    result.layers[_layer(frames)] += count
+    if frames:
+        result.self_samples[frames[-1].function] += count
+    # Frames up to the one that entered the loop are in every loop sample: not ranked.
+    above = frames
+    if entry is not None:
+        above = frames[entry + 1 :]
+        depths = result.loop_depth_histogram
+        depth = sum(map(_CODE, above))
+        depths[depth] = depths.get(depth, 0) + count
+    total = result.total_samples
+    for name in set(map(_FUNCTION, above)):
+        total[name] += count
+
+
+def _layer(frames: list[Facts]) -> str:
+    """``rules.layers.layer_of``: the layer of the innermost frame not of the standard
+    library."""
+    for one in reversed(frames):
+        if one.layer is not None:
+            return one.layer
+    return "other"
+
+
+def _framework_and_loop(threads: LoopThreads, info: ProcessInfo | None) -> tuple[str, str]:
+    framework = threads.framework
+    loop = threads.loop
     if info is None:
         return framework, loop
     if framework == "unknown":
@@ -286,11 +163,6 @@ def _blocking_site(stack: str) -> str:
     while parts and parts[-1] in OFF_CPU_LEAVES:
         parts.pop()
     return parts[-1] if parts else "(no frame)"
-
-
-def _ranked(counts: Counter[str], whole: int, top: int) -> list[Ranked]:
-    ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:top]
-    return [Ranked(name, count, count / whole if whole else 0.0) for name, count in ordered]
 
 
 def merge(analyses: Iterable[Analysis], *, framework: str = "unknown") -> Analysis:

@@ -5,12 +5,14 @@ No I/O happens here."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from itertools import chain
+from operator import attrgetter
 
-from sidecar.classify.threads import is_loop_stack
-from sidecar.rules.frames import Frame, code_frames
-from sidecar.rules.processes import ASYNCIO_LOOP, MASTER_WAITS, POOL_CHILD, SERVER_FILES
+from sidecar.classify.stacks import Facts, Frames, entry_index
+from sidecar.rules.frames import code_frames
+from sidecar.rules.processes import MASTER_WAITS, POOL_CHILD, SERVER_FILES
 
 
 @dataclass(frozen=True)
@@ -30,37 +32,63 @@ class ProcessInfo:
     role: str | None = None
 
 
-def _frames_of_loop_threads(stacks: Mapping[str, int]) -> Iterable[tuple[list[Frame], int]]:
+_FRAMEWORKS = attrgetter("frameworks")
+
+
+class LoopThreads:
+    """What the stacks of the event-loop threads say of their process, added one by one (their
+    frames as ``Frames.of`` gives them): its server framework, weighted by samples, and its loop
+    (``framework_from_frames``, ``loop_from_frames``)."""
+
+    def __init__(self) -> None:
+        self.stacks = 0
+        self.samples = 0
+        self.score = dict.fromkeys(SERVER_FILES, 0)
+        self.seen_loop: str | None = None
+
+    def add(self, frames: Sequence[Facts], count: int) -> None:
+        self.stacks += 1
+        self.samples += count
+        for name in set(chain.from_iterable(map(_FRAMEWORKS, frames))):
+            self.score[name] += count
+        if self.seen_loop is None:
+            self.seen_loop = next((one.loop for one in frames if one.loop is not None), None)
+
+    @property
+    def framework(self) -> str:
+        best = max(self.score, key=lambda name: self.score[name])
+        return best if self.score[best] else "unknown"
+
+    @property
+    def loop(self) -> str:
+        """asyncio when the loop thread runs asyncio's Python loop, uvloop when it runs a C
+        loop (callbacks right above the frame that entered the loop), unknown without a loop
+        thread: what the first loop stack that shows either says."""
+        if self.seen_loop is not None:
+            return self.seen_loop
+        return "uvloop" if self.samples else "unknown"
+
+
+def loop_threads(stacks: Mapping[str, int]) -> LoopThreads:
+    """``LoopThreads`` of the stacks of event-loop threads among ``stacks``."""
+    table = Frames()
+    out = LoopThreads()
     for stack, count in stacks.items():
-        if is_loop_stack(stack):
-            yield code_frames(stack), count
+        frames = table.of(stack)
+        if entry_index(frames) is not None:
+            out.add(frames, count)
+    return out
 
 
 def framework_from_frames(stacks: Mapping[str, int]) -> str:
     """The server framework whose files the event-loop threads run, weighted by samples."""
-    score = dict.fromkeys(SERVER_FILES, 0)
-    for frames, count in _frames_of_loop_threads(stacks):
-        files = {frame.file.replace("\\", "/") for frame in frames}
-        for name, suffixes in SERVER_FILES.items():
-            if any(file.endswith(suffix) for file in files for suffix in suffixes):
-                score[name] += count
-    best = max(score, key=lambda name: score[name])
-    return best if score[best] else "unknown"
+    return loop_threads(stacks).framework
 
 
 def loop_from_frames(stacks: Mapping[str, int]) -> str:
     """asyncio when the loop thread runs asyncio's Python loop, uvloop when it runs a C loop
     (callbacks right above the frame that entered the loop), unknown without a loop thread."""
-    loop_samples = 0
-    for frames, count in _frames_of_loop_threads(stacks):
-        loop_samples += count
-        for frame in frames:
-            name = frame.name.rsplit(".", 1)[-1]
-            if any(name == fn and frame.file.endswith(sfx) for fn, sfx in ASYNCIO_LOOP):
-                return "asyncio"
-            if frame.file.replace("\\", "/").split("/")[0] == "uvloop":
-                return "uvloop"
-    return "uvloop" if loop_samples else "unknown"
+    return loop_threads(stacks).loop
 
 
 def _has_frame(stack: str, table: tuple[tuple[str, str], ...]) -> bool:
@@ -97,10 +125,10 @@ def settle_role(candidate: str | None, marks: Iterable[str]) -> str | None:
 def refine(info: ProcessInfo, stacks: Mapping[str, int]) -> ProcessInfo:
     """``info`` with framework and loop corrected by what the frames of a profile show."""
     framework, source, loop = info.framework, info.framework_source, info.loop
-    seen = framework_from_frames(stacks)
-    if seen != "unknown":
-        framework, source = seen, "frames"
-    if loop_from_frames(stacks) == "asyncio":
+    threads = loop_threads(stacks)
+    if threads.framework != "unknown":
+        framework, source = threads.framework, "frames"
+    if threads.loop == "asyncio":
         loop = "asyncio"
     marks = frozenset().union(*(role_marks(stack) for stack in stacks))
     role = settle_role(info.role, marks)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ from sidecar.commands.render import add_min_width
 from sidecar.errors import UsageError
 from sidecar.formats.render import RenderOptions
 from sidecar.output import add_force, check_output, write_text
+from sidecar.profile import Profile
 
 HELP = "compare two profiles (flamegraph SVGs or folded stacks) in a differential flamegraph"
 
@@ -102,6 +104,9 @@ def run(args: argparse.Namespace) -> int:
             subtitle="width = after, red grew, blue shrank",
             min_width=args.min_width,
         )
+        # drawing needs the diff's lines alone: the profiles are let go first
+        del before, after, profile
+        diff = replace(diff, before=Profile(), after=Profile())
         write_text(output, render_diff(diff, options))
         if output != "-":
             print(f"wrote {output} (differential flamegraph)", file=sys.stderr)

@@ -74,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
             "(stats and diff read SVGs as they are)"
         )
     profile = parse_profile(data, source=args.folded)  # as stats and diff read it
+    del data  # not kept while drawing
     title = args.title or ("Flame Graph" if args.folded == "-" else Path(args.folded).name)
     options = RenderOptions(title=title, inverted=args.inverted, min_width=args.min_width)
     write_bytes(output, export(profile, "svg", options))

@@ -220,20 +220,31 @@ def run(args: argparse.Namespace) -> int:
         profile, info, tasks, holders, live = _live(
             args.pid, duration, rate, args.stall_ms, args.task_bound, args.slow_ms
         )
-    else:
-        from sidecar.formats.inputs import load_profile
+        from sidecar.analyze.threads import analyze
 
-        profile = load_profile(args.profile)
-        for said in profile.notes:
-            print(f"sidecar: note: {args.profile}: {said}", file=sys.stderr)
+        analysis = analyze(profile, info, holders)
+    else:
+        from sidecar.analyze.threads import analyze, analyze_counts
+        from sidecar.formats.inputs import folded_file, load_profile
+        from sidecar.profile import Profile
+        from sidecar.rules.frames import state_of
+
+        if counts := folded_file(args.profile):
+            # folded text is analyzed as it is read, never kept whole: what it says first
+            marked = any(state_of(stack) != "busy" for stack, _ in counts())
+            profile = Profile(marked=marked)
+            analysis = analyze_counts(counts(), marked)
+        else:
+            profile = load_profile(args.profile)
+            for said in profile.notes:
+                print(f"sidecar: note: {args.profile}: {said}", file=sys.stderr)
+            analysis = analyze(profile)
     from sidecar.analyze.requests import request_rows
     from sidecar.analyze.requests import summary_line as slow_line
     from sidecar.analyze.stalls import stall_rows, summary_line
     from sidecar.analyze.stats import TargetStats, stats_document
     from sidecar.analyze.tasks import task_lines
-    from sidecar.analyze.threads import analyze
 
-    analysis = analyze(profile, info, holders)
     if analysis.estimated:
         told = (
             "it tells idle only where the loop waits in its selector"

@@ -23,7 +23,7 @@ from sidecar.formats.speedscope import read_speedscope, speedscope
 from sidecar.formats.svg import read_svg
 from sidecar.formats.svg_counts import embed
 from sidecar.formats.svg_states import paint_states
-from sidecar.profile import Profile, parse_folded
+from sidecar.profile import Profile, blocks_of, decoded_lines, parse_folded_lines
 
 #: (profile, how it looks (None: the defaults), its samples where known) → the file's bytes
 Writer = Callable[[Profile, "RenderOptions | None", "Sequence[pprof.Sample] | None"], bytes]
@@ -51,8 +51,11 @@ Samples = Sequence[pprof.Sample] | None
 
 
 def _svg(profile: Profile, options: RenderOptions | None, _: Samples) -> bytes:
-    drawn = paint_states(render_svg(profile.folded_lines(), options))
-    return embed(drawn, profile.to_folded()).encode("utf-8")
+    lines = profile.folded_lines()
+    drawn = paint_states(render_svg(lines, options))
+    folded = "\n".join(lines) + "\n"  # profile.to_folded(), its lines sorted once
+    del lines
+    return embed(drawn, folded).encode("utf-8")
 
 
 def _folded(profile: Profile, _: RenderOptions | None, __: Samples) -> bytes:
@@ -60,7 +63,7 @@ def _folded(profile: Profile, _: RenderOptions | None, __: Samples) -> bytes:
 
 
 def _read_folded(data: bytes, source: str) -> Profile:
-    return parse_folded(data.decode("utf-8", errors="replace"), source=source)
+    return parse_folded_lines(decoded_lines(blocks_of(data)), source=source)
 
 
 def _speedscope(profile: Profile, options: RenderOptions | None, _: Samples) -> bytes:

@@ -7,11 +7,13 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Callable, Iterator
+from typing import BinaryIO
 
 from sidecar.errors import ProfileFormatError, SidecarError
 from sidecar.formats.export import FORMATS
 from sidecar.formats.svg import MAX_SVG_BYTES
-from sidecar.profile import Profile
+from sidecar.profile import Profile, decoded_lines, folded_counts, parse_folded_lines
 
 #: Inputs above this size are refused before they are read.
 MAX_INPUT_BYTES = MAX_SVG_BYTES
@@ -24,30 +26,87 @@ _FOLDED_LINE = re.compile(rb"^.*\S\s+\d[\d,_]*$")
 
 
 def load_profile(path: str) -> Profile:
-    """Reads a profile file (``-`` is stdin) in any format sidecar writes."""
+    """Reads a profile file (``-`` is stdin) in any format sidecar writes; a file of folded
+    text a piece at a time, never whole (``parse_folded_lines``)."""
+    if path != "-":
+        try:
+            with open(path, "rb") as handle:
+                _check_size(path, os.fstat(handle.fileno()).st_size)
+                head = handle.read(_HEAD)
+                if sniff(head) == "folded":
+                    return parse_folded_lines(decoded_lines(_blocks(path, handle, head)), path)
+        except OSError as err:
+            raise SidecarError(f"cannot read {path}: {err.strerror}") from err
     data = read_input(path)
     return parse_profile(data, source=path)
 
 
+def folded_file(path: str) -> Callable[[], Iterator[tuple[str, int]]] | None:
+    """For a file of folded text, what reads its stacks and counts (``folded_counts``: a stack
+    may come again) a piece at a time, from its start at each call, without a Profile; None
+    for stdin or a file in another format."""
+    if path == "-":
+        return None
+    try:
+        with open(path, "rb") as handle:
+            _check_size(path, os.fstat(handle.fileno()).st_size)
+            if sniff(handle.read(_HEAD)) != "folded":
+                return None
+    except OSError as err:
+        raise SidecarError(f"cannot read {path}: {err.strerror}") from err
+
+    def counts() -> Iterator[tuple[str, int]]:
+        try:
+            with open(path, "rb") as handle:
+                _check_size(path, os.fstat(handle.fileno()).st_size)
+                yield from folded_counts(decoded_lines(_blocks(path, handle, b"")), path)
+        except OSError as err:
+            raise SidecarError(f"cannot read {path}: {err.strerror}") from err
+
+    return counts
+
+
+#: What ``sniff`` reads of a file; how much more is read at once.
+_HEAD = 4096
+_BLOCK = 1 << 20
+
+
+def _blocks(path: str, handle: BinaryIO, head: bytes) -> Iterator[bytes]:
+    """A file's bytes in blocks (``head``, read already, first), at most ``MAX_INPUT_BYTES``."""
+    read = len(head)
+    yield head
+    while block := handle.read(_BLOCK):
+        read += len(block)
+        if read > MAX_INPUT_BYTES:
+            _check_size(path, None)
+        yield block
+
+
+def _check_size(path: str, size: int | None, limit: int = MAX_INPUT_BYTES) -> None:
+    """Refuses an input above ``limit`` bytes: of ``size``, or None once more was read."""
+    mb = limit // (1024 * 1024)
+    if size is None:
+        raise ProfileFormatError(f"{path}: refused: more than the {mb} MB limit for an input")
+    if size > limit:
+        raise ProfileFormatError(
+            f"{path}: refused: {size / (1024 * 1024):,.0f} MB is above the "
+            f"{mb} MB limit for an input"
+        )
+
+
 def read_input(path: str, limit: int = MAX_INPUT_BYTES) -> bytes:
     """The bytes of an input, refusing by its size before reading when the size is known."""
-    mb = limit // (1024 * 1024)
     try:
         if path == "-":
             data = sys.stdin.buffer.read(limit + 1)
         else:
             with open(path, "rb") as handle:
-                size = os.fstat(handle.fileno()).st_size
-                if size > limit:
-                    raise ProfileFormatError(
-                        f"{path}: refused: {size / (1024 * 1024):,.0f} MB is above the "
-                        f"{mb} MB limit for an input"
-                    )
+                _check_size(path, os.fstat(handle.fileno()).st_size, limit)
                 data = handle.read(limit + 1)
     except OSError as err:
         raise SidecarError(f"cannot read {path}: {err.strerror}") from err
     if len(data) > limit:
-        raise ProfileFormatError(f"{path}: refused: more than the {mb} MB limit for an input")
+        _check_size(path, None, limit)
     return data
 
 

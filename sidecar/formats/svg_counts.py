@@ -47,8 +47,8 @@ def embed(svg: str, folded: str) -> str:
     at = svg.rfind("</svg>")
     if at < 0:
         raise ValueError("not an SVG document: no </svg>")
-    element = f'<metadata id="{EMBEDDED_ID}" data-format="folded">\n{_escape(folded)}</metadata>\n'
-    return svg[:at] + element + svg[at:]
+    head = f'<metadata id="{EMBEDDED_ID}" data-format="folded">\n'
+    return "".join((svg[:at], head, _escape(folded), "</metadata>\n", svg[at:]))
 
 
 def with_embedded(text: str | None, drawn: Profile, source: str) -> Profile:
@@ -78,6 +78,8 @@ def _why(message: str, source: str) -> str:
 def _disagreement(embedded: Mapping[str, int], drawn: Mapping[str, int]) -> str:
     """'' when every drawn frame holds what the embedded stacks put through it, else what
     differs first."""
+    if embedded == drawn:  # every frame drawn (--min-width 0): the same stacks
+        return ""
     whole = sum(embedded.values()), sum(drawn.values())
     if whole[0] != whole[1]:
         return f"{whole[0]:,} samples against {whole[1]:,}"
@@ -97,15 +99,34 @@ def _drawn_frame(stack: str) -> str:
 
 
 def _through(stacks: Mapping[str, int], frames: Iterable[str]) -> dict[str, int]:
-    """Samples of ``stacks`` through each of ``frames`` (the frame or one of its callees)."""
-    out = dict.fromkeys(frames, 0)
+    """Samples of ``stacks`` through each of ``frames`` (the frame or one of its callees):
+    the stacks' call tree, each node the frames from the root to it, its width its stacks'
+    and its callees'."""
+    nodes: dict[tuple[int, str], int] = {}  # (caller's node, frame) -> node; 0 is the root
+    callers, widths = [0], [0]
     for stack, count in stacks.items():
         path = _drawn_frame(stack)
-        while path:
-            if path in out:
-                out[path] += count
-            at = path.rfind(";")
-            path = path[:at] if at >= 0 else ""
+        if not path:
+            continue
+        node = 0
+        for part in path.split(";"):
+            found = nodes.get((node, part))
+            if found is None:
+                found = nodes[node, part] = len(widths)
+                callers.append(node)
+                widths.append(0)
+            node = found
+        widths[node] += count
+    for node in range(len(widths) - 1, 0, -1):  # callees come after their callers
+        widths[callers[node]] += widths[node]
+    out = {}
+    for frame in frames:
+        node = 0
+        for part in frame.split(";"):
+            node = nodes.get((node, part), -1)
+            if node < 0:
+                break
+        out[frame] = widths[node] if node > 0 else 0
     return out
 
 

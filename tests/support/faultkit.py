@@ -1,7 +1,7 @@
 """Tools of the fault and abuse suite (tests/faults/test_faults.py, test_storage_faults.py,
-test_hostile_http.py, test_resource_limits.py, test_scale.py, test_soak.py): /proc readings of
-a process (state, tracer, memory), database checks, and the ledger behind
-tests/reports/faults.md. The suite's ``sidecar serve`` is ``helpers.Serve``.
+test_hostile_http.py, test_resource_limits.py, test_scale.py, test_soak.py,
+test_large_inputs.py): /proc readings of a process (state, tracer, memory), database checks,
+and the ledger behind tests/reports/faults.md. The suite's ``sidecar serve`` is ``helpers.Serve``.
 """
 
 from __future__ import annotations
