@@ -12,7 +12,6 @@ from sidecar.commands.render import add_min_width
 from sidecar.errors import UsageError
 from sidecar.formats.render import RenderOptions
 from sidecar.output import add_force, check_output, write_text
-from sidecar.profile import Profile
 
 HELP = "compare two profiles (flamegraph SVGs or folded stacks) in a differential flamegraph"
 
@@ -105,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
             min_width=args.min_width,
         )
         # drawing needs the diff's lines alone: the profiles are let go first
+        from sidecar.profile import Profile
+
         del before, after, profile
         diff = replace(diff, before=Profile(), after=Profile())
         write_text(output, render_diff(diff, options))
