@@ -649,12 +649,7 @@ def cpu_wait_section(c: dict[str, Any]) -> list[str | list[str]]:
         "thread's file once (an open that fails costs the row below, but `waits` is only asked "
         "of a thread whose run state was just read from its own /proc file, so it fails only "
         "as the thread exits), and forgets the ledgers of threads gone only when there are more "
-        "ledgers than threads. A thread found on a CPU all along at 10 readings in a row, "
-        "little waiting, is read at one sample in 4 only (`native/src/process/cpuwait.rs`): the "
-        "spinning target's holder is, but each slice of a leg begins its ledger afresh (the read "
-        "turned back on), so that of a slice's 25 samples it is read at about 14 here (1 "
-        "stale, 10 to become steady, 1 in 4 of the rest: the added reads per sample above), "
-        "where a sampler left on reads it at 1 in 4.",
+        "ledgers than threads.",
         "**The read alone**, `native/examples/schedstat.rs` once at the start of each round: "
         "batches of calls from a file kept open, timed in the thread's own CPU time, in turns "
         "(the module's docstring says how):",

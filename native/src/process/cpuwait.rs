@@ -18,17 +18,6 @@
 //! diffusion sums to its input, and a throttled period's samples wait where they were taken. A
 //! kernel without scheduler statistics reads "0 0 0" (or has no file): that is said
 //! (`CpuWaits::source`), and no sample is ever said to wait.
-//!
-//! A thread that ran all the time between each two of its last `STEADY` readings, sampled
-//! runnable at each sample, with waits posted for under a quarter of that time (a wake-up's
-//! wait on the run queue, as a thread that takes the GIL back from another posts it), is read
-//! at every `SPACING`-th sample only, and the samples between stand as running: the steady
-//! spinner, the read's worst case, costs a quarter of the reads.
-//! A wait that begins meanwhile is not lost: the next reading finds the counters still (a
-//! wait now, and reads at every sample again), and the kernel posts the whole wait when it
-//! ends, which the ledger then counts on later samples. Only where it is placed can move, by
-//! `SPACING` samples at most, and only at the end of a steady run; a thread that waits often
-//! (a throttled container, a shared CPU) never gets steady and is read at every sample.
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
@@ -48,13 +37,6 @@ const NO_TICK: u64 = 12_000_000;
 /// The most a ledger holds either way (ns): waits posted long ago do not become samples much
 /// later, nor does a wait owed for long go on counting.
 const LEDGER_BOUND: i64 = 1_000_000_000;
-
-/// Readings in a row that found the thread on a CPU all along since the one before, waits
-/// posted for under a quarter of that time, before it is read less often.
-const STEADY: u32 = 10;
-
-/// A steady thread is read at every this many samples.
-const SPACING: u32 = 4;
 
 /// What a thread's schedstat says: ns on a CPU, ns waiting for one, times it got one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -78,20 +60,13 @@ enum Told {
 struct Thread {
     file: File,
     last: Schedstat,
-    /// When the counters were last seen to move, and last read.
+    /// When the counters were last seen to move.
     moved: Instant,
-    read: Instant,
     /// Waits the kernel posted less waits counted by samples (ns).
     credit: i64,
     /// Its counters moved unseen since `last` (`CpuWaits::restart`): the next reading is as
     /// a first one.
     stale: bool,
-    /// Readings in a row that found it on a CPU all along, little waited (`STEADY`).
-    steady: u32,
-    /// The sample it was last asked of (`CpuWaits::samples`), and how many samples in a row
-    /// it was left unread since its last reading.
-    asked: u64,
-    unread: u32,
 }
 
 pub(crate) struct CpuWaits {
@@ -103,8 +78,6 @@ pub(crate) struct CpuWaits {
     ticked: bool,
     /// The time since the last sample (ns).
     since: u64,
-    /// Samples begun so far.
-    samples: u64,
     nanos: u64,
 }
 
@@ -117,7 +90,6 @@ impl CpuWaits {
             now: Instant::now(),
             ticked: false,
             since: 0,
-            samples: 0,
             nanos: 0,
         }
     }
@@ -131,7 +103,6 @@ impl CpuWaits {
         }
         self.ticked = true;
         self.now = now;
-        self.samples += 1;
     }
 
     /// Whether the runnable thread `tid` waits for a CPU in this sample. False where the kernel
@@ -167,20 +138,22 @@ impl CpuWaits {
                     return false;
                 }
                 self.told = Told::Yes;
-                slot.insert(Thread::new(file, first, self.now, self.samples));
+                slot.insert(Thread {
+                    file,
+                    last: first,
+                    moved: self.now,
+                    credit: 0,
+                    stale: false,
+                });
                 return false;
             }
         };
-        if thread.spare(self.samples) {
-            return false;
-        }
         let Some(now) = read_schedstat(&thread.file, &mut self.nanos) else {
             self.threads.remove(&tid);
             return false;
         };
         if thread.stale {
-            (thread.last, thread.moved, thread.read) = (now, self.now, self.now);
-            (thread.credit, thread.steady) = (0, 0);
+            (thread.last, thread.moved, thread.credit) = (now, self.now, 0);
             thread.stale = false;
             return false;
         }
@@ -226,47 +199,12 @@ impl CpuWaits {
 }
 
 impl Thread {
-    fn new(file: File, first: Schedstat, at: Instant, sample: u64) -> Self {
-        Thread {
-            file,
-            last: first,
-            moved: at,
-            read: at,
-            credit: 0,
-            stale: false,
-            steady: 0,
-            asked: sample,
-            unread: 0,
-        }
-    }
-
-    /// Whether the sample numbered `sample` leaves the thread unread: a steady thread between
-    /// its readings, asked at each sample since the last.
-    fn spare(&mut self, sample: u64) -> bool {
-        let in_a_row = self.asked + 1 == sample;
-        self.asked = sample;
-        if in_a_row && self.steady >= STEADY && self.unread + 1 < SPACING {
-            self.unread += 1;
-            return true;
-        }
-        if !in_a_row {
-            self.steady = 0;
-        }
-        self.unread = 0;
-        false
-    }
-
     /// The verdict of a sample at `at`, standing for the `since` ns since the last one, that
     /// read `now`.
     fn step(&mut self, now: Schedstat, at: Instant, since: u64) -> bool {
         let ran = now.run != self.last.run || now.slices != self.last.slices;
         let posted = now.wait.saturating_sub(self.last.wait);
-        // on a CPU all the time since the last reading, a scheduler tick or so aside, and a
-        // small part of it waiting for one (the run queue's wait of a wake-up)
-        let elapsed = at.duration_since(self.read).as_nanos() as u64;
-        let all_along = now.run.saturating_sub(self.last.run) + NO_TICK >= elapsed
-            && posted.saturating_mul(4) < elapsed;
-        (self.last, self.read) = (now, at);
+        self.last = now;
         if ran || posted > 0 {
             self.moved = at;
         }
@@ -279,11 +217,6 @@ impl Thread {
         if waits {
             self.credit = (self.credit - since as i64).max(-LEDGER_BOUND);
         }
-        self.steady = if all_along && !waits {
-            self.steady.saturating_add(1)
-        } else {
-            0
-        };
         waits
     }
 }
@@ -327,20 +260,17 @@ mod tests {
             },
         );
         let file = File::open("/proc/self/schedstat").expect("a schedstat file");
-        (at, last, Thread::new(file, last, at, 0))
-    }
-
-    /// The counters of a thread throttled 80 ms of every 100 (a quota of 0.2 CPU) at 10 ms
-    /// `tick` of `period`: on a CPU the first two ticks, which move its time, the first of
-    /// them posting the wait just ended.
-    fn throttled(stat: &mut Schedstat, period: u64, tick: u64) {
-        if tick < 2 {
-            stat.run += 10 * MS;
-            if tick == 0 && period > 0 {
-                stat.wait += 80 * MS;
-                stat.slices += 1;
-            }
-        }
+        (
+            at,
+            last,
+            Thread {
+                file,
+                last,
+                moved: at,
+                credit: 0,
+                stale: false,
+            },
+        )
     }
 
     #[test]
@@ -368,7 +298,14 @@ mod tests {
         for period in 0..20u64 {
             for tick in 0..10u64 {
                 at += Duration::from_millis(10);
-                throttled(&mut stat, period, tick);
+                if tick < 2 {
+                    // on a CPU: the ticks move its time; the first posts the wait just ended
+                    stat.run += 10 * MS;
+                    if tick == 0 && period > 0 {
+                        stat.wait += 80 * MS;
+                        stat.slices += 1;
+                    }
+                }
                 waits += u32::from(t.step(stat, at, 10 * MS));
             }
         }
@@ -405,68 +342,6 @@ mod tests {
             (480..=520).contains(&waits),
             "{waits} of 1000 samples waited"
         );
-    }
-
-    /// A sample of the ledger `t` at sample number `n`, as `CpuWaits::waits` takes it: left
-    /// unread if steady, else read; Some(verdict) when read.
-    fn sample(t: &mut Thread, n: u64, stat: Schedstat, at: Instant) -> Option<bool> {
-        (!t.spare(n)).then(|| t.step(stat, at, 10 * MS))
-    }
-
-    /// A steady spinner is read at one sample in `SPACING` once it has run at `STEADY` readings
-    /// in a row; asked again after a sample without it (asleep then), at every sample again.
-    #[test]
-    fn a_steady_thread_is_read_less_often() {
-        let (mut at, mut stat, mut t) = started();
-        let mut reads = 0;
-        for n in 1..=410u64 {
-            at += Duration::from_millis(10);
-            stat.run += 10 * MS;
-            if let Some(waits) = sample(&mut t, n, stat, at) {
-                assert!(!waits);
-                reads += 1;
-            }
-        }
-        assert_eq!(reads, STEADY as u64 + 400 / SPACING as u64);
-        // not asked at sample 411 (it slept): read at the next ones, until steady again
-        for n in 412..412 + u64::from(STEADY) {
-            at += Duration::from_millis(10);
-            stat.run += 10 * MS;
-            assert_eq!(sample(&mut t, n, stat, at), Some(false), "sample {n}");
-        }
-    }
-
-    /// A steady spinner throttled from some instant on, 80 ms of every 100: its waits are told
-    /// as a thread's read at every sample are, within a few samples, and the samples left
-    /// unread once it has no CPU are fewer than `SPACING`: it is read at every sample after.
-    #[test]
-    fn a_steady_thread_throttled_waits_its_share() {
-        let (mut at, mut stat, mut t) = started();
-        let mut n = 0u64;
-        for _ in 0..100 {
-            n += 1;
-            at += Duration::from_millis(10);
-            stat.run += 10 * MS;
-            sample(&mut t, n, stat, at);
-        }
-        let (mut waits, mut unread) = (0, 0);
-        for period in 0..20u64 {
-            for tick in 0..10u64 {
-                n += 1;
-                at += Duration::from_millis(10);
-                throttled(&mut stat, period, tick);
-                match sample(&mut t, n, stat, at) {
-                    Some(told) => waits += u32::from(told),
-                    // a sample left unread while the thread has no CPU stands as running
-                    None => unread += u32::from(tick >= 2),
-                }
-            }
-        }
-        assert!(
-            (156..=162).contains(&waits),
-            "{waits} of 200 samples waited"
-        );
-        assert!(unread < SPACING, "{unread} samples throttled and unread");
     }
 
     #[test]
