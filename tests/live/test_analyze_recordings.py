@@ -55,17 +55,19 @@ def test_old_school_tornado_stacks_are_deeper_than_aiohttp(compared: dict[str, A
     aio, tor = compared["aiohttp"], compared["tornado-old"]
     assert aio.states["busy"] >= 30 and tor.states["busy"] >= 30, (aio.states, tor.states)
     # Whole stacks (DESIGN's depth): the start-up chain (runpy, main, run_app) is in each.
-    assert aio.depth.p95 is not None and tor.depth.p95 is not None
-    assert tor.depth.p95 >= aio.depth.p95, (aio.depth, tor.depth)
+    assert aio.depth.mean is not None and tor.depth.mean is not None
+    assert tor.depth.mean > aio.depth.mean, (aio.depth, tor.depth)
     # Above the frame that entered the loop: what the framework stacks per callback. The mean
-    # follows the mix of callbacks sampled (aiohttp's ran 5.4-7.3 frames over runs, with the
-    # machine idle or busy; Tornado's 6.8-8.1, 1.11-1.50x as deep), the deep end does not:
-    # Tornado's 95th percentile was 2-4 frames deeper in every run.
+    # follows the mix of callbacks sampled (aiohttp's ran 5.4-7.3 frames over runs on one
+    # machine, Tornado's 6.8-8.1, 1.11-1.50x as deep; on another 3.3-3.7 against 5.2-5.5,
+    # 1.4-1.6x). The 95th percentile of a few dozen busy samples is coarser: Tornado's was 2-4
+    # frames deeper on the first machine, 1 on the second (11 against 10 in 5 runs of 5), and
+    # the whole stacks' once 16 against aiohttp's 17: the means are what is compared.
     aio_high, tor_high = aio.loop_depth, tor.loop_depth
     assert aio_high.mean is not None and tor_high.mean is not None
     assert aio_high.p95 is not None and tor_high.p95 is not None
-    assert tor_high.mean > aio_high.mean, (aio_high, tor_high)
-    assert tor_high.p95 >= aio_high.p95 + 2, (aio_high, tor_high)
+    assert tor_high.mean > 1.1 * aio_high.mean, (aio_high, tor_high)
+    assert tor_high.p95 >= aio_high.p95, (aio_high, tor_high)
 
 
 @pytest.mark.slow
